@@ -1,0 +1,243 @@
+/*
+ * llamakv.h: the C ABI of the pyllamakv core.
+ *
+ * This header is the single source of the ABI: pyllamakv/_ffi.py reads the
+ * declarations between the two LKV_CDEF marker lines below and hands them to
+ * cffi (ABI mode). Keep that region plain C that cffi's parser accepts: no
+ * preprocessor directives, no function-like macros, no inline functions.
+ *
+ * Conventions
+ * - Every fallible call returns an lkv_status; LKV_OK is 0. On failure a
+ *   message naming the problem is kept per thread: lkv_last_error().
+ * - Created objects come back through out-parameters; the caller frees them
+ *   with the matching *_free (which accepts NULL).
+ * - Parameter structs are passed by pointer; *_params_init fills defaults.
+ * - Enums are append-only; sized integers throughout.
+ * - Nothing in the library exits, aborts or prints.
+ * - Threading: a context is used by one thread at a time. Distinct contexts
+ *   (also of one model) may be used from distinct threads.
+ */
+#ifndef LLAMAKV_H
+#define LLAMAKV_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define LKV_API __declspec(dllexport)
+#else
+#define LKV_API __attribute__((visibility("default")))
+#endif
+
+/* LKV_CDEF_BEGIN */
+
+/* ---- status, errors, version ------------------------------------------ */
+
+typedef enum lkv_status {
+    LKV_OK = 0,
+    LKV_ERR_INVALID_ARG = 1,    /* a parameter is out of range or inconsistent */
+    LKV_ERR_OUT_OF_MEMORY = 2,  /* host allocation failed */
+    LKV_ERR_UNSUPPORTED = 3,    /* type, architecture or device not supported */
+    LKV_ERR_SHAPE = 4,          /* a tensor is missing or has the wrong shape */
+    LKV_ERR_CONTEXT_FULL = 5,   /* more tokens than n_ctx */
+    LKV_ERR_DEVICE = 6,         /* a device call failed; the context is now dead */
+    LKV_ERR_DEAD = 7,           /* the context failed earlier and must be freed */
+    LKV_ERR_POOL_TOO_SMALL = 8, /* kv_pool_bytes below the plan's minimum */
+    LKV_ERR_DEVICE_MEMORY = 9,  /* device or pinned allocation failed */
+    LKV_ERR_INTERNAL = 10
+} lkv_status;
+
+/* Bumped on every incompatible change of this header. */
+int32_t lkv_abi_version(void);
+/* Message of the last failed call on this thread ("" if none). Valid until
+ * the next failing call on the same thread. */
+const char *lkv_last_error(void);
+/* Library version string, and a space separated list of build features
+ * ("avx2 fma f16c cuda ..."). Static strings. */
+const char *lkv_version(void);
+const char *lkv_build_features(void);
+
+/* ---- element types ------------------------------------------------------
+ * Type ids are ggml's (GGUF's) numbers: F32=0 F16=1 Q4_0=2 Q4_1=3 Q5_0=6
+ * Q5_1=7 Q8_0=8 Q8_1=9 Q2_K=10 Q3_K=11 Q4_K=12 Q5_K=13 Q6_K=14 Q8_K=15
+ * IQ4_NL=20 BF16=30. */
+
+typedef struct lkv_type_info {
+    const char *name;        /* "q4_0", static */
+    int32_t block_size;      /* elements per block */
+    int32_t type_size;       /* bytes per block */
+    int32_t is_weight_type;  /* usable for model weights */
+    int32_t is_kv_type;      /* usable for the K / V cache */
+} lkv_type_info;
+
+lkv_status lkv_type_info_get(int32_t type, lkv_type_info *out);
+/* n must be a multiple of the type's block size. */
+lkv_status lkv_dequantize(int32_t type, const void *src, float *dst, int64_t n);
+lkv_status lkv_quantize(int32_t type, const float *src, void *dst, int64_t n);
+/* *out = dot(x, y) where x is n elements of `type` and y is float; y is first
+ * converted to the type's activation format, as the matmuls do. */
+lkv_status lkv_vec_dot(int32_t type, int64_t n, const void *x, const float *y, float *out);
+
+/* ---- devices ------------------------------------------------------------ */
+
+typedef enum lkv_device {
+    LKV_DEVICE_CPU = 0,
+    LKV_DEVICE_CUDA = 1
+} lkv_device;
+
+/* Number of usable CUDA devices (0 without a CUDA build or GPU). */
+int32_t lkv_cuda_device_count(void);
+/* Free and total device memory in bytes of the current CUDA device. */
+lkv_status lkv_cuda_mem_info(int64_t *free_bytes, int64_t *total_bytes);
+
+/* ---- model -------------------------------------------------------------- */
+
+typedef enum lkv_arch {
+    LKV_ARCH_LLAMA = 0,   /* llama, SmolLM2, Llama 2/3, Mistral */
+    LKV_ARCH_QWEN2 = 1,   /* q/k/v biases, neox rope */
+    LKV_ARCH_QWEN3 = 2    /* per-head q/k rms norms, neox rope */
+} lkv_arch;
+
+typedef struct lkv_model_params {
+    int32_t arch;            /* lkv_arch */
+    int32_t n_vocab;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;        /* key/value length per head */
+    int32_t n_ff;
+    int32_t n_ctx_train;
+    int32_t rope_dim;        /* rotated dims per head (<= head_dim) */
+    float rms_eps;
+    float rope_freq_base;
+    float rope_freq_scale;   /* 1 / linear scaling factor */
+    int32_t device;          /* lkv_device */
+    int32_t n_threads;       /* CPU threads for this model's contexts' default */
+} lkv_model_params;
+
+/* One tensor, as laid out in the GGUF file. ne[0] is the contiguous
+ * dimension (ggml order). data stays owned by the caller and must outlive the
+ * model on the CPU (weights are not copied there); a CUDA model copies it. */
+typedef struct lkv_tensor_desc {
+    const char *name;        /* GGUF name: "blk.3.attn_q.weight" */
+    int32_t type;
+    int32_t n_dims;
+    int64_t ne[4];
+    const void *data;
+    uint64_t nbytes;
+} lkv_tensor_desc;
+
+typedef struct lkv_model lkv_model;
+
+void lkv_model_params_init(lkv_model_params *p);
+/* Validates every tensor's presence, type and shape against the parameters.
+ * Unknown tensor names are ignored. */
+lkv_status lkv_model_create(const lkv_model_params *p, const lkv_tensor_desc *tensors,
+                            int32_t n_tensors, lkv_model **out);
+void lkv_model_free(lkv_model *m);
+/* Bytes of weights held by the model on its device. */
+int64_t lkv_model_weight_bytes(const lkv_model *m);
+
+/* ---- context -------------------------------------------------------------- */
+
+typedef struct lkv_context_params {
+    int32_t n_ctx;           /* positions the KV cache holds */
+    int32_t n_batch;         /* most tokens one lkv_decode call takes */
+    int32_t n_ubatch;        /* micro-batch the forward pass runs at once */
+    int32_t n_threads;       /* CPU worker threads (0: the model's default) */
+    int32_t type_k;          /* KV element types (type ids above) */
+    int32_t type_v;
+    int32_t kv_chunk;        /* positions per KV chunk (0: default 256) */
+    int32_t logits_all;      /* keep logits of every token of a decode */
+    int64_t kv_pool_bytes;   /* device KV pool; < 0: unbounded, all resident */
+} lkv_context_params;
+
+typedef struct lkv_context lkv_context;
+
+void lkv_context_params_init(lkv_context_params *p);
+/* Allocates every buffer the context will use. A pool below the plan's
+ * minimum fails with LKV_ERR_POOL_TOO_SMALL and a message giving it. The model
+ * must outlive the context. */
+lkv_status lkv_context_create(lkv_model *m, const lkv_context_params *p, lkv_context **out);
+void lkv_context_free(lkv_context *c);
+
+/* Runs tokens[0..n) at positions pos0 .. pos0+n-1, where pos0 must equal
+ * lkv_context_n_tokens(c) and n <= n_batch; splits them into micro-batches.
+ * On success the logits of the last token (or, with logits_all, of each of
+ * the n tokens) are available through lkv_context_logits. On failure other
+ * than LKV_ERR_DEVICE the cache is as it was before the call. */
+lkv_status lkv_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0);
+/* Logits of the last decode: n_rows rows of n_vocab floats, row-major.
+ * Valid until the next decode, truncate or free on this context. */
+const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows);
+int32_t lkv_context_n_tokens(const lkv_context *c);
+int32_t lkv_context_n_ctx(const lkv_context *c);
+/* Drops positions >= n (n <= n_tokens). n = 0 resets. */
+lkv_status lkv_context_truncate(lkv_context *c, int32_t n);
+
+/* KV state: the first n_tokens rows of every layer, with a small header. */
+lkv_status lkv_context_state_size(const lkv_context *c, uint64_t *size);
+lkv_status lkv_context_state_get(lkv_context *c, void *dst, uint64_t size);
+lkv_status lkv_context_state_set(lkv_context *c, const void *src, uint64_t size);
+
+/* ---- KV residency plan and statistics ----------------------------------- */
+
+typedef struct lkv_plan_params {
+    int32_t n_layer;         /* attention layers */
+    int32_t kv_chunk;        /* positions per chunk */
+    int64_t row_bytes_k;     /* one token's K of one layer, in bytes */
+    int64_t row_bytes_v;
+    int32_t n_ctx;
+    int32_t n_ubatch;
+    int64_t pool_bytes;      /* < 0: unbounded */
+} lkv_plan_params;
+
+typedef struct lkv_plan {
+    int32_t n_chunks;        /* chunks per layer needed for n_tokens */
+    int32_t resident_min;    /* fewest resident chunks of any layer */
+    int32_t resident_max;
+    int64_t resident_chunks; /* total over layers */
+    int64_t ring_bytes;
+    int64_t pool_bytes;      /* bytes the pool needs (<= the bound) */
+    int64_t min_pool_bytes;  /* the least pool this context accepts */
+    int64_t streamed_bytes;  /* bytes copied host -> device per decode step */
+} lkv_plan;
+
+/* Pure: the plan for a cache holding n_tokens positions. resident may be NULL,
+ * else it receives n_layer resident-chunk counts. */
+lkv_status lkv_plan_compute(const lkv_plan_params *p, int32_t n_tokens, lkv_plan *out,
+                            int32_t *resident);
+
+typedef struct lkv_kv_stats {
+    int64_t pool_bytes;
+    int64_t ring_bytes;
+    int64_t resident_bytes;
+    int64_t bytes_streamed;       /* host -> device, total */
+    int64_t bytes_streamed_last;  /* host -> device, last decode call */
+    int64_t bytes_written_back;   /* device -> host write-through, total */
+    int64_t copies;
+    int64_t copy_waits;           /* times compute waited for a copy */
+    int64_t replans;
+    int32_t n_layer;
+    int32_t kv_chunk;
+    int32_t streaming;            /* 1 when a pool bound is in force */
+} lkv_kv_stats;
+
+/* resident may be NULL, else it receives n_layer counts. */
+lkv_status lkv_context_kv_stats(const lkv_context *c, lkv_kv_stats *out, int32_t *resident);
+/* Row bytes of `type` for n elements (n a multiple of the block size). */
+int64_t lkv_row_bytes(int32_t type, int64_t n);
+
+/* LKV_CDEF_END */
+
+#define LKV_ABI_VERSION 1
+
+#ifdef __cplusplus
+}
+#endif
+#endif

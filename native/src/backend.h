@@ -1,0 +1,118 @@
+/*
+ * backend.h: the table of operations a backend supplies.
+ *
+ * forward.c drives one micro-batch through these ops; kv/ moves KV rows with
+ * the copy ops. Buffers passed to ops live in the backend's memory (host
+ * memory for the CPU, device memory for CUDA) and were obtained from its
+ * alloc. Activations are f32, row-major, one row per token. Ops are enqueued
+ * in order on the backend's compute stream; a host-visible result is ready
+ * after sync. Shapes are in the comment beside each op.
+ *
+ * Attention works on KV segments (contiguous rows of one layer at known
+ * positions) and a running state per (query, head): attn_accum folds, chunk
+ * by chunk in increasing chunk order, the partial attention over every chunk
+ * in [chunk_lo, chunk_hi) into the state, using only rows at positions <= the
+ * query's. A chunk's partial is computed over all of its rows at once, found
+ * in whichever segments hold them, with arithmetic that does not depend on how
+ * the rows are split into segments. The result is therefore the same for any
+ * placement of chunks, which is the exactness contract (DESIGN.md 3-4).
+ */
+#ifndef LKV_BACKEND_H
+#define LKV_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llamakv.h"
+#include "model.h"
+
+typedef struct lkv_kv_seg {
+    int32_t pos0;        /* position of row 0 */
+    int32_t n;           /* rows */
+    const void *k;       /* (n, row_bytes_k) in type_k */
+    const void *v;       /* (n, row_bytes_v) in type_v */
+} lkv_kv_seg;
+
+#define LKV_MAX_SEGS 64
+
+/* Geometry of one attention call. */
+typedef struct lkv_attn_desc {
+    int32_t n_q;         /* queries (tokens of the micro-batch) */
+    int32_t q_pos0;      /* position of query 0; query i is at q_pos0 + i */
+    int32_t n_head, n_head_kv, head_dim;
+    int32_t type_k, type_v;
+    int32_t chunk;       /* positions per chunk */
+    int32_t chunk_lo, chunk_hi;
+    float scale;         /* 1/sqrt(head_dim) */
+    int32_t n_segs;
+    lkv_kv_seg segs[LKV_MAX_SEGS];
+} lkv_attn_desc;
+
+typedef struct lkv_rope_desc {
+    int32_t n_head, head_dim, rope_dim;
+    float freq_base, freq_scale;
+    int32_t neox;
+    const float *freq_factors;   /* backend memory, (rope_dim/2,) or NULL */
+} lkv_rope_desc;
+
+typedef struct lkv_backend lkv_backend;
+typedef struct lkv_bctx lkv_bctx;   /* a backend's per-context state */
+
+struct lkv_backend {
+    const char *name;
+
+    /* model: make weights usable (device copies); undo */
+    lkv_status (*model_init)(struct lkv_model *m);
+    void (*model_free)(struct lkv_model *m);
+
+    /* context: compute state (threads, streams, workspace) */
+    lkv_status (*ctx_init)(lkv_bctx **out, const struct lkv_model *m, int n_threads,
+                           int max_tokens);
+    void (*ctx_free)(lkv_bctx *b);
+
+    /* memory in the backend's address space; NULL on failure */
+    void *(*alloc)(lkv_bctx *b, size_t bytes);
+    void (*free)(lkv_bctx *b, void *p);
+
+    /* ---- compute ops (compute stream) ---- */
+    /* out (n, w->cols) = rows tokens[i] of w, dequantized */
+    void (*get_rows)(lkv_bctx *b, float *out, const lkv_weight *w, const int32_t *tokens, int n);
+    /* out (n, dim) = x / rms(x) * w (w may be NULL: no scale); out may be x */
+    void (*rmsnorm)(lkv_bctx *b, float *out, const float *x, const lkv_weight *w, int n, int dim,
+                    float eps);
+    /* outs[i] (n, ws[i]->rows) = x (n, cols) @ ws[i]^T for i < n_w; one input, several weights */
+    void (*matmul)(lkv_bctx *b, float *const *outs, const float *x, const lkv_weight *const *ws,
+                   int n_w, int n);
+    /* x (n, dim) += bias (dim,) */
+    void (*add_bias)(lkv_bctx *b, float *x, const lkv_weight *bias, int n, int dim);
+    /* x (n, n_head, head_dim) rotated in place; position of row i: pos0 + i */
+    void (*rope)(lkv_bctx *b, float *x, int n, int32_t pos0, const lkv_rope_desc *r);
+    /* out (n) = silu(gate) * up */
+    void (*swiglu)(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
+    /* x (n) += y */
+    void (*add)(lkv_bctx *b, float *x, const float *y, int64_t n);
+    /* dst (n_rows, row_bytes(type, n_elems)) = src (n_rows, n_elems) converted to type */
+    void (*to_type)(lkv_bctx *b, void *dst, int32_t type, const float *src, int n_rows,
+                    int n_elems);
+    /* attention state: st holds (n_q, n_head) running (m, l, o[head_dim]) */
+    size_t (*attn_state_bytes)(int n_q, int n_head, int head_dim);
+    void (*attn_reset)(lkv_bctx *b, void *st, int n_q, int n_head, int head_dim);
+    void (*attn_accum)(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
+    /* out (n_q, n_head*head_dim) = state normalised */
+    void (*attn_finish)(lkv_bctx *b, float *out, const void *st, int n_q, int n_head, int head_dim);
+
+    /* ---- movement ---- */
+    /* device -> host of finished compute results (waits for the compute stream) */
+    void (*download)(lkv_bctx *b, void *host_dst, const void *src, size_t bytes);
+    /* device -> device copy on the compute stream */
+    void (*copy_d2d)(lkv_bctx *b, void *dst, const void *src, size_t bytes);
+    /* wait until all enqueued compute is done; LKV_ERR_DEVICE on a device error */
+    lkv_status (*sync)(lkv_bctx *b);
+};
+
+extern const lkv_backend lkv_backend_cpu;
+#ifdef LKV_HAVE_CUDA
+extern const lkv_backend lkv_backend_cuda;
+#endif
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * model.h: the model as the core sees it: hyper-parameters, the per-arch
+ * table of differences, and one lkv_weight per tensor.
+ *
+ * A weight is a matrix of `rows` rows of `cols` elements (ggml: ne[1] rows of
+ * ne[0] contiguous elements), stored in the GGUF block format of `type`. On
+ * the CPU `data` points into the caller's memory map (nothing is copied); a
+ * device backend keeps its own copy in `dev`.
+ */
+#ifndef LKV_MODEL_H
+#define LKV_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llamakv.h"
+
+struct lkv_backend;
+
+typedef struct lkv_weight {
+    int32_t type;
+    int64_t rows;        /* output features (ne[1]); 1 for vectors */
+    int64_t cols;        /* input features  (ne[0]) */
+    size_t row_bytes;    /* bytes of one row in `type` */
+    const void *data;    /* host bytes, rows * row_bytes; NULL if absent */
+    void *dev;           /* backend copy (device backends), else NULL */
+} lkv_weight;
+
+/* What distinguishes one architecture from another inside the one forward. */
+typedef struct lkv_arch_traits {
+    const char *name;
+    bool rope_neox;      /* rotate halves (neox) instead of adjacent pairs */
+    bool qkv_bias;       /* q/k/v projections carry biases */
+    bool qk_norm;        /* per-head rms norm on q and k before rope */
+} lkv_arch_traits;
+
+typedef struct lkv_layer_weights {
+    lkv_weight attn_norm;            /* (n_embd,) f32 */
+    lkv_weight wq, wk, wv, wo;       /* (n_head*hd, n_embd) (n_kv*hd, n_embd) x2, (n_embd, n_head*hd) */
+    lkv_weight bq, bk, bv;           /* biases, f32, qwen2 only */
+    lkv_weight q_norm, k_norm;       /* (hd,) f32, qwen3 only */
+    lkv_weight ffn_norm;             /* (n_embd,) f32 */
+    lkv_weight w_gate, w_up;         /* (n_ff, n_embd) */
+    lkv_weight w_down;               /* (n_embd, n_ff) */
+} lkv_layer_weights;
+
+struct lkv_model {
+    lkv_model_params hp;
+    const lkv_arch_traits *arch;
+    lkv_weight tok_embd;             /* (n_vocab, n_embd) */
+    lkv_weight output_norm;          /* (n_embd,) f32 */
+    lkv_weight output;               /* (n_vocab, n_embd); == tok_embd when tied */
+    lkv_weight rope_freqs;           /* (rope_dim/2,) f32 factors, optional (llama 3.1) */
+    bool tied_output;
+    lkv_layer_weights *layers;       /* (n_layer,) */
+    const struct lkv_backend *be;    /* backend the model's contexts run on */
+    void *be_state;                  /* backend's per-model state */
+    int64_t weight_bytes;
+};
+
+/* Calls fn on every weight the model holds (present or not). */
+void lkv_model_foreach_weight(struct lkv_model *m, void (*fn)(lkv_weight *w, void *ud), void *ud);
+
+#endif

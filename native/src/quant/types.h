@@ -1,0 +1,76 @@
+/*
+ * quant/types.h: element types and their traits table.
+ *
+ * Type ids are ggml's numbers so that GGUF tensors need no translation. Each
+ * block format is a struct written from the published layout and pinned by a
+ * size assertion (quant/blocks.h). Every op finds a type's functions through
+ * lkv_type_traits(); nothing else switches on the type id.
+ *
+ * Dot products follow ggml's scheme: a weight row of type T is multiplied with
+ * an activation row already converted to T's vec_dot_type (q8_0, q8_1 or q8_K
+ * for the quantized types; f32 / f16 / bf16 otherwise), so the inner loop is
+ * an integer dot product.
+ */
+#ifndef LKV_QUANT_TYPES_H
+#define LKV_QUANT_TYPES_H
+
+#include <stdint.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+enum {
+    LKV_TYPE_F32 = 0,
+    LKV_TYPE_F16 = 1,
+    LKV_TYPE_Q4_0 = 2,
+    LKV_TYPE_Q4_1 = 3,
+    LKV_TYPE_Q5_0 = 6,
+    LKV_TYPE_Q5_1 = 7,
+    LKV_TYPE_Q8_0 = 8,
+    LKV_TYPE_Q8_1 = 9,
+    LKV_TYPE_Q2_K = 10,
+    LKV_TYPE_Q3_K = 11,
+    LKV_TYPE_Q4_K = 12,
+    LKV_TYPE_Q5_K = 13,
+    LKV_TYPE_Q6_K = 14,
+    LKV_TYPE_Q8_K = 15,
+    LKV_TYPE_IQ4_NL = 20,
+    LKV_TYPE_BF16 = 30,
+    LKV_TYPE_COUNT = 40
+};
+
+typedef void (*lkv_to_float_fn)(const void *x, float *y, int64_t n);
+typedef void (*lkv_from_float_fn)(const float *x, void *y, int64_t n);
+/* *s = dot(x, y) over n elements; x of the weight type, y of its vec_dot_type */
+typedef void (*lkv_vec_dot_fn)(int n, float *s, const void *x, const void *y);
+/* s[j] = dot(x, y + j*y_stride) for j < ny (ny <= 4): one weight row against
+ * several activation rows. Each s[j] is bit-identical to vec_dot's result. */
+typedef void (*lkv_vec_dot_rows_fn)(int n, float *s, const void *x, const void *y,
+                                    size_t y_stride, int ny);
+
+typedef struct lkv_traits {
+    const char *name;
+    int32_t block_size;           /* elements per block */
+    int32_t type_size;            /* bytes per block */
+    bool is_weight;               /* accepted as a weight type */
+    bool is_kv;                   /* accepted as a K/V cache type */
+    int32_t vec_dot_type;         /* activation format for vec_dot */
+    lkv_to_float_fn to_float;     /* dequantize n elements (n % block_size == 0) */
+    lkv_from_float_fn from_float; /* quantize n elements; NULL if not quantizable */
+    lkv_vec_dot_fn vec_dot;       /* NULL for pure activation formats */
+    lkv_vec_dot_rows_fn vec_dot_rows; /* optional (NULL: call vec_dot per row) */
+} lkv_traits;
+
+/* NULL for an unknown or unsupported id. */
+const lkv_traits *lkv_type_traits(int32_t type);
+
+static inline int64_t lkv_type_row_bytes(const lkv_traits *t, int64_t n) {
+    return n / t->block_size * t->type_size;
+}
+
+/* fp16 / bf16 scalar conversions (exact, round-to-nearest-even). */
+float lkv_fp16_to_fp32(uint16_t h);
+uint16_t lkv_fp32_to_fp16(float f);
+float lkv_bf16_to_fp32(uint16_t h);
+uint16_t lkv_fp32_to_bf16(float f);
+
+#endif

@@ -1,0 +1,1 @@
+"""pyllamakv: long-context GGUF models from Python, with a streamed KV cache."""
