@@ -9,6 +9,9 @@
 #include "llamakv.h"
 #include "error.h"
 #include "quant/types.h"
+#include "model_api.h"
+#include "context.h"
+#include "kv/plan.h"
 
 #define API LKV_API
 
@@ -57,7 +60,7 @@ static lkv_status check_n(const lkv_traits *t, int64_t n) {
 }
 
 API lkv_status lkv_type_info_get(int32_t type, lkv_type_info *out) {
-    const lkv_traits *t;
+    const lkv_traits *t = NULL;
     if (!out) return lkv_fail(LKV_ERR_INVALID_ARG, "out is NULL");
     LKV_TRY(get_traits(type, &t));
     out->name = t->name;
@@ -75,7 +78,7 @@ API int64_t lkv_row_bytes(int32_t type, int64_t n) {
 }
 
 API lkv_status lkv_dequantize(int32_t type, const void *src, float *dst, int64_t n) {
-    const lkv_traits *t;
+    const lkv_traits *t = NULL;
     LKV_TRY(get_traits(type, &t));
     LKV_TRY(check_n(t, n));
     if (!src || !dst) return lkv_fail(LKV_ERR_INVALID_ARG, "NULL buffer");
@@ -84,7 +87,7 @@ API lkv_status lkv_dequantize(int32_t type, const void *src, float *dst, int64_t
 }
 
 API lkv_status lkv_quantize(int32_t type, const float *src, void *dst, int64_t n) {
-    const lkv_traits *t;
+    const lkv_traits *t = NULL;
     LKV_TRY(get_traits(type, &t));
     LKV_TRY(check_n(t, n));
     if (!src || !dst) return lkv_fail(LKV_ERR_INVALID_ARG, "NULL buffer");
@@ -94,7 +97,7 @@ API lkv_status lkv_quantize(int32_t type, const float *src, void *dst, int64_t n
 }
 
 API lkv_status lkv_vec_dot(int32_t type, int64_t n, const void *x, const float *y, float *out) {
-    const lkv_traits *t, *vt;
+    const lkv_traits *t = NULL, *vt = NULL;
     LKV_TRY(get_traits(type, &t));
     LKV_TRY(check_n(t, n));
     if (!x || !y || !out) return lkv_fail(LKV_ERR_INVALID_ARG, "NULL buffer");
@@ -107,4 +110,116 @@ API lkv_status lkv_vec_dot(int32_t type, int64_t n, const void *x, const float *
     t->vec_dot((int)n, out, x, yq);
     free(yq);
     return LKV_OK;
+}
+
+// ---------------------------------------------------------------- devices
+
+#ifndef LKV_HAVE_CUDA
+API int32_t lkv_cuda_device_count(void) { return 0; }
+
+API lkv_status lkv_cuda_mem_info(int64_t *free_bytes, int64_t *total_bytes) {
+    (void)free_bytes; (void)total_bytes;
+    return lkv_fail(LKV_ERR_UNSUPPORTED, "this build of pyllamakv has no CUDA backend");
+}
+#endif
+
+// ---------------------------------------------------------------- model
+
+API void lkv_model_params_init(lkv_model_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->arch = LKV_ARCH_LLAMA;
+    p->rms_eps = 1e-5f;
+    p->rope_freq_base = 10000.0f;
+    p->rope_freq_scale = 1.0f;
+    p->device = LKV_DEVICE_CPU;
+}
+
+API lkv_status lkv_model_create(const lkv_model_params *p, const lkv_tensor_desc *tensors,
+                                int32_t n_tensors, lkv_model **out) {
+    lkv_clear_error();
+    if (!p || !out || (n_tensors > 0 && !tensors) || n_tensors < 0)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_model_create: NULL argument or negative count");
+    *out = NULL;
+    return lkv_model_build(p, tensors, n_tensors, out);
+}
+
+API void lkv_model_free(lkv_model *m) { lkv_model_destroy(m); }
+
+API int64_t lkv_model_weight_bytes(const lkv_model *m) { return m ? m->weight_bytes : 0; }
+
+// ---------------------------------------------------------------- context
+
+API void lkv_context_params_init(lkv_context_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->n_ctx = 4096;
+    p->n_batch = 512;
+    p->n_ubatch = 512;
+    p->type_k = LKV_TYPE_F16;
+    p->type_v = LKV_TYPE_F16;
+    p->kv_pool_bytes = -1;
+}
+
+API lkv_status lkv_context_create(lkv_model *m, const lkv_context_params *p, lkv_context **out) {
+    lkv_clear_error();
+    if (!m || !p || !out) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_create: NULL argument");
+    *out = NULL;
+    return lkv_context_build(m, p, out);
+}
+
+API void lkv_context_free(lkv_context *c) { lkv_context_destroy(c); }
+
+API lkv_status lkv_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0) {
+    lkv_clear_error();
+    if (!c || (!tokens && n > 0)) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_decode: NULL argument");
+    return lkv_context_decode(c, tokens, n, pos0);
+}
+
+API const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows) {
+    if (n_rows) *n_rows = c ? c->n_logit_rows : 0;
+    return c ? c->logits : NULL;
+}
+
+API int32_t lkv_context_n_tokens(const lkv_context *c) { return c ? c->n_tokens : 0; }
+
+API int32_t lkv_context_n_ctx(const lkv_context *c) { return c ? c->p.n_ctx : 0; }
+
+API lkv_status lkv_context_truncate(lkv_context *c, int32_t n) {
+    lkv_clear_error();
+    if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_truncate: NULL context");
+    return lkv_context_set_length(c, n);
+}
+
+API lkv_status lkv_context_state_size(const lkv_context *c, uint64_t *size) {
+    lkv_clear_error();
+    if (!c || !size) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_state_size: NULL argument");
+    return lkv_context_state_bytes(c, size);
+}
+
+API lkv_status lkv_context_state_get(lkv_context *c, void *dst, uint64_t size) {
+    lkv_clear_error();
+    if (!c || !dst) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_state_get: NULL argument");
+    return lkv_context_state_save(c, dst, size);
+}
+
+API lkv_status lkv_context_state_set(lkv_context *c, const void *src, uint64_t size) {
+    lkv_clear_error();
+    if (!c || !src) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_state_set: NULL argument");
+    return lkv_context_state_load(c, src, size);
+}
+
+// ---------------------------------------------------------------- plan and stats
+
+API lkv_status lkv_plan_compute(const lkv_plan_params *p, int32_t n_tokens, lkv_plan *out,
+                                int32_t *resident) {
+    lkv_clear_error();
+    if (!p || !out) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_plan_compute: NULL argument");
+    return lkv_plan_make(p, n_tokens, out, resident);
+}
+
+API lkv_status lkv_context_kv_stats(const lkv_context *c, lkv_kv_stats *out, int32_t *resident) {
+    lkv_clear_error();
+    if (!c || !out) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_kv_stats: NULL argument");
+    return lkv_context_stats(c, out, resident);
 }

@@ -104,6 +104,8 @@ struct lkv_backend {
     /* ---- movement ---- */
     /* device -> host of finished compute results (waits for the compute stream) */
     void (*download)(lkv_bctx *b, void *host_dst, const void *src, size_t bytes);
+    /* host -> device on the compute stream (host_src may be reused on return) */
+    void (*upload)(lkv_bctx *b, void *dst, const void *host_src, size_t bytes);
     /* device -> device copy on the compute stream */
     void (*copy_d2d)(lkv_bctx *b, void *dst, const void *src, size_t bytes);
     /* wait until all enqueued compute is done; LKV_ERR_DEVICE on a device error */

@@ -1,0 +1,250 @@
+/*
+ * context.c: creating a context (every buffer it will use), decoding a batch
+ * as a sequence of micro-batches, truncation, and the KV state blob.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <unistd.h>
+
+#include "context.h"
+#include "error.h"
+#include "model_api.h"
+#include "quant/types.h"
+
+#define DEFAULT_CHUNK 256
+#define STATE_MAGIC 0x564b4c31u   /* "1LKV" */
+
+// ------------------------------------------------------------------ create / free
+
+static lkv_status check_params(const lkv_model *m, const lkv_context_params *p) {
+    if (p->n_ctx <= 0) return lkv_fail(LKV_ERR_INVALID_ARG, "n_ctx must be > 0 (got %d)", p->n_ctx);
+    if (p->n_batch <= 0 || p->n_ubatch <= 0)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_batch (%d) and n_ubatch (%d) must be > 0",
+                        p->n_batch, p->n_ubatch);
+    if (p->n_threads < 0 || p->n_threads > 512)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_threads must be in [0, 512] (got %d)", p->n_threads);
+    if (p->kv_chunk < 0 || p->kv_chunk > 4096)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "kv_chunk must be in [1, 4096] or 0 for the default "
+                        "(got %d)", p->kv_chunk);
+    const int32_t types[2] = {p->type_k, p->type_v};
+    for (int i = 0; i < 2; i++) {
+        const lkv_traits *t = lkv_type_traits(types[i]);
+        if (!t || !t->is_kv)
+            return lkv_fail(LKV_ERR_UNSUPPORTED, "%s type %s (id %d) is not a supported KV cache type",
+                            i ? "type_v" : "type_k", t ? t->name : "unknown", (int)types[i]);
+        if (m->hp.head_dim % t->block_size)
+            return lkv_fail(LKV_ERR_UNSUPPORTED, "KV type %s needs head_dim a multiple of %d",
+                            t->name, (int)t->block_size);
+    }
+    return LKV_OK;
+}
+
+static int default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}
+
+lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_context **out) {
+    lkv_context_params p = *pin;
+    LKV_TRY(check_params(m, &p));
+    if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
+    if (p.n_ubatch > p.n_batch) p.n_ubatch = p.n_batch;
+    if (!p.kv_chunk) p.kv_chunk = DEFAULT_CHUNK;
+    if (!p.n_threads) p.n_threads = m->hp.n_threads > 0 ? m->hp.n_threads : default_threads();
+
+    lkv_context *c = calloc(1, sizeof *c);
+    if (!c) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the context");
+    c->model = m;
+    c->p = p;
+    c->be = m->be;
+    const lkv_model_params *hp = &m->hp;
+    const int U = p.n_ubatch, hd = hp->head_dim;
+    const size_t nq = (size_t)hp->n_head * hd, nkv = (size_t)hp->n_head_kv * hd;
+    const size_t wide = nq > (size_t)hp->n_embd ? nq : (size_t)hp->n_embd;
+    const int logit_rows_dev = p.logits_all ? U : 1;
+    lkv_status st = c->be->ctx_init(&c->b, m, p.n_threads, U);
+    if (st) { free(c); return st; }
+
+#define ALLOC(ptr, bytes) \
+    do { if (!st && !((ptr) = c->be->alloc(c->b, (bytes)))) \
+        st = lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate %zu bytes for " #ptr, (size_t)(bytes)); } while (0)
+    ALLOC(c->x, sizeof(float) * U * hp->n_embd);
+    ALLOC(c->h, sizeof(float) * U * wide);
+    ALLOC(c->q, sizeof(float) * U * nq);
+    ALLOC(c->k, sizeof(float) * U * nkv);
+    ALLOC(c->v, sizeof(float) * U * nkv);
+    ALLOC(c->ffn_g, sizeof(float) * U * hp->n_ff);
+    ALLOC(c->ffn_u, sizeof(float) * U * hp->n_ff);
+    ALLOC(c->o, sizeof(float) * U * hp->n_embd);
+    ALLOC(c->attn_st, c->be->attn_state_bytes(U, hp->n_head, hd));
+    ALLOC(c->logits_dev, sizeof(float) * (size_t)logit_rows_dev * hp->n_vocab);
+#undef ALLOC
+    if (!st) {
+        c->logits = malloc(sizeof(float) * (size_t)(p.logits_all ? p.n_batch : 1) * hp->n_vocab);
+        if (!c->logits) st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the logits");
+    }
+    if (!st) {
+        const lkv_traits *tk = lkv_type_traits(p.type_k), *tv = lkv_type_traits(p.type_v);
+        lkv_kv_config kc = {
+            .n_layer = hp->n_layer, .n_ctx = p.n_ctx, .n_ubatch = U, .chunk = p.kv_chunk,
+            .type_k = p.type_k, .type_v = p.type_v,
+            .row_bytes_k = lkv_type_row_bytes(tk, (int64_t)nkv),
+            .row_bytes_v = lkv_type_row_bytes(tv, (int64_t)nkv),
+            .pool_bytes = p.kv_pool_bytes,
+        };
+        st = lkv_kv_create(&c->kv, &kc, c->be, c->b);
+    }
+    if (st) { lkv_context_destroy(c); return st; }
+
+    c->geo = (lkv_attn_desc){
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .type_k = p.type_k, .type_v = p.type_v, .chunk = p.kv_chunk,
+        .scale = 1.0f / sqrtf((float)hd),
+    };
+    c->rope = (lkv_rope_desc){
+        .head_dim = hd, .rope_dim = hp->rope_dim, .freq_base = hp->rope_freq_base,
+        .freq_scale = hp->rope_freq_scale, .neox = m->arch->rope_neox,
+        .freq_factors = m->rope_freqs.data ? (const float *)(m->rope_freqs.dev ? m->rope_freqs.dev
+                                                                               : m->rope_freqs.data)
+                                           : NULL,
+    };
+    *out = c;
+    return LKV_OK;
+}
+
+void lkv_context_destroy(lkv_context *c) {
+    if (!c) return;
+    lkv_kv_free(c->kv);
+    void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->ffn_g, c->ffn_u, c->o, c->attn_st,
+                    c->logits_dev};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) c->be->free(c->b, bufs[i]);
+    c->be->ctx_free(c->b);
+    free(c->logits);
+    free(c);
+}
+
+// ------------------------------------------------------------------ decode
+
+lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0) {
+    if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
+    if (n <= 0) return lkv_fail(LKV_ERR_INVALID_ARG, "no tokens to decode (n = %d)", n);
+    if (n > c->p.n_batch)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "%d tokens exceed n_batch = %d", n, c->p.n_batch);
+    if (pos0 != c->n_tokens)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "position %d does not follow the cache, which holds %d "
+                        "positions; truncate first", pos0, c->n_tokens);
+    if ((int64_t)pos0 + n > c->p.n_ctx)
+        return lkv_fail(LKV_ERR_CONTEXT_FULL, "%d tokens at position %d exceed n_ctx = %d", n, pos0,
+                        c->p.n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->model->hp.n_vocab)
+            return lkv_fail(LKV_ERR_INVALID_ARG, "token id %d at index %d is outside the vocabulary "
+                            "[0, %d)", tokens[i], i, c->model->hp.n_vocab);
+    const int32_t n_vocab = c->model->hp.n_vocab, U = c->p.n_ubatch;
+    c->n_logit_rows = 0;
+    for (int32_t done = 0; done < n; done += U) {
+        const int32_t nu = n - done < U ? n - done : U;
+        const bool last = done + nu == n;
+        const int32_t lo = c->p.logits_all ? 0 : last ? nu - 1 : nu;
+        float *dst = c->p.logits_all ? c->logits + (size_t)done * n_vocab : c->logits;
+        lkv_status st = lkv_forward(c, tokens + done, nu, pos0 + done, lo, dst);
+        if (st) {
+            if (st == LKV_ERR_DEVICE) c->dead = true;
+            lkv_kv_truncate(c->kv, pos0);
+            c->n_tokens = pos0;
+            return st;
+        }
+        c->n_tokens = pos0 + done + nu;
+    }
+    c->n_logit_rows = c->p.logits_all ? n : 1;
+    return LKV_OK;
+}
+
+lkv_status lkv_context_set_length(lkv_context *c, int32_t n) {
+    if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
+    if (n < 0 || n > c->n_tokens)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "cannot truncate to %d: the cache holds %d positions",
+                        n, c->n_tokens);
+    LKV_TRY(lkv_kv_truncate(c->kv, n));
+    c->n_tokens = n;
+    c->n_logit_rows = 0;
+    return LKV_OK;
+}
+
+// ------------------------------------------------------------------ state
+
+typedef struct {
+    uint32_t magic;
+    int32_t n_tokens, n_layer, type_k, type_v;
+    int64_t row_bytes_k, row_bytes_v;
+} state_header;
+
+static state_header header_of(const lkv_context *c) {
+    const lkv_model_params *hp = &c->model->hp;
+    const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    return (state_header){STATE_MAGIC, c->n_tokens, hp->n_layer, c->p.type_k, c->p.type_v,
+                          lkv_type_row_bytes(lkv_type_traits(c->p.type_k), nkv),
+                          lkv_type_row_bytes(lkv_type_traits(c->p.type_v), nkv)};
+}
+
+static uint64_t state_bytes_for(const state_header *h) {
+    return sizeof *h + (uint64_t)h->n_layer * h->n_tokens * (uint64_t)(h->row_bytes_k + h->row_bytes_v);
+}
+
+lkv_status lkv_context_state_bytes(const lkv_context *c, uint64_t *size) {
+    state_header h = header_of(c);
+    *size = state_bytes_for(&h);
+    return LKV_OK;
+}
+
+lkv_status lkv_context_state_save(lkv_context *c, void *dst, uint64_t size) {
+    state_header h = header_of(c);
+    if (size < state_bytes_for(&h))
+        return lkv_fail(LKV_ERR_INVALID_ARG, "state buffer of %llu bytes; %llu needed",
+                        (unsigned long long)size, (unsigned long long)state_bytes_for(&h));
+    char *p = dst;
+    memcpy(p, &h, sizeof h);
+    p += sizeof h;
+    for (int l = 0; l < h.n_layer && h.n_tokens; l++) {
+        LKV_TRY(lkv_kv_read(c->kv, l, 0, 0, h.n_tokens, p));
+        p += h.n_tokens * h.row_bytes_k;
+        LKV_TRY(lkv_kv_read(c->kv, l, 1, 0, h.n_tokens, p));
+        p += h.n_tokens * h.row_bytes_v;
+    }
+    return LKV_OK;
+}
+
+lkv_status lkv_context_state_load(lkv_context *c, const void *src, uint64_t size) {
+    if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
+    state_header h, mine = header_of(c);
+    if (size < sizeof h) return lkv_fail(LKV_ERR_INVALID_ARG, "state blob too short");
+    memcpy(&h, src, sizeof h);
+    if (h.magic != STATE_MAGIC || h.n_layer != mine.n_layer || h.type_k != mine.type_k ||
+        h.type_v != mine.type_v || h.row_bytes_k != mine.row_bytes_k ||
+        h.row_bytes_v != mine.row_bytes_v)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "state blob does not match this model/context "
+                        "(layers, KV types or row sizes differ)");
+    if (h.n_tokens < 0 || h.n_tokens > c->p.n_ctx)
+        return lkv_fail(LKV_ERR_CONTEXT_FULL, "state holds %d positions; n_ctx is %d", h.n_tokens,
+                        c->p.n_ctx);
+    if (size != state_bytes_for(&h))
+        return lkv_fail(LKV_ERR_INVALID_ARG, "state blob has %llu bytes; its header says %llu",
+                        (unsigned long long)size, (unsigned long long)state_bytes_for(&h));
+    LKV_TRY(lkv_context_set_length(c, 0));
+    const char *p = (const char *)src + sizeof h;
+    for (int l = 0; l < h.n_layer && h.n_tokens; l++) {
+        LKV_TRY(lkv_kv_write(c->kv, l, 0, 0, h.n_tokens, p));
+        p += h.n_tokens * h.row_bytes_k;
+        LKV_TRY(lkv_kv_write(c->kv, l, 1, 0, h.n_tokens, p));
+        p += h.n_tokens * h.row_bytes_v;
+    }
+    c->n_tokens = h.n_tokens;
+    return LKV_OK;
+}
+
+lkv_status lkv_context_stats(const lkv_context *c, lkv_kv_stats *out, int32_t *resident) {
+    lkv_kv_get_stats(c->kv, out, resident);
+    return LKV_OK;
+}

@@ -1,0 +1,46 @@
+/*
+ * context.h: an inference context: the backend's compute state, the
+ * workspace of one micro-batch, the KV cache and the logits.
+ */
+#ifndef LKV_CONTEXT_H
+#define LKV_CONTEXT_H
+
+#include <stdbool.h>
+
+#include "backend.h"
+#include "kv/cache.h"
+#include "model.h"
+
+struct lkv_context {
+    lkv_model *model;
+    lkv_context_params p;
+    const lkv_backend *be;
+    lkv_bctx *b;
+    lkv_kv *kv;
+    int32_t n_tokens;        /* positions held by the cache */
+    bool dead;               /* a device error happened */
+
+    /* workspace in backend memory, U = n_ubatch rows */
+    float *x;                /* (U, n_embd) residual stream */
+    float *h;                /* (U, max(n_embd, n_head*hd)) normed input / attention output */
+    float *q;                /* (U, n_head*hd) */
+    float *k, *v;            /* (U, n_kv*hd) f32 before conversion */
+    float *ffn_g, *ffn_u;    /* (U, n_ff) */
+    float *o;                /* (U, n_embd) projection output */
+    void *attn_st;           /* backend attention state for U queries */
+    float *logits_dev;       /* (logits_all ? U : 1, n_vocab) */
+
+    float *logits;           /* host (logits_all ? n_batch : 1, n_vocab) */
+    int32_t n_logit_rows;    /* rows valid after the last decode */
+
+    lkv_attn_desc geo;       /* head geometry for attention */
+    lkv_rope_desc rope;
+};
+
+/* One micro-batch of n <= n_ubatch tokens at pos0. Logits of rows
+ * [logit_lo, n) are written to host `logits_out` (row 0 = row logit_lo);
+ * logit_lo == n means none. */
+lkv_status lkv_forward(struct lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
+                       int32_t logit_lo, float *logits_out);
+
+#endif

@@ -1,0 +1,41 @@
+/*
+ * cpu/cpu.h: the CPU backend's per-context state, shared by its op files
+ * (ops.c, matmul.c, attention.c). Everything is allocated in ctx_init; the
+ * ops allocate nothing.
+ */
+#ifndef LKV_CPU_H
+#define LKV_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "cpu/threadpool.h"
+
+struct lkv_bctx {
+    const struct lkv_model *model;
+    lkv_threadpool *tp;
+    int n_threads;
+    int max_tokens;
+    /* activations converted to a weight type's vec_dot_type, one buffer per
+     * format in use: (max_tokens, row_bytes(fmt, max_cols)) */
+    void *act_q[3];
+    size_t act_q_bytes;
+    /* per-thread attention scratch, (n_threads, attn_scratch_floats) */
+    float *attn_scratch;
+    size_t attn_scratch_floats;
+};
+
+void lkv_cpu_matmul(lkv_bctx *b, float *const *outs, const float *x, const lkv_weight *const *ws,
+                    int n_w, int n);
+size_t lkv_cpu_attn_state_bytes(int n_q, int n_head, int head_dim);
+void lkv_cpu_attn_reset(lkv_bctx *b, void *st, int n_q, int n_head, int head_dim);
+void lkv_cpu_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
+void lkv_cpu_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n_head,
+                         int head_dim);
+/* floats of per-thread scratch attention needs for this model and chunk size */
+size_t lkv_cpu_attn_scratch_floats(int head_dim, int chunk);
+
+#define LKV_CPU_MAX_CHUNK 4096
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * forward.c: one transformer step over a micro-batch, through the backend's
+ * op table. The architecture table (model.h) supplies the differences:
+ * q/k/v biases (qwen2), per-head q/k rms norms (qwen3), the rope style.
+ *
+ *   x = embed(tokens)
+ *   per layer:  h = rmsnorm(x) ; q,k,v = h @ Wq,Wk,Wv (+b) ; [qk norm] ; rope(q,k)
+ *               K/V rows -> cache (converted to the KV types)
+ *               h = attention(q, cache) ; x += h @ Wo
+ *               h = rmsnorm(x) ; x += (silu(h @ Wg) * (h @ Wu)) @ Wd
+ *   logits = rmsnorm(x[rows wanted]) @ Wout
+ */
+#include "context.h"
+#include "error.h"
+
+static void layer_attention(lkv_context *c, int il, int n) {
+    const lkv_backend *be = c->be;
+    const lkv_model *m = c->model;
+    const lkv_model_params *hp = &m->hp;
+    const lkv_layer_weights *L = &m->layers[il];
+    const int hd = hp->head_dim, nq = hp->n_head * hd, nkv = hp->n_head_kv * hd;
+
+    be->rmsnorm(c->b, c->h, c->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
+    float *outs[3] = {c->q, c->k, c->v};
+    const lkv_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
+    be->matmul(c->b, outs, c->h, ws, 3, n);
+    if (m->arch->qkv_bias) {
+        be->add_bias(c->b, c->q, &L->bq, n, nq);
+        be->add_bias(c->b, c->k, &L->bk, n, nkv);
+        be->add_bias(c->b, c->v, &L->bv, n, nkv);
+    }
+    if (m->arch->qk_norm) {
+        be->rmsnorm(c->b, c->q, c->q, &L->q_norm, n * hp->n_head, hd, hp->rms_eps);
+        be->rmsnorm(c->b, c->k, c->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps);
+    }
+    lkv_rope_desc rq = c->rope, rk = c->rope;
+    rq.n_head = hp->n_head;
+    rk.n_head = hp->n_head_kv;
+    const int32_t pos0 = c->geo.q_pos0;
+    be->rope(c->b, c->q, n, pos0, &rq);
+    be->rope(c->b, c->k, n, pos0, &rk);
+
+    void *kdst, *vdst;
+    lkv_kv_batch_rows(c->kv, il, &kdst, &vdst);
+    be->to_type(c->b, kdst, c->p.type_k, c->k, n, nkv);
+    be->to_type(c->b, vdst, c->p.type_v, c->v, n, nkv);
+}
+
+static lkv_status layer(lkv_context *c, int il, int n) {
+    const lkv_backend *be = c->be;
+    const lkv_model_params *hp = &c->model->hp;
+    const lkv_layer_weights *L = &c->model->layers[il];
+    const int hd = hp->head_dim;
+
+    layer_attention(c, il, n);
+    LKV_TRY(lkv_kv_attend(c->kv, il, c->q, c->attn_st, &c->geo));
+    be->attn_finish(c->b, c->h, c->attn_st, n, hp->n_head, hd);
+    float *o1[1] = {c->o};
+    const lkv_weight *wo[1] = {&L->wo};
+    be->matmul(c->b, o1, c->h, wo, 1, n);
+    be->add(c->b, c->x, c->o, (int64_t)n * hp->n_embd);
+
+    be->rmsnorm(c->b, c->h, c->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    float *gu[2] = {c->ffn_g, c->ffn_u};
+    const lkv_weight *wgu[2] = {&L->w_gate, &L->w_up};
+    be->matmul(c->b, gu, c->h, wgu, 2, n);
+    be->swiglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, (int64_t)n * hp->n_ff);
+    const lkv_weight *wd[1] = {&L->w_down};
+    be->matmul(c->b, o1, c->ffn_g, wd, 1, n);
+    be->add(c->b, c->x, c->o, (int64_t)n * hp->n_embd);
+    return LKV_OK;
+}
+
+lkv_status lkv_forward(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
+                       int32_t logit_lo, float *logits_out) {
+    const lkv_backend *be = c->be;
+    const lkv_model *m = c->model;
+    const lkv_model_params *hp = &m->hp;
+
+    c->geo.q_pos0 = pos0;
+    c->geo.n_q = n;
+    LKV_TRY(lkv_kv_step_begin(c->kv, pos0, n));
+    be->get_rows(c->b, c->x, &m->tok_embd, tokens, n);
+    for (int il = 0; il < hp->n_layer; il++) LKV_TRY(layer(c, il, n));
+    LKV_TRY(lkv_kv_step_end(c->kv));
+
+    const int nl = n - logit_lo;
+    if (nl > 0) {
+        const float *xl = c->x + (size_t)logit_lo * hp->n_embd;
+        be->rmsnorm(c->b, c->h, xl, &m->output_norm, nl, hp->n_embd, hp->rms_eps);
+        float *lo[1] = {c->logits_dev};
+        const lkv_weight *wout[1] = {&m->output};
+        be->matmul(c->b, lo, c->h, wout, 1, nl);
+        be->download(c->b, logits_out, c->logits_dev, sizeof(float) * (size_t)nl * hp->n_vocab);
+    }
+    return be->sync(c->b);
+}

@@ -1,0 +1,132 @@
+/*
+ * kv/cache.c: the all-resident KV cache, and the dispatch to the streaming
+ * cache (kv/stream.c) when a pool bound is given.
+ *
+ * All resident: every layer's K and V planes live in backend memory; the
+ * micro-batch writes its rows straight into them and attention reads one
+ * segment per layer covering [0, pos0 + n). No copies, no ring.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "kv/cache.h"
+#include "kv/stream.h"
+
+struct lkv_kv {
+    lkv_kv_config cfg;
+    const lkv_backend *be;
+    lkv_bctx *b;
+    lkv_kv_stream *stream;   /* non-NULL: bounded pool, streaming */
+    void **k, **v;           /* (n_layer,) planes of n_ctx rows (resident mode) */
+    int32_t pos0, n;         /* current micro-batch */
+};
+
+lkv_status lkv_kv_create(lkv_kv **out, const lkv_kv_config *cfg, const lkv_backend *be,
+                         lkv_bctx *b) {
+    lkv_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the KV cache");
+    kv->cfg = *cfg;
+    kv->be = be;
+    kv->b = b;
+    lkv_status st = LKV_OK;
+    if (cfg->pool_bytes >= 0) {
+        st = lkv_kv_stream_create(&kv->stream, cfg, be, b);
+    } else {
+        kv->k = calloc((size_t)cfg->n_layer, sizeof(void *));
+        kv->v = calloc((size_t)cfg->n_layer, sizeof(void *));
+        if (!kv->k || !kv->v) st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the KV cache");
+        for (int l = 0; !st && l < cfg->n_layer; l++) {
+            kv->k[l] = be->alloc(b, (size_t)cfg->row_bytes_k * cfg->n_ctx);
+            kv->v[l] = be->alloc(b, (size_t)cfg->row_bytes_v * cfg->n_ctx);
+            if (!kv->k[l] || !kv->v[l])
+                st = lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate the KV cache: %d layers x "
+                              "%d positions x %lld bytes",
+                              cfg->n_layer, cfg->n_ctx,
+                              (long long)(cfg->row_bytes_k + cfg->row_bytes_v));
+        }
+    }
+    if (st) { lkv_kv_free(kv); return st; }
+    *out = kv;
+    return LKV_OK;
+}
+
+void lkv_kv_free(lkv_kv *kv) {
+    if (!kv) return;
+    lkv_kv_stream_free(kv->stream);
+    for (int l = 0; kv->k && l < kv->cfg.n_layer; l++) {
+        if (kv->k[l]) kv->be->free(kv->b, kv->k[l]);
+        if (kv->v && kv->v[l]) kv->be->free(kv->b, kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+lkv_status lkv_kv_step_begin(lkv_kv *kv, int32_t pos0, int32_t n) {
+    kv->pos0 = pos0;
+    kv->n = n;
+    if (kv->stream) return lkv_kv_stream_step_begin(kv->stream, pos0, n);
+    return LKV_OK;
+}
+
+lkv_status lkv_kv_step_end(lkv_kv *kv) {
+    if (kv->stream) return lkv_kv_stream_step_end(kv->stream);
+    return LKV_OK;
+}
+
+void lkv_kv_batch_rows(lkv_kv *kv, int32_t layer, void **k, void **v) {
+    if (kv->stream) { lkv_kv_stream_batch_rows(kv->stream, layer, k, v); return; }
+    *k = (char *)kv->k[layer] + (size_t)kv->pos0 * kv->cfg.row_bytes_k;
+    *v = (char *)kv->v[layer] + (size_t)kv->pos0 * kv->cfg.row_bytes_v;
+}
+
+lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st,
+                         const lkv_attn_desc *geo) {
+    lkv_attn_desc d = *geo;
+    d.q_pos0 = kv->pos0;
+    d.n_q = kv->n;
+    d.chunk = kv->cfg.chunk;
+    kv->be->attn_reset(kv->b, st, d.n_q, d.n_head, d.head_dim);
+    if (kv->stream) return lkv_kv_stream_attend(kv->stream, layer, q, st, &d);
+    d.chunk_lo = 0;
+    d.chunk_hi = (kv->pos0 + kv->n - 1) / d.chunk + 1;
+    d.n_segs = 1;
+    d.segs[0] = (lkv_kv_seg){0, kv->pos0 + kv->n, kv->k[layer], kv->v[layer]};
+    kv->be->attn_accum(kv->b, st, q, &d);
+    return LKV_OK;
+}
+
+lkv_status lkv_kv_truncate(lkv_kv *kv, int32_t n) {
+    if (kv->stream) return lkv_kv_stream_truncate(kv->stream, n);
+    return LKV_OK;
+}
+
+lkv_status lkv_kv_read(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_t n, void *dst) {
+    if (kv->stream) return lkv_kv_stream_read(kv->stream, layer, plane, p0, n, dst);
+    size_t rb = (size_t)(plane ? kv->cfg.row_bytes_v : kv->cfg.row_bytes_k);
+    const char *src = (const char *)(plane ? kv->v[layer] : kv->k[layer]) + (size_t)p0 * rb;
+    kv->be->download(kv->b, dst, src, (size_t)n * rb);
+    return kv->be->sync(kv->b);
+}
+
+lkv_status lkv_kv_write(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_t n,
+                        const void *src) {
+    if (kv->stream) return lkv_kv_stream_write(kv->stream, layer, plane, p0, n, src);
+    size_t rb = (size_t)(plane ? kv->cfg.row_bytes_v : kv->cfg.row_bytes_k);
+    char *dst = (char *)(plane ? kv->v[layer] : kv->k[layer]) + (size_t)p0 * rb;
+    kv->be->upload(kv->b, dst, src, (size_t)n * rb);
+    return kv->be->sync(kv->b);
+}
+
+void lkv_kv_get_stats(const lkv_kv *kv, lkv_kv_stats *out, int32_t *resident) {
+    memset(out, 0, sizeof *out);
+    out->n_layer = kv->cfg.n_layer;
+    out->kv_chunk = kv->cfg.chunk;
+    if (kv->stream) { lkv_kv_stream_get_stats(kv->stream, out, resident); return; }
+    int64_t per_layer = (int64_t)kv->cfg.n_ctx * (kv->cfg.row_bytes_k + kv->cfg.row_bytes_v);
+    out->pool_bytes = per_layer * kv->cfg.n_layer;
+    out->resident_bytes = out->pool_bytes;
+    int32_t chunks = (kv->cfg.n_ctx + kv->cfg.chunk - 1) / kv->cfg.chunk;
+    for (int l = 0; resident && l < kv->cfg.n_layer; l++) resident[l] = chunks;
+}

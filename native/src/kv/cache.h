@@ -1,0 +1,55 @@
+/*
+ * kv/cache.h: the KV cache as the forward pass sees it.
+ *
+ * Per attention layer a K plane and a V plane of n_ctx rows, token-contiguous.
+ * The forward pass asks where to write the current micro-batch's converted
+ * K/V rows (lkv_kv_batch_rows) and then asks the cache to run the layer's
+ * attention (lkv_kv_attend), which feeds the backend's attn_accum with
+ * segments in chunk order. Where the rows live (all resident on the device,
+ * or host store + resident chunks + streamed ring) is the cache's business;
+ * the result does not depend on it.
+ */
+#ifndef LKV_KV_CACHE_H
+#define LKV_KV_CACHE_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "llamakv.h"
+
+typedef struct lkv_kv lkv_kv;
+
+typedef struct lkv_kv_config {
+    int32_t n_layer;
+    int32_t n_ctx;
+    int32_t n_ubatch;
+    int32_t chunk;           /* positions per chunk */
+    int32_t type_k, type_v;
+    int64_t row_bytes_k;     /* one token, all kv heads */
+    int64_t row_bytes_v;
+    int64_t pool_bytes;      /* < 0: all resident */
+} lkv_kv_config;
+
+lkv_status lkv_kv_create(lkv_kv **out, const lkv_kv_config *cfg, const lkv_backend *be,
+                         lkv_bctx *b);
+void lkv_kv_free(lkv_kv *kv);
+
+/* A micro-batch at positions [pos0, pos0 + n) starts / ended. */
+lkv_status lkv_kv_step_begin(lkv_kv *kv, int32_t pos0, int32_t n);
+lkv_status lkv_kv_step_end(lkv_kv *kv);
+/* Backend buffers that receive this micro-batch's (n, row) K and V rows of `layer`. */
+void lkv_kv_batch_rows(lkv_kv *kv, int32_t layer, void **k, void **v);
+/* Attention of the micro-batch's queries q (n, n_head*hd) over positions
+ * [0, pos0 + i] for query i; the backend state st is reset here. `geo`
+ * carries head counts, types, scale; its chunk/segment fields are set here. */
+lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st,
+                         const lkv_attn_desc *geo);
+/* The cache now holds n positions (n <= current). */
+lkv_status lkv_kv_truncate(lkv_kv *kv, int32_t n);
+/* Rows [p0, p0 + n) of one plane (0 = K, 1 = V) of `layer`, to / from host memory. */
+lkv_status lkv_kv_read(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_t n, void *dst);
+lkv_status lkv_kv_write(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_t n,
+                        const void *src);
+void lkv_kv_get_stats(const lkv_kv *kv, lkv_kv_stats *out, int32_t *resident);
+
+#endif

@@ -1,0 +1,24 @@
+/*
+ * model_api.h: the core's entry points behind api.c (which validates the
+ * call, clears the error and forwards here).
+ */
+#ifndef LKV_MODEL_API_H
+#define LKV_MODEL_API_H
+
+#include "llamakv.h"
+#include "model.h"
+
+lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *tensors,
+                           int32_t n_tensors, lkv_model **out);
+void lkv_model_destroy(lkv_model *m);
+
+lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *p, lkv_context **out);
+void lkv_context_destroy(lkv_context *c);
+lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0);
+lkv_status lkv_context_set_length(lkv_context *c, int32_t n);
+lkv_status lkv_context_state_bytes(const lkv_context *c, uint64_t *size);
+lkv_status lkv_context_state_save(lkv_context *c, void *dst, uint64_t size);
+lkv_status lkv_context_state_load(lkv_context *c, const void *src, uint64_t size);
+lkv_status lkv_context_stats(const lkv_context *c, lkv_kv_stats *out, int32_t *resident);
+
+#endif
