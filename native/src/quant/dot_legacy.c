@@ -1,0 +1,186 @@
+/*
+ * quant/dot_legacy.c: dot products of the 32-element block formats against
+ * their activation format: q4_0, q5_0, q8_0, iq4_nl with q8_0; q4_1, q5_1
+ * with q8_1.
+ *
+ * Per block the integer dot sum(qx * qy) is exact; it is scaled by dx * dy in
+ * f32 and accumulated (formats with a minimum add m * s, where s = dy *
+ * sum(qy) is stored in the q8_1 block). The AVX2 path expands a block's codes
+ * to 32 bytes and uses the u8 x s8 multiply-add (VNNI where present), 8 f32
+ * lanes per accumulator; the portable path sums the block in int and
+ * accumulates a scalar. The two paths round differently but each is
+ * deterministic. Every kernel takes up to 4 activation rows: the weight block
+ * is unpacked once and each row's accumulator sees the same operations as in
+ * vec_dot, so vec_dot_rows results equal vec_dot's bit for bit.
+ */
+#include "quant/blocks.h"
+#include "quant/impl.h"
+#include "quant/simd.h"
+
+#define YROW(T, vy, stride, r) ((const T *)((const char *)(vy) + (size_t)(r) * (stride)))
+
+#define DOT_ENTRIES(T, kernel)                                                           \
+    void lkv_##T##_vec_dot(int n, float *s, const void *x, const void *y) {              \
+        kernel(n, s, x, y, 0, 1);                                                         \
+    }                                                                                     \
+    void lkv_##T##_vec_dot_rows(int n, float *s, const void *x, const void *y,           \
+                                size_t stride, int ny) {                                  \
+        LKV_ROWS_DISPATCH(kernel, n, s, x, y, stride, ny);                                \
+    }
+
+#ifdef __AVX2__
+// ---------------------------------------------------------------- AVX2
+
+/* Weight blocks against q8_0 rows: `expand` turns block i into 32 signed
+ * bytes (element order 0..31), the dot is signed x signed. */
+#define KERNEL_S8_Q8_0(name, BT, expand)                                                 \
+    LKV_INLINE void name(int n, float *s, const void *vx, const void *vy, size_t stride,  \
+                         int ny) {                                                        \
+        const BT *x = vx;                                                                 \
+        const block_q8_0 *y[4];                                                           \
+        __m256 acc[4];                                                                    \
+        for (int r = 0; r < ny; r++) {                                                    \
+            y[r] = YROW(block_q8_0, vy, stride, r);                                       \
+            acc[r] = _mm256_setzero_ps();                                                 \
+        }                                                                                 \
+        for (int i = 0; i < n / 32; i++) {                                                \
+            const __m256i qx = expand(&x[i]);                                             \
+            const float dx = h2f(x[i].d);                                                 \
+            for (int r = 0; r < ny; r++) {                                                \
+                const __m256i qy = _mm256_loadu_si256((const __m256i *)y[r][i].qs);       \
+                const __m256 p = _mm256_cvtepi32_ps(dot_s8s8(qx, qy));                    \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y[r][i].d)), p, acc[r]); \
+            }                                                                             \
+        }                                                                                 \
+        for (int r = 0; r < ny; r++) s[r] = hsum_ps(acc[r]);                              \
+    }
+
+/* Weight blocks with a minimum against q8_1 rows: `expand` gives 32 unsigned
+ * codes; the minimum contributes m * s per block. */
+#define KERNEL_U8_Q8_1(name, BT, expand)                                                 \
+    LKV_INLINE void name(int n, float *s, const void *vx, const void *vy, size_t stride,  \
+                         int ny) {                                                        \
+        const BT *x = vx;                                                                 \
+        const block_q8_1 *y[4];                                                           \
+        __m256 acc[4];                                                                    \
+        float summ[4];                                                                    \
+        for (int r = 0; r < ny; r++) {                                                    \
+            y[r] = YROW(block_q8_1, vy, stride, r);                                       \
+            acc[r] = _mm256_setzero_ps();                                                 \
+            summ[r] = 0.0f;                                                               \
+        }                                                                                 \
+        for (int i = 0; i < n / 32; i++) {                                                \
+            const __m256i qx = expand(&x[i]);                                             \
+            const float dx = h2f(x[i].d), mx = h2f(x[i].m);                               \
+            for (int r = 0; r < ny; r++) {                                                \
+                const __m256i qy = _mm256_loadu_si256((const __m256i *)y[r][i].qs);       \
+                const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(qx, qy));                    \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y[r][i].d)), p, acc[r]); \
+                summ[r] += mx * h2f(y[r][i].s);                                           \
+            }                                                                             \
+        }                                                                                 \
+        for (int r = 0; r < ny; r++) s[r] = hsum_ps(acc[r]) + summ[r];                    \
+    }
+
+LKV_INLINE __m256i expand_q4_0(const block_q4_0 *b) {
+    return _mm256_sub_epi8(unpack_nibbles16(b->qs), _mm256_set1_epi8(8));
+}
+LKV_INLINE __m256i expand_q4_1(const block_q4_1 *b) { return unpack_nibbles16(b->qs); }
+LKV_INLINE uint32_t qh32(const uint8_t qh[4]) {
+    uint32_t h;
+    memcpy(&h, qh, 4);  // little-endian host
+    return h;
+}
+/* q - 16 as a signed byte: low nibble | 0xf0 where the fifth bit is clear. */
+LKV_INLINE __m256i expand_q5_0(const block_q5_0 *b) {
+    const __m256i hb = bits_to_bytes(qh32(b->qh));
+    return _mm256_or_si256(unpack_nibbles16(b->qs), _mm256_andnot_si256(hb, _mm256_set1_epi8((char)0xf0)));
+}
+LKV_INLINE __m256i expand_q5_1(const block_q5_1 *b) {
+    const __m256i hb = bits_to_bytes(qh32(b->qh));
+    return _mm256_or_si256(unpack_nibbles16(b->qs), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+LKV_INLINE __m256i expand_q8_0(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+LKV_INLINE __m256i expand_iq4_nl(const block_iq4_nl *b) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lkv_iq4nl_values));
+    return _mm256_shuffle_epi8(table, unpack_nibbles16(b->qs));
+}
+
+KERNEL_S8_Q8_0(k_q4_0, block_q4_0, expand_q4_0)
+KERNEL_S8_Q8_0(k_q5_0, block_q5_0, expand_q5_0)
+KERNEL_S8_Q8_0(k_q8_0, block_q8_0, expand_q8_0)
+KERNEL_S8_Q8_0(k_iq4_nl, block_iq4_nl, expand_iq4_nl)
+KERNEL_U8_Q8_1(k_q4_1, block_q4_1, expand_q4_1)
+KERNEL_U8_Q8_1(k_q5_1, block_q5_1, expand_q5_1)
+
+#else
+// ---------------------------------------------------------------- portable C
+
+/* Code j (0..31) of a block, already offset to its signed value for the
+ * symmetric formats. */
+static inline int code_q4_0(const block_q4_0 *b, int j) {
+    return (j < 16 ? b->qs[j] & 15 : b->qs[j - 16] >> 4) - 8;
+}
+static inline int code_q4_1(const block_q4_1 *b, int j) {
+    return j < 16 ? b->qs[j] & 15 : b->qs[j - 16] >> 4;
+}
+static inline int fifth(const uint8_t qh[4], int j) { return (qh[j >> 3] >> (j & 7)) & 1; }
+static inline int code_q5_0(const block_q5_0 *b, int j) {
+    return ((j < 16 ? b->qs[j] & 15 : b->qs[j - 16] >> 4) | fifth(b->qh, j) << 4) - 16;
+}
+static inline int code_q5_1(const block_q5_1 *b, int j) {
+    return (j < 16 ? b->qs[j] & 15 : b->qs[j - 16] >> 4) | fifth(b->qh, j) << 4;
+}
+static inline int code_q8_0(const block_q8_0 *b, int j) { return b->qs[j]; }
+static inline int code_iq4_nl(const block_iq4_nl *b, int j) {
+    return lkv_iq4nl_values[j < 16 ? b->qs[j] & 15 : b->qs[j - 16] >> 4];
+}
+
+#define KERNEL_S8_Q8_0(name, BT, code)                                                   \
+    static void name(int n, float *s, const void *vx, const void *vy, size_t stride,      \
+                     int ny) {                                                            \
+        const BT *x = vx;                                                                 \
+        for (int r = 0; r < ny; r++) {                                                    \
+            const block_q8_0 *y = YROW(block_q8_0, vy, stride, r);                        \
+            float acc = 0.0f;                                                             \
+            for (int i = 0; i < n / 32; i++) {                                            \
+                int sumi = 0;                                                             \
+                for (int j = 0; j < 32; j++) sumi += code(&x[i], j) * y[i].qs[j];         \
+                acc += (h2f(x[i].d) * h2f(y[i].d)) * (float)sumi;                         \
+            }                                                                             \
+            s[r] = acc;                                                                   \
+        }                                                                                 \
+    }
+
+#define KERNEL_U8_Q8_1(name, BT, code)                                                   \
+    static void name(int n, float *s, const void *vx, const void *vy, size_t stride,      \
+                     int ny) {                                                            \
+        const BT *x = vx;                                                                 \
+        for (int r = 0; r < ny; r++) {                                                    \
+            const block_q8_1 *y = YROW(block_q8_1, vy, stride, r);                        \
+            float acc = 0.0f;                                                             \
+            for (int i = 0; i < n / 32; i++) {                                            \
+                int sumi = 0;                                                             \
+                for (int j = 0; j < 32; j++) sumi += code(&x[i], j) * y[i].qs[j];         \
+                acc += (h2f(x[i].d) * h2f(y[i].d)) * (float)sumi + h2f(x[i].m) * h2f(y[i].s); \
+            }                                                                             \
+            s[r] = acc;                                                                   \
+        }                                                                                 \
+    }
+
+KERNEL_S8_Q8_0(k_q4_0, block_q4_0, code_q4_0)
+KERNEL_S8_Q8_0(k_q5_0, block_q5_0, code_q5_0)
+KERNEL_S8_Q8_0(k_q8_0, block_q8_0, code_q8_0)
+KERNEL_S8_Q8_0(k_iq4_nl, block_iq4_nl, code_iq4_nl)
+KERNEL_U8_Q8_1(k_q4_1, block_q4_1, code_q4_1)
+KERNEL_U8_Q8_1(k_q5_1, block_q5_1, code_q5_1)
+#endif
+
+// ---------------------------------------------------------------- entry points
+
+DOT_ENTRIES(q4_0, k_q4_0)
+DOT_ENTRIES(q4_1, k_q4_1)
+DOT_ENTRIES(q5_0, k_q5_0)
+DOT_ENTRIES(q5_1, k_q5_1)
+DOT_ENTRIES(q8_0, k_q8_0)
+DOT_ENTRIES(iq4_nl, k_iq4_nl)

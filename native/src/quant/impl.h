@@ -1,0 +1,56 @@
+/*
+ * quant/impl.h: the per-type functions the traits table (traits.c) points to.
+ * Internal to quant/; everything outside reaches them through lkv_type_traits.
+ * Signatures are the lkv_*_fn types of quant/types.h.
+ */
+#ifndef LKV_QUANT_IMPL_H
+#define LKV_QUANT_IMPL_H
+
+#include "quant/types.h"
+
+#define LKV_DECL_TYPE(t)                                                    \
+    void lkv_##t##_to_float(const void *x, float *y, int64_t n);            \
+    void lkv_##t##_from_float(const float *x, void *y, int64_t n);          \
+    void lkv_##t##_vec_dot(int n, float *s, const void *x, const void *y);  \
+    void lkv_##t##_vec_dot_rows(int n, float *s, const void *x, const void *y, \
+                                size_t y_stride, int ny);
+
+/* float_types.c */
+LKV_DECL_TYPE(f32)
+LKV_DECL_TYPE(f16)
+LKV_DECL_TYPE(bf16)
+/* legacy.c (conversions), dot_legacy.c (dots) */
+LKV_DECL_TYPE(q4_0)
+LKV_DECL_TYPE(q4_1)
+LKV_DECL_TYPE(q5_0)
+LKV_DECL_TYPE(q5_1)
+LKV_DECL_TYPE(q8_0)
+LKV_DECL_TYPE(q8_1)
+LKV_DECL_TYPE(iq4_nl)
+/* kquants.c (conversions), dot_kquants.c (dots) */
+LKV_DECL_TYPE(q2_K)
+LKV_DECL_TYPE(q3_K)
+LKV_DECL_TYPE(q4_K)
+LKV_DECL_TYPE(q5_K)
+LKV_DECL_TYPE(q6_K)
+LKV_DECL_TYPE(q8_K)
+
+#undef LKV_DECL_TYPE
+
+/* The iq4_nl table of non-linear levels (int8, ascending). */
+extern const int8_t lkv_iq4nl_values[16];
+
+/* Runs one row kernel for ny = 1..4 with ny a compile-time constant, so the
+ * per-row accumulation is the same instruction sequence as vec_dot's (ny=1)
+ * and each result is bit-identical to it. */
+#define LKV_ROWS_DISPATCH(kernel, n, s, x, y, stride, ny)   \
+    do {                                                    \
+        switch (ny) {                                       \
+        case 1: kernel(n, s, x, y, stride, 1); break;       \
+        case 2: kernel(n, s, x, y, stride, 2); break;       \
+        case 3: kernel(n, s, x, y, stride, 3); break;       \
+        default: kernel(n, s, x, y, stride, 4); break;      \
+        }                                                   \
+    } while (0)
+
+#endif
