@@ -92,6 +92,17 @@ class Sampler:
 
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         """One token id from logits (n_vocab,), given the ids so far."""
+        ids, probs = self.candidates(logits, history)
+        if ids.size == 1:
+            return int(ids[0])
+        cdf = np.cumsum(probs)
+        i = int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"))
+        return int(ids[min(i, ids.size - 1)])
+
+    def candidates(self, logits: np.ndarray, history: Sequence[int] = ()
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """The distribution the draw is made from: (ids, probs) of the tokens
+        the chain keeps (one id with probability 1 when greedy)."""
         p = self.params
         x = np.array(logits, dtype=np.float64).reshape(-1)        # (n_vocab,) copy
         if x.shape[0] != self.n_vocab:
@@ -100,7 +111,7 @@ class Sampler:
         if self._bias_ids.size:
             x[self._bias_ids] += self._bias
         if p.temperature <= 0:
-            return int(np.argmax(x))
+            return np.array([int(np.argmax(x))]), np.ones(1)
 
         ids = np.arange(self.n_vocab)                             # (n,) candidates
         if 0 < p.top_k < ids.size:
@@ -113,10 +124,7 @@ class Sampler:
         if p.min_p > 0.0:
             keep = x >= x.max() + math.log(p.min_p)
             ids, x = ids[keep], x[keep]
-        probs = _softmax(x / p.temperature)
-        cdf = np.cumsum(probs)
-        i = int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"))
-        return int(ids[min(i, ids.size - 1)])
+        return ids, _softmax(x / p.temperature)
 
     def _penalize(self, x: np.ndarray, history: Sequence[int]) -> None:
         p = self.params
