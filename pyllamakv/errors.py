@@ -1,0 +1,63 @@
+"""Exceptions raised for the core's failure statuses.
+
+Each status maps to a class that also derives from the matching builtin
+(ValueError for bad input, MemoryError for allocation failures, RuntimeError
+for device failures), so callers can catch either.
+"""
+from __future__ import annotations
+
+
+class LlamaKVError(Exception):
+    """Base of every error the core reports."""
+
+    status = 0
+
+
+class InvalidArgumentError(LlamaKVError, ValueError):
+    status = 1
+
+
+class OutOfMemoryError(LlamaKVError, MemoryError):
+    status = 2
+
+
+class UnsupportedError(LlamaKVError, ValueError):
+    status = 3
+
+
+class ShapeError(LlamaKVError, ValueError):
+    status = 4
+
+
+class ContextFullError(LlamaKVError, ValueError):
+    status = 5
+
+
+class DeviceError(LlamaKVError, RuntimeError):
+    status = 6
+
+
+class DeadContextError(LlamaKVError, RuntimeError):
+    status = 7
+
+
+class PoolTooSmallError(LlamaKVError, ValueError):
+    status = 8
+
+
+class DeviceMemoryError(LlamaKVError, MemoryError):
+    status = 9
+
+
+class InternalError(LlamaKVError, RuntimeError):
+    status = 10
+
+
+_BY_STATUS = {c.status: c for c in (
+    InvalidArgumentError, OutOfMemoryError, UnsupportedError, ShapeError, ContextFullError,
+    DeviceError, DeadContextError, PoolTooSmallError, DeviceMemoryError, InternalError)}
+
+
+def error_for_status(status: int, message: str) -> LlamaKVError:
+    cls = _BY_STATUS.get(status, InternalError)
+    return cls(message)
