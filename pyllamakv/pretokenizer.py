@@ -18,8 +18,9 @@ import regex
 
 # --- patterns ---------------------------------------------------------------
 
-# English contractions, case-insensitive (llama3 / qwen2 style) or not (gpt-2).
-_CONTRACTIONS_CI = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+# English contractions, ASCII-case-insensitive (llama3 / qwen2 style) or not
+# (gpt-2). Spelled with classes: (?i:...) would also fold e.g. U+017F into 's'.
+_CONTRACTIONS_CI = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 _CONTRACTIONS = r"'s|'t|'re|'ve|'m|'ll|'d"
 
 # GPT-2: contractions, optionally space-led runs of letters / numbers / other,

@@ -68,6 +68,9 @@ class Vocab:
         tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
         n = len(tokens)
         types = meta.get("tokenizer.ggml.token_type") or [NORMAL] * n
+        for key, arr in (("token_type", types), ("scores", meta.get("tokenizer.ggml.scores"))):
+            if arr is not None and len(arr) < n:
+                raise ValueError(f"tokenizer.ggml.{key} has {len(arr)} entries for {n} tokens")
         attrs = [t if t in (NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE) else 0
                  for t in types[:n]]
         scores = [float(s) for s in (meta.get("tokenizer.ggml.scores") or [0.0] * n)[:n]]
