@@ -56,31 +56,41 @@
     }
 
 /* Weight blocks with a minimum against q8_1 rows: `expand` gives 32 unsigned
- * codes; the minimum contributes m * s per block. */
+ * codes; the minimum contributes m * s per block. (d, m) of the weight and
+ * (d, s) of the activation are adjacent f16 pairs: one conversion and one
+ * multiply give [dx * dy, m * s]; lane 1 accumulates the minimum's term. */
 #define KERNEL_U8_Q8_1(name, BT, expand)                                                 \
     LKV_INLINE void name(int n, float *s, const void *vx, const void *vy, size_t stride,  \
                          int ny) {                                                        \
         const BT *x = vx;                                                                 \
         const block_q8_1 *y[4];                                                           \
         __m256 acc[4];                                                                    \
-        float summ[4];                                                                    \
+        __m128 summ[4];                                                                   \
         for (int r = 0; r < ny; r++) {                                                    \
             y[r] = YROW(block_q8_1, vy, stride, r);                                       \
             acc[r] = _mm256_setzero_ps();                                                 \
-            summ[r] = 0.0f;                                                               \
+            summ[r] = _mm_setzero_ps();                                                   \
         }                                                                                 \
         for (int i = 0; i < n / 32; i++) {                                                \
             const __m256i qx = expand(&x[i]);                                             \
-            const float dx = h2f(x[i].d), mx = h2f(x[i].m);                               \
+            const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128(load_u32(&x[i].d)));        \
             for (int r = 0; r < ny; r++) {                                                \
                 const __m256i qy = _mm256_loadu_si256((const __m256i *)y[r][i].qs);       \
                 const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(qx, qy));                    \
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y[r][i].d)), p, acc[r]); \
-                summ[r] += mx * h2f(y[r][i].s);                                           \
+                const __m128 f = _mm_mul_ps(dmx, _mm_cvtph_ps(_mm_cvtsi32_si128(load_u32(&y[r][i].d)))); \
+                acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f), p, acc[r]);           \
+                summ[r] = _mm_add_ps(summ[r], f);                                         \
             }                                                                             \
         }                                                                                 \
-        for (int r = 0; r < ny; r++) s[r] = hsum_ps(acc[r]) + summ[r];                    \
+        for (int r = 0; r < ny; r++)                                                      \
+            s[r] = hsum_ps(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summ[r]));             \
     }
+
+LKV_INLINE int load_u32(const void *p) {
+    int v;
+    memcpy(&v, p, 4);
+    return v;
+}
 
 LKV_INLINE __m256i expand_q4_0(const block_q4_0 *b) {
     return _mm256_sub_epi8(unpack_nibbles16(b->qs), _mm256_set1_epi8(8));
