@@ -110,6 +110,36 @@ struct lkv_backend {
     void (*copy_d2d)(lkv_bctx *b, void *dst, const void *src, size_t bytes);
     /* wait until all enqueued compute is done; LKV_ERR_DEVICE on a device error */
     lkv_status (*sync)(lkv_bctx *b);
+
+    /* ---- decode-step graph (optional: NULL on backends without one) ----
+     * step_begin .. step_end bracket the ops of one micro-batch; a backend may
+     * record them and run them as one graph at step_end. Between the two the
+     * caller must not call sync, download or alloc; host inputs (the tokens of
+     * get_rows) are read when the op is called. step_end may be followed by
+     * download/sync as usual. */
+    void (*step_begin)(lkv_bctx *b);
+    void (*step_end)(lkv_bctx *b);
+
+    /* ---- KV streaming (kv/stream.c) ----
+     * Two queues: compute (the ops above) and copy. Tickets are increasing
+     * numbers naming a point in one queue. The copy queue runs copies in the
+     * order they were enqueued. */
+    /* host memory the copy queue can reach at full speed (pinned on CUDA) */
+    void *(*host_alloc)(lkv_bctx *b, size_t bytes);
+    void (*host_free)(lkv_bctx *b, void *p);
+    /* start the copy queue; LKV_ERR_* on failure */
+    lkv_status (*copier_init)(lkv_bctx *b);
+    /* enqueue a copy (h2d: host -> backend memory; else backend -> host); its ticket */
+    uint64_t (*copy_async)(lkv_bctx *b, void *dst, const void *src, size_t bytes, int h2d);
+    /* compute waits for copy ticket t before its next op; returns 1 if t was
+     * not yet done when asked (a copy wait), else 0 */
+    int (*compute_wait_copy)(lkv_bctx *b, uint64_t t);
+    /* ticket for the compute enqueued so far */
+    uint64_t (*compute_mark)(lkv_bctx *b);
+    /* later copies wait for compute ticket t */
+    void (*copy_wait_compute)(lkv_bctx *b, uint64_t t);
+    /* host waits for every enqueued copy; LKV_ERR_DEVICE on failure */
+    lkv_status (*copy_sync)(lkv_bctx *b);
 };
 
 extern const lkv_backend lkv_backend_cpu;

@@ -144,6 +144,7 @@ lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, 
                             "[0, %d)", tokens[i], i, c->model->hp.n_vocab);
     const int32_t n_vocab = c->model->hp.n_vocab, U = c->p.n_ubatch;
     c->n_logit_rows = 0;
+    lkv_kv_decode_begin(c->kv);
     for (int32_t done = 0; done < n; done += U) {
         const int32_t nu = n - done < U ? n - done : U;
         const bool last = done + nu == n;

@@ -12,6 +12,8 @@
 #include "backend.h"
 #include "cpu/threadpool.h"
 
+typedef struct lkv_cpu_copier lkv_cpu_copier;
+
 struct lkv_bctx {
     const struct lkv_model *model;
     lkv_threadpool *tp;
@@ -24,6 +26,7 @@ struct lkv_bctx {
     /* per-thread attention scratch, (n_threads, attn_scratch_floats) */
     float *attn_scratch;
     size_t attn_scratch_floats;
+    lkv_cpu_copier *copier;  /* copy thread of the emulated device, when streaming */
 };
 
 void lkv_cpu_matmul(lkv_bctx *b, float *const *outs, const float *x, const lkv_weight *const *ws,
@@ -35,6 +38,12 @@ void lkv_cpu_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n
                          int head_dim);
 /* floats of per-thread scratch attention needs for this model and chunk size */
 size_t lkv_cpu_attn_scratch_floats(int head_dim, int chunk);
+
+lkv_status lkv_cpu_copier_init(lkv_bctx *b);
+void lkv_cpu_copier_free(lkv_cpu_copier *cp);
+uint64_t lkv_cpu_copy_async(lkv_bctx *b, void *dst, const void *src, size_t bytes, int h2d);
+int lkv_cpu_compute_wait_copy(lkv_bctx *b, uint64_t t);
+lkv_status lkv_cpu_copy_sync(lkv_bctx *b);
 
 #define LKV_CPU_MAX_CHUNK 4096
 

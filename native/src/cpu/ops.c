@@ -31,6 +31,7 @@ static void cpu_free(lkv_bctx *b, void *p) { (void)b; free(p); }
 
 static void cpu_ctx_free(lkv_bctx *b) {
     if (!b) return;
+    lkv_cpu_copier_free(b->copier);
     lkv_tp_free(b->tp);
     for (int i = 0; i < 3; i++) free(b->act_q[i]);
     free(b->attn_scratch);
@@ -82,7 +83,7 @@ static void cpu_rmsnorm(lkv_bctx *b, float *out, const float *x, const lkv_weigh
         const float *xi = x + (size_t)i * dim;
         float *oi = out + (size_t)i * dim;
         double ss = 0.0;
-        for (int k = 0; k < dim; k++) ss += (double)xi[k] * xi[k];
+        for (int k = 0; k < dim; k++) ss += (double)(xi[k] * xi[k]);   /* f32 square, f64 sum (ggml) */
         const float scale = 1.0f / sqrtf((float)(ss / dim) + eps);
         if (g) for (int k = 0; k < dim; k++) oi[k] = xi[k] * scale * g[k];
         else for (int k = 0; k < dim; k++) oi[k] = xi[k] * scale;
@@ -124,11 +125,29 @@ static void cpu_rope(lkv_bctx *b, float *x, int n, int32_t pos0, const lkv_rope_
     }
 }
 
+/* exp(x) as ggml's vector kernel computes it on x86 (a degree-5 polynomial on
+ * x - n ln2, scaled by 2^n; n = round(x / ln2)), in scalar form: fmaf is the
+ * same fused operation as the vector FMA, so the values are identical. */
+static inline float ggml_like_expf(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                              fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+
+/* silu(g) * up with silu(g) = g / (1 + exp(-g)), the exp as above (llama.cpp's
+ * CPU swiglu computes the same values, so quantization downstream agrees) */
 static void cpu_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n) {
     (void)b;
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+        out[i] = g / (1.0f + ggml_like_expf(0.0f - g)) * up[i];
     }
 }
 
@@ -155,6 +174,9 @@ static void cpu_copy(lkv_bctx *b, void *dst, const void *src, size_t bytes) {
 
 static lkv_status cpu_sync(lkv_bctx *b) { (void)b; return LKV_OK; }
 
+static uint64_t cpu_compute_mark(lkv_bctx *b) { (void)b; return 0; }
+static void cpu_copy_wait_compute(lkv_bctx *b, uint64_t t) { (void)b; (void)t; }
+
 const lkv_backend lkv_backend_cpu = {
     .name = "cpu",
     .model_init = cpu_model_init,
@@ -179,4 +201,12 @@ const lkv_backend lkv_backend_cpu = {
     .upload = cpu_copy,
     .copy_d2d = cpu_copy,
     .sync = cpu_sync,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .copier_init = lkv_cpu_copier_init,
+    .copy_async = lkv_cpu_copy_async,
+    .compute_wait_copy = lkv_cpu_compute_wait_copy,
+    .compute_mark = cpu_compute_mark,
+    .copy_wait_compute = cpu_copy_wait_compute,
+    .copy_sync = lkv_cpu_copy_sync,
 };

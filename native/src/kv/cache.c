@@ -63,6 +63,10 @@ void lkv_kv_free(lkv_kv *kv) {
     free(kv);
 }
 
+void lkv_kv_decode_begin(lkv_kv *kv) {
+    if (kv->stream) lkv_kv_stream_decode_begin(kv->stream);
+}
+
 lkv_status lkv_kv_step_begin(lkv_kv *kv, int32_t pos0, int32_t n) {
     kv->pos0 = pos0;
     kv->n = n;

@@ -34,6 +34,8 @@ lkv_status lkv_kv_create(lkv_kv **out, const lkv_kv_config *cfg, const lkv_backe
                          lkv_bctx *b);
 void lkv_kv_free(lkv_kv *kv);
 
+/* A decode call starts (resets the per-call statistics). */
+void lkv_kv_decode_begin(lkv_kv *kv);
 /* A micro-batch at positions [pos0, pos0 + n) starts / ended. */
 lkv_status lkv_kv_step_begin(lkv_kv *kv, int32_t pos0, int32_t n);
 lkv_status lkv_kv_step_end(lkv_kv *kv);
