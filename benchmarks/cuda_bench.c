@@ -1,0 +1,196 @@
+/*
+ * benchmarks/cuda_bench.c: decode and prefill speed of the CUDA backend on a
+ * synthetic model of Llama-3-8B shape (BENCHMARKS.md): random weight blocks
+ * with small f16 scales, generated here in memory (speed does not depend on
+ * the values). Context depth is reached by loading a synthetic KV state
+ * (lkv_context_state_set) instead of prefilling, so depth costs seconds.
+ *
+ * usage: cuda_bench [weight_type=2 (q4_0)] [kv_type=8 (q8_0)] [depths=0,32768,131072]
+ *                   [layers=32]
+ * Prints one line per measurement: pp512 (depth 0 only) and tg (median of 5
+ * runs of 32 single-token decodes), with the implied weight+KV bandwidth.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "llamakv.h"
+
+static uint64_t rs = 88172645463325252ull;
+static void fill_random(uint8_t *p, size_t n) {
+    uint64_t x = rs;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
+    for (; i < n; i++) p[i] = (uint8_t)i;
+    rs = x;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* random blocks of `type`; every f16 field of a block set to a small scale */
+static void *make_tensor(int type, int64_t rows, int64_t cols, uint64_t *nbytes) {
+    lkv_type_info ti;
+    lkv_type_info_get(type, &ti);
+    const int64_t rb = lkv_row_bytes(type, cols);
+    *nbytes = (uint64_t)(rb * rows);
+    uint8_t *p = malloc(*nbytes);
+    fill_random(p, *nbytes);
+    const uint16_t small = 0x1c00;   /* f16 0.0039 */
+    if (type == 0) {
+        for (uint64_t i = 0; i < *nbytes / 4; i++) ((float *)p)[i] = ((int)(p[4 * i] & 15) - 8) * 0.01f;
+    } else if (type == 1) {
+        for (uint64_t i = 0; i < *nbytes / 2; i++) ((uint16_t *)p)[i] = small | (((uint16_t *)p)[i] & 0x83ff);
+    } else {
+        /* offsets of f16 fields: q4_0/q8_0/iq4_nl/q5_0 at 0; q4_1/q5_1 at 0 and 2; K types vary */
+        int off[2] = {0, -1};
+        if (type == 3 || type == 7) off[1] = 2;
+        if (type == 10) { off[0] = 80; off[1] = 82; }
+        if (type == 11) off[0] = 108;
+        if (type == 12 || type == 13) off[1] = 2;
+        if (type == 14) off[0] = 208;
+        for (uint64_t b = 0; b < *nbytes / ti.type_size; b++)
+            for (int k = 0; k < 2; k++)
+                if (off[k] >= 0) memcpy(p + b * ti.type_size + off[k], &small, 2);
+    }
+    return p;
+}
+
+typedef struct { char name[48]; int type; int64_t ne0, ne1; void *data; uint64_t nbytes; } tensor;
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    const int wt = argc > 1 ? atoi(argv[1]) : 2;
+    const int kvt = argc > 2 ? atoi(argv[2]) : 8;
+    const char *depths_s = argc > 3 ? argv[3] : "0,32768,131072";
+    const int NL = argc > 4 ? atoi(argv[4]) : 32;
+    const int E = 4096, FF = 14336, NH = 32, NKV = 8, HD = 128, V = 128256;
+    if (lkv_cuda_device_count() <= 0) { printf("no CUDA device\n"); return 0; }
+
+    double t0 = now();
+    tensor *ts = calloc(16 + 16 * NL, sizeof *ts);
+    int n = 0;
+#define ADD(nm, ty, a, b) do { snprintf(ts[n].name, sizeof ts[n].name, "%s", nm); ts[n].type = ty; \
+    ts[n].ne0 = a; ts[n].ne1 = b; ts[n].data = make_tensor(ty, b, a, &ts[n].nbytes); n++; } while (0)
+    ADD("token_embd.weight", wt, E, V);
+    ADD("output_norm.weight", 0, E, 1);
+    ADD("output.weight", wt, E, V);
+    char nm[48];
+    for (int l = 0; l < NL; l++) {
+#define L(s, ty, a, b) do { snprintf(nm, sizeof nm, "blk.%d." s, l); ADD(nm, ty, a, b); } while (0)
+        L("attn_norm.weight", 0, E, 1);
+        L("attn_q.weight", wt, E, NH * HD);
+        L("attn_k.weight", wt, E, NKV * HD);
+        L("attn_v.weight", wt, E, NKV * HD);
+        L("attn_output.weight", wt, NH * HD, E);
+        L("ffn_norm.weight", 0, E, 1);
+        L("ffn_gate.weight", wt, E, FF);
+        L("ffn_up.weight", wt, E, FF);
+        L("ffn_down.weight", wt, FF, E);
+    }
+    lkv_tensor_desc *desc = calloc(n, sizeof *desc);
+    for (int i = 0; i < n; i++)
+        desc[i] = (lkv_tensor_desc){ts[i].name, ts[i].type, ts[i].ne1 > 1 ? 2 : 1,
+                                    {ts[i].ne0, ts[i].ne1, 1, 1}, ts[i].data, ts[i].nbytes};
+    lkv_model_params mp;
+    lkv_model_params_init(&mp);
+    mp.arch = LKV_ARCH_LLAMA; mp.n_vocab = V; mp.n_embd = E; mp.n_layer = NL; mp.n_head = NH;
+    mp.n_head_kv = NKV; mp.head_dim = HD; mp.n_ff = FF; mp.n_ctx_train = 131072; mp.rope_dim = HD;
+    mp.rms_eps = 1e-5f; mp.rope_freq_base = 500000.f; mp.rope_freq_scale = 1.f;
+    mp.device = LKV_DEVICE_CUDA;
+    lkv_model *m;
+    if (lkv_model_create(&mp, desc, n, &m)) { printf("model: %s\n", lkv_last_error()); return 1; }
+    const double wbytes = (double)lkv_model_weight_bytes(m);
+    /* bytes one decode step reads: everything but the embedding table */
+    const double step_wbytes = wbytes - (double)ts[0].nbytes;
+    for (int i = 0; i < n; i++) free(ts[i].data);
+    lkv_type_info wti, kti;
+    lkv_type_info_get(wt, &wti);
+    lkv_type_info_get(kvt, &kti);
+    printf("model: 8B shape, %d layers, %s weights %.2f GiB, KV %s; set-up %.1f s\n", NL, wti.name,
+           wbytes / (1 << 30), kti.name, now() - t0);
+
+    const int64_t kv_row = lkv_row_bytes(kvt, NKV * HD);
+    char *dcopy = strdup(depths_s);
+    for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ",")) {
+        const int depth = atoi(tok);
+        lkv_context_params cp;
+        lkv_context_params_init(&cp);
+        cp.n_ctx = depth + 1024;
+        cp.n_batch = 512; cp.n_ubatch = 512; cp.type_k = kvt; cp.type_v = kvt;
+        lkv_context *c;
+        if (lkv_context_create(m, &cp, &c)) { printf("context @%d: %s\n", depth, lkv_last_error()); continue; }
+        int32_t toks[512];
+        for (int i = 0; i < 512; i++) toks[i] = (i * 7919) % V;
+        if (depth > 0) {   /* synthetic KV state of `depth` positions */
+            uint64_t hsz;
+            lkv_context_state_size(c, &hsz);
+            uint8_t *hdr = malloc(hsz);
+            lkv_context_state_get(c, hdr, hsz);
+            const uint64_t body = (uint64_t)NL * depth * (uint64_t)(2 * kv_row);
+            uint8_t *blob = malloc(hsz + body);
+            memcpy(blob, hdr, hsz);
+            memcpy(blob + 4, &depth, 4);   /* header: magic, n_tokens, ... */
+            uint8_t *kvp = blob + hsz;
+            fill_random(kvp, body);
+            if (kvt == 1) for (uint64_t i = 0; i < body / 2; i++) ((uint16_t *)kvp)[i] = 0x1c00 | (((uint16_t *)kvp)[i] & 0x83ff);
+            else if (kvt != 0) {
+                const uint16_t small = 0x1c00;
+                for (uint64_t b = 0; b < body / kti.type_size; b++) memcpy(kvp + b * kti.type_size, &small, 2);
+            } else for (uint64_t i = 0; i < body / 4; i++) ((float *)kvp)[i] = 0.01f;
+            double ts0 = now();
+            if (lkv_context_state_set(c, blob, hsz + body)) {
+                printf("state_set @%d: %s\n", depth, lkv_last_error());
+                free(blob); free(hdr); lkv_context_free(c);
+                continue;
+            }
+            printf("depth %d: synthetic KV state %.2f GB loaded in %.1f s\n", depth, body / 1e9, now() - ts0);
+            free(blob); free(hdr);
+        }
+        /* prefill of 512 at this depth (depth 0 only: attention at depth has no tensor-core path yet) */
+        if (depth == 0) {
+            double pp[4];
+            for (int r = 0; r < 4; r++) {
+                lkv_context_truncate(c, depth);
+                double a = now();
+                if (lkv_decode(c, toks, 512, depth)) { printf("pp: %s\n", lkv_last_error()); break; }
+                pp[r] = now() - a;
+            }
+            qsort(pp + 1, 3, sizeof(double), cmp_d);
+            printf("pp512 @%-6d %8.1f t/s  (%.1f ms)\n", depth, 512 / pp[2], pp[2] * 1e3);
+        }
+        /* decode: 5 runs of 32 tokens (after a warm-up run) */
+        double tg[6];
+        int ok = 1;
+        for (int r = 0; r < 6 && ok; r++) {
+            lkv_context_truncate(c, depth);
+            double a = now();
+            for (int i = 0; i < 32; i++)
+                if (lkv_decode(c, toks + i, 1, depth + i)) { printf("tg: %s\n", lkv_last_error()); ok = 0; break; }
+            tg[r] = (now() - a) / 32;
+        }
+        if (ok) {
+            qsort(tg + 1, 5, sizeof(double), cmp_d);
+            const double t = tg[3];
+            const double kvb = (double)NL * (depth + 16) * 2 * kv_row;
+            printf("tg   @%-6d %8.1f t/s  (%.3f ms/token; weights+KV %.2f GB -> %.2f TB/s)\n", depth,
+                   1 / t, t * 1e3, (step_wbytes + kvb) / 1e9, (step_wbytes + kvb) / t / 1e12);
+        }
+        fflush(stdout);
+        lkv_context_free(c);
+    }
+    lkv_model_free(m);
+    return 0;
+}

@@ -1,0 +1,275 @@
+/*
+ * cuda/backend.cu: the CUDA backend table and everything that is not a
+ * kernel: device discovery, weight upload, the per-context state (stream,
+ * pinned token staging, attention workspace), memory, sync, copies, and the
+ * decode-step graph (step_begin / step_end).
+ *
+ * Errors: an op never fails by itself; the first CUDA error of a context is
+ * recorded (common.cuh) and sync turns it into LKV_ERR_DEVICE with a message
+ * through lkv_fail. The library loads without a driver: cudart_static only
+ * opens it on the first call, and lkv_cuda_device_count then returns 0.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+
+// ---------------------------------------------------------------- devices
+
+extern "C" LKV_API int32_t lkv_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();   /* no driver or no GPU: clear the sticky state */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" LKV_API lkv_status lkv_cuda_mem_info(int64_t *free_bytes, int64_t *total_bytes) {
+    if (!free_bytes || !total_bytes) return lkv_fail(LKV_ERR_INVALID_ARG, "NULL output");
+    if (lkv_cuda_device_count() <= 0) return lkv_fail(LKV_ERR_UNSUPPORTED, "no CUDA device");
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaMemGetInfo(&f, &t);
+    if (e != cudaSuccess)
+        return lkv_fail(LKV_ERR_DEVICE, "cudaMemGetInfo: %s", cudaGetErrorString(e));
+    *free_bytes = (int64_t)f;
+    *total_bytes = (int64_t)t;
+    return LKV_OK;
+}
+
+// ---------------------------------------------------------------- model
+
+/* Per-model state: the distinct device copies (tied weights share one). */
+struct cuda_model_state {
+    int n, cap;
+    const void **host;   /* (n,) host data pointer of each copy */
+    void **dev;          /* (n,) its device copy */
+    lkv_status st;
+};
+
+static void upload_weight(lkv_weight *w, void *ud) {
+    cuda_model_state *s = (cuda_model_state *)ud;
+    if (s->st != LKV_OK || !w->data) return;
+    for (int i = 0; i < s->n; i++) {
+        if (s->host[i] == w->data) { w->dev = s->dev[i]; return; }
+    }
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 64;
+        const void **h = (const void **)realloc(s->host, cap * sizeof(*h));
+        if (h) s->host = h;
+        void **d = (void **)realloc(s->dev, cap * sizeof(*d));
+        if (d) s->dev = d;
+        if (!h || !d) { s->st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "weight table"); return; }
+        s->cap = cap;
+    }
+    const size_t bytes = (size_t)w->rows * w->row_bytes;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 16);
+    if (e == cudaSuccess) e = cudaMemcpy(p, w->data, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        if (p) cudaFree(p);
+        cudaGetLastError();
+        s->st = lkv_fail(LKV_ERR_DEVICE_MEMORY, "copying a weight of %zu bytes to the GPU: %s",
+                         bytes, cudaGetErrorString(e));
+        return;
+    }
+    s->host[s->n] = w->data;
+    s->dev[s->n] = p;
+    s->n++;
+    w->dev = p;
+}
+
+static void clear_dev(lkv_weight *w, void *ud) { (void)ud; w->dev = NULL; }
+
+static void cuda_model_free(struct lkv_model *m) {
+    cuda_model_state *s = (cuda_model_state *)m->be_state;
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) cudaFree(s->dev[i]);
+    free(s->host);
+    free(s->dev);
+    free(s);
+    m->be_state = NULL;
+    lkv_model_foreach_weight(m, clear_dev, NULL);
+}
+
+static lkv_status cuda_model_init(struct lkv_model *m) {
+    if (lkv_cuda_device_count() <= 0)
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "device=cuda but no CUDA device is usable");
+    cuda_model_state *s = (cuda_model_state *)calloc(1, sizeof(*s));
+    if (!s) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "cuda model state");
+    s->st = LKV_OK;
+    m->be_state = s;
+    lkv_model_foreach_weight(m, upload_weight, s);
+    if (s->st != LKV_OK) {
+        lkv_status st = s->st;
+        cuda_model_free(m);
+        return st;
+    }
+    return LKV_OK;
+}
+
+// ---------------------------------------------------------------- context
+
+/* Workspace for split attention partials: enough for a long decode context
+ * in one launch; longer ones take several launches. */
+static const size_t ATTN_WS_BYTES = (size_t)32 << 20;
+
+static void cuda_ctx_free(lkv_bctx *b) {
+    if (!b) return;
+    if (b->stream) cudaStreamSynchronize(b->stream);
+    if (b->graph_exec) cudaGraphExecDestroy(b->graph_exec);
+    if (b->graph) cudaGraphDestroy(b->graph);
+    if (b->attn_ws) cudaFree(b->attn_ws);
+    if (b->d_tokens) cudaFree(b->d_tokens);
+    if (b->h_tokens) cudaFreeHost(b->h_tokens);
+    if (b->tokens_free) cudaEventDestroy(b->tokens_free);
+    if (b->stream) cudaStreamDestroy(b->stream);
+    cudaGetLastError();
+    free(b);
+}
+
+static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n_threads,
+                                int max_tokens) {
+    (void)n_threads;
+    *out = NULL;
+    lkv_bctx *b = (lkv_bctx *)calloc(1, sizeof(*b));
+    if (!b) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "cuda context");
+    b->m = m;
+    b->max_tokens = max_tokens > 0 ? max_tokens : 1;
+    cudaError_t e = cudaGetDevice(&b->device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, b->device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->tokens_free, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&b->h_tokens, b->max_tokens * sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&b->d_tokens, b->max_tokens * sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&b->attn_ws, ATTN_WS_BYTES);
+    if (e == cudaSuccess) b->attn_ws_bytes = ATTN_WS_BYTES;
+    if (e == cudaSuccess) e = cudaEventRecord(b->tokens_free, b->stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cuda_ctx_free(b);
+        return lkv_fail(LKV_ERR_DEVICE_MEMORY, "creating the CUDA context state: %s",
+                        cudaGetErrorString(e));
+    }
+    lkv_cuda_attn_setup();
+    *out = b;
+    return LKV_OK;
+}
+
+// ---------------------------------------------------------------- memory and movement
+
+static void *cuda_alloc(lkv_bctx *b, size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 16);
+    if (e != cudaSuccess) {
+        cudaGetLastError();   /* an allocation failure is reported by the caller, not sticky */
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(lkv_bctx *b, void *p) {
+    (void)b;
+    if (p) cudaFree(p);
+}
+
+static void cuda_download(lkv_bctx *b, void *host_dst, const void *src, size_t bytes) {
+    LKV_CUDA_CALL(b, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, b->stream),
+                  "download");
+    LKV_CUDA_CALL(b, cudaStreamSynchronize(b->stream), "download");
+}
+
+/* host_src may be reused on return, so the copy is waited for (uploads are
+ * rare: state restore, set-up), and never inside a captured step. */
+static void cuda_upload(lkv_bctx *b, void *dst, const void *host_src, size_t bytes) {
+    LKV_CUDA_CALL(b, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, b->stream),
+                  "upload");
+    LKV_CUDA_CALL(b, cudaStreamSynchronize(b->stream), "upload");
+}
+
+static void cuda_copy_d2d(lkv_bctx *b, void *dst, const void *src, size_t bytes) {
+    LKV_CUDA_CALL(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->stream),
+                  "copy_d2d");
+}
+
+static lkv_status cuda_sync(lkv_bctx *b) {
+    if (b->err == cudaSuccess) LKV_CUDA_CALL(b, cudaStreamSynchronize(b->stream), "sync");
+    if (b->err != cudaSuccess)
+        return lkv_fail(LKV_ERR_DEVICE, "CUDA error in %s: %s", b->err_where ? b->err_where : "?",
+                        cudaGetErrorString(b->err));
+    return LKV_OK;
+}
+
+// ---------------------------------------------------------------- decode-step graph
+
+/* step_begin: the ops until step_end are captured into a graph instead of
+ * running; step_end instantiates it (or updates the previous executable in
+ * place when the topology is unchanged, the common decode case) and launches
+ * it. Capturing costs about what launching does on the host, but the replay
+ * runs the kernels back to back on the GPU. Between the two hooks the caller
+ * must not call sync or download. */
+static void cuda_step_begin(lkv_bctx *b) {
+    if (b->err != cudaSuccess) return;
+    cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) { lkv_cuda_note(b, e, "step_begin"); return; }
+    b->capturing = 1;
+}
+
+static void cuda_step_end(lkv_bctx *b) {
+    if (!b->capturing) return;
+    b->capturing = 0;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(b->stream, &g);
+    if (e != cudaSuccess || b->err != cudaSuccess) {
+        if (g) cudaGraphDestroy(g);
+        lkv_cuda_note(b, e, "step_end: capture");
+        return;
+    }
+    if (b->graph_exec) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(b->graph_exec, g, &info) != cudaSuccess) {
+            cudaGetLastError();
+            cudaGraphExecDestroy(b->graph_exec);
+            b->graph_exec = NULL;
+        }
+    }
+    if (!b->graph_exec) {
+        e = cudaGraphInstantiate(&b->graph_exec, g, 0);
+        if (e != cudaSuccess) { cudaGraphDestroy(g); lkv_cuda_note(b, e, "step_end: instantiate"); return; }
+        b->graph_builds++;
+    }
+    if (b->graph) cudaGraphDestroy(b->graph);
+    b->graph = g;
+    LKV_CUDA_CALL(b, cudaGraphLaunch(b->graph_exec, b->stream), "step_end: launch");
+    b->graph_replays++;
+}
+
+// ---------------------------------------------------------------- table
+
+extern "C" const lkv_backend lkv_backend_cuda = {
+    /* name */ "cuda",
+    /* model_init */ cuda_model_init,
+    /* model_free */ cuda_model_free,
+    /* ctx_init */ cuda_ctx_init,
+    /* ctx_free */ cuda_ctx_free,
+    /* alloc */ cuda_alloc,
+    /* free */ cuda_free,
+    /* get_rows */ lkv_cuda_get_rows,
+    /* rmsnorm */ lkv_cuda_rmsnorm,
+    /* matmul */ lkv_cuda_matmul,
+    /* add_bias */ lkv_cuda_add_bias,
+    /* rope */ lkv_cuda_rope,
+    /* swiglu */ lkv_cuda_swiglu,
+    /* add */ lkv_cuda_add,
+    /* to_type */ lkv_cuda_to_type,
+    /* attn_state_bytes */ lkv_cuda_attn_state_bytes,
+    /* attn_reset */ lkv_cuda_attn_reset,
+    /* attn_accum */ lkv_cuda_attn_accum,
+    /* attn_finish */ lkv_cuda_attn_finish,
+    /* download */ cuda_download,
+    /* upload */ cuda_upload,
+    /* copy_d2d */ cuda_copy_d2d,
+    /* sync */ cuda_sync,
+    /* step_begin */ cuda_step_begin,
+    /* step_end */ cuda_step_end,
+};

@@ -1,0 +1,127 @@
+/*
+ * cuda/common.cuh: what every CUDA op file shares: the backend context, the
+ * error recording that replaces exit/print (the first CUDA error of a context
+ * is kept and reported by sync), the launch check, and small device helpers.
+ *
+ * Each op file reads kernels first, then the launcher, then the entry point
+ * the backend table (backend.cu) points at.
+ */
+#ifndef LKV_CUDA_COMMON_CUH
+#define LKV_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <stddef.h>
+
+extern "C" {
+#include "llamakv.h"
+#include "backend.h"
+#include "model.h"
+#include "error.h"
+}
+
+#include "quant.cuh"
+
+// ---------------------------------------------------------------- context
+
+struct lkv_bctx {
+    const lkv_model *m;
+    int device;
+    int n_sm;
+    int max_tokens;              /* most tokens of one micro-batch */
+    cudaStream_t stream;         /* compute stream: every op is enqueued here */
+
+    cudaError_t err;             /* first CUDA error seen, cudaSuccess if none */
+    const char *err_where;       /* op that saw it */
+
+    int32_t *h_tokens;           /* (max_tokens,) pinned staging for get_rows */
+    int32_t *d_tokens;           /* (max_tokens,) device copy */
+    cudaEvent_t tokens_free;     /* staging may be rewritten after this */
+
+    float *attn_ws;              /* per-chunk partials of split attention */
+    size_t attn_ws_bytes;
+
+    /* decode-step graph (step_begin / step_end) */
+    int capturing;
+    cudaGraph_t graph;
+    cudaGraphExec_t graph_exec;
+    int64_t graph_replays, graph_builds;
+};
+
+/* Keeps the first error (later ones are usually its consequences). */
+static inline void lkv_cuda_note(lkv_bctx *b, cudaError_t e, const char *where) {
+    if (e != cudaSuccess && b->err == cudaSuccess) {
+        b->err = e;
+        b->err_where = where;
+    }
+}
+
+/* After a launch: records a launch-configuration error (never aborts). */
+#define LKV_CUDA_LAUNCHED(b, where) lkv_cuda_note((b), cudaGetLastError(), (where))
+#define LKV_CUDA_CALL(b, expr, where) lkv_cuda_note((b), (expr), (where))
+
+static inline unsigned lkv_cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+// ---------------------------------------------------------------- device helpers
+
+static __device__ __forceinline__ float lkv_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float lkv_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block in a fixed order (warp sums, then warp 0 adds them in
+ * warp order): the same bits on every run. red holds 32 floats. */
+static __device__ __forceinline__ float lkv_block_sum(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nw = (blockDim.x + 31) >> 5;
+    v = lkv_warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+static __device__ __forceinline__ float lkv_block_max(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nw = (blockDim.x + 31) >> 5;
+    v = lkv_warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = -INFINITY;
+    for (int i = 0; i < nw; i++) s = fmaxf(s, red[i]);
+    return s;
+}
+
+// ---------------------------------------------------------------- launchers (one per op file)
+
+void lkv_cuda_get_rows(lkv_bctx *b, float *out, const lkv_weight *w, const int32_t *tokens, int n);
+void lkv_cuda_rmsnorm(lkv_bctx *b, float *out, const float *x, const lkv_weight *w, int n,
+                      int dim, float eps);
+void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
+                     const lkv_weight *const *ws, int n_w, int n);
+void lkv_cuda_add_bias(lkv_bctx *b, float *x, const lkv_weight *bias, int n, int dim);
+void lkv_cuda_rope(lkv_bctx *b, float *x, int n, int32_t pos0, const lkv_rope_desc *r);
+void lkv_cuda_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
+void lkv_cuda_add(lkv_bctx *b, float *x, const float *y, int64_t n);
+void lkv_cuda_to_type(lkv_bctx *b, void *dst, int32_t type, const float *src, int n_rows,
+                      int n_elems);
+size_t lkv_cuda_attn_state_bytes(int n_q, int n_head, int head_dim);
+void lkv_cuda_attn_reset(lkv_bctx *b, void *st, int n_q, int n_head, int head_dim);
+void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
+void lkv_cuda_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n_head,
+                          int head_dim);
+void lkv_cuda_attn_setup(void);   /* raises kernels' shared-memory limits once */
+
+#endif

@@ -1,0 +1,62 @@
+/*
+ * cuda/elementwise.cu: swiglu, residual add, bias add. Memory-bound one-pass
+ * kernels, one element per thread, grid-stride.
+ */
+#include "common.cuh"
+
+// ---------------------------------------------------------------- kernels
+
+enum { EW_THREADS = 256, EW_MAX_BLOCKS = 4096 };
+
+/* out (n) = silu(gate) * up, silu(g) = g / (1 + e^-g) */
+__global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float g = gate[i];
+        out[i] = g / (1.f + expf(-g)) * up[i];
+    }
+}
+
+/* x (n) += y */
+__global__ void add_kernel(float *x, const float *y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+/* x (n, dim) += bias (dim,) */
+__global__ void add_bias_kernel(float *x, const float *bias, int64_t total, int dim) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] += bias[i % dim];
+}
+
+// ---------------------------------------------------------------- launchers / entry points
+
+static unsigned ew_grid(int64_t n) {
+    int64_t g = (n + EW_THREADS - 1) / EW_THREADS;
+    return (unsigned)(g < EW_MAX_BLOCKS ? (g > 0 ? g : 1) : EW_MAX_BLOCKS);
+}
+
+void lkv_cuda_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n) {
+    if (n <= 0) return;
+    swiglu_kernel<<<ew_grid(n), EW_THREADS, 0, b->stream>>>(out, gate, up, n);
+    LKV_CUDA_LAUNCHED(b, "swiglu");
+}
+
+void lkv_cuda_add(lkv_bctx *b, float *x, const float *y, int64_t n) {
+    if (n <= 0) return;
+    add_kernel<<<ew_grid(n), EW_THREADS, 0, b->stream>>>(x, y, n);
+    LKV_CUDA_LAUNCHED(b, "add");
+}
+
+void lkv_cuda_add_bias(lkv_bctx *b, float *x, const lkv_weight *bias, int n, int dim) {
+    if (n <= 0) return;
+    if (!bias->dev || bias->type != LKV_TYPE_F32) {
+        lkv_cuda_note(b, cudaErrorInvalidValue, "add_bias: bias must be f32 on the device");
+        return;
+    }
+    const int64_t total = (int64_t)n * dim;
+    add_bias_kernel<<<ew_grid(total), EW_THREADS, 0, b->stream>>>(x, (const float *)bias->dev, total, dim);
+    LKV_CUDA_LAUNCHED(b, "add_bias");
+}

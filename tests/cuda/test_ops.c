@@ -1,0 +1,547 @@
+/*
+ * tests/cuda/test_ops.c: the CUDA backend against plain references, op by op,
+ * on fresh random inputs; then whole models (every arch x weight type x KV
+ * type) CPU vs CUDA through the public API; then graph capture of a step.
+ *
+ * Built and run on the GPU machine by tools/gpu-run.sh (linked against the
+ * meson build's objects, so the backend tables are reachable). Prints one
+ * line per check and exits non-zero if any check fails.
+ *
+ * References: f64 dot products over the CPU's to_float dequantization (the
+ * exact result for the given weights), the CPU backend's own ops for the
+ * elementwise ops and the quantizers, and an f64 softmax attention.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+
+#include "llamakv.h"
+#include "backend.h"
+#include "model.h"
+#include "quant/types.h"
+
+static int n_fail = 0, n_pass = 0;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd32(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float rndf(void) { return (rnd32() & 0xffffff) / (float)0x1000000 * 2.f - 1.f; }   /* [-1, 1) */
+static void fill(float *x, size_t n, float s) { for (size_t i = 0; i < n; i++) x[i] = rndf() * s; }
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void check(int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok) n_pass++; else n_fail++;
+}
+
+static double rel_err(const float *a, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i])) return INFINITY;
+        num += (a[i] - ref[i]) * (a[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+static double rel_err_f(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+// ---------------------------------------------------------------- device helpers
+
+static const lkv_backend *G = &lkv_backend_cuda, *C = &lkv_backend_cpu;
+static lkv_bctx *gb, *cb;
+
+static void *dup_dev(const void *h, size_t n) {
+    void *d = NULL;
+    if (cudaMalloc(&d, n ? n : 16) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(2); }
+    if (n) cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+    return d;
+}
+static void *dev_buf(size_t n) {
+    void *d = NULL;
+    if (cudaMalloc(&d, n ? n : 16) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(2); }
+    cudaMemset(d, 0xff, n);   /* poison: NaN floats */
+    return d;
+}
+static void get(void *h, const void *d, size_t n) {
+    if (G->sync(gb) != LKV_OK) printf("device error: %s\n", lkv_last_error());
+    cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
+}
+
+/* random weight matrix of `type`; K-quants (no quantizer) get random bytes
+ * with small f16 scales patched in */
+static void make_weight(lkv_weight *w, int type, int rows, int cols) {
+    const lkv_traits *t = lkv_type_traits(type);
+    w->type = type; w->rows = rows; w->cols = cols;
+    w->row_bytes = (size_t)lkv_type_row_bytes(t, cols);
+    uint8_t *data = malloc(w->row_bytes * rows);
+    if (t->from_float) {
+        float *f = malloc(sizeof(float) * cols);
+        for (int r = 0; r < rows; r++) { fill(f, cols, 1.f); t->from_float(f, data + r * w->row_bytes, cols); }
+        free(f);
+    } else {
+        for (size_t i = 0; i < w->row_bytes * rows; i++) data[i] = (uint8_t)rnd32();
+        int off[2] = {-1, -1};
+        switch (type) {
+        case LKV_TYPE_Q2_K: off[0] = 80; off[1] = 82; break;
+        case LKV_TYPE_Q3_K: off[0] = 108; break;
+        case LKV_TYPE_Q4_K: case LKV_TYPE_Q5_K: off[0] = 0; off[1] = 2; break;
+        case LKV_TYPE_Q6_K: off[0] = 208; break;
+        }
+        const size_t nb = w->row_bytes * rows / t->type_size;
+        for (size_t b = 0; b < nb; b++)
+            for (int k = 0; k < 2; k++)
+                if (off[k] >= 0) {
+                    uint16_t h = lkv_fp32_to_fp16(0.002f + 0.01f * (rnd32() & 255) / 255.f);
+                    memcpy(data + b * t->type_size + off[k], &h, 2);
+                }
+    }
+    w->data = data;
+    w->dev = dup_dev(data, w->row_bytes * rows);
+}
+static void free_weight(lkv_weight *w) { free((void *)w->data); cudaFree(w->dev); }
+
+static const int WTYPES[] = {LKV_TYPE_F32, LKV_TYPE_F16, LKV_TYPE_BF16, LKV_TYPE_Q4_0,
+                             LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1, LKV_TYPE_Q8_0,
+                             LKV_TYPE_Q2_K, LKV_TYPE_Q3_K, LKV_TYPE_Q4_K, LKV_TYPE_Q5_K,
+                             LKV_TYPE_Q6_K, LKV_TYPE_IQ4_NL};
+static const int KVTYPES[] = {LKV_TYPE_F32, LKV_TYPE_F16, LKV_TYPE_BF16, LKV_TYPE_Q8_0,
+                              LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1,
+                              LKV_TYPE_IQ4_NL};
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+// ---------------------------------------------------------------- matmul, get_rows
+
+static void test_matmul(void) {
+    const int rows = 300, cols = 768;
+    const int ns[] = {1, 3, 8, 9, 64, 133};
+    for (int ti = 0; ti < NELEM(WTYPES); ti++) {
+        const int type = WTYPES[ti];
+        const lkv_traits *t = lkv_type_traits(type);
+        lkv_weight w = {0};
+        make_weight(&w, type, rows, cols);
+        float *wf = malloc(sizeof(float) * rows * cols);
+        for (int r = 0; r < rows; r++) t->to_float((const uint8_t *)w.data + r * w.row_bytes, wf + (size_t)r * cols, cols);
+        /* get_rows: bit-for-bit the CPU's dequantization, up to fma rounding */
+        {
+            int32_t tok[5] = {0, 7, rows - 1, 123, 7};
+            float *d = dev_buf(sizeof(float) * 5 * cols), *h = malloc(sizeof(float) * 5 * cols);
+            G->get_rows(gb, d, &w, tok, 5);
+            get(h, d, sizeof(float) * 5 * cols);
+            double err = 0;
+            for (int i = 0; i < 5; i++)
+                for (int k = 0; k < cols; k++) {
+                    double ref = wf[(size_t)tok[i] * cols + k];
+                    double e = fabs(h[i * cols + k] - ref) / (fabs(ref) + 1e-6);
+                    if (!(e <= err)) err = isnan(e) ? INFINITY : e;
+                }
+            check(err < 1e-6, "get_rows %-7s max rel err %.2e", t->name, err);
+            cudaFree(d); free(h);
+        }
+        for (int ni = 0; ni < NELEM(ns); ni++) {
+            const int n = ns[ni];
+            float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows);
+            float *cout = malloc(sizeof(float) * n * rows);
+            double *ref = malloc(sizeof(double) * n * rows);
+            fill(x, (size_t)n * cols, 1.f);
+            for (int i = 0; i < n; i++)
+                for (int r = 0; r < rows; r++) {
+                    double s = 0;
+                    for (int k = 0; k < cols; k++) s += (double)x[(size_t)i * cols + k] * wf[(size_t)r * cols + k];
+                    ref[(size_t)i * rows + r] = s;
+                }
+            float *dx = dup_dev(x, sizeof(float) * n * cols), *dout = dev_buf(sizeof(float) * n * rows);
+            float *outs[1] = {dout};
+            const lkv_weight *ws[1] = {&w};
+            G->matmul(gb, outs, dx, ws, 1, n);
+            get(out, dout, sizeof(float) * n * rows);
+            float *couts[1] = {cout};
+            C->matmul(cb, couts, x, ws, 1, n);
+            const double eg = rel_err(out, ref, (size_t)n * rows), ec = rel_err(cout, ref, (size_t)n * rows);
+            /* matvec is f32 (~1e-6); gemm rounds operands to f16 (~1e-3) */
+            const double tol = n <= 8 ? 1e-5 : 4e-3;
+            check(eg < tol, "matmul %-7s n=%-3d gpu rel err %.2e (cpu %.2e)", t->name, n, eg, ec);
+            free(x); free(out); free(cout); free(ref); cudaFree(dx); cudaFree(dout);
+        }
+        free(wf);
+        free_weight(&w);
+    }
+}
+
+// ---------------------------------------------------------------- elementwise ops vs the CPU backend
+
+static void test_elementwise(void) {
+    const int n = 7, dim = 576, nh = 9, hd = 64;
+    const size_t N = (size_t)n * dim;
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N), *hc = malloc(sizeof(float) * N);
+    float *hg = malloc(sizeof(float) * N);
+    fill(x, N, 3.f); fill(y, N, 2.f);
+    float *dx = dup_dev(x, sizeof(float) * N), *dy = dup_dev(y, sizeof(float) * N), *dout = dev_buf(sizeof(float) * N);
+    float *nw = malloc(sizeof(float) * dim);
+    fill(nw, dim, 1.f);
+    lkv_weight w = {LKV_TYPE_F32, 1, dim, sizeof(float) * dim, nw, dup_dev(nw, sizeof(float) * dim)};
+
+    G->rmsnorm(gb, dout, dx, &w, n, dim, 1e-5f); get(hg, dout, sizeof(float) * N);
+    C->rmsnorm(cb, hc, x, &w, n, dim, 1e-5f);
+    check(rel_err_f(hg, hc, N) < 1e-6, "rmsnorm rel err %.2e", rel_err_f(hg, hc, N));
+    G->rmsnorm(gb, dout, dx, NULL, n * nh, hd, 1e-6f); get(hg, dout, sizeof(float) * N);
+    C->rmsnorm(cb, hc, x, NULL, n * nh, hd, 1e-6f);
+    check(rel_err_f(hg, hc, N) < 1e-6, "rmsnorm per head, no weight, rel err %.2e", rel_err_f(hg, hc, N));
+
+    G->swiglu(gb, dout, dx, dy, N); get(hg, dout, sizeof(float) * N);
+    C->swiglu(cb, hc, x, y, N);
+    check(rel_err_f(hg, hc, N) < 1e-6, "swiglu rel err %.2e", rel_err_f(hg, hc, N));
+
+    memcpy(hc, x, sizeof(float) * N);
+    cudaMemcpy(dout, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice);
+    G->add(gb, dout, dy, N); get(hg, dout, sizeof(float) * N);
+    C->add(cb, hc, y, N);
+    check(memcmp(hg, hc, sizeof(float) * N) == 0, "add bit-exact");
+    G->add_bias(gb, dout, &w, n, dim); get(hg, dout, sizeof(float) * N);
+    C->add_bias(cb, hc, &w, n, dim);
+    check(memcmp(hg, hc, sizeof(float) * N) == 0, "add_bias bit-exact");
+
+    /* rope: both styles, partial rotation, freq factors, large positions */
+    float ff[32];
+    for (int i = 0; i < 32; i++) ff[i] = 1.f + (i % 5);
+    float *dff = dup_dev(ff, sizeof ff);
+    for (int neox = 0; neox < 2; neox++)
+        for (int variant = 0; variant < 3; variant++) {
+            lkv_rope_desc r = {nh, hd, variant == 1 ? 32 : hd, 10000.f, variant == 2 ? 0.25f : 1.f, neox, NULL};
+            const int32_t pos0 = variant == 2 ? 100000 : 5;
+            cudaMemcpy(dout, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice);
+            memcpy(hc, x, sizeof(float) * N);
+            r.freq_factors = variant == 1 ? dff : NULL;
+            G->rope(gb, dout, n, pos0, &r);
+            r.freq_factors = variant == 1 ? ff : NULL;
+            C->rope(cb, hc, n, pos0, &r);
+            get(hg, dout, sizeof(float) * N);
+            check(rel_err_f(hg, hc, N) < 1e-6, "rope neox=%d variant=%d rel err %.2e", neox, variant,
+                  rel_err_f(hg, hc, N));
+        }
+
+    /* to_type: the CPU quantizers' bytes */
+    for (int ti = 0; ti < NELEM(KVTYPES); ti++) {
+        const lkv_traits *t = lkv_type_traits(KVTYPES[ti]);
+        const size_t rb = (size_t)lkv_type_row_bytes(t, dim);
+        uint8_t *hq = malloc(rb * n), *cq = malloc(rb * n);
+        void *dq = dev_buf(rb * n);
+        G->to_type(gb, dq, KVTYPES[ti], dx, n, dim);
+        get(hq, dq, rb * n);
+        C->to_type(cb, cq, KVTYPES[ti], x, n, dim);
+        int bad = 0;
+        for (size_t b = 0; b < rb * n / t->type_size; b++)
+            bad += memcmp(hq + b * t->type_size, cq + b * t->type_size, t->type_size) != 0;
+        check(bad == 0, "to_type %-7s %d of %zu blocks differ from the CPU", t->name, bad,
+              rb * n / t->type_size);
+        free(hq); free(cq); cudaFree(dq);
+    }
+    free(x); free(y); free(hc); free(hg); free(nw);
+    cudaFree(dx); cudaFree(dy); cudaFree(dout); cudaFree(w.dev); cudaFree(dff);
+}
+
+// ---------------------------------------------------------------- attention
+
+/* exact attention of query qi (all heads) over rows [0, pos] with dequantized K/V */
+static void attn_ref(double *out, const float *q, const float *kf, const float *vf, int qi, int pos,
+                     int nh, int nkv, int hd, float scale) {
+    const int G_ = nh / nkv;
+    double *s = malloc(sizeof(double) * (pos + 1));
+    for (int h = 0; h < nh; h++) {
+        const int kh = h / G_;
+        double mx = -INFINITY;
+        for (int r = 0; r <= pos; r++) {
+            double d = 0;
+            for (int k = 0; k < hd; k++)
+                d += (double)q[((size_t)qi * nh + h) * hd + k] * kf[((size_t)r * nkv + kh) * hd + k];
+            s[r] = d * scale;
+            if (s[r] > mx) mx = s[r];
+        }
+        double l = 0;
+        for (int r = 0; r <= pos; r++) { s[r] = exp(s[r] - mx); l += s[r]; }
+        for (int k = 0; k < hd; k++) {
+            double o = 0;
+            for (int r = 0; r <= pos; r++) o += s[r] * vf[((size_t)r * nkv + kh) * hd + k];
+            out[((size_t)qi * nh + h) * hd + k] = o / l;
+        }
+    }
+    free(s);
+}
+
+static void test_attention(void) {
+    struct { int nh, nkv, hd, chunk, n_ctx, n_q; } cases[] = {
+        {9, 3, 64, 64, 700, 1},     /* SmolLM2 shape, decode (split kernel) */
+        {8, 2, 128, 256, 900, 3},
+        {12, 1, 64, 32, 300, 5},    /* 12 heads per KV head: two head groups */
+        {8, 2, 128, 64, 400, 300},  /* many queries: the sequential kernel */
+        {4, 4, 256, 128, 260, 2},
+    };
+    for (int ci = 0; ci < NELEM(cases); ci++)
+        for (int ti = 0; ti < NELEM(KVTYPES); ti++) {
+            const int tk = KVTYPES[ti], tv = KVTYPES[(ti + (ci & 1)) % NELEM(KVTYPES)];
+            if (ci >= 3 && ti > 4) continue;
+            const int nh = cases[ci].nh, nkv = cases[ci].nkv, hd = cases[ci].hd, chunk = cases[ci].chunk;
+            const int n_ctx = cases[ci].n_ctx, n_q = cases[ci].n_q, q_pos0 = n_ctx - n_q;
+            const lkv_traits *TK = lkv_type_traits(tk), *TV = lkv_type_traits(tv);
+            const size_t rbk = lkv_type_row_bytes(TK, nkv * hd), rbv = lkv_type_row_bytes(TV, nkv * hd);
+            const size_t E = (size_t)nkv * hd;
+            float *kf = malloc(sizeof(float) * n_ctx * E), *vf = malloc(sizeof(float) * n_ctx * E);
+            uint8_t *kq = malloc(rbk * n_ctx), *vq = malloc(rbv * n_ctx);
+            fill(kf, n_ctx * E, 2.f); fill(vf, n_ctx * E, 1.f);
+            for (int r = 0; r < n_ctx; r++) {
+                TK->from_float(kf + r * E, kq + r * rbk, E); TK->to_float(kq + r * rbk, kf + r * E, E);
+                TV->from_float(vf + r * E, vq + r * rbv, E); TV->to_float(vq + r * rbv, vf + r * E, E);
+            }
+            const size_t QN = (size_t)n_q * nh * hd;
+            float *q = malloc(sizeof(float) * QN);
+            fill(q, QN, 1.f);
+            double *ref = malloc(sizeof(double) * QN);
+            for (int i = 0; i < n_q; i++) attn_ref(ref, q, kf, vf, i, q_pos0 + i, nh, nkv, hd, 1.f / sqrtf(hd));
+
+            uint8_t *dk = dup_dev(kq, rbk * n_ctx), *dv = dup_dev(vq, rbv * n_ctx);
+            float *dq = dup_dev(q, sizeof(float) * QN), *dout = dev_buf(sizeof(float) * QN);
+            void *dst = dev_buf(G->attn_state_bytes(n_q, nh, hd));
+            float *o1 = malloc(sizeof(float) * QN), *o2 = malloc(sizeof(float) * QN), *oc = malloc(sizeof(float) * QN);
+            const int n_chunks = (n_ctx + chunk - 1) / chunk;
+            lkv_attn_desc d = {n_q, q_pos0, nh, nkv, hd, tk, tv, chunk, 0, n_chunks, 1.f / sqrtf(hd), 1, {{0}}};
+            d.segs[0] = (lkv_kv_seg){0, n_ctx, dk, dv};
+            /* (1) one call, one segment */
+            G->attn_reset(gb, dst, n_q, nh, hd);
+            G->attn_accum(gb, dst, dq, &d);
+            G->attn_finish(gb, dout, dst, n_q, nh, hd);
+            get(o1, dout, sizeof(float) * QN);
+            /* (2) chunks split over two calls, rows over three segments listed out of order */
+            const int cut = n_chunks / 2, s1 = 37, s2 = n_ctx / 2 + 5;
+            lkv_attn_desc d2 = d;
+            d2.n_segs = 3;
+            d2.segs[0] = (lkv_kv_seg){s2, n_ctx - s2, dk + s2 * rbk, dv + s2 * rbv};
+            d2.segs[1] = (lkv_kv_seg){0, s1, dk, dv};
+            d2.segs[2] = (lkv_kv_seg){s1, s2 - s1, dk + s1 * rbk, dv + s1 * rbv};
+            G->attn_reset(gb, dst, n_q, nh, hd);
+            d2.chunk_lo = 0; d2.chunk_hi = cut;
+            G->attn_accum(gb, dst, dq, &d2);
+            d2.chunk_lo = cut; d2.chunk_hi = n_chunks;
+            G->attn_accum(gb, dst, dq, &d2);
+            G->attn_finish(gb, dout, dst, n_q, nh, hd);
+            get(o2, dout, sizeof(float) * QN);
+            /* CPU backend, for the record */
+            void *cst = malloc(C->attn_state_bytes(n_q, nh, hd));
+            lkv_attn_desc dc = d;
+            dc.segs[0] = (lkv_kv_seg){0, n_ctx, kq, vq};
+            C->attn_reset(cb, cst, n_q, nh, hd);
+            C->attn_accum(cb, cst, q, &dc);
+            C->attn_finish(cb, oc, cst, n_q, nh, hd);
+            const double eg = rel_err(o1, ref, QN), ec = rel_err(oc, ref, QN);
+            check(eg < 1e-5 && memcmp(o1, o2, sizeof(float) * QN) == 0,
+                  "attn nh=%d nkv=%d hd=%d chunk=%d ctx=%d nq=%d k=%s v=%s: rel err %.2e (cpu %.2e), "
+                  "split/segment invariant: %s", nh, nkv, hd, chunk, n_ctx, n_q, TK->name, TV->name,
+                  eg, ec, memcmp(o1, o2, sizeof(float) * QN) == 0 ? "yes" : "NO");
+            free(kf); free(vf); free(kq); free(vq); free(q); free(ref); free(o1); free(o2); free(oc); free(cst);
+            cudaFree(dk); cudaFree(dv); cudaFree(dq); cudaFree(dout); cudaFree(dst);
+        }
+}
+
+// ---------------------------------------------------------------- whole models through the API
+
+typedef struct { char name[64]; int type; int64_t ne0, ne1; void *data; size_t bytes; } tens;
+
+static int add_t(tens *ts, int n, const char *name, int type, int64_t ne0, int64_t ne1, float scale) {
+    tens *t = &ts[n];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->type = type; t->ne0 = ne0; t->ne1 = ne1;
+    if (type == LKV_TYPE_F32) {
+        t->bytes = sizeof(float) * ne0 * ne1;
+        float *f = malloc(t->bytes);
+        for (int64_t i = 0; i < ne0 * ne1; i++) f[i] = scale < 0 ? 1.f + 0.1f * rndf() : rndf() * scale;
+        t->data = f;
+    } else {
+        lkv_weight w = {0};
+        make_weight(&w, type, (int)ne1, (int)ne0);
+        cudaFree(w.dev);
+        t->data = (void *)w.data;
+        t->bytes = w.row_bytes * ne1;
+        if (scale != 1.f) {   /* shrink the values: rescale the floats, requantize */
+            const lkv_traits *tr = lkv_type_traits(type);
+            float *f = malloc(sizeof(float) * ne0);
+            for (int64_t r = 0; r < ne1 && tr->from_float; r++) {
+                for (int64_t k = 0; k < ne0; k++) f[k] = rndf() * scale;
+                tr->from_float(f, (uint8_t *)t->data + r * w.row_bytes, ne0);
+            }
+            free(f);
+        }
+    }
+    return n + 1;
+}
+
+static void test_models(void) {
+    const int archs[] = {LKV_ARCH_LLAMA, LKV_ARCH_QWEN2, LKV_ARCH_QWEN3};
+    const int E = 256, NH = 4, NKV = 2, HD = 64, FF = 512, V = 300, NL = 2;
+    for (int ai = 0; ai < 3; ai++)
+        for (int ti = 0; ti < NELEM(WTYPES); ti++) {
+            const int wt = WTYPES[ti];
+            const int kvt = KVTYPES[(ai * 5 + ti) % NELEM(KVTYPES)];
+            tens ts[64];
+            int n = 0;
+            n = add_t(ts, n, "token_embd.weight", wt, E, V, 1.f);
+            n = add_t(ts, n, "output_norm.weight", LKV_TYPE_F32, E, 1, -1);
+            if (ai != 1) n = add_t(ts, n, "output.weight", wt, E, V, 1.f);
+            char nm[64];
+            for (int l = 0; l < NL; l++) {
+#define T(suffix, type, a, b, s) do { snprintf(nm, sizeof nm, "blk.%d." suffix, l); n = add_t(ts, n, nm, type, a, b, s); } while (0)
+                T("attn_norm.weight", LKV_TYPE_F32, E, 1, -1);
+                T("attn_q.weight", wt, E, NH * HD, 1.f);
+                T("attn_k.weight", wt, E, NKV * HD, 1.f);
+                T("attn_v.weight", wt, E, NKV * HD, 1.f);
+                T("attn_output.weight", wt, NH * HD, E, 1.f);
+                if (ai == 1) {
+                    T("attn_q.bias", LKV_TYPE_F32, NH * HD, 1, 0.5f);
+                    T("attn_k.bias", LKV_TYPE_F32, NKV * HD, 1, 0.5f);
+                    T("attn_v.bias", LKV_TYPE_F32, NKV * HD, 1, 0.5f);
+                }
+                if (ai == 2) {
+                    T("attn_q_norm.weight", LKV_TYPE_F32, HD, 1, -1);
+                    T("attn_k_norm.weight", LKV_TYPE_F32, HD, 1, -1);
+                }
+                T("ffn_norm.weight", LKV_TYPE_F32, E, 1, -1);
+                T("ffn_gate.weight", wt, E, FF, 1.f);
+                T("ffn_up.weight", wt, E, FF, 1.f);
+                T("ffn_down.weight", wt, FF, E, 1.f);
+#undef T
+            }
+            lkv_tensor_desc desc[64];
+            for (int i = 0; i < n; i++)
+                desc[i] = (lkv_tensor_desc){ts[i].name, ts[i].type, ts[i].ne1 > 1 ? 2 : 1,
+                                            {ts[i].ne0, ts[i].ne1, 1, 1}, ts[i].data, ts[i].bytes};
+            lkv_model_params mp;
+            lkv_model_params_init(&mp);
+            mp.arch = archs[ai]; mp.n_vocab = V; mp.n_embd = E; mp.n_layer = NL; mp.n_head = NH;
+            mp.n_head_kv = NKV; mp.head_dim = HD; mp.n_ff = FF; mp.n_ctx_train = 4096; mp.rope_dim = HD;
+            mp.rms_eps = 1e-5f; mp.rope_freq_base = 10000.f; mp.rope_freq_scale = 1.f; mp.n_threads = 2;
+            lkv_model *m[2] = {NULL, NULL};
+            lkv_context *c[2] = {NULL, NULL};
+            int ok = 1;
+            for (int dv = 0; dv < 2 && ok; dv++) {
+                mp.device = dv ? LKV_DEVICE_CUDA : LKV_DEVICE_CPU;
+                lkv_context_params cp;
+                lkv_context_params_init(&cp);
+                cp.n_ctx = 256; cp.n_batch = 64; cp.n_ubatch = 32; cp.type_k = kvt; cp.type_v = kvt;
+                cp.kv_chunk = 32; cp.logits_all = 1;
+                if (lkv_model_create(&mp, desc, n, &m[dv]) || lkv_context_create(m[dv], &cp, &c[dv])) {
+                    printf("     model create (%s): %s\n", dv ? "cuda" : "cpu", lkv_last_error());
+                    ok = 0;
+                }
+            }
+            int agree = 0, total = 0;
+            double maxd = 0;
+            if (ok) {
+                int32_t toks[100];
+                for (int i = 0; i < 100; i++) toks[i] = rnd32() % V;
+                /* prefill 60 tokens in two calls (micro-batches of 32), then 40 single steps */
+                int pos = 0;
+                while (pos < 100 && ok) {
+                    const int step = pos < 60 ? (pos == 0 ? 41 : 19) : 1;
+                    const float *lg[2];
+                    int32_t nr[2];
+                    for (int dv = 0; dv < 2; dv++) {
+                        if (lkv_decode(c[dv], toks + pos, step, pos)) {
+                            printf("     decode (%s): %s\n", dv ? "cuda" : "cpu", lkv_last_error());
+                            ok = 0;
+                            break;
+                        }
+                        lg[dv] = lkv_context_logits(c[dv], &nr[dv]);
+                    }
+                    if (!ok) break;
+                    for (int r = 0; r < nr[0]; r++) {
+                        int a0 = 0, a1 = 0;
+                        for (int k = 0; k < V; k++) {
+                            const float x0 = lg[0][(size_t)r * V + k], x1 = lg[1][(size_t)r * V + k];
+                            if (x0 > lg[0][(size_t)r * V + a0]) a0 = k;
+                            if (x1 > lg[1][(size_t)r * V + a1]) a1 = k;
+                            const double dd = fabs((double)x0 - x1);
+                            if (!(dd <= maxd)) maxd = isnan(dd) ? INFINITY : dd;
+                        }
+                        agree += a0 == a1;
+                        total++;
+                    }
+                    pos += step;
+                }
+            }
+            const lkv_traits *tw = lkv_type_traits(wt), *tkv = lkv_type_traits(kvt);
+            check(ok && total > 0 && agree >= 0.9 * total && maxd < 0.5,
+                  "model %-5s w=%-7s kv=%-6s top-1 agree %d/%d, max |logit diff| %.3g",
+                  ai == 0 ? "llama" : ai == 1 ? "qwen2" : "qwen3", tw->name, tkv->name, agree, total, maxd);
+            for (int dv = 0; dv < 2; dv++) { lkv_context_free(c[dv]); lkv_model_free(m[dv]); }
+            for (int i = 0; i < n; i++) free(ts[i].data);
+        }
+}
+
+// ---------------------------------------------------------------- graph capture of a step
+
+static void test_graph(void) {
+    if (!G->step_begin) { check(0, "graph hooks missing"); return; }
+    const int rows = 512, cols = 256, V = 100;
+    lkv_weight emb = {0}, w = {0};
+    make_weight(&emb, LKV_TYPE_Q8_0, V, cols);
+    make_weight(&w, LKV_TYPE_Q4_0, rows, cols);
+    float *dx = dev_buf(sizeof(float) * cols), *dy = dev_buf(sizeof(float) * rows);
+    float a[512], bb[512];
+    const lkv_weight *ws[1] = {&w};
+    float *outs[1] = {dy};
+    int same = 1;
+    for (int it = 0; it < 4; it++) {
+        int32_t tok = (int32_t)(rnd32() % V);
+        G->get_rows(gb, dx, &emb, &tok, 1);
+        G->rmsnorm(gb, dx, dx, NULL, 1, cols, 1e-5f);
+        G->matmul(gb, outs, dx, ws, 1, 1);
+        get(a, dy, sizeof(float) * rows);
+        G->step_begin(gb);
+        G->get_rows(gb, dx, &emb, &tok, 1);
+        G->rmsnorm(gb, dx, dx, NULL, 1, cols, 1e-5f);
+        G->matmul(gb, outs, dx, ws, 1, 1);
+        G->step_end(gb);
+        G->download(gb, bb, dy, sizeof(float) * rows);
+        same &= G->sync(gb) == LKV_OK && memcmp(a, bb, sizeof(float) * rows) == 0;
+    }
+    check(same, "graph-captured step equals the direct run (4 steps, changing token)");
+    free_weight(&emb); free_weight(&w); cudaFree(dx); cudaFree(dy);
+}
+
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : "";
+    if (lkv_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 0; }
+    struct lkv_model fake;
+    memset(&fake, 0, sizeof fake);
+    fake.hp.n_embd = 1024; fake.hp.n_ff = 1024; fake.hp.n_head = 16; fake.hp.head_dim = 256;
+    if (G->ctx_init(&gb, &fake, 1, 512) || C->ctx_init(&cb, &fake, 2, 512)) {
+        printf("ctx_init: %s\n", lkv_last_error());
+        return 2;
+    }
+    if (!*only || strstr(only, "ew")) test_elementwise();
+    if (!*only || strstr(only, "mm")) test_matmul();
+    if (!*only || strstr(only, "attn")) test_attention();
+    if (!*only || strstr(only, "graph")) test_graph();
+    if (!*only || strstr(only, "model")) test_models();
+    lkv_status st = G->sync(gb);
+    check(st == LKV_OK, "no device error at the end (%s)", st ? lkv_last_error() : "");
+    G->ctx_free(gb);
+    C->ctx_free(cb);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
