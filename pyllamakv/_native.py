@@ -9,6 +9,7 @@ exceptions carrying the core's message. Handles are released by ``close()``
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -134,7 +135,9 @@ class Model:
             d.nbytes = t.nbytes
         out = ffi.new("lkv_model **")
         _check(lib.lkv_model_create(p, descs, len(ts), out), f"loading {self.file.path}")
-        self._ptr = ffi.gc(out[0], lib.lkv_model_free)
+        self._raw = out[0]
+        self._ptr = ffi.gc(self._raw, lib.lkv_model_free)
+        self._contexts: weakref.WeakSet = weakref.WeakSet()
         self._keep = None  # names are read only while the model is created
 
     @property
@@ -152,9 +155,13 @@ class Model:
         return int(lib.lkv_model_weight_bytes(self.ptr))
 
     def close(self) -> None:
+        """Frees the weights; contexts still open on this model are closed first."""
         if self._ptr is not None:
-            lib.lkv_model_free(ffi.gc(self._ptr, None))
+            for ctx in list(self._contexts):
+                ctx.close()
+            ffi.gc(self._ptr, None)
             self._ptr = None
+            lib.lkv_model_free(self._raw)
 
     def __enter__(self) -> "Model":
         return self
@@ -189,7 +196,9 @@ class Context:
         self.logits_all = bool(logits_all)
         out = ffi.new("lkv_context **")
         _check(lib.lkv_context_create(model.ptr, p, out), "creating the context")
-        self._ptr = ffi.gc(out[0], lib.lkv_context_free)
+        self._raw = out[0]
+        self._ptr = ffi.gc(self._raw, lib.lkv_context_free)
+        model._contexts.add(self)
         self.n_vocab = model.n_vocab
 
     @property
@@ -251,8 +260,9 @@ class Context:
 
     def close(self) -> None:
         if self._ptr is not None:
-            lib.lkv_context_free(ffi.gc(self._ptr, None))
+            ffi.gc(self._ptr, None)
             self._ptr = None
+            lib.lkv_context_free(self._raw)
 
     def __enter__(self) -> "Context":
         return self

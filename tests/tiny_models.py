@@ -1,0 +1,102 @@
+"""Tiny random-weight GGUF models, written with gguf.GGUFWriter, for each
+architecture and weight type the engine supports. Weights are fresh random
+values per call; quantized types are made with gguf.quants where it can
+quantize, else from random codes with small finite f16 scales."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFWriter, quants
+from gguf.constants import GGML_QUANT_SIZES
+
+# byte offsets of f16 scale fields inside one block, for the formats gguf cannot quantize
+_F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2),
+               T.Q6_K: (208,), T.IQ4_NL: (0,)}
+_QUANTIZABLE = {T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0}
+
+ARCHS = ("llama", "qwen2", "qwen3")
+
+
+def _tensor(rng, rows: int, cols: int, qtype: T, scale: float):
+    """(rows, cols) weight in qtype: returns (data, raw_dtype or None)."""
+    x = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+    if qtype == T.F32:
+        return x, None
+    if qtype == T.F16:
+        return x.astype(np.float16), None
+    if qtype in _QUANTIZABLE:
+        return quants.quantize(x, qtype), qtype
+    block, size = GGML_QUANT_SIZES[qtype]
+    nb = rows * cols // block
+    raw = rng.integers(0, 256, (nb, size), dtype=np.uint8)
+    one = np.ones(nb, np.float16).view(np.uint8).reshape(nb, 2)
+    for off in _F16_FIELDS[qtype]:
+        raw[:, off:off + 2] = one
+    # values are linear in the f16 scales: rescale each block to an rms of `scale`
+    vals = quants.dequantize(raw.reshape(-1), qtype).reshape(nb, block).astype(np.float64)
+    rms = np.sqrt(np.mean(vals * vals, axis=1)) + 1e-3
+    k = (scale / rms * rng.uniform(0.7, 1.3, nb)).astype(np.float16)
+    for off in _F16_FIELDS[qtype]:
+        raw[:, off:off + 2] = k.view(np.uint8).reshape(nb, 2)
+    return raw.reshape(rows, cols // block * size), qtype
+
+
+def write_tiny_model(path: str | Path, arch: str = "llama", wtype: T = T.Q8_0, *,
+                     n_vocab: int = 320, n_embd: int = 256, n_layer: int = 2, n_head: int = 4,
+                     n_head_kv: int = 2, n_ff: int = 512, tied: bool = False,
+                     seed: int | None = None) -> Path:
+    """Writes a random model and returns its path."""
+    rng = np.random.default_rng(seed)
+    hd = n_embd // n_head
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(n_layer)
+    w.add_context_length(4096)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(n_vocab)
+
+    def add(name, rows, cols, qtype, scale):
+        data, raw = _tensor(rng, rows, cols, qtype, scale)
+        if raw is None:
+            w.add_tensor(name, data)
+        else:
+            w.add_tensor(name, data, raw_dtype=raw)
+
+    def vec(name, n, base=1.0, spread=0.2):
+        w.add_tensor(name, (base + spread * rng.standard_normal(n)).astype(np.float32))
+
+    add("token_embd.weight", n_vocab, n_embd, wtype, 1.0)
+    vec("output_norm.weight", n_embd)
+    if not tied:
+        add("output.weight", n_vocab, n_embd, wtype, 1.0 / np.sqrt(n_embd))
+    s_in, s_ff = 1.0 / np.sqrt(n_embd), 1.0 / np.sqrt(n_ff)
+    for il in range(n_layer):
+        b = f"blk.{il}."
+        vec(b + "attn_norm.weight", n_embd)
+        add(b + "attn_q.weight", n_head * hd, n_embd, wtype, s_in)
+        add(b + "attn_k.weight", n_head_kv * hd, n_embd, wtype, s_in)
+        add(b + "attn_v.weight", n_head_kv * hd, n_embd, wtype, s_in)
+        add(b + "attn_output.weight", n_embd, n_head * hd, wtype, s_in)
+        if arch == "qwen2":
+            vec(b + "attn_q.bias", n_head * hd, 0.0, 0.5)
+            vec(b + "attn_k.bias", n_head_kv * hd, 0.0, 0.5)
+            vec(b + "attn_v.bias", n_head_kv * hd, 0.0, 0.5)
+        if arch == "qwen3":
+            vec(b + "attn_q_norm.weight", hd)
+            vec(b + "attn_k_norm.weight", hd)
+        vec(b + "ffn_norm.weight", n_embd)
+        add(b + "ffn_gate.weight", n_ff, n_embd, wtype, s_in)
+        add(b + "ffn_up.weight", n_ff, n_embd, wtype, s_in)
+        add(b + "ffn_down.weight", n_embd, n_ff, wtype, s_ff)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
