@@ -192,6 +192,11 @@ class Context:
         p.type_k = type_id(type_k, kv=True)
         p.type_v = type_id(type_v, kv=True)
         p.logits_all = bool(logits_all)
+        if kv_pool_bytes is not None and (isinstance(kv_pool_bytes, bool) or
+                                          not isinstance(kv_pool_bytes, (int, np.integer))):
+            raise TypeError(f"kv_pool_bytes must be None or an int, not {kv_pool_bytes!r}")
+        if kv_pool_bytes is not None and kv_pool_bytes < 0:
+            raise ValueError(f"kv_pool_bytes must be >= 0 (got {kv_pool_bytes})")
         p.kv_pool_bytes = -1 if kv_pool_bytes is None else int(kv_pool_bytes)
         self.logits_all = bool(logits_all)
         out = ffi.new("lkv_context **")
