@@ -74,7 +74,8 @@ def write_tiny_model(path, arch: str, wtype: str, seed: int = 0) -> None:
     w.add_vocab_size(V)
     qt = getattr(gguf.GGMLQuantizationType, wtype.upper())
 
-    def mat(name, rows, cols, scale=0.3):
+    def mat(name, rows, cols, scale=None):
+        scale = 1.0 / np.sqrt(cols) if scale is None else scale
         data = _weight_bytes(rng, wtype, rows, cols, scale)
         w.add_tensor(name, data, raw_shape=(rows, N.row_bytes(wtype, cols)), raw_dtype=qt)
 
@@ -82,10 +83,10 @@ def write_tiny_model(path, arch: str, wtype: str, seed: int = 0) -> None:
         v = (1 + 0.1 * rng.standard_normal(n)) if around_one else 0.3 * rng.standard_normal(n)
         w.add_tensor(name, v.astype(np.float32))
 
-    mat("token_embd.weight", V, E, 1.0)
+    mat("token_embd.weight", V, E, 0.5)
     vec("output_norm.weight", E)
     if arch != "qwen2":                       # qwen2 ties the output to the embedding
-        mat("output.weight", V, E, 1.0)
+        mat("output.weight", V, E, 4.0 / np.sqrt(E))
     for i in range(NL):
         p = f"blk.{i}."
         vec(p + "attn_norm.weight", E)

@@ -93,7 +93,7 @@ static __device__ __forceinline__ float kv_dq1(int type, const uint8_t *row, int
 struct attn_geom {
     int G_total, n_sub;       /* heads per KV head; head groups per KV head */
     int ng_hd, lpr, rpw;      /* 32-groups per head; lanes per K row (pow2); rows per warp pass */
-    int hdT, rs_n, dpt;       /* dims a thread column covers; row splits; dims per thread */
+    int hdT, dpt;             /* dims a thread column covers; dims per thread */
     size_t rbk, rbv;          /* row bytes of K and V */
 };
 
@@ -110,10 +110,27 @@ static __device__ __forceinline__ void fold(float &m, float &l, float *o, int n_
     m = mn;
 }
 
-/* smem floats needed by chunk_partial */
-static size_t attn_smem_bytes(int G, int lpr, int chunk) {
-    return ((size_t)G * lpr * 33 + (size_t)G * chunk + (size_t)G * 128 + 2 * GMAX) * sizeof(float) +
-           (size_t)chunk * sizeof(void *) + 16;
+/* smem bytes needed by chunk_partial (see carve) */
+static size_t attn_smem_bytes(int G, int lpr, int chunk, int hd) {
+    return ((size_t)G * lpr * 33 + (size_t)G * chunk + (size_t)ATT_WARPS * G * hd + 2 * GMAX) *
+               sizeof(float) + 2 * (size_t)chunk * sizeof(void *) + 16;
+}
+
+struct attn_smem_ptrs { float *qsm, *s, *comb, *pm, *pl; const uint8_t **kptr, **vptr; };
+
+/* qsm (G, lpr, 33) | s (G, C) | comb (ATT_WARPS, G, hd) | pm, pl (GMAX) | kptr, vptr (C) */
+static __device__ __forceinline__ attn_smem_ptrs carve(float *sm, const attn_geom &ge, int G, int C,
+                                                       int hd) {
+    attn_smem_ptrs p;
+    p.qsm = sm;
+    p.s = p.qsm + G * ge.lpr * 33;
+    p.comb = p.s + G * C;
+    p.pm = p.comb + ATT_WARPS * G * hd;
+    p.pl = p.pm + GMAX;
+    size_t off = ((size_t)(p.pl + GMAX - sm) * sizeof(float) + 15) & ~(size_t)15;
+    p.kptr = (const uint8_t **)((char *)sm + off);
+    p.vptr = p.kptr + C;
+    return p;
 }
 
 /*
@@ -123,27 +140,35 @@ static size_t attn_smem_bytes(int G, int lpr, int chunk) {
  */
 template <int TK, int TV>
 static __device__ __forceinline__ void chunk_partial(
-    const lkv_attn_desc &d, const attn_geom &ge, int c, int qpos, int kh, int G, float *qsm,
-    float *s, float *comb, const uint8_t **vptr, float *pm, float *pl, float (&acc)[GMAX][2]) {
+    const lkv_attn_desc &d, const attn_geom &ge, int c, int qpos, int kh, int G,
+    const attn_smem_ptrs &sp, float (&acc)[GMAX][2]) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int C = d.chunk, p0 = c * C;
+    const int C = d.chunk, p0 = c * C, hd = d.head_dim;
     const int n_valid = max(0, min(C, qpos - p0 + 1));
+    float *s = sp.s;
 
-    // -- scores: lanes split a K row into 32-groups, RPW rows per warp pass
-    for (int base = warp * ge.rpw; base < n_valid; base += ATT_WARPS * ge.rpw) {
-        const int r = base + lane / ge.lpr, gl = lane % ge.lpr;
-        const uint8_t *krow = NULL, *vrow = NULL;
-        if (r < n_valid) {
-            const int p = p0 + r;
-            for (int i = 0; i < d.n_segs; i++) {
-                const lkv_kv_seg &sg = d.segs[i];
-                if (p >= sg.pos0 && p < sg.pos0 + sg.n) {
-                    krow = (const uint8_t *)sg.k + (size_t)(p - sg.pos0) * ge.rbk;
-                    vrow = (const uint8_t *)sg.v + (size_t)(p - sg.pos0) * ge.rbv;
-                    break;
-                }
+    // -- where each row lives (NULL: in no segment)
+    for (int r = tid; r < n_valid; r += ATT_THREADS) {
+        const int p = p0 + r;
+        const uint8_t *kr = NULL, *vr = NULL;
+        for (int i = 0; i < d.n_segs; i++) {
+            const lkv_kv_seg &sg = d.segs[i];
+            if (p >= sg.pos0 && p < sg.pos0 + sg.n) {
+                kr = (const uint8_t *)sg.k + (size_t)(p - sg.pos0) * ge.rbk;
+                vr = (const uint8_t *)sg.v + (size_t)(p - sg.pos0) * ge.rbv;
+                break;
             }
         }
+        sp.kptr[r] = kr;
+        sp.vptr[r] = vr;
+    }
+    __syncthreads();
+
+    // -- scores: lanes split a K row into 32-groups, rpw rows per warp pass
+#pragma unroll 2
+    for (int base = warp * ge.rpw; base < n_valid; base += ATT_WARPS * ge.rpw) {
+        const int r = base + lane / ge.lpr, gl = lane % ge.lpr;
+        const uint8_t *krow = r < n_valid ? sp.kptr[r] : NULL;
         float kf[32];
         if (krow && gl < ge.ng_hd) kv_dq32<TK>(d.type_k, krow, kh * ge.ng_hd + gl, kf);
         else {
@@ -153,14 +178,13 @@ static __device__ __forceinline__ void chunk_partial(
 #pragma unroll
         for (int g = 0; g < GMAX; g++) {
             if (g >= G) break;
-            const float *qg = qsm + (g * ge.lpr + gl) * 33;
+            const float *qg = sp.qsm + (g * ge.lpr + gl) * 33;
             float dot = 0.f;
 #pragma unroll
             for (int i = 0; i < 32; i++) dot += kf[i] * qg[i];
             for (int o = ge.lpr >> 1; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
             if (gl == 0 && r < n_valid) s[g * C + r] = krow ? dot : -INFINITY;
         }
-        if (gl == 0 && r < n_valid) vptr[r] = vrow;
     }
     __syncthreads();
 
@@ -176,43 +200,68 @@ static __device__ __forceinline__ void chunk_partial(
             sum += e;
         }
         sum = lkv_warp_sum(sum);
-        if (lane == 0) { pm[g] = mx; pl[g] = sum; }
+        if (lane == 0) { sp.pm[g] = mx; sp.pl[g] = sum; }
     }
     __syncthreads();
 
-    // -- o = sum p v: thread column owns dims, rows split rs_n ways
-    const int col = tid % ge.hdT, rs = tid / ge.hdT;
+    // -- o = sum p v: lanes split a V row into 8-element pieces (dq8), rv rows
+    //    per warp pass; then row slots, then warps, are added in a fixed order
+    const int n8 = hd / 8;
+    int lv = 1;
+    while (lv < n8) lv <<= 1;
+    const int rv = 32 / lv, pc = lane % lv, slot = lane / lv;
+    float o8[GMAX][8];
 #pragma unroll
-    for (int g = 0; g < GMAX; g++) acc[g][0] = acc[g][1] = 0.f;
-    if (rs < ge.rs_n) {
-        for (int r = rs; r < n_valid; r += ge.rs_n) {
-            const uint8_t *vrow = vptr[r];
-            if (!vrow) continue;
+    for (int g = 0; g < GMAX; g++)
 #pragma unroll
-            for (int k = 0; k < 2; k++) {
-                if (k >= ge.dpt || col + k * 128 >= d.head_dim) break;
-                const float v = kv_dq1<TV>(d.type_v, vrow, kh * d.head_dim + col + k * 128);
+        for (int i = 0; i < 8; i++) o8[g][i] = 0.f;
+#pragma unroll 2
+    for (int r = warp * rv + slot; r < n_valid; r += ATT_WARPS * rv) {
+        const uint8_t *vrow = sp.vptr[r];
+        if (!vrow || pc >= n8) continue;
+        float v8[8];
+        if constexpr (TV >= 0) dq8<TV>(vrow, kh * n8 + pc, v8);
+        else {
+            switch (d.type_v) {
+#define X(TT) case TT: dq8<TT>(vrow, kh * n8 + pc, v8); break;
+                LKV_CUDA_KV_TYPES(X)
+#undef X
+            default:
 #pragma unroll
-                for (int g = 0; g < GMAX; g++) {
-                    if (g >= G) break;
-                    acc[g][k] += s[g * C + r] * v;
-                }
+                for (int i = 0; i < 8; i++) v8[i] = 0.f;
             }
+        }
+#pragma unroll
+        for (int g = 0; g < GMAX; g++) {
+            if (g >= G) break;
+            const float pr = s[g * C + r];
+#pragma unroll
+            for (int i = 0; i < 8; i++) o8[g][i] += pr * v8[i];
         }
     }
-    if (ge.rs_n > 1) {   /* head_dim < 128: add the other splits' sums in split order */
-        if (rs > 0 && rs < ge.rs_n) {
 #pragma unroll
-            for (int g = 0; g < GMAX; g++)
-                if (g < G) comb[((rs - 1) * G + g) * ge.hdT + col] = acc[g][0];
+    for (int g = 0; g < GMAX; g++) {
+        if (g >= G) break;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            for (int off = lv; off < 32; off <<= 1) o8[g][i] += __shfl_xor_sync(0xffffffffu, o8[g][i], off);
+        if (slot == 0 && pc < n8)
+#pragma unroll
+            for (int i = 0; i < 8; i++) sp.comb[(warp * G + g) * hd + 8 * pc + i] = o8[g][i];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < GMAX; g++) {
+        acc[g][0] = acc[g][1] = 0.f;
+        if (g >= G) continue;
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int dd = tid + 128 * k;
+            if (tid >= ge.hdT || dd >= hd) continue;
+            float v = 0.f;
+            for (int w = 0; w < ATT_WARPS; w++) v += sp.comb[(w * G + g) * hd + dd];
+            acc[g][k] = v;
         }
-        __syncthreads();
-        if (rs == 0)
-            for (int k = 1; k < ge.rs_n; k++) {
-#pragma unroll
-                for (int g = 0; g < GMAX; g++)
-                    if (g < G) acc[g][0] += comb[((k - 1) * G + g) * ge.hdT + col];
-            }
     }
     __syncthreads();
 }
@@ -229,20 +278,6 @@ static __device__ __forceinline__ void load_q(const float *q, const lkv_attn_des
     __syncthreads();
 }
 
-struct attn_smem_ptrs { float *qsm, *s, *comb, *pm, *pl; const uint8_t **vptr; };
-
-static __device__ __forceinline__ attn_smem_ptrs carve(float *sm, const attn_geom &ge, int G, int C) {
-    attn_smem_ptrs p;
-    p.qsm = sm;
-    p.s = p.qsm + G * ge.lpr * 33;
-    p.comb = p.s + G * C;
-    p.pm = p.comb + G * 128;
-    p.pl = p.pm + GMAX;
-    size_t off = ((size_t)(p.pl + GMAX - sm) * sizeof(float) + 15) & ~(size_t)15;
-    p.vptr = (const uint8_t **)((char *)sm + off);
-    return p;
-}
-
 // ---------------------------------------------------------------- kernels
 
 /* grid (head groups, n_q): chunks in order, folded as they come */
@@ -253,7 +288,7 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
     const int gi = blockIdx.x, qi = blockIdx.y, qpos = d.q_pos0 + qi;
     const int kh = gi / ge.n_sub, sub = gi % ge.n_sub;
     const int h0 = kh * ge.G_total + sub * GMAX, G = min(GMAX, ge.G_total - sub * GMAX);
-    attn_smem_ptrs p = carve(sm, ge, G, d.chunk);
+    attn_smem_ptrs p = carve(sm, ge, G, d.chunk, d.head_dim);
     load_q(q, d, ge, qi, h0, G, p.qsm);
 
     const int hd = d.head_dim, tid = threadIdx.x;
@@ -269,7 +304,7 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
     }
     const int c_end = min(d.chunk_hi, qpos / d.chunk + 1);
     for (int c = d.chunk_lo; c < c_end; c++) {
-        chunk_partial<TK, TV>(d, ge, c, qpos, kh, G, p.qsm, p.s, p.comb, p.vptr, p.pm, p.pl, acc);
+        chunk_partial<TK, TV>(d, ge, c, qpos, kh, G, p, acc);
 #pragma unroll
         for (int g = 0; g < GMAX; g++) {
             if (g >= G) break;
@@ -301,7 +336,7 @@ attn_split_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
     const int h0 = kh * ge.G_total + sub * GMAX, G = min(GMAX, ge.G_total - sub * GMAX);
     const int hd = d.head_dim, tid = threadIdx.x;
     const int c = c_first + x;
-    attn_smem_ptrs p = carve(sm, ge, G, d.chunk);
+    attn_smem_ptrs p = carve(sm, ge, G, d.chunk, d.head_dim);
     float acc[GMAX][2];
     if (c * d.chunk > qpos) {   /* past the query: empty partial */
         for (int g = 0; g < G; g++)
@@ -309,7 +344,7 @@ attn_split_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
         return;
     }
     load_q(q, d, ge, qi, h0, G, p.qsm);
-    chunk_partial<TK, TV>(d, ge, c, qpos, kh, G, p.qsm, p.s, p.comb, p.vptr, p.pm, p.pl, acc);
+    chunk_partial<TK, TV>(d, ge, c, qpos, kh, G, p, acc);
 #pragma unroll
     for (int g = 0; g < GMAX; g++) {
         if (g >= G) break;
@@ -322,7 +357,9 @@ attn_split_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
     }
 }
 
-/* grid (n_head, n_q), threads over dims: fold nc partials in chunk order */
+/* grid (n_head, n_q), threads over dims: fold nc partials in chunk order
+ * (loads of FOLD_AHEAD partials are issued before they are folded) */
+enum { FOLD_AHEAD = 8 };
 __global__ void attn_fold_kernel(float *st, const float *ws, int n_head, int hd, int nc) {
     const int h = blockIdx.x, qi = blockIdx.y;
     float *sp = st + ((size_t)qi * n_head + h) * (hd + 2);
@@ -331,9 +368,16 @@ __global__ void attn_fold_kernel(float *st, const float *ws, int n_head, int hd,
     __syncthreads();   /* every thread has read the old (m, l) before thread 0 rewrites it */
     for (int d0 = threadIdx.x; d0 < hd; d0 += blockDim.x) {
         float m = m0, l = l0, o[2] = {sp[2 + d0], 0.f};
-        for (int x = 0; x < nc; x++) {
-            const float *pp = wp + (size_t)x * (hd + 2);
-            fold(m, l, o, 1, pp[0], pp[1], pp + 2 + d0);
+        for (int x0 = 0; x0 < nc; x0 += FOLD_AHEAD) {
+            float pm[FOLD_AHEAD], pl[FOLD_AHEAD], po[FOLD_AHEAD];
+#pragma unroll
+            for (int k = 0; k < FOLD_AHEAD; k++) {
+                const float *pp = wp + (size_t)min(x0 + k, nc - 1) * (hd + 2);
+                pm[k] = pp[0]; pl[k] = pp[1]; po[k] = pp[2 + d0];
+            }
+#pragma unroll
+            for (int k = 0; k < FOLD_AHEAD; k++)
+                if (x0 + k < nc) fold(m, l, o, 1, pm[k], pl[k], &po[k]);
         }
         sp[2 + d0] = o[0];
         if (d0 == 0) { sp[0] = m; sp[1] = l; }
@@ -361,7 +405,7 @@ static void attn_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_d
                         const attn_geom &ge) {
     const int n_groups = d->n_head_kv * ge.n_sub;
     const int Gmax = min(GMAX, ge.G_total);
-    const size_t smem = attn_smem_bytes(Gmax, ge.lpr, d->chunk);
+    const size_t smem = attn_smem_bytes(Gmax, ge.lpr, d->chunk, d->head_dim);
     if (smem > ATT_SMEM_MAX) { lkv_cuda_note(b, cudaErrorInvalidValue, "attn: chunk too large"); return; }
     const int n_chunks = d->chunk_hi - d->chunk_lo;
     const size_t per_chunk = (size_t)d->n_q * d->n_head * (d->head_dim + 2) * sizeof(float);
@@ -447,7 +491,6 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
     while (ge.lpr < ge.ng_hd) ge.lpr <<= 1;
     ge.rpw = 32 / ge.lpr;
     ge.hdT = hd < 128 ? hd : 128;
-    ge.rs_n = ATT_THREADS / ge.hdT;
     ge.dpt = (hd + 127) / 128;
     const int64_t kv_elems = (int64_t)d->n_head_kv * hd;
     ge.rbk = (size_t)kv_row_bytes(d->type_k, kv_elems);

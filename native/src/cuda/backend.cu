@@ -90,6 +90,7 @@ static void cuda_model_free(struct lkv_model *m) {
     free(s);
     m->be_state = NULL;
     lkv_model_foreach_weight(m, clear_dev, NULL);
+    m->output.dev = NULL;
 }
 
 static lkv_status cuda_model_init(struct lkv_model *m) {
@@ -100,6 +101,8 @@ static lkv_status cuda_model_init(struct lkv_model *m) {
     s->st = LKV_OK;
     m->be_state = s;
     lkv_model_foreach_weight(m, upload_weight, s);
+    /* a tied output is a copy of tok_embd's struct that foreach skips */
+    if (m->tied_output) m->output.dev = m->tok_embd.dev;
     if (s->st != LKV_OK) {
         lkv_status st = s->st;
         cuda_model_free(m);

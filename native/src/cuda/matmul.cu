@@ -3,16 +3,21 @@
  *
  * Two kernels, chosen by the number of tokens n:
  * - matvec (n <= MV_MAX_TOK, decode): memory-bound. Each warp owns MV_ROWS
- *   weight rows; its lanes walk the rows 32 elements (one dq32 group) at a
- *   time, dequantize in registers and multiply with every token's f32
+ *   weight rows; lane l takes 8-element pieces l, l+32, ... (dq8), so a warp
+ *   reads a contiguous span of each row and of the activations per step; it
+ *   dequantizes in registers and multiplies with every token's f32
  *   activations, so each weight byte is read once and each activation load
  *   serves MV_ROWS rows. Accumulation is f32 (unlike the CPU, activations are
  *   not rounded to 8 bits: the results differ from the CPU's by that rounding).
  * - gemm (prefill): tensor cores through WMMA, f16 operands, f32 accumulators.
  *   A block computes a (GM tokens x GN rows) tile; per K step of GK elements it
  *   converts the activation tile to f16 and dequantizes the weight tile
- *   (one dq32 group per thread) into shared memory. f16 rounding of the
- *   operands gives relative errors near 1e-3, the usual price of f16 GEMM.
+ *   (one 32-element group per thread) into shared memory. The dequantization is the
+ *   costly part (ALU), so GM is large: each weight tile serves 128 tokens.
+ *   f16 rounding of the operands gives relative errors near 3e-4, the usual
+ *   price of f16 GEMM; activations beyond f16's range (65504) would overflow.
+ * Weights of one type sharing the input (q/k/v, gate/up) go in one launch:
+ * the grid's x dimension runs over the row tiles of all of them.
  */
 #include <mma.h>
 
@@ -20,60 +25,75 @@
 
 using namespace nvcuda;
 
+/* up to 3 weights of one type that share the input, one launch */
+struct mm_set {
+    const uint8_t *w[3];
+    float *out[3];
+    size_t row_bytes[3];
+    int rows[3];
+    int tile0[4];     /* first grid tile of weight j; tile0[n_w] = total */
+    int n_w;
+};
+
+static __device__ __forceinline__ int mm_pick(const mm_set &ms, int tile) {
+    int j = 0;
+    while (j + 1 < ms.n_w && tile >= ms.tile0[j + 1]) j++;
+    return j;
+}
+
 // ---------------------------------------------------------------- matvec
 
 enum { MV_MAX_TOK = 8, MV_ROWS = 2, MV_WARPS = 4 };
 
 template <int T>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-matvec_kernel(float *__restrict__ out, const float *__restrict__ x, const uint8_t *__restrict__ w,
-              size_t row_bytes, int rows, int cols, int n) {
+matvec_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int cols, int n) {
     const int lane = threadIdx.x & 31;
-    const int r0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
+    const int j = mm_pick(ms, blockIdx.x);
+    const int rows = ms.rows[j];
+    const int r0 = ((blockIdx.x - ms.tile0[j]) * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
     if (r0 >= rows) return;
-    const int ng = cols / 32;
+    const int ne = cols / 8;   /* 8-element pieces per row: lane takes every 32nd */
+    const uint8_t *wr[MV_ROWS];
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++) wr[r] = ms.w[j] + (size_t)min(r0 + r, rows - 1) * ms.row_bytes[j];
     float acc[MV_ROWS][MV_MAX_TOK];
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)
 #pragma unroll
         for (int t = 0; t < MV_MAX_TOK; t++) acc[r][t] = 0.f;
 
-    for (int g = lane; g < ng; g += 32) {
-        float wv[MV_ROWS][32];
+#pragma unroll 2
+    for (int e = lane; e < ne; e += 32) {
+        float wv[MV_ROWS][8];
 #pragma unroll
-        for (int r = 0; r < MV_ROWS; r++) {
-            const int row = min(r0 + r, rows - 1);   /* a missing last row repeats; not stored */
-            dq32<T>(w + (size_t)row * row_bytes, g, wv[r]);
-        }
+        for (int r = 0; r < MV_ROWS; r++) dq8<T>(wr[r], e, wv[r]);
 #pragma unroll
         for (int t = 0; t < MV_MAX_TOK; t++) {
             if (t >= n) break;
-            const float4 *xp = (const float4 *)(x + (size_t)t * cols + 32 * g);
+            const float4 *xp = (const float4 *)(x + (size_t)t * cols + 8 * e);
+            const float4 a = __ldg(xp), c = __ldg(xp + 1);
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const float4 xv = __ldg(xp + i);
-#pragma unroll
-                for (int r = 0; r < MV_ROWS; r++) {
-                    acc[r][t] += wv[r][4 * i] * xv.x + wv[r][4 * i + 1] * xv.y +
-                                 wv[r][4 * i + 2] * xv.z + wv[r][4 * i + 3] * xv.w;
-                }
-            }
+            for (int r = 0; r < MV_ROWS; r++)
+                acc[r][t] += wv[r][0] * a.x + wv[r][1] * a.y + wv[r][2] * a.z + wv[r][3] * a.w +
+                             wv[r][4] * c.x + wv[r][5] * c.y + wv[r][6] * c.z + wv[r][7] * c.w;
         }
     }
+    float *out = ms.out[j];
 #pragma unroll
     for (int t = 0; t < MV_MAX_TOK; t++) {
         if (t >= n) break;
 #pragma unroll
         for (int r = 0; r < MV_ROWS; r++) {
-            const float s = lkv_warp_sum(acc[r][t]);
-            if (lane == 0 && r0 + r < rows) out[(size_t)t * rows + r0 + r] = s;
+            const float sum = lkv_warp_sum(acc[r][t]);
+            if (lane == 0 && r0 + r < rows) out[(size_t)t * rows + r0 + r] = sum;
         }
     }
 }
 
 // ---------------------------------------------------------------- gemm
 
-enum { GM = 64, GN = 128, GK = 64, G_WARPS = 8, G_PAD = 8 };
+enum { GM = 128, GN = 128, GK = 64, G_WARPS = 8, G_PAD = 8 };
 enum { GA_LD = GK + G_PAD, GC_LD = 32 + 4 };
 
 struct gemm_smem_ab {
@@ -82,101 +102,130 @@ struct gemm_smem_ab {
 };
 union gemm_smem {
     gemm_smem_ab ab;
-    float c[G_WARPS][32][GC_LD];   /* each warp's 32x32 output, staged for guarded stores */
+    float c[G_WARPS][32][GC_LD];   /* a warp's 32x32 piece of output, staged for guarded stores */
 };
 
+static __device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 template <int T>
-__global__ void __launch_bounds__(G_WARPS * 32)
-gemm_kernel(float *__restrict__ out, const float *__restrict__ x, const uint8_t *__restrict__ w,
-            size_t row_bytes, int rows, int cols, int n) {
+__global__ void __launch_bounds__(G_WARPS * 32, 2)
+gemm_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int cols, int n) {
     __shared__ __align__(128) gemm_smem sm;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int t0 = blockIdx.y * GM, r0 = blockIdx.x * GN;
-    const int wm = warp >> 2, wn = warp & 3;   /* warp tile: 32 tokens x 32 rows */
+    const int j = mm_pick(ms, blockIdx.x);
+    const int rows = ms.rows[j];
+    const int t0 = blockIdx.y * GM, r0 = (blockIdx.x - ms.tile0[j]) * GN;
+    const int wm = warp >> 2, wn = warp & 3;   /* warp tile: 64 tokens x 32 rows */
     const int ng = cols / 32;
 
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.f);
+        for (int jj = 0; jj < 2; jj++) wmma::fill_fragment(acc[i][jj], 0.f);
 
-    /* this thread's share of the weight tile: row br, group bg of the K step */
+    /* this thread's share of the weight tile: row br, group bgi of the K step */
     const int br = tid >> 1, bgi = tid & 1;
     const bool brow_ok = r0 + br < rows;
-    const uint8_t *wrow = w + (size_t)(brow_ok ? r0 + br : 0) * row_bytes;
+    const uint8_t *wrow = ms.w[j] + (size_t)(brow_ok ? r0 + br : 0) * ms.row_bytes[j];
+    constexpr int XV = (GM * GK / 4) / (G_WARPS * 32);   /* float4s of activations per thread */
+    static_assert(GM * GK * 4 / 128 == G_WARPS * 32, "one activation line per thread to prefetch");
 
     for (int k0 = 0; k0 < cols; k0 += GK) {
-        /* activations: 64 x 64 floats, 16 per thread as float4 */
+        /* activations to f16 smem */
 #pragma unroll
-        for (int i = 0; i < (GM * GK / 4) / (G_WARPS * 32); i++) {
+        for (int i = 0; i < XV; i++) {
             const int idx = tid + i * G_WARPS * 32;
             const int tr = idx / (GK / 4), kc = (idx % (GK / 4)) * 4;
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (t0 + tr < n && k0 + kc < cols) v = *(const float4 *)(x + (size_t)(t0 + tr) * cols + k0 + kc);
+            if (t0 + tr < n && k0 + kc < cols) v = __ldg((const float4 *)(x + (size_t)(t0 + tr) * cols + k0 + kc));
             __half2 *dst = (__half2 *)&sm.ab.a[tr][kc];
             dst[0] = __floats2half2_rn(v.x, v.y);
             dst[1] = __floats2half2_rn(v.z, v.w);
         }
-        /* weights: one dq32 group per thread */
+        /* weights: one 32-element group per thread, 8 at a time (dq8: fewer live registers) */
         {
             const int g = k0 / 32 + bgi;
-            float y[32];
-            if (brow_ok && g < ng) {
-                dq32<T>(wrow, g, y);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 32; i++) y[i] = 0.f;
-            }
             __half2 *dst = (__half2 *)&sm.ab.b[br][bgi * 32];
 #pragma unroll
-            for (int i = 0; i < 16; i++) dst[i] = __floats2half2_rn(y[2 * i], y[2 * i + 1]);
+            for (int q = 0; q < 4; q++) {
+                float y[8];
+                if (brow_ok && g < ng) {
+                    dq8<T>(wrow, 4 * g + q, y);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) y[i] = 0.f;
+                }
+#pragma unroll
+                for (int i = 0; i < 4; i++) dst[4 * q + i] = __floats2half2_rn(y[2 * i], y[2 * i + 1]);
+            }
         }
         __syncthreads();
+        /* next step's activations and weights start on their way during the mma */
+        if (k0 + GK < cols) {
+            /* activations: 128 rows x 256 bytes = 256 lines, one per thread */
+            if (t0 + (tid >> 1) < n)
+                prefetch_l2(x + (size_t)(t0 + (tid >> 1)) * cols + k0 + GK + (tid & 1) * 32);
+            const int gn = k0 / 32 + GK / 32 + bgi;
+            if (brow_ok && gn < ng) {
+                const uint8_t *pb;
+                if constexpr (cblk<T>::qk <= 32) pb = wrow + (size_t)gn * group_bytes<T>();
+                else pb = wrow + (size_t)(gn >> 3) * cblk<T>::bytes;
+                prefetch_l2(pb);
+                if constexpr (cblk<T>::qk > 32) prefetch_l2(pb + 128);
+            }
+        }
 #pragma unroll
         for (int kk = 0; kk < GK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
             wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
 #pragma unroll
-            for (int i = 0; i < 2; i++)
-                wmma::load_matrix_sync(fa[i], &sm.ab.a[wm * 32 + i * 16][kk], GA_LD);
+            for (int jj = 0; jj < 2; jj++)
+                wmma::load_matrix_sync(fb[jj], &sm.ab.b[wn * 32 + jj * 16][kk], GA_LD);
 #pragma unroll
-            for (int j = 0; j < 2; j++)
-                wmma::load_matrix_sync(fb[j], &sm.ab.b[wn * 32 + j * 16][kk], GA_LD);
+            for (int i = 0; i < 4; i++) {
+                wmma::load_matrix_sync(fa, &sm.ab.a[wm * 64 + i * 16][kk], GA_LD);
 #pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+                for (int jj = 0; jj < 2; jj++) wmma::mma_sync(acc[i][jj], fa, fb[jj], acc[i][jj]);
+            }
         }
         __syncthreads();
     }
 
-    /* stage each warp's 32x32 tile, then guarded, coalesced stores */
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(&sm.c[warp][i * 16][j * 16], acc[i][j], GC_LD, wmma::mem_row_major);
-    __syncwarp();
+    /* stage each warp's output 32 tokens at a time, then guarded, coalesced stores */
+    float *out = ms.out[j];
     const int rr = r0 + wn * 32 + lane;
-    for (int i = 0; i < 32; i++) {
-        const int t = t0 + wm * 32 + i;
-        if (t < n && rr < rows) out[(size_t)t * rows + rr] = sm.c[warp][i][lane];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++)
+                wmma::store_matrix_sync(&sm.c[warp][i * 16][jj * 16], acc[2 * h + i][jj], GC_LD,
+                                        wmma::mem_row_major);
+        __syncwarp();
+        for (int i = 0; i < 32; i++) {
+            const int t = t0 + wm * 64 + h * 32 + i;
+            if (t < n && rr < rows) out[(size_t)t * rows + rr] = sm.c[warp][i][lane];
+        }
+        __syncwarp();
     }
 }
 
 // ---------------------------------------------------------------- launcher
 
 template <int T>
-static void matmul_one(lkv_bctx *b, float *out, const float *x, const lkv_weight *w, int n) {
-    const int rows = (int)w->rows, cols = (int)w->cols;
-    const uint8_t *wd = (const uint8_t *)w->dev;
+static void matmul_set(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
+    const int rows_per_tile = n <= MV_MAX_TOK ? MV_WARPS * MV_ROWS : GN;
+    ms.tile0[0] = 0;
+    for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], rows_per_tile);
     if (n <= MV_MAX_TOK) {
-        const unsigned grid = lkv_cdiv(rows, MV_WARPS * MV_ROWS);
-        matvec_kernel<T><<<grid, MV_WARPS * 32, 0, b->stream>>>(out, x, wd, w->row_bytes, rows, cols, n);
+        matvec_kernel<T><<<ms.tile0[ms.n_w], MV_WARPS * 32, 0, b->stream>>>(ms, x, cols, n);
     } else {
-        const dim3 grid(lkv_cdiv(rows, GN), lkv_cdiv(n, GM));
-        gemm_kernel<T><<<grid, G_WARPS * 32, 0, b->stream>>>(out, x, wd, w->row_bytes, rows, cols, n);
+        const dim3 grid(ms.tile0[ms.n_w], lkv_cdiv(n, GM));
+        gemm_kernel<T><<<grid, G_WARPS * 32, 0, b->stream>>>(ms, x, cols, n);
     }
     LKV_CUDA_LAUNCHED(b, "matmul");
 }
@@ -186,14 +235,25 @@ static void matmul_one(lkv_bctx *b, float *out, const float *x, const lkv_weight
 void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
                      const lkv_weight *const *ws, int n_w, int n) {
     if (n <= 0) return;
-    for (int i = 0; i < n_w; i++) {
-        const lkv_weight *w = ws[i];
-        if (!w->dev || w->cols % 32) {
-            lkv_cuda_note(b, cudaErrorInvalidValue, "matmul: weight not on the device");
-            return;
+    for (int i = 0; i < n_w;) {
+        /* a run of up to 3 weights of one type */
+        mm_set ms = {};
+        const int type = ws[i]->type, cols = (int)ws[i]->cols;
+        while (i < n_w && ms.n_w < 3 && ws[i]->type == type && ws[i]->cols == cols) {
+            const lkv_weight *w = ws[i];
+            if (!w->dev || w->cols % 32) {
+                lkv_cuda_note(b, cudaErrorInvalidValue, "matmul: weight not on the device");
+                return;
+            }
+            ms.w[ms.n_w] = (const uint8_t *)w->dev;
+            ms.out[ms.n_w] = outs[i];
+            ms.row_bytes[ms.n_w] = w->row_bytes;
+            ms.rows[ms.n_w] = (int)w->rows;
+            ms.n_w++;
+            i++;
         }
-        switch (w->type) {
-#define X(T) case T: matmul_one<T>(b, outs[i], x, w, n); break;
+        switch (type) {
+#define X(T) case T: matmul_set<T>(b, ms, x, cols, n); break;
             LKV_CUDA_WEIGHT_TYPES(X)
 #undef X
         default:

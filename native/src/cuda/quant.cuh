@@ -249,6 +249,141 @@ static __device__ __forceinline__ void dq32(const uint8_t *__restrict__ row, int
     }
 }
 
+// ---------------------------------------------------------------- dq8
+
+/* y[0..8) = elements [8e, 8e + 8) of the row starting at `row`. The unit of
+ * the coalesced kernels: consecutive lanes take consecutive 8-element pieces,
+ * so a warp reads a contiguous span of weights and of activations. */
+template <int T>
+static __device__ __forceinline__ void dq8(const uint8_t *__restrict__ row, int e, float *y) {
+    if constexpr (T == LKV_TYPE_F32) {
+        const float4 *p = (const float4 *)(row + (size_t)e * 32);
+        const float4 a = p[0], b = p[1];
+        y[0] = a.x; y[1] = a.y; y[2] = a.z; y[3] = a.w; y[4] = b.x; y[5] = b.y; y[6] = b.z; y[7] = b.w;
+    } else if constexpr (T == LKV_TYPE_F16) {
+        const uint4 v = *(const uint4 *)(row + (size_t)e * 16);
+        const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+        for (int k = 0; k < 4; k++) { float2 f = __half22float2(h[k]); y[2 * k] = f.x; y[2 * k + 1] = f.y; }
+    } else if constexpr (T == LKV_TYPE_BF16) {
+        const uint4 v = *(const uint4 *)(row + (size_t)e * 16);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            y[2 * k] = __uint_as_float(w[k] << 16);
+            y[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+        }
+    } else if constexpr (cblk<T>::qk == 32) {
+        /* piece p of a 32-block: elements 8p..8p+7 are the low (p < 2) or high
+         * nibbles of qs[8(p&1) .. 8(p&1)+8) */
+        const int p = e & 3, j0 = 8 * p, o = 8 * (p & 1), sh = (p >> 1) * 4;
+        if constexpr (T == LKV_TYPE_Q8_0) {
+            const cq8_0 *b = (const cq8_0 *)row + (e >> 2);
+            const float d = h2f(b->d);
+            const uint16_t *q16 = (const uint16_t *)(b->qs + j0);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t q = q16[i];
+                y[2 * i] = (int8_t)(q & 0xff) * d;
+                y[2 * i + 1] = (int8_t)(q >> 8) * d;
+            }
+        } else {
+            const uint8_t *qs, *qh8 = nullptr;
+            float d, m = 0.f;
+            if constexpr (T == LKV_TYPE_Q4_0 || T == LKV_TYPE_IQ4_NL) {
+                const cq4_0 *b = (const cq4_0 *)row + (e >> 2);
+                d = h2f(b->d); qs = b->qs;
+                if constexpr (T == LKV_TYPE_Q4_0) m = -8.f * d;
+            } else if constexpr (T == LKV_TYPE_Q4_1) {
+                const cq4_1 *b = (const cq4_1 *)row + (e >> 2);
+                d = h2f(b->d); m = h2f(b->m); qs = b->qs;
+            } else if constexpr (T == LKV_TYPE_Q5_0) {
+                const cq5_0 *b = (const cq5_0 *)row + (e >> 2);
+                d = h2f(b->d); m = -16.f * d; qs = b->qs; qh8 = b->qh;
+            } else {
+                const cq5_1 *b = (const cq5_1 *)row + (e >> 2);
+                d = h2f(b->d); m = h2f(b->m); qs = b->qs; qh8 = b->qh;
+            }
+            const uint16_t *q16 = (const uint16_t *)(qs + o);
+            uint32_t hb = 0;
+            if constexpr (T == LKV_TYPE_Q5_0 || T == LKV_TYPE_Q5_1) hb = qh8[p];   /* bits j0..j0+7 */
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t q = q16[i];
+                int a = (q >> sh) & 0xF, c = (q >> (8 + sh)) & 0xF;
+                if constexpr (T == LKV_TYPE_Q5_0 || T == LKV_TYPE_Q5_1) {
+                    a |= ((hb >> (2 * i)) & 1) << 4;
+                    c |= ((hb >> (2 * i + 1)) & 1) << 4;
+                }
+                if constexpr (T == LKV_TYPE_IQ4_NL) {
+                    y[2 * i] = lkv_iq4nl_levels[a] * d;
+                    y[2 * i + 1] = lkv_iq4nl_levels[c] * d;
+                } else if constexpr (T == LKV_TYPE_Q4_0 || T == LKV_TYPE_Q5_0) {
+                    y[2 * i] = (a - (T == LKV_TYPE_Q4_0 ? 8 : 16)) * d;
+                    y[2 * i + 1] = (c - (T == LKV_TYPE_Q4_0 ? 8 : 16)) * d;
+                } else {
+                    y[2 * i] = a * d + m;
+                    y[2 * i + 1] = c * d + m;
+                }
+            }
+            (void)m;
+        }
+    } else {
+        /* K types: 32-group g = e/4 of the row, piece p: elements l = 8p..8p+7 of the group */
+        const int g = e >> 2, p = e & 3, l0 = 8 * p;
+        const int s = g & 7;
+        if constexpr (T == LKV_TYPE_Q2_K) {
+            const cq2_k *b = (const cq2_k *)row + (g >> 3);
+            const int n = s >> 2, j = s & 3;
+            const int sc = b->scales[8 * n + 2 * j + (p >> 1)];
+            const float dl = h2f(b->d) * (sc & 0xF), ml = h2f(b->dmin) * (sc >> 4);
+            const uint8_t *q = b->qs + 32 * n + l0;
+#pragma unroll
+            for (int l = 0; l < 8; l++) y[l] = dl * ((q[l] >> (2 * j)) & 3) - ml;
+        } else if constexpr (T == LKV_TYPE_Q3_K) {
+            const cq3_k *b = (const cq3_k *)row + (g >> 3);
+            const int n = s >> 2, j = s & 3;
+            const float dl = h2f(b->d) * k3_scale(b->scales, 2 * s + (p >> 1));
+            const uint8_t *q = b->qs + 32 * n + l0, *hm = b->hmask + l0;
+            const int mbit = 1 << s;
+#pragma unroll
+            for (int l = 0; l < 8; l++) y[l] = dl * (((q[l] >> (2 * j)) & 3) - ((hm[l] & mbit) ? 0 : 4));
+        } else if constexpr (T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K) {
+            const int hi = s & 1;
+            const uint8_t *sc8, *q, *qh = nullptr;
+            float d, dmin;
+            if constexpr (T == LKV_TYPE_Q4_K) {
+                const cq4_k *b = (const cq4_k *)row + (g >> 3);
+                d = h2f(b->d); dmin = h2f(b->dmin); sc8 = b->scales; q = b->qs + 32 * (s >> 1) + l0;
+            } else {
+                const cq5_k *b = (const cq5_k *)row + (g >> 3);
+                d = h2f(b->d); dmin = h2f(b->dmin); sc8 = b->scales; q = b->qs + 32 * (s >> 1) + l0;
+                qh = b->qh + l0;
+            }
+            int sc, mn;
+            k4_scale_min(sc8, s, &sc, &mn);
+            const float dl = d * sc, ml = dmin * mn;
+#pragma unroll
+            for (int l = 0; l < 8; l++) {
+                int v = hi ? (q[l] >> 4) : (q[l] & 0xF);
+                if constexpr (T == LKV_TYPE_Q5_K) v += (qh[l] >> s & 1) << 4;
+                y[l] = dl * v - ml;
+            }
+        } else if constexpr (T == LKV_TYPE_Q6_K) {
+            const cq6_k *b = (const cq6_k *)row + (g >> 3);
+            const int n = s >> 2, k = s & 3;
+            const float dl = h2f(b->d) * b->scales[8 * n + 2 * k + (p >> 1)];
+            const uint8_t *ql = b->ql + 64 * n + ((k & 1) ? 32 : 0) + l0;
+            const uint8_t *qh = b->qh + 32 * n + l0;
+#pragma unroll
+            for (int l = 0; l < 8; l++) {
+                const int lo = (k >= 2) ? (ql[l] >> 4) : (ql[l] & 0xF);
+                y[l] = dl * ((lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32);
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- dispatch
 
 /* Calls F<T>::run(args...) for a run-time weight type id; returns false for a
