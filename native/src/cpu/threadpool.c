@@ -45,7 +45,11 @@ static void *worker_main(void *p) {
         int spins = 0;
         while ((g = atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen) {
             if (atomic_load(&tp->stop)) return NULL;
-            if (++spins < SPIN_ROUNDS) { cpu_relax(); continue; }
+            if (++spins < SPIN_ROUNDS) {
+                if (spins & 1023) cpu_relax();
+                else sched_yield();
+                continue;
+            }
             pthread_mutex_lock(&tp->mu);
             atomic_fetch_add(&tp->sleepers, 1);
             while (atomic_load(&tp->gen) == seen && !atomic_load(&tp->stop))
@@ -110,5 +114,10 @@ void lkv_tp_run(lkv_threadpool *tp, lkv_tp_fn fn, void *arg) {
         pthread_mutex_unlock(&tp->mu);
     }
     fn(arg, 0, tp->n);
-    while (atomic_load_explicit(&tp->done, memory_order_acquire) < tp->n - 1) cpu_relax();
+    /* spin briefly, then yield: with more runnable threads than cores the
+     * worker we wait for may need this core */
+    for (int spins = 0; atomic_load_explicit(&tp->done, memory_order_acquire) < tp->n - 1; spins++) {
+        if (spins < 4096) cpu_relax();
+        else sched_yield();
+    }
 }
