@@ -1,0 +1,188 @@
+"""KV streaming benchmark: prefill and decode speed against context depth,
+all resident vs a bounded pool, with the PCIe bound beside each figure.
+
+For each depth from 8K doubling to --max-context: fill the cache to that
+depth, then time a prefill of --batch-size tokens at that depth (pp) and
+--n-gen single-token decodes (tg). Modes: "resident" (no bound, when the
+whole cache fits), "auto" (the largest pool that fits in free memory; equal to
+resident on a card that holds everything) and fixed pools (--pools MiB,...).
+Each row lands in results.csv under --out as soon as it is measured, and rows
+already there are skipped, so an interrupted sweep resumes. Plots: PNG + SVG.
+
+    python benchmarks/benchmark_kv_stream.py --shape llama3-8b --max-context 131072 \\
+        --type-k q8_0 --type-v q8_0 --pools auto,4096,1024 --out bench-out
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pyllamakv._native import Context, Model, cuda_device_count  # noqa: E402
+from pyllamakv.plan import auto_pool_bytes, kv_bytes_per_token, kv_plan  # noqa: E402
+
+PCIE = 55e9
+FIELDS = ["model", "device", "type_k", "type_v", "depth", "mode", "pool_mib", "fill_s",
+          "pp_tps", "tg_tps", "resident_fraction", "streamed_per_token_mb", "stream_gbps",
+          "pcie_bound_tps", "ratio_to_bound", "kv_mb"]
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="a GGUF file")
+    src.add_argument("--shape", help="a synthetic shape (benchmarks/synthetic_model.py)")
+    ap.add_argument("--weight-type", default="q4_0")
+    ap.add_argument("--max-context", type=int, default=32768)
+    ap.add_argument("--min-context", type=int, default=8192)
+    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--ubatch-size", type=int, default=512)
+    ap.add_argument("--type-k", default="q8_0")
+    ap.add_argument("--type-v", default="q8_0")
+    ap.add_argument("--pools", default="auto", help="comma list: auto and/or MiB values")
+    ap.add_argument("--n-gen", type=int, default=32)
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", default="bench-out")
+    return ap.parse_args()
+
+
+def model_file(a: argparse.Namespace, out: Path) -> str:
+    if a.model:
+        return a.model
+    from gguf import GGMLQuantizationType as T
+    import synthetic_model
+    path = out / f"synthetic-{a.shape}-{a.weight_type}.gguf"
+    if not path.exists():
+        print(f"writing {path} ...", file=sys.stderr, flush=True)
+        synthetic_model.write(synthetic_model.SHAPES[a.shape], path, T[a.weight_type.upper()])
+    return str(path)
+
+
+def done_rows(csv_path: Path) -> set[tuple]:
+    if not csv_path.exists():
+        return set()
+    with csv_path.open() as f:
+        return {(r["depth"], r["mode"]) for r in csv.DictReader(f)}
+
+
+def measure(m: Model, a, depth: int, pool: int | None, rng) -> dict:
+    n_ctx = depth + a.batch_size + a.n_gen + 8
+    c = Context(m, n_ctx=n_ctx, n_batch=a.batch_size, n_ubatch=a.ubatch_size,
+                n_threads=a.threads, type_k=a.type_k, type_v=a.type_v, kv_pool_bytes=pool)
+    try:
+        toks = rng.integers(0, m.n_vocab, depth + a.batch_size).tolist()
+        t0 = time.perf_counter()
+        for i in range(0, depth, a.batch_size):
+            c.decode(toks[i:min(i + a.batch_size, depth)])
+        fill_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        c.decode(toks[depth:depth + a.batch_size])
+        pp = a.batch_size / (time.perf_counter() - t0)
+        c.truncate(depth)
+        c.decode([toks[0]])            # warm the decode path at this depth
+        streamed = 0
+        t0 = time.perf_counter()
+        for i in range(a.n_gen):
+            c.decode([toks[i + 1]])
+            streamed += c.kv_stats()["bytes_streamed_last"]
+        tg = a.n_gen / (time.perf_counter() - t0)
+        stats = c.kv_stats()
+    finally:
+        c.close()
+    per_tok = streamed / a.n_gen
+    plan = kv_plan(m.hparams, n_ctx, type_k=a.type_k, type_v=a.type_v, pool_bytes=pool,
+                   n_tokens=depth + 1)
+    bound = PCIE / per_tok if per_tok else float("inf")
+    return dict(fill_s=round(fill_s, 3), pp_tps=round(pp, 2), tg_tps=round(tg, 3),
+                resident_fraction=round(plan.resident_fraction, 4),
+                streamed_per_token_mb=round(per_tok / 1e6, 3),
+                stream_gbps=round(per_tok * tg / 1e9, 3),
+                pcie_bound_tps=round(bound, 3) if per_tok else "",
+                ratio_to_bound=round(tg / bound, 4) if per_tok else "",
+                pool_mib=round(stats["pool_bytes"] / 2**20, 1))
+
+
+def plot(csv_path: Path, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    with csv_path.open() as f:
+        rows = list(csv.DictReader(f))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for mode in sorted({r["mode"] for r in rows}):
+        rs = sorted((r for r in rows if r["mode"] == mode), key=lambda r: int(r["depth"]))
+        x = [int(r["depth"]) for r in rs]
+        axes[0].plot(x, [float(r["pp_tps"]) for r in rs], marker="o", label=mode)
+        axes[1].plot(x, [float(r["tg_tps"]) for r in rs], marker="o", label=mode)
+        b = [(int(r["depth"]), float(r["pcie_bound_tps"])) for r in rs if r["pcie_bound_tps"]]
+        if b:
+            axes[1].plot(*zip(*b), linestyle=":", label=f"{mode}: PCIe bound")
+    for ax, t in zip(axes, ["prefill tokens/s", "decode tokens/s"]):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("context depth")
+        ax.set_title(t)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(out / f"kv_stream.{ext}")
+
+
+def main() -> None:
+    a = parse()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = a.device if a.device != "auto" else ("cuda" if cuda_device_count() else "cpu")
+    path = model_file(a, out)
+    m = Model(path, device=device, n_threads=a.threads)
+    csv_path = out / "results.csv"
+    seen = done_rows(csv_path)
+    rng = np.random.default_rng(0)
+    new = not csv_path.exists()
+    with csv_path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        if new:
+            w.writeheader()
+        depth = a.min_context
+        while depth <= a.max_context:
+            n_ctx = depth + a.batch_size + a.n_gen + 8
+            modes: list[tuple[str, int | None]] = [("resident", None)]
+            for p in a.pools.split(","):
+                if p == "auto":
+                    modes.append(("auto", auto_pool_bytes(m.hparams, n_ctx, device,
+                                                          type_k=a.type_k, type_v=a.type_v)))
+                elif p:
+                    modes.append((f"pool {p} MiB", int(float(p) * 2**20)))
+            for mode, pool in modes:
+                if (str(depth), mode) in seen:
+                    continue
+                try:
+                    r = measure(m, a, depth, pool, rng)
+                except (MemoryError, ValueError) as e:
+                    print(f"depth {depth} {mode}: skipped ({e})", file=sys.stderr)
+                    continue
+                row = dict(model=os.path.basename(path), device=device, type_k=a.type_k,
+                           type_v=a.type_v, depth=depth, mode=mode,
+                           kv_mb=round(kv_bytes_per_token(m.hparams, a.type_k, a.type_v)
+                                       * depth / 1e6, 1), **r)
+                w.writerow(row)
+                f.flush()
+                print(" ".join(f"{k}={row[k]}" for k in ("depth", "mode", "pool_mib", "pp_tps",
+                      "tg_tps", "resident_fraction", "streamed_per_token_mb", "stream_gbps",
+                      "ratio_to_bound")), flush=True)
+            depth *= 2
+    plot(csv_path, out)
+    print(f"results: {csv_path}; plots: {out}/kv_stream.png, .svg")
+
+
+if __name__ == "__main__":
+    main()
