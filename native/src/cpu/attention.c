@@ -2,16 +2,27 @@
  * cpu/attention.c: exact attention over the KV chunk grid.
  *
  * The running state of one (query, head) is (m, l, o[head_dim]): the largest
- * score so far, the sum of exp(score - m) and the unnormalised sum of
- * exp(score - m) * v. attn_accum folds chunk after chunk, in increasing chunk
- * order, into that state; the partial of one chunk is computed in two passes
- * over all of its rows (scores, then max, then exp-weights and V in row
- * order), so nothing depends on which segment holds which row. Merging two
- * states is the log-sum-exp rule: M = max(m_a, m_b), each side scaled by
- * exp(m_side - M). An empty chunk (no row at or before the query) is skipped.
+ * score so far, the sum of exp(score - m) and the normalised output so far.
+ * attn_accum folds chunk after chunk, in increasing chunk order, into that
+ * state; the partial of one chunk is computed over all of its rows at once
+ * (scores, max, weights, V in row order), so nothing depends on which
+ * segment holds which row. Merging two states is the log-sum-exp rule:
+ * M = max(m_a, m_b), w_side = l_side * exp(m_side - M), o = (o_a w_a + o_b
+ * w_b) / (w_a + w_b). An empty chunk (no row at or before the query) is
+ * skipped; a single chunk's partial is the result as it stands.
  *
- * Scores are dot products of the K rows with the query converted to K's
- * vec_dot_type (as the weight matmuls do); V rows are converted to f32.
+ * Within a chunk the arithmetic is llama.cpp's CPU attention without flash
+ * attention (KQ and KQV matmuls through ggml's 16-lane f16 kernel, softmax in
+ * between), so that for contexts of one chunk the values are the same as
+ * llama.cpp's: the query rounded to f16; each score a 16-lane FMA dot of f16
+ * values in f32 reduced by the _mm512_reduce_add_ps tree, times the scale;
+ * weights exp(s - max) by ggml's polynomial exp; their sum in f64 over groups
+ * of 16 positions (each group reduced by the same tree); probabilities
+ * weight * (float)(1 / sum) rounded to f16; the output a 16-lane FMA dot of
+ * those with the f16 V column, reduced by the tree (with a V of another
+ * type the probabilities stay f32). Lanes are position mod
+ * 16 from the chunk start (a multiple of 16). Other KV types use their
+ * vec_dot / to_float with the same softmax.
  */
 #include <math.h>
 #include <string.h>
@@ -27,8 +38,8 @@ typedef struct {
 } accum_job;
 
 size_t lkv_cpu_attn_scratch_floats(int head_dim, int chunk) {
-    /* scores (chunk) + q converted (<= 2 * head_dim floats of bytes) + v row + o partial */
-    return (size_t)chunk + 2 * (size_t)head_dim + 2 * (size_t)head_dim + 64;
+    /* scores (chunk) + q converted (<= 2 * head_dim floats of bytes) + 16 lanes + v row */
+    return (size_t)chunk + 2 * (size_t)head_dim + 17 * (size_t)head_dim + 64;
 }
 
 size_t lkv_cpu_attn_state_bytes(int n_q, int n_head, int head_dim) {
@@ -58,6 +69,84 @@ static inline const lkv_kv_seg *find_seg(const lkv_attn_desc *d, int32_t p, int 
     return NULL;
 }
 
+/* ggml's x86 vector exp, scalar (fmaf is the vector FMA's operation) */
+static inline float ggml_like_expf(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                              fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+
+/* the _mm512_reduce_add_ps tree over 16 lanes */
+static inline float reduce16(const float *a) {
+    float t6[4];
+    for (int i = 0; i < 4; i++) t6[i] = (a[12 + i] + a[4 + i]) + (a[8 + i] + a[i]);
+    return (t6[0] + t6[2]) + (t6[1] + t6[3]);
+}
+
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
+static inline float f16_to_f32(uint16_t h) {
+#ifdef __F16C__
+    return _cvtsh_ss(h);
+#else
+    float f;
+    lkv_type_traits(LKV_TYPE_F16)->to_float(&h, &f, 1);
+    return f;
+#endif
+}
+
+static inline uint16_t f32_to_f16(float f) {
+#ifdef __F16C__
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+    uint16_t h;
+    lkv_type_traits(LKV_TYPE_F16)->from_float(&f, &h, 1);
+    return h;
+#endif
+}
+
+/* 16-lane f16 dot (lane l takes elements l, l+16, ...), n a multiple of 16 */
+static inline float dot16_f16(const uint16_t *a, const uint16_t *b, int n) {
+    float lanes[16];
+#if defined(__F16C__) && defined(__FMA__)
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), lo);
+        hi = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i + 8))),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i + 8))), hi);
+    }
+    _mm256_storeu_ps(lanes, lo);
+    _mm256_storeu_ps(lanes + 8, hi);
+#else
+    for (int l = 0; l < 16; l++) lanes[l] = 0.0f;
+    for (int i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++) lanes[l] = fmaf(f16_to_f32(a[i + l]), f16_to_f32(b[i + l]), lanes[l]);
+#endif
+    return reduce16(lanes);
+}
+
+/* acc[k] = fma(v[k], p, acc[k]) for k < n */
+static inline void axpy_f16(float *acc, const uint16_t *v, float p, int n) {
+    int k = 0;
+#if defined(__F16C__) && defined(__FMA__)
+    const __m256 pv = _mm256_set1_ps(p);
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(acc + k, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + k))),
+                                                  pv, _mm256_loadu_ps(acc + k)));
+#endif
+    for (; k < n; k++) acc[k] = fmaf(f16_to_f32(v[k]), p, acc[k]);
+}
+
 static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
     const lkv_attn_desc *d = j->d;
     const int hd = d->head_dim;
@@ -68,11 +157,14 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
     const size_t rbv = (size_t)lkv_type_row_bytes(tv, (int64_t)d->n_head_kv * hd);
     const size_t hk = (size_t)lkv_type_row_bytes(tk, hd) * kvh;   /* head offset in a row */
     const size_t hv = (size_t)lkv_type_row_bytes(tv, hd) * kvh;
+    const int f16k = d->type_k == LKV_TYPE_F16 && hd % 16 == 0;
+    const int f16v = d->type_v == LKV_TYPE_F16;
 
+    /* scratch: scores/probabilities (chunk) | q converted (2*hd) | lanes (16*hd) | v row (hd) */
     float *scores = scratch;
     void *qc = scratch + d->chunk;
-    float *vrow = scratch + d->chunk + 2 * hd;
-    float *oj = vrow + hd;
+    float *lanes = scratch + d->chunk + 2 * hd;
+    float *vrow = lanes + 16 * hd;
     tq->from_float(j->q + ((size_t)qi * d->n_head + h) * hd, qc, hd);
 
     float *e = j->st + ((size_t)qi * d->n_head + h) * (hd + 2);
@@ -89,31 +181,58 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
             const lkv_kv_seg *s = find_seg(d, p0 + r, &hint);
             const char *krow = (const char *)s->k + (size_t)(p0 + r - s->pos0) * rbk + hk;
             float sc;
-            tk->vec_dot(hd, &sc, krow, qc);
+            if (f16k) sc = dot16_f16((const uint16_t *)krow, (const uint16_t *)qc, hd);
+            else tk->vec_dot(hd, &sc, krow, qc);
             sc *= d->scale;
             scores[r] = sc;
             if (sc > mj) mj = sc;
         }
-        float lj = 0.0f;
-        memset(oj, 0, sizeof(float) * hd);
+        /* weights; their sum in f64 over groups of 16 positions */
+        double sum = 0.0;
+        for (int g = 0; g < nr; g += 16) {
+            float w16[16];
+            for (int l = 0; l < 16; l++) {
+                w16[l] = g + l < nr ? ggml_like_expf(scores[g + l] - mj) : 0.0f;
+                if (g + l < nr) scores[g + l] = w16[l];
+            }
+            sum += (double)reduce16(w16);
+        }
+        const float inv = (float)(1.0 / sum);
+        /* probabilities rounded to f16, V accumulated in 16 lanes by position */
+        memset(lanes, 0, sizeof(float) * 16 * hd);
         for (int r = 0; r < nr; r++) {
             const lkv_kv_seg *s = find_seg(d, p0 + r, &hint);
             const char *vr = (const char *)s->v + (size_t)(p0 + r - s->pos0) * rbv + hv;
-            const float w = expf(scores[r] - mj);
-            lj += w;
-            tv->to_float(vr, vrow, hd);
-            for (int k = 0; k < hd; k++) oj[k] += w * vrow[k];
+            /* the probabilities take V's dot type: f16 for an f16 V, else f32 */
+            const float pr = f16v ? f16_to_f32(f32_to_f16(scores[r] * inv)) : scores[r] * inv;
+            float *acc = lanes + (size_t)(r & 15) * hd;
+            if (f16v) {
+                axpy_f16(acc, (const uint16_t *)vr, pr, hd);
+            } else {
+                tv->to_float(vr, vrow, hd);
+                for (int k = 0; k < hd; k++) acc[k] = fmaf(vrow[k], pr, acc[k]);
+            }
         }
+        const float lj = (float)sum;
         /* fold (mj, lj, oj) into the state */
         if (e[0] == -INFINITY) {
             e[0] = mj;
             e[1] = lj;
-            memcpy(e + 2, oj, sizeof(float) * hd);
+            for (int k = 0; k < hd; k++) {
+                float a16[16];
+                for (int l = 0; l < 16; l++) a16[l] = lanes[(size_t)l * hd + k];
+                e[2 + k] = reduce16(a16);
+            }
         } else {
             const float M = e[0] > mj ? e[0] : mj;
-            const float a = expf(e[0] - M), bb = expf(mj - M);
-            for (int k = 0; k < hd; k++) e[2 + k] = e[2 + k] * a + oj[k] * bb;
-            e[1] = e[1] * a + lj * bb;
+            const float wa = e[1] * expf(e[0] - M), wb = lj * expf(mj - M);
+            const float il = 1.0f / (wa + wb);
+            for (int k = 0; k < hd; k++) {
+                float a16[16];
+                for (int l = 0; l < 16; l++) a16[l] = lanes[(size_t)l * hd + k];
+                e[2 + k] = (e[2 + k] * wa + reduce16(a16) * wb) * il;
+            }
+            e[1] = wa + wb;
             e[0] = M;
         }
     }
@@ -138,7 +257,7 @@ void lkv_cpu_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n
     const float *s = st;
     for (long i = 0; i < (long)n_q * n_head; i++) {
         const float *e = s + i * (head_dim + 2);
-        const float inv = e[1] > 0.0f ? 1.0f / e[1] : 0.0f;
-        for (int k = 0; k < head_dim; k++) out[i * head_dim + k] = e[2 + k] * inv;
+        const int any = e[1] > 0.0f;   /* o is already normalised */
+        for (int k = 0; k < head_dim; k++) out[i * head_dim + k] = any ? e[2 + k] : 0.0f;
     }
 }

@@ -7,7 +7,8 @@
  * Quantization is ggml's reference rounding, which gguf.quants reproduces:
  * q4/q5 take the scale from the signed extreme (or from max - min), multiply
  * by the reciprocal scale, add the offset plus one half and truncate; q8_0 and
- * q8_1 divide by amax / 127 and round half away from zero. These are the
+ * q8_1 multiply by 127 / amax and round half to even, as ggml's x86
+ * activation quantizers do (llama.cpp's results depend on it). These are the
  * formats of the KV cache and of the activations, so they are deterministic.
  * iq4_nl has no reference in gguf.quants; its quantizer here is a small,
  * deterministic scale search in the spirit of ggml's (see quantize_iq4_nl).
@@ -175,16 +176,17 @@ void lkv_q5_1_from_float(const float *x, void *vy, int64_t n) {
 
 // ---------------------------------------------------------------- q8_0, q8_1
 
-/* amax / 127 as the scale, round(x / scale) half away from zero. Returns the
+/* amax / 127 as the scale, x * (127 / amax) rounded half to even (ggml's
+ * x86 quantize_row_q8_0/q8_1). Returns the
  * f32 scale; q receives the 32 codes, *sum their sum. */
 static inline float quantize8(const float *x, int8_t *q, int *sum) {
     float amax = 0.0f;
     for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
     const float d = amax / 127;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;   /* as ggml's x86 path */
     int s = 0;
     for (int j = 0; j < 32; j++) {
-        q[j] = (int8_t)roundf(x[j] * id);
+        q[j] = (int8_t)nearbyintf(x[j] * id);   /* half to even, as _mm256_round_ps */
         s += q[j];
     }
     *sum = s;

