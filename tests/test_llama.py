@@ -189,3 +189,21 @@ def test_import_is_light():
     code = "import sys, pyllamakv; print('pyllamakv._ffi' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("pool", [0.5, 2, "auto"])
+def test_bounded_pool_gives_the_same_generation(llm, pool):
+    """kv_pool_mib streams the cache through a bounded pool (the CPU's emulated
+    device); text and logits equal the all-resident model's."""
+    from pyllamakv import Llama
+    prompt = "Once upon a time, in a land far away, there lived a"
+    want = greedy(llm, prompt, n=12)["choices"][0]["text"]
+    want_scores = llm.scores[-1].copy()
+    with Llama(model_path(), n_ctx=128, n_batch=64, n_ubatch=64, kv_pool_mib=pool) as s:
+        got = greedy(s, prompt, n=12)["choices"][0]["text"]
+        assert got == want
+        np.testing.assert_array_equal(s.scores[-1], want_scores)
+        st = s.kv_stats()
+        # one chunk of every layer (30 x 192 KiB) exceeds each pool: all of them stream
+        assert st["pool_bytes"] <= (2 << 20) and st["streaming"] == 1
+        assert st["bytes_streamed"] > 0
