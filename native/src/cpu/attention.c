@@ -12,17 +12,18 @@
  * skipped; a single chunk's partial is the result as it stands.
  *
  * Within a chunk the arithmetic is llama.cpp's CPU attention without flash
- * attention (KQ and KQV matmuls through ggml's 16-lane f16 kernel, softmax in
- * between), so that for contexts of one chunk the values are the same as
- * llama.cpp's: the query rounded to f16; each score a 16-lane FMA dot of f16
- * values in f32 reduced by the _mm512_reduce_add_ps tree, times the scale;
- * weights exp(s - max) by ggml's polynomial exp; their sum in f64 over groups
- * of 16 positions (each group reduced by the same tree); probabilities
- * weight * (float)(1 / sum) rounded to f16; the output a 16-lane FMA dot of
+ * attention as its AVX2 build computes a batch (KQ and KQV matmuls through
+ * the 8-lane f16 GEMM kernel, softmax in between), so that for contexts of
+ * one chunk the values are the same as llama.cpp's: the query rounded to f16;
+ * each score an 8-lane FMA dot of f16 values in f32 reduced by the
+ * ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) tree, times the scale; weights
+ * exp(s - max) by ggml's AVX2 polynomial exp; their sum in f64 over groups of
+ * 8 positions (each group reduced by the same tree); probabilities
+ * weight * (float)(1 / sum) rounded to f16; the output an 8-lane FMA dot of
  * those with the f16 V column, reduced by the tree (with a V of another
- * type the probabilities stay f32). Lanes are position mod
- * 16 from the chunk start (a multiple of 16). Other KV types use their
- * vec_dot / to_float with the same softmax.
+ * type the probabilities stay f32). Lanes are position mod 8 from the chunk
+ * start (a multiple of 8). Other KV types use their vec_dot / to_float with
+ * the same softmax.
  */
 #include <math.h>
 #include <string.h>
@@ -38,8 +39,8 @@ typedef struct {
 } accum_job;
 
 size_t lkv_cpu_attn_scratch_floats(int head_dim, int chunk) {
-    /* scores (chunk) + q converted (<= 2 * head_dim floats of bytes) + 16 lanes + v row */
-    return (size_t)chunk + 2 * (size_t)head_dim + 17 * (size_t)head_dim + 64;
+    /* scores (chunk) + q converted (<= 2 * head_dim floats of bytes) + 8 lanes + v row */
+    return (size_t)chunk + 2 * (size_t)head_dim + 9 * (size_t)head_dim + 64;
 }
 
 size_t lkv_cpu_attn_state_bytes(int n_q, int n_head, int head_dim) {
@@ -75,19 +76,33 @@ static inline float ggml_like_expf(float x) {
     const float z = fmaf(x, 0x1.715476p+0f, r);
     const float n = z - r;
     const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    uint32_t zb, kb;
+    memcpy(&zb, &z, 4);
+    const uint32_t e = zb << 23;           /* 2^n from z's low bits */
+    kb = e + 0x3f800000u;
+    float k;
+    memcpy(&k, &kb, 4);
     const float u = b * b;
     const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
                               fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
-    return ldexpf(j, (int)n);
+                         u, 0x1.ffffecp-1f * b);
+    if (!(fabsf(n) > 126.0f)) return fmaf(j, k, k);
+    /* large |n|: 2^n split in two factors (s2 * s1), or 0 / inf past 192 */
+    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
+    const uint32_t s1b = g + 0x7f000000u, s2b = e - g;
+    float s1, s2;
+    memcpy(&s1, &s1b, 4);
+    memcpy(&s2, &s2b, 4);
+    if (fabsf(n) > 192.0f) return s1 * s1;
+    return fmaf(s2, j, s2) * s1;
 }
 
-/* the _mm512_reduce_add_ps tree over 16 lanes */
-static inline float reduce16(const float *a) {
-    float t6[4];
-    for (int i = 0; i < 4; i++) t6[i] = (a[12 + i] + a[4 + i]) + (a[8 + i] + a[i]);
-    return (t6[0] + t6[2]) + (t6[1] + t6[3]);
+/* the 8-lane horizontal sum of ggml's AVX2 kernels: high half + low half,
+ * then (t0 + t2) + (t1 + t3) */
+static inline float reduce8(const float *a) {
+    float t[4];
+    for (int i = 0; i < 4; i++) t[i] = a[4 + i] + a[i];
+    return (t[0] + t[2]) + (t[1] + t[3]);
 }
 
 #ifdef __F16C__
@@ -114,25 +129,21 @@ static inline uint16_t f32_to_f16(float f) {
 #endif
 }
 
-/* 16-lane f16 dot (lane l takes elements l, l+16, ...), n a multiple of 16 */
-static inline float dot16_f16(const uint16_t *a, const uint16_t *b, int n) {
-    float lanes[16];
+/* 8-lane f16 dot (lane l takes elements l, l+8, ...), n a multiple of 8 */
+static inline float dot8_f16(const uint16_t *a, const uint16_t *b, int n) {
+    float lanes[8];
 #if defined(__F16C__) && defined(__FMA__)
-    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-    for (int i = 0; i < n; i += 16) {
-        lo = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))),
-                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), lo);
-        hi = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i + 8))),
-                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i + 8))), hi);
-    }
-    _mm256_storeu_ps(lanes, lo);
-    _mm256_storeu_ps(lanes + 8, hi);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))),
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), acc);
+    _mm256_storeu_ps(lanes, acc);
 #else
-    for (int l = 0; l < 16; l++) lanes[l] = 0.0f;
-    for (int i = 0; i < n; i += 16)
-        for (int l = 0; l < 16; l++) lanes[l] = fmaf(f16_to_f32(a[i + l]), f16_to_f32(b[i + l]), lanes[l]);
+    for (int l = 0; l < 8; l++) lanes[l] = 0.0f;
+    for (int i = 0; i < n; i += 8)
+        for (int l = 0; l < 8; l++) lanes[l] = fmaf(f16_to_f32(a[i + l]), f16_to_f32(b[i + l]), lanes[l]);
 #endif
-    return reduce16(lanes);
+    return reduce8(lanes);
 }
 
 /* acc[k] = fma(v[k], p, acc[k]) for k < n */
@@ -157,14 +168,14 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
     const size_t rbv = (size_t)lkv_type_row_bytes(tv, (int64_t)d->n_head_kv * hd);
     const size_t hk = (size_t)lkv_type_row_bytes(tk, hd) * kvh;   /* head offset in a row */
     const size_t hv = (size_t)lkv_type_row_bytes(tv, hd) * kvh;
-    const int f16k = d->type_k == LKV_TYPE_F16 && hd % 16 == 0;
+    const int f16k = d->type_k == LKV_TYPE_F16 && hd % 8 == 0;
     const int f16v = d->type_v == LKV_TYPE_F16;
 
-    /* scratch: scores/probabilities (chunk) | q converted (2*hd) | lanes (16*hd) | v row (hd) */
+    /* scratch: scores/probabilities (chunk) | q converted (2*hd) | lanes (8*hd) | v row (hd) */
     float *scores = scratch;
     void *qc = scratch + d->chunk;
     float *lanes = scratch + d->chunk + 2 * hd;
-    float *vrow = lanes + 16 * hd;
+    float *vrow = lanes + 8 * hd;
     tq->from_float(j->q + ((size_t)qi * d->n_head + h) * hd, qc, hd);
 
     float *e = j->st + ((size_t)qi * d->n_head + h) * (hd + 2);
@@ -181,31 +192,31 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
             const lkv_kv_seg *s = find_seg(d, p0 + r, &hint);
             const char *krow = (const char *)s->k + (size_t)(p0 + r - s->pos0) * rbk + hk;
             float sc;
-            if (f16k) sc = dot16_f16((const uint16_t *)krow, (const uint16_t *)qc, hd);
+            if (f16k) sc = dot8_f16((const uint16_t *)krow, (const uint16_t *)qc, hd);
             else tk->vec_dot(hd, &sc, krow, qc);
             sc *= d->scale;
             scores[r] = sc;
             if (sc > mj) mj = sc;
         }
-        /* weights; their sum in f64 over groups of 16 positions */
+        /* weights; their sum in f64 over groups of 8 positions */
         double sum = 0.0;
-        for (int g = 0; g < nr; g += 16) {
-            float w16[16];
-            for (int l = 0; l < 16; l++) {
-                w16[l] = g + l < nr ? ggml_like_expf(scores[g + l] - mj) : 0.0f;
-                if (g + l < nr) scores[g + l] = w16[l];
+        for (int g = 0; g < nr; g += 8) {
+            float w8[8];
+            for (int l = 0; l < 8; l++) {
+                w8[l] = g + l < nr ? ggml_like_expf(scores[g + l] - mj) : 0.0f;
+                if (g + l < nr) scores[g + l] = w8[l];
             }
-            sum += (double)reduce16(w16);
+            sum += (double)reduce8(w8);
         }
         const float inv = (float)(1.0 / sum);
-        /* probabilities rounded to f16, V accumulated in 16 lanes by position */
-        memset(lanes, 0, sizeof(float) * 16 * hd);
+        /* probabilities rounded to f16, V accumulated in 8 lanes by position */
+        memset(lanes, 0, sizeof(float) * 8 * hd);
         for (int r = 0; r < nr; r++) {
             const lkv_kv_seg *s = find_seg(d, p0 + r, &hint);
             const char *vr = (const char *)s->v + (size_t)(p0 + r - s->pos0) * rbv + hv;
             /* the probabilities take V's dot type: f16 for an f16 V, else f32 */
             const float pr = f16v ? f16_to_f32(f32_to_f16(scores[r] * inv)) : scores[r] * inv;
-            float *acc = lanes + (size_t)(r & 15) * hd;
+            float *acc = lanes + (size_t)(r & 7) * hd;
             if (f16v) {
                 axpy_f16(acc, (const uint16_t *)vr, pr, hd);
             } else {
@@ -219,18 +230,18 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
             e[0] = mj;
             e[1] = lj;
             for (int k = 0; k < hd; k++) {
-                float a16[16];
-                for (int l = 0; l < 16; l++) a16[l] = lanes[(size_t)l * hd + k];
-                e[2 + k] = reduce16(a16);
+                float a8[8];
+                for (int l = 0; l < 8; l++) a8[l] = lanes[(size_t)l * hd + k];
+                e[2 + k] = reduce8(a8);
             }
         } else {
             const float M = e[0] > mj ? e[0] : mj;
             const float wa = e[1] * expf(e[0] - M), wb = lj * expf(mj - M);
             const float il = 1.0f / (wa + wb);
             for (int k = 0; k < hd; k++) {
-                float a16[16];
-                for (int l = 0; l < 16; l++) a16[l] = lanes[(size_t)l * hd + k];
-                e[2 + k] = (e[2 + k] * wa + reduce16(a16) * wb) * il;
+                float a8[8];
+                for (int l = 0; l < 8; l++) a8[l] = lanes[(size_t)l * hd + k];
+                e[2 + k] = (e[2 + k] * wa + reduce8(a8) * wb) * il;
             }
             e[1] = wa + wb;
             e[0] = M;
