@@ -5,7 +5,7 @@ llama.cpp's top-32 distribution (renormalised) from ours on the same ids.
 The golden logits are those of llama.cpp's AVX2 CPU build (no AVX-512, no AMX,
 flash attention off) evaluating prompt + greedy tokens in one batch; the CPU
 backend follows that arithmetic, so the expected result is agreement 1.0 and
-KL ~0 (an AVX-512 or AMX build of llama.cpp scores about 0.93 / 0.0025)."""
+KL ~0 (the AVX-512 build of llama.cpp, no AMX, scores about 0.93 / 0.0025)."""
 import importlib.util
 import json
 import os
