@@ -51,6 +51,13 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default="bench-out")
+    ap.add_argument("--depths", default=None,
+                    help="comma list of depths, measured in this order (instead of the sweep)")
+    ap.add_argument("--fill", default="prefill", choices=["prefill", "state"],
+                    help="reach the depth by prefilling, or by loading a synthetic KV state "
+                         "(random rows: seconds instead of a long prefill; speed only)")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds: start no new measurement after this; plot what there is")
     return ap.parse_args()
 
 
@@ -73,6 +80,45 @@ def done_rows(csv_path: Path) -> set[tuple]:
         return {(r["depth"], r["mode"]) for r in csv.DictReader(f)}
 
 
+_STATE: dict = {}
+
+
+def synthetic_state(c: Context, m: Model, a, depth: int) -> np.ndarray:
+    """A state blob of `depth` positions of random KV rows (block scales small
+    and finite), built once per depth: this context's header, n_tokens patched."""
+    key = (depth, a.type_k, a.type_v)
+    if key in _STATE:
+        return _STATE[key]
+    _STATE.clear()
+    from gguf import GGMLQuantizationType as T
+    from gguf.constants import GGML_QUANT_SIZES
+    hdr = np.frombuffer(c.state_get(), np.uint8).copy()
+    hdr[4:8] = np.frombuffer(np.int32(depth).tobytes(), np.uint8)
+    kvb = kv_bytes_per_token(m.hparams, a.type_k, a.type_v) * depth
+    blob = np.empty(hdr.size + kvb, np.uint8)
+    blob[:hdr.size] = hdr
+    rng = np.random.default_rng(1)
+    assert a.type_k == a.type_v, "synthetic state: one KV type for K and V"
+    qt = T[a.type_k.upper()]
+    _, size = GGML_QUANT_SIZES[qt]
+    if qt in (T.F16, T.BF16, T.F32):
+        pat = (rng.uniform(-0.5, 0.5, (1 << 24) // 4)).astype(
+            {T.F16: np.float16, T.F32: np.float32}.get(qt, np.float32))
+        pat = pat.view(np.uint8) if qt != T.BF16 else pat.view(np.uint16)[1::2].view(np.uint8)
+    else:   # quantized rows: random blocks whose f16 scale (bytes 0..1) is small
+        pat = rng.integers(0, 256, ((1 << 24) // size, size), dtype=np.uint8)
+        pat[:, 0:2] = np.frombuffer(np.float16(0.004).tobytes(), np.uint8)
+        if qt in (T.Q4_1, T.Q5_1):
+            pat[:, 2:4] = pat[:, 0:2]
+        pat = pat.reshape(-1)
+    body = blob[hdr.size:]
+    for i in range(0, body.size, pat.size):
+        n = min(pat.size, body.size - i)
+        body[i:i + n] = pat[:n]
+    _STATE[key] = blob
+    return blob
+
+
 def measure(m: Model, a, depth: int, pool: int | None, rng) -> dict:
     n_ctx = depth + a.batch_size + a.n_gen + 8
     c = Context(m, n_ctx=n_ctx, n_batch=a.batch_size, n_ubatch=a.ubatch_size,
@@ -80,8 +126,11 @@ def measure(m: Model, a, depth: int, pool: int | None, rng) -> dict:
     try:
         toks = rng.integers(0, m.n_vocab, depth + a.batch_size).tolist()
         t0 = time.perf_counter()
-        for i in range(0, depth, a.batch_size):
-            c.decode(toks[i:min(i + a.batch_size, depth)])
+        if a.fill == "state" and depth > 0:
+            c.state_set(synthetic_state(c, m, a, depth))
+        else:
+            for i in range(0, depth, a.batch_size):
+                c.decode(toks[i:min(i + a.batch_size, depth)])
         fill_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         c.decode(toks[depth:depth + a.batch_size])
@@ -152,8 +201,15 @@ def main() -> None:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         if new:
             w.writeheader()
-        depth = a.min_context
-        while depth <= a.max_context:
+        t_start = time.perf_counter()
+        if a.depths:
+            depths = [int(d) for d in a.depths.split(",")]
+        else:
+            depths, d = [], a.min_context
+            while d <= a.max_context:
+                depths.append(d)
+                d *= 2
+        for depth in depths:
             n_ctx = depth + a.batch_size + a.n_gen + 8
             modes: list[tuple[str, int | None]] = [("resident", None)]
             for p in a.pools.split(","):
@@ -164,6 +220,13 @@ def main() -> None:
                     modes.append((f"pool {p} MiB", int(float(p) * 2**20)))
             for mode, pool in modes:
                 if (str(depth), mode) in seen:
+                    continue
+                if a.deadline and time.perf_counter() - t_start > a.deadline:
+                    print(f"depth {depth} {mode}: skipped (deadline)", file=sys.stderr)
+                    continue
+                if mode == "auto" and pool is None:
+                    print(f"depth {depth} auto: the whole cache fits free memory: auto is "
+                          f"the resident run (no pool bound)", file=sys.stderr)
                     continue
                 try:
                     r = measure(m, a, depth, pool, rng)
@@ -179,7 +242,6 @@ def main() -> None:
                 print(" ".join(f"{k}={row[k]}" for k in ("depth", "mode", "pool_mib", "pp_tps",
                       "tg_tps", "resident_fraction", "streamed_per_token_mb", "stream_gbps",
                       "ratio_to_bound")), flush=True)
-            depth *= 2
     plot(csv_path, out)
     print(f"results: {csv_path}; plots: {out}/kv_stream.png, .svg")
 

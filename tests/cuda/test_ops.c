@@ -178,8 +178,12 @@ static void test_matmul(void) {
             float *couts[1] = {cout};
             C->matmul(cb, couts, x, ws, 1, n);
             const double eg = rel_err(out, ref, (size_t)n * rows), ec = rel_err(cout, ref, (size_t)n * rows);
-            /* matvec is f32 (~1e-6); gemm rounds operands to f16 (~1e-3) */
-            const double tol = n <= 8 ? 1e-5 : 4e-3;
+            /* decode (n <= 8): quantized weights go through the integer mat-vec,
+             * which rounds activations to 8 bits like the CPU (~4e-3); float
+             * weights through the f32 mat-vec (~1e-6). gemm rounds operands to
+             * f16 (~1e-3) */
+            const int fl = type == LKV_TYPE_F32 || type == LKV_TYPE_F16 || type == LKV_TYPE_BF16;
+            const double tol = n > 8 ? 4e-3 : fl ? 1e-5 : 2 * ec + 2e-3;
             check(eg < tol, "matmul %-7s n=%-3d gpu rel err %.2e (cpu %.2e)", t->name, n, eg, ec);
             free(x); free(out); free(cout); free(ref); cudaFree(dx); cudaFree(dout);
         }

@@ -120,9 +120,12 @@ static const size_t ATTN_WS_BYTES = (size_t)32 << 20;
 static void cuda_ctx_free(lkv_bctx *b) {
     if (!b) return;
     if (b->stream) cudaStreamSynchronize(b->stream);
+    lkv_cuda_copier_free(b);
     if (b->graph_exec) cudaGraphExecDestroy(b->graph_exec);
     if (b->graph) cudaGraphDestroy(b->graph);
     if (b->attn_ws) cudaFree(b->attn_ws);
+    if (b->xq) cudaFree(b->xq);
+    if (b->xd) cudaFree(b->xd);
     if (b->d_tokens) cudaFree(b->d_tokens);
     if (b->h_tokens) cudaFreeHost(b->h_tokens);
     if (b->tokens_free) cudaEventDestroy(b->tokens_free);
@@ -135,6 +138,11 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
                                 int max_tokens) {
     (void)n_threads;
     *out = NULL;
+    const int hd = m->hp.head_dim;
+    if (hd <= 0 || hd > 256 || hd % 32)
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "the CUDA backend's attention needs head_dim a "
+                        "multiple of 32 and at most 256; this model has head_dim %d (use "
+                        "device=\"cpu\")", hd);
     lkv_bctx *b = (lkv_bctx *)calloc(1, sizeof(*b));
     if (!b) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "cuda context");
     b->m = m;
@@ -147,6 +155,20 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
     if (e == cudaSuccess) e = cudaMalloc((void **)&b->d_tokens, b->max_tokens * sizeof(int32_t));
     if (e == cudaSuccess) e = cudaMalloc((void **)&b->attn_ws, ATTN_WS_BYTES);
     if (e == cudaSuccess) b->attn_ws_bytes = ATTN_WS_BYTES;
+    /* 8-bit activations of the decode mat-vec: the widest input of any matmul */
+    {
+        const lkv_model_params *hp = &m->hp;
+        int c = hp->n_embd;
+        if (hp->n_ff > c) c = hp->n_ff;
+        if (hp->n_head * hp->head_dim > c) c = hp->n_head * hp->head_dim;
+        b->xq_cols = (c + 31) / 32 * 32;
+        const char *env = getenv("LKV_CUDA_MMQ");
+        b->mmq = !(env && env[0] == '0');
+        env = getenv("LKV_CUDA_MV_ROWS");
+        b->mv_rows = env && atoi(env) == 4 ? 4 : 2;
+        if (e == cudaSuccess) e = cudaMalloc((void **)&b->xq, (size_t)8 * b->xq_cols);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&b->xd, (size_t)8 * (b->xq_cols / 32) * sizeof(float));
+    }
     if (e == cudaSuccess) e = cudaEventRecord(b->tokens_free, b->stream);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -212,7 +234,9 @@ static lkv_status cuda_sync(lkv_bctx *b) {
  * runs the kernels back to back on the GPU. Between the two hooks the caller
  * must not call sync or download. */
 static void cuda_step_begin(lkv_bctx *b) {
-    if (b->err != cudaSuccess) return;
+    /* a bounded KV pool records events and queries them between the two
+     * queues: not capturable, so such a context runs its steps directly */
+    if (b->err != cudaSuccess || b->copier) return;
     cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) { lkv_cuda_note(b, e, "step_begin"); return; }
     b->capturing = 1;
@@ -275,4 +299,12 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* sync */ cuda_sync,
     /* step_begin */ cuda_step_begin,
     /* step_end */ cuda_step_end,
+    /* host_alloc */ lkv_cuda_host_alloc,
+    /* host_free */ lkv_cuda_host_free,
+    /* copier_init */ lkv_cuda_copier_init,
+    /* copy_async */ lkv_cuda_copy_async,
+    /* compute_wait_copy */ lkv_cuda_compute_wait_copy,
+    /* compute_mark */ lkv_cuda_compute_mark,
+    /* copy_wait_compute */ lkv_cuda_copy_wait_compute,
+    /* copy_sync */ lkv_cuda_copy_sync,
 };

@@ -40,6 +40,13 @@ struct lkv_bctx {
     int32_t *d_tokens;           /* (max_tokens,) device copy */
     cudaEvent_t tokens_free;     /* staging may be rewritten after this */
 
+    /* decode mat-vec with 8-bit activations (matvec_q8.cu) */
+    int8_t *xq;                  /* (MV_MAX_TOK, xq_cols) quantized activations */
+    float *xd;                   /* (MV_MAX_TOK, xq_cols / 32) their scales */
+    int xq_cols;
+    int mmq;                     /* integer mat-vec on (LKV_CUDA_MMQ != 0) */
+    int mv_rows;                 /* rows per warp: 2 or 4 (LKV_CUDA_MV_ROWS) */
+
     float *attn_ws;              /* per-chunk partials of split attention */
     size_t attn_ws_bytes;
 
@@ -48,7 +55,21 @@ struct lkv_bctx {
     cudaGraph_t graph;
     cudaGraphExec_t graph_exec;
     int64_t graph_replays, graph_builds;
+
+    /* KV streaming (copier.cu): a copy stream and two rings of events; ticket
+     * t of a queue lives in slot t % LKV_CUDA_EVENTS of its ring */
+    struct lkv_cuda_copier *copier;
 };
+
+lkv_status lkv_cuda_copier_init(lkv_bctx *b);
+void lkv_cuda_copier_free(lkv_bctx *b);
+void *lkv_cuda_host_alloc(lkv_bctx *b, size_t bytes);
+void lkv_cuda_host_free(lkv_bctx *b, void *p);
+uint64_t lkv_cuda_copy_async(lkv_bctx *b, void *dst, const void *src, size_t bytes, int h2d);
+int lkv_cuda_compute_wait_copy(lkv_bctx *b, uint64_t t);
+uint64_t lkv_cuda_compute_mark(lkv_bctx *b);
+void lkv_cuda_copy_wait_compute(lkv_bctx *b, uint64_t t);
+lkv_status lkv_cuda_copy_sync(lkv_bctx *b);
 
 /* Keeps the first error (later ones are usually its consequences). */
 static inline void lkv_cuda_note(lkv_bctx *b, cudaError_t e, const char *where) {

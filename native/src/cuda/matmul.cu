@@ -25,25 +25,10 @@
 
 using namespace nvcuda;
 
-/* up to 3 weights of one type that share the input, one launch */
-struct mm_set {
-    const uint8_t *w[3];
-    float *out[3];
-    size_t row_bytes[3];
-    int rows[3];
-    int tile0[4];     /* first grid tile of weight j; tile0[n_w] = total */
-    int n_w;
-};
-
-static __device__ __forceinline__ int mm_pick(const mm_set &ms, int tile) {
-    int j = 0;
-    while (j + 1 < ms.n_w && tile >= ms.tile0[j + 1]) j++;
-    return j;
-}
+#include "matmul.cuh"
 
 // ---------------------------------------------------------------- matvec
 
-enum { MV_MAX_TOK = 8, MV_ROWS = 2, MV_WARPS = 4 };
 
 template <int T>
 __global__ void __launch_bounds__(MV_WARPS * 32)
@@ -217,7 +202,11 @@ gemm_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int 
 // ---------------------------------------------------------------- launcher
 
 template <int T>
-static void matmul_set(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
+static void matmul_set(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n, bool *quantized) {
+    if (n <= MV_MAX_TOK && lkv_cuda_matvec_q8(b, T, ms, x, cols, n, !*quantized)) {
+        *quantized = true;   /* one quantization of x serves every run of this call */
+        return;
+    }
     const int rows_per_tile = n <= MV_MAX_TOK ? MV_WARPS * MV_ROWS : GN;
     ms.tile0[0] = 0;
     for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], rows_per_tile);
@@ -235,6 +224,7 @@ static void matmul_set(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n)
 void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
                      const lkv_weight *const *ws, int n_w, int n) {
     if (n <= 0) return;
+    bool quantized = false;
     for (int i = 0; i < n_w;) {
         /* a run of up to 3 weights of one type */
         mm_set ms = {};
@@ -253,7 +243,7 @@ void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
             i++;
         }
         switch (type) {
-#define X(T) case T: matmul_set<T>(b, ms, x, cols, n); break;
+#define X(T) case T: matmul_set<T>(b, ms, x, cols, n, &quantized); break;
             LKV_CUDA_WEIGHT_TYPES(X)
 #undef X
         default:

@@ -177,9 +177,13 @@ static int64_t ring_alloc(lkv_kv_stream *s, int64_t need) {
     return off;
 }
 
-/* drain: wait for every copy and forget issued pieces */
+/* drain: wait for every copy and forget issued pieces. Later copies (fills of
+ * resident slots, ring pieces) may land where enqueued compute still reads or
+ * writes (a re-plan moves the ring over former slots and back; truncate and
+ * state writes refill slots): order them after all compute enqueued so far. */
 static lkv_status drain(lkv_kv_stream *s) {
     LKV_TRY(s->be->copy_sync(s->b));
+    if (s->be->compute_mark) s->be->copy_wait_compute(s->b, s->be->compute_mark(s->b));
     ring_reset(s);
     s->cur_step = -1;
     return LKV_OK;

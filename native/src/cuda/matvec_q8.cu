@@ -1,0 +1,138 @@
+/*
+ * cuda/matvec_q8.cu: decode mat-vec with 8-bit activations and integer dots.
+ *
+ * The f32 mat-vec (matmul.cu) converts every weight to float and spends
+ * about 8 conversions, masks and FMAs per weight and token: arithmetic-bound
+ * at ~0.7 TB/s (NOTES.md). Here the activations (n <= MV_MAX_TOK rows) are
+ * first quantized once per matmul call to 8 bits in blocks of 32 (scale
+ * dx = max|x| / 127, round to nearest: the CPU backend's activation rounding),
+ * then each 8-weight piece is unpacked to signed bytes (quant_i8.cuh) and
+ * multiplied with two dp4a per token. Layout and work split are the f32
+ * kernel's: warp = R rows, lane l takes 8-element pieces l, l+32, ... so a
+ * warp reads contiguous spans of weights and activations.
+ *
+ * Results differ from the f32 kernel by the activation rounding (relative
+ * ~4e-3, like the CPU's). Disabled with LKV_CUDA_MMQ=0 (f32 kernel);
+ * LKV_CUDA_MV_ROWS=4 gives 4 rows per warp instead of 2.
+ */
+#include "matmul.cuh"
+#include "quant_i8.cuh"
+
+// ---------------------------------------------------------------- quantize
+
+/* one warp per 32-element block: xq = round(x / dx), xd = dx */
+__global__ void quantize_q8_kernel(const float *__restrict__ x, int8_t *__restrict__ xq,
+                                   float *__restrict__ xd, int64_t nblocks) {
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= nblocks) return;
+    const int lane = threadIdx.x & 31;
+    const float v = x[blk * 32 + lane];
+    const float amax = lkv_warp_max(fabsf(v));
+    const float d = amax / 127.f;
+    const int q = amax > 0.f ? __float2int_rn(v / d) : 0;
+    xq[blk * 32 + lane] = (int8_t)q;
+    if (lane == 0) xd[blk] = d;
+}
+
+// ---------------------------------------------------------------- mat-vec
+
+template <int T, int R>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+matvec_q8_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq,
+                 const float *__restrict__ xd, int cols, int n) {
+    const int lane = threadIdx.x & 31;
+    const int j = mm_pick(ms, blockIdx.x);
+    const int rows = ms.rows[j];
+    const int r0 = ((blockIdx.x - ms.tile0[j]) * MV_WARPS + (threadIdx.x >> 5)) * R;
+    if (r0 >= rows) return;
+    const int ne = cols / 8, ng = cols / 32;
+    const uint8_t *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wr[r] = ms.w[j] + (size_t)min(r0 + r, rows - 1) * ms.row_bytes[j];
+    float acc[R][MV_MAX_TOK];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOK; t++) acc[r][t] = 0.f;
+
+#pragma unroll 2
+    for (int e = lane; e < ne; e += 32) {
+        uint32_t w0[R], w1[R];
+        float dw[R], mw[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) dq8i<T>(wr[r], e, w0[r], w1[r], dw[r], mw[r]);
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOK; t++) {
+            if (t >= n) break;
+            const uint2 xv = __ldg((const uint2 *)(xq + (size_t)t * cols + 8 * e));
+            const float dx = __ldg(xd + (size_t)t * ng + (e >> 2));
+            int sx = 0;
+            if constexpr (has_min<T>::v) sx = __dp4a((int)xv.x, 0x01010101, __dp4a((int)xv.y, 0x01010101, 0));
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int si = __dp4a((int)w0[r], (int)xv.x, __dp4a((int)w1[r], (int)xv.y, 0));
+                if constexpr (has_min<T>::v) acc[r][t] += dx * (dw[r] * (float)si + mw[r] * (float)sx);
+                else acc[r][t] += (dx * dw[r]) * (float)si;
+            }
+        }
+    }
+    float *out = ms.out[j];
+#pragma unroll
+    for (int t = 0; t < MV_MAX_TOK; t++) {
+        if (t >= n) break;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float sum = lkv_warp_sum(acc[r][t]);
+            if (lane == 0 && r0 + r < rows) out[(size_t)t * rows + r0 + r] = sum;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- launcher
+
+template <int T, int R>
+static void launch(lkv_bctx *b, mm_set &ms, int cols, int n) {
+    ms.tile0[0] = 0;
+    for (int i = 0; i < ms.n_w; i++)
+        ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MV_WARPS * R);
+    matvec_q8_kernel<T, R><<<ms.tile0[ms.n_w], MV_WARPS * 32, 0, b->stream>>>(ms, b->xq, b->xd,
+                                                                              cols, n);
+}
+
+template <int T>
+static bool run(lkv_bctx *b, mm_set &ms, int cols, int n) {
+    if constexpr (has_i8<T>::v) {
+        if (b->mv_rows == 4) launch<T, 4>(b, ms, cols, n);
+        else launch<T, 2>(b, ms, cols, n);
+        return true;
+    } else {
+        (void)b; (void)ms; (void)cols; (void)n;
+        return false;
+    }
+}
+
+bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n,
+                        bool quantize) {
+    if (!b->mmq || !b->xq || n > MV_MAX_TOK || cols > b->xq_cols || cols % 32) return false;
+    bool ok = false;
+    switch (type) {
+#define X(T) case T: ok = has_i8<T>::v; break;
+        LKV_CUDA_WEIGHT_TYPES(X)
+#undef X
+    default: break;
+    }
+    if (!ok) return false;
+    if (quantize) {
+        const int64_t nb = (int64_t)n * cols / 32;
+        quantize_q8_kernel<<<lkv_cdiv(nb, 8), 256, 0, b->stream>>>(x, b->xq, b->xd, nb);
+        LKV_CUDA_LAUNCHED(b, "matmul: quantize activations");
+    }
+    switch (type) {
+#define X(T) case T: run<T>(b, ms, cols, n); break;
+        LKV_CUDA_WEIGHT_TYPES(X)
+#undef X
+    default: break;
+    }
+    LKV_CUDA_LAUNCHED(b, "matmul (q8)");
+    return true;
+}
