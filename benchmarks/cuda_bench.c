@@ -125,16 +125,18 @@ int main(int argc, char **argv) {
     const int64_t kv_row = lkv_row_bytes(kvt, NKV * HD);
     /* variants of the decode mat-vec at depth 0 (env read at context creation):
      * "mmq=1 rows=2" is the default; BENCH_VARIANTS=0 measures it alone */
-    const char *vars[][3] = {{"int8 mat-vec, 2 rows/warp", "1", "2"},
-                             {"int8 mat-vec, 4 rows/warp", "1", "4"},
-                             {"f32 mat-vec (LKV_CUDA_MMQ=0)", "0", "2"}};
-    const int n_var = getenv("BENCH_VARIANTS") && atoi(getenv("BENCH_VARIANTS")) == 0 ? 1 : 3;
+    const char *vars[][4] = {{"int8 mat-vec, 4 warps x 2 rows (default)", "1", "2", "4"},
+                             {"int8 mat-vec, 4 warps x 1 row", "1", "1", "4"},
+                             {"int8 mat-vec, 1 warp x 2 rows (LKV_CUDA_MV_SPLIT=1)", "1", "2", "1"},
+                             {"f32 mat-vec (LKV_CUDA_MMQ=0)", "0", "2", "4"}};
+    const int n_var = getenv("BENCH_VARIANTS") && atoi(getenv("BENCH_VARIANTS")) == 0 ? 1 : 4;
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
     for (int vi = 0; vi < (atoi(tok) == 0 ? n_var : 1); vi++) {
         const int depth = atoi(tok);
         setenv("LKV_CUDA_MMQ", vars[vi][1], 1);
         setenv("LKV_CUDA_MV_ROWS", vars[vi][2], 1);
+        setenv("LKV_CUDA_MV_SPLIT", vars[vi][3], 1);
         if (depth == 0) printf("-- %s\n", vars[vi][0]);
         lkv_context_params cp;
         lkv_context_params_init(&cp);

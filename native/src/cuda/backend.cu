@@ -165,7 +165,9 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
         const char *env = getenv("LKV_CUDA_MMQ");
         b->mmq = !(env && env[0] == '0');
         env = getenv("LKV_CUDA_MV_ROWS");
-        b->mv_rows = env && atoi(env) == 4 ? 4 : 2;
+        b->mv_rows = env && atoi(env) == 1 ? 1 : 2;
+        env = getenv("LKV_CUDA_MV_SPLIT");
+        b->mv_split = env && atoi(env) == 1 ? 1 : 4;
         if (e == cudaSuccess) e = cudaMalloc((void **)&b->xq, (size_t)8 * b->xq_cols);
         if (e == cudaSuccess) e = cudaMalloc((void **)&b->xd, (size_t)8 * (b->xq_cols / 32) * sizeof(float));
     }

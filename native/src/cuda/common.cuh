@@ -45,7 +45,8 @@ struct lkv_bctx {
     float *xd;                   /* (MV_MAX_TOK, xq_cols / 32) their scales */
     int xq_cols;
     int mmq;                     /* integer mat-vec on (LKV_CUDA_MMQ != 0) */
-    int mv_rows;                 /* rows per warp: 2 or 4 (LKV_CUDA_MV_ROWS) */
+    int mv_rows;                 /* rows per warp: 1 or 2 (LKV_CUDA_MV_ROWS) */
+    int mv_split;                /* warps per row group: 1 or 4 (LKV_CUDA_MV_SPLIT) */
 
     float *attn_ws;              /* per-chunk partials of split attention */
     size_t attn_ws_bytes;

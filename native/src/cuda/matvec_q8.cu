@@ -12,8 +12,14 @@
  * warp reads contiguous spans of weights and activations.
  *
  * Results differ from the f32 kernel by the activation rounding (relative
- * ~4e-3, like the CPU's). Disabled with LKV_CUDA_MMQ=0 (f32 kernel);
- * LKV_CUDA_MV_ROWS=4 gives 4 rows per warp instead of 2.
+ * ~4e-3, like the CPU's). Disabled with LKV_CUDA_MMQ=0 (f32 kernel).
+ *
+ * Work split: by default the 4 warps of a block share R = 2 rows and split
+ * each row's pieces (lane l of warp k takes pieces 32k + l, +128, ...), so
+ * there are 4x as many warps in flight as rows/2: a mat-vec is latency-bound
+ * long before it is ALU-bound (H200 run 1: one warp per 2 rows, 171 t/s at
+ * depth 0; 4 rows per warp, fewer warps, 135). LKV_CUDA_MV_SPLIT=1 gives the
+ * one-warp-per-rows kernel, LKV_CUDA_MV_ROWS=1 one row per block.
  */
 #include "matmul.cuh"
 #include "quant_i8.cuh"
@@ -36,15 +42,19 @@ __global__ void quantize_q8_kernel(const float *__restrict__ x, int8_t *__restri
 
 // ---------------------------------------------------------------- mat-vec
 
-template <int T, int R>
+/* S = warps sharing the same R rows (1, or MV_WARPS: the block's warps split
+ * each row's pieces and add their sums through shared memory in warp order) */
+template <int T, int R, int S>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 matvec_q8_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq,
                  const float *__restrict__ xd, int cols, int n) {
-    const int lane = threadIdx.x & 31;
+    static_assert(S == 1 || S == MV_WARPS, "S: 1 or the block's warps");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int j = mm_pick(ms, blockIdx.x);
     const int rows = ms.rows[j];
-    const int r0 = ((blockIdx.x - ms.tile0[j]) * MV_WARPS + (threadIdx.x >> 5)) * R;
-    if (r0 >= rows) return;
+    const int r0 = ((blockIdx.x - ms.tile0[j]) * (MV_WARPS / S) + warp / S) * R;
+    if (r0 >= rows) return;   /* S > 1: the whole block leaves together */
+    const int ks = warp % S;
     const int ne = cols / 8, ng = cols / 32;
     const uint8_t *wr[R];
 #pragma unroll
@@ -56,7 +66,7 @@ matvec_q8_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ x
         for (int t = 0; t < MV_MAX_TOK; t++) acc[r][t] = 0.f;
 
 #pragma unroll 2
-    for (int e = lane; e < ne; e += 32) {
+    for (int e = ks * 32 + lane; e < ne; e += 32 * S) {
         uint32_t w0[R], w1[R];
         float dw[R], mw[R];
 #pragma unroll
@@ -77,33 +87,56 @@ matvec_q8_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ x
         }
     }
     float *out = ms.out[j];
+    if constexpr (S == 1) {
 #pragma unroll
-    for (int t = 0; t < MV_MAX_TOK; t++) {
-        if (t >= n) break;
+        for (int t = 0; t < MV_MAX_TOK; t++) {
+            if (t >= n) break;
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float sum = lkv_warp_sum(acc[r][t]);
-            if (lane == 0 && r0 + r < rows) out[(size_t)t * rows + r0 + r] = sum;
+            for (int r = 0; r < R; r++) {
+                const float sum = lkv_warp_sum(acc[r][t]);
+                if (lane == 0 && r0 + r < rows) out[(size_t)t * rows + r0 + r] = sum;
+            }
+        }
+    } else {
+        __shared__ float red[S][R][MV_MAX_TOK];
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOK; t++) {
+            if (t >= n) break;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float sum = lkv_warp_sum(acc[r][t]);
+                if (lane == 0) red[ks][r][t] = sum;
+            }
+        }
+        __syncthreads();
+        const int tid = threadIdx.x, r = tid % R, t = tid / R;
+        if (t < n && r0 + r < rows) {
+            float sum = red[0][r][t];
+#pragma unroll
+            for (int k = 1; k < S; k++) sum += red[k][r][t];
+            out[(size_t)t * rows + r0 + r] = sum;
         }
     }
 }
 
 // ---------------------------------------------------------------- launcher
 
-template <int T, int R>
+template <int T, int R, int S>
 static void launch(lkv_bctx *b, mm_set &ms, int cols, int n) {
+    constexpr int rows_per_block = MV_WARPS / S * R;
     ms.tile0[0] = 0;
     for (int i = 0; i < ms.n_w; i++)
-        ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MV_WARPS * R);
-    matvec_q8_kernel<T, R><<<ms.tile0[ms.n_w], MV_WARPS * 32, 0, b->stream>>>(ms, b->xq, b->xd,
-                                                                              cols, n);
+        ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], rows_per_block);
+    matvec_q8_kernel<T, R, S><<<ms.tile0[ms.n_w], MV_WARPS * 32, 0, b->stream>>>(ms, b->xq, b->xd,
+                                                                                 cols, n);
 }
 
 template <int T>
 static bool run(lkv_bctx *b, mm_set &ms, int cols, int n) {
     if constexpr (has_i8<T>::v) {
-        if (b->mv_rows == 4) launch<T, 4>(b, ms, cols, n);
-        else launch<T, 2>(b, ms, cols, n);
+        if (b->mv_split == 1) launch<T, 2, 1>(b, ms, cols, n);
+        else if (b->mv_rows == 1) launch<T, 1, MV_WARPS>(b, ms, cols, n);
+        else launch<T, 2, MV_WARPS>(b, ms, cols, n);
         return true;
     } else {
         (void)b; (void)ms; (void)cols; (void)n;
