@@ -140,6 +140,10 @@ struct lkv_backend {
     void (*copy_wait_compute)(lkv_bctx *b, uint64_t t);
     /* host waits for every enqueued copy; LKV_ERR_DEVICE on failure */
     lkv_status (*copy_sync)(lkv_bctx *b);
+    /* enqueue `height` copies of `width` bytes, row i from src + i*spitch to
+     * dst + i*dpitch, as one copy; optional (NULL: the caller loops) */
+    uint64_t (*copy_async_2d)(lkv_bctx *b, void *dst, size_t dpitch, const void *src,
+                              size_t spitch, size_t width, size_t height, int h2d);
 };
 
 extern const lkv_backend lkv_backend_cpu;

@@ -20,7 +20,8 @@
 typedef struct {
     void *dst;
     const void *src;
-    size_t bytes;
+    size_t bytes;            /* per row */
+    size_t rows, dpitch, spitch;
 } copy_job;
 
 struct lkv_cpu_copier {
@@ -43,7 +44,8 @@ static void *copier_main(void *arg) {
         if (atomic_load(&cp->done) == cp->issued && cp->stop) break;
         copy_job j = cp->q[atomic_load(&cp->done) % QUEUE_LEN];
         pthread_mutex_unlock(&cp->mu);
-        memcpy(j.dst, j.src, j.bytes);
+        for (size_t r = 0; r < j.rows; r++)
+            memcpy((char *)j.dst + r * j.dpitch, (const char *)j.src + r * j.spitch, j.bytes);
         pthread_mutex_lock(&cp->mu);
         atomic_fetch_add(&cp->done, 1);
         pthread_cond_broadcast(&cp->cv_done);
@@ -80,17 +82,22 @@ void lkv_cpu_copier_free(lkv_cpu_copier *cp) {
     free(cp);
 }
 
-uint64_t lkv_cpu_copy_async(lkv_bctx *b, void *dst, const void *src, size_t bytes, int h2d) {
+uint64_t lkv_cpu_copy_async_2d(lkv_bctx *b, void *dst, size_t dpitch, const void *src,
+                               size_t spitch, size_t width, size_t height, int h2d) {
     (void)h2d;
     lkv_cpu_copier *cp = b->copier;
     pthread_mutex_lock(&cp->mu);
     while (cp->issued - atomic_load(&cp->done) >= QUEUE_LEN)
         pthread_cond_wait(&cp->cv_done, &cp->mu);
-    cp->q[cp->issued % QUEUE_LEN] = (copy_job){dst, src, bytes};
+    cp->q[cp->issued % QUEUE_LEN] = (copy_job){dst, src, width, height, dpitch, spitch};
     uint64_t t = ++cp->issued;
     pthread_cond_signal(&cp->cv_work);
     pthread_mutex_unlock(&cp->mu);
     return t;
+}
+
+uint64_t lkv_cpu_copy_async(lkv_bctx *b, void *dst, const void *src, size_t bytes, int h2d) {
+    return lkv_cpu_copy_async_2d(b, dst, 0, src, 0, bytes, 1, h2d);
 }
 
 int lkv_cpu_compute_wait_copy(lkv_bctx *b, uint64_t t) {

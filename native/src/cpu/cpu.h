@@ -42,6 +42,8 @@ size_t lkv_cpu_attn_scratch_floats(int head_dim, int chunk);
 lkv_status lkv_cpu_copier_init(lkv_bctx *b);
 void lkv_cpu_copier_free(lkv_cpu_copier *cp);
 uint64_t lkv_cpu_copy_async(lkv_bctx *b, void *dst, const void *src, size_t bytes, int h2d);
+uint64_t lkv_cpu_copy_async_2d(lkv_bctx *b, void *dst, size_t dpitch, const void *src,
+                               size_t spitch, size_t width, size_t height, int h2d);
 int lkv_cpu_compute_wait_copy(lkv_bctx *b, uint64_t t);
 lkv_status lkv_cpu_copy_sync(lkv_bctx *b);
 

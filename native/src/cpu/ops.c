@@ -225,4 +225,5 @@ const lkv_backend lkv_backend_cpu = {
     .compute_mark = cpu_compute_mark,
     .copy_wait_compute = cpu_copy_wait_compute,
     .copy_sync = lkv_cpu_copy_sync,
+    .copy_async_2d = lkv_cpu_copy_async_2d,
 };

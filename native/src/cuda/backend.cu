@@ -309,4 +309,5 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* compute_mark */ lkv_cuda_compute_mark,
     /* copy_wait_compute */ lkv_cuda_copy_wait_compute,
     /* copy_sync */ lkv_cuda_copy_sync,
+    /* copy_async_2d */ lkv_cuda_copy_async_2d,
 };

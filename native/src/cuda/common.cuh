@@ -67,6 +67,8 @@ void lkv_cuda_copier_free(lkv_bctx *b);
 void *lkv_cuda_host_alloc(lkv_bctx *b, size_t bytes);
 void lkv_cuda_host_free(lkv_bctx *b, void *p);
 uint64_t lkv_cuda_copy_async(lkv_bctx *b, void *dst, const void *src, size_t bytes, int h2d);
+uint64_t lkv_cuda_copy_async_2d(lkv_bctx *b, void *dst, size_t dpitch, const void *src,
+                                size_t spitch, size_t width, size_t height, int h2d);
 int lkv_cuda_compute_wait_copy(lkv_bctx *b, uint64_t t);
 uint64_t lkv_cuda_compute_mark(lkv_bctx *b);
 void lkv_cuda_copy_wait_compute(lkv_bctx *b, uint64_t t);

@@ -96,6 +96,14 @@ lkv_status lkv_cuda_copier_init(lkv_bctx *b) {
 }
 
 uint64_t lkv_cuda_copy_async(lkv_bctx *b, void *dst, const void *src, size_t bytes, int h2d) {
+    return lkv_cuda_copy_async_2d(b, dst, bytes, src, bytes, bytes, 1, h2d);
+}
+
+/* `height` rows of `width` bytes (one cudaMemcpy2DAsync): the step's
+ * write-through of every layer at once */
+uint64_t lkv_cuda_copy_async_2d(lkv_bctx *b, void *dst, size_t dpitch, const void *src,
+                                size_t spitch, size_t width, size_t height, int h2d) {
+    const size_t bytes = width * height;
     lkv_cuda_copier *cp = b->copier;
     const uint64_t t = ++cp->issued;
     cudaEvent_t ev = cp->cev[t % LKV_CUDA_EVENTS];
@@ -105,8 +113,9 @@ uint64_t lkv_cuda_copy_async(lkv_bctx *b, void *dst, const void *src, size_t byt
         cp->known_done = t - LKV_CUDA_EVENTS;
     }
     if (bytes)
-        LKV_CUDA_CALL(b, cudaMemcpyAsync(dst, src, bytes, h2d ? cudaMemcpyHostToDevice
-                                                             : cudaMemcpyDeviceToHost, cp->copy),
+        LKV_CUDA_CALL(b, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                           h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                           cp->copy),
                       "copy_async");
     LKV_CUDA_CALL(b, cudaEventRecord(ev, cp->copy), "copy_async: record");
     return t;

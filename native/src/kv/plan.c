@@ -47,18 +47,14 @@ lkv_status lkv_plan_make(const lkv_plan_params *p, int32_t n_tokens, lkv_plan *o
         if (ring > LKV_PLAN_MAX_RING) ring = LKV_PLAN_MAX_RING;
         ring = ring / cb * cb;
         if (ring < 2 * cb) ring = 2 * cb;
-        T = (p->pool_bytes - ring) / cb;
-        if (T > L * F) T = L * F;
-        const int64_t base = T / L, extra = T % L;
-        for (int64_t l = 0; resident && l < L; l++) resident[l] = (int32_t)(base + (l < extra));
-        out->resident_min = (int32_t)base;
-        out->resident_max = (int32_t)(base + (extra > 0));
-        /* one decode step ending at n_tokens streams rows [r * C, n_tokens - 1) */
-        for (int64_t l = 0; l < L; l++) {
-            int64_t r = base + (l < extra);
-            int64_t rows = (int64_t)n_tokens - 1 - r * C;
-            if (rows > 0) out->streamed_bytes += rows * (p->row_bytes_k + p->row_bytes_v);
-        }
+        int64_t r = (p->pool_bytes - ring) / cb / L;
+        if (r > F) r = F;
+        T = r * L;
+        for (int64_t l = 0; resident && l < L; l++) resident[l] = (int32_t)r;
+        out->resident_min = out->resident_max = (int32_t)r;
+        /* one decode step ending at n_tokens streams rows [r * C, n_tokens - 1) of each layer */
+        int64_t rows = (int64_t)n_tokens - 1 - r * C;
+        if (rows > 0) out->streamed_bytes = L * rows * (p->row_bytes_k + p->row_bytes_v);
     }
     out->resident_chunks = T;
     out->ring_bytes = ring;

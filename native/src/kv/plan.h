@@ -9,9 +9,10 @@
  * - F = floor(P / (L * cb)) chunks per layer fit with no ring. While
  *   nc = ceil(n_tokens / C) <= F everything is resident and the ring is 0.
  * - Beyond that the ring takes R = clamp(P / 8, 2 * cb, 256 MiB) (rounded down
- *   to whole chunks) and the rest T = min(floor((P - R) / cb), L * F) chunks
- *   are spread evenly over the layers, the first layers taking the remainder.
- *   T does not depend on n_tokens, so resident chunks never increase as the
+ *   to whole chunks) and every layer keeps r = min(floor((P - R) / cb / L), F)
+ *   chunks resident (the same for all layers, so each layer's resident chunks
+ *   sit contiguously in the pool; at most L - 1 chunks of the pool go unused).
+ *   r does not depend on n_tokens, so resident chunks never increase as the
  *   context grows, and never exceed what was resident just before.
  * - The least pool a context accepts is min(2 * cb, L * nc(n_ctx) * cb).
  */

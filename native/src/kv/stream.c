@@ -1,12 +1,18 @@
 /*
  * kv/stream.c: the streaming KV cache (DESIGN.md section 3).
  *
- * - Host store: per layer a K and a V plane of n_ctx rows (host_alloc:
- *   pinned on CUDA). Authoritative: every row is written here.
- * - Pool: one backend allocation of exactly kv_pool_bytes. Chunk (l, j) of a
- *   resident prefix lives in slot j * L + l at the start of the pool (so a
- *   chunk keeps its slot across re-plans); the transfer ring is the last
- *   ring_bytes of the pool.
+ * - Host store: a K and a V plane of n_ctx rows per layer, each plane kind one
+ *   allocation (host_alloc: pinned on CUDA), layer after layer.
+ *   Authoritative: every row is written here.
+ * - Pool: one backend allocation of exactly kv_pool_bytes: a K region and a V
+ *   region of S chunk slots per layer (layer-major, so a layer's resident
+ *   prefix is contiguous and is one attention segment), then the transfer
+ *   ring in the last ring_bytes. S is the number of chunks per layer that fit
+ *   with no ring while everything is resident, and the resident count once
+ *   streaming; a change of S (at that transition) refills the slots.
+ * - All resident (ring 0): the micro-batch writes its rows straight into the
+ *   slots, attention reads one segment per layer as the unbounded cache does,
+ *   and the write-through is one 2-D copy per plane at the end of the step.
  * - Pieces: a layer's streamed rows [res_l * C, pos0) are copied into the ring
  *   in pieces of whole chunks (the last may be partial), K rows then V rows.
  *   A cursor walks (step, layer, row) in the order attention consumes them and
@@ -42,11 +48,15 @@ struct lkv_kv_stream {
     lkv_bctx *b;
     int32_t L, C, nc_max;
     int64_t rbk, rbv, cb;
-    char **hk, **hv;         /* (L,) host planes, n_ctx rows */
+    char *hk_all, *hv_all;   /* host store, (L, n_ctx) rows per plane */
+    char **hk, **hv;         /* (L,) planes inside them */
     char **bk, **bv;         /* (L,) batch rows, n_ubatch rows (backend memory) */
     uint64_t *wt_ticket;     /* (L,) last write-through from bk/bv[l] */
     uint64_t *fill_ticket;   /* (L,) last fill copy into l's slots */
     char *pool;
+    char *pool_k, *pool_v;   /* slot regions, (L, S * C) rows each */
+    int32_t S;               /* slots per layer */
+    int resident_all;        /* the plan streams nothing: ring 0 */
     /* plan */
     int planned;
     int32_t plan_nc;
@@ -71,10 +81,23 @@ struct lkv_kv_stream {
 };
 
 static inline char *slot_k(const lkv_kv_stream *s, int l, int j) {
-    return s->pool + ((int64_t)j * s->L + l) * s->cb;
+    return s->pool_k + ((int64_t)l * s->S + j) * s->C * s->rbk;
 }
 static inline char *slot_v(const lkv_kv_stream *s, int l, int j) {
-    return slot_k(s, l, j) + (int64_t)s->C * s->rbk;
+    return s->pool_v + ((int64_t)l * s->S + j) * s->C * s->rbv;
+}
+
+/* `height` rows of `width` bytes between pitched buffers, on the copy queue */
+static uint64_t copy_2d(lkv_kv_stream *s, void *dst, size_t dpitch, const void *src,
+                        size_t spitch, size_t width, size_t height, int h2d) {
+    s->st.copies += s->be->copy_async_2d ? 1 : (int64_t)height;
+    if (s->be->copy_async_2d)
+        return s->be->copy_async_2d(s->b, dst, dpitch, src, spitch, width, height, h2d);
+    uint64_t t = 0;
+    for (size_t i = 0; i < height; i++)
+        t = s->be->copy_async(s->b, (char *)dst + i * dpitch, (const char *)src + i * spitch,
+                              width, h2d);
+    return t;
 }
 
 // ------------------------------------------------------------------ create / free
@@ -111,14 +134,18 @@ lkv_status lkv_kv_stream_create(lkv_kv_stream **out, const lkv_kv_config *cfg,
     if (!st && (!s->hk || !s->hv || !s->bk || !s->bv || !s->wt_ticket || !s->fill_ticket ||
                 !s->res || !s->valid))
         st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the KV stream tables");
-    for (int l = 0; !st && l < s->L; l++) {
-        s->hk[l] = be->host_alloc(b, (size_t)(s->rbk * cfg->n_ctx));
-        s->hv[l] = be->host_alloc(b, (size_t)(s->rbv * cfg->n_ctx));
-        if (!s->hk[l] || !s->hv[l])
+    if (!st) {
+        s->hk_all = be->host_alloc(b, (size_t)(s->rbk * cfg->n_ctx) * L);
+        s->hv_all = be->host_alloc(b, (size_t)(s->rbv * cfg->n_ctx) * L);
+        if (!s->hk_all || !s->hv_all)
             st = lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate the host KV store (%d layers x %d "
                           "positions x %lld bytes)", s->L, cfg->n_ctx,
                           (long long)(s->rbk + s->rbv));
-        s->bk[l] = st ? NULL : be->alloc(b, (size_t)(s->rbk * cfg->n_ubatch));
+    }
+    for (int l = 0; !st && l < s->L; l++) {
+        s->hk[l] = s->hk_all + (int64_t)l * cfg->n_ctx * s->rbk;
+        s->hv[l] = s->hv_all + (int64_t)l * cfg->n_ctx * s->rbv;
+        s->bk[l] = be->alloc(b, (size_t)(s->rbk * cfg->n_ubatch));
         s->bv[l] = st ? NULL : be->alloc(b, (size_t)(s->rbv * cfg->n_ubatch));
         if (!st && (!s->bk[l] || !s->bv[l]))
             st = lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate the micro-batch KV rows");
@@ -139,9 +166,9 @@ lkv_status lkv_kv_stream_create(lkv_kv_stream **out, const lkv_kv_config *cfg,
 void lkv_kv_stream_free(lkv_kv_stream *s) {
     if (!s) return;
     if (s->be->copy_sync) s->be->copy_sync(s->b);
+    if (s->hk_all) s->be->host_free(s->b, s->hk_all);
+    if (s->hv_all) s->be->host_free(s->b, s->hv_all);
     for (int l = 0; l < s->L; l++) {
-        if (s->hk && s->hk[l]) s->be->host_free(s->b, s->hk[l]);
-        if (s->hv && s->hv[l]) s->be->host_free(s->b, s->hv[l]);
         if (s->bk && s->bk[l]) s->be->free(s->b, s->bk[l]);
         if (s->bv && s->bv[l]) s->be->free(s->b, s->bv[l]);
     }
@@ -246,16 +273,25 @@ static lkv_status replan(lkv_kv_stream *s, int32_t end) {
     if (!res) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory to plan");
     lkv_status st = lkv_plan_make(&pp, end, &plan, res);
     if (st) { free(res); return st; }
-    bool same = s->planned && plan.ring_bytes == s->ring_bytes &&
+    /* slots per layer: all that fit while nothing streams, else the resident count */
+    const int32_t S = plan.ring_bytes ? res[0]
+                                      : (int32_t)(s->cfg.pool_bytes / ((int64_t)s->L * s->cb));
+    bool same = s->planned && plan.ring_bytes == s->ring_bytes && S == s->S &&
                 memcmp(res, s->res, sizeof(int32_t) * (size_t)s->L) == 0;
     if (!same) {
         st = drain(s);
         if (st) { free(res); return st; }
         for (int l = 0; l < s->L; l++) {
-            /* chunks that become resident were not kept up to date: refill them */
-            for (int j = s->res[l]; j < res[l]; j++) s->valid[(int64_t)l * s->nc_max + j] = 0;
+            /* chunks that become resident, or whose slots moved, were not kept
+             * up to date: refill them */
+            for (int j = S == s->S ? s->res[l] : 0; j < res[l]; j++)
+                s->valid[(int64_t)l * s->nc_max + j] = 0;
         }
         memcpy(s->res, res, sizeof(int32_t) * (size_t)s->L);
+        s->S = S;
+        s->pool_k = s->pool;
+        s->pool_v = s->pool + (int64_t)s->L * S * s->C * s->rbk;
+        s->resident_all = plan.ring_bytes == 0;
         s->ring_bytes = plan.ring_bytes;
         s->ring = s->pool + s->cfg.pool_bytes - plan.ring_bytes;
         int64_t chunks = plan.ring_bytes / 2 / s->cb;
@@ -309,11 +345,28 @@ lkv_status lkv_kv_stream_step_begin(lkv_kv_stream *s, int32_t pos0, int32_t n) {
 
 lkv_status lkv_kv_stream_step_end(lkv_kv_stream *s) {
     s->in_step = 0;
+    if (s->resident_all) {
+        /* the step's rows of every layer, straight from the slots: one copy per plane */
+        const size_t n = (size_t)s->n;
+        s->be->copy_wait_compute(s->b, s->be->compute_mark(s->b));
+        copy_2d(s, s->hk_all + (int64_t)s->pos0 * s->rbk, (size_t)(s->cfg.n_ctx * s->rbk),
+                s->pool_k + (int64_t)s->pos0 * s->rbk, (size_t)((int64_t)s->S * s->C * s->rbk),
+                n * (size_t)s->rbk, (size_t)s->L, 0);
+        copy_2d(s, s->hv_all + (int64_t)s->pos0 * s->rbv, (size_t)(s->cfg.n_ctx * s->rbv),
+                s->pool_v + (int64_t)s->pos0 * s->rbv, (size_t)((int64_t)s->S * s->C * s->rbv),
+                n * (size_t)s->rbv, (size_t)s->L, 0);
+        s->st.bytes_written_back += (int64_t)s->n * s->L * (s->rbk + s->rbv);
+    }
     issue_more(s);   /* the next step's first layers */
     return LKV_OK;
 }
 
 void lkv_kv_stream_batch_rows(lkv_kv_stream *s, int32_t layer, void **k, void **v) {
+    if (s->resident_all) {   /* every chunk the step touches is resident: write in place */
+        *k = slot_k(s, layer, 0) + (int64_t)s->pos0 * s->rbk;
+        *v = slot_v(s, layer, 0) + (int64_t)s->pos0 * s->rbv;
+        return;
+    }
     /* the previous step's write-through from these buffers must be done */
     s->st.copy_waits += s->be->compute_wait_copy(s->b, s->wt_ticket[layer]);
     *k = s->bk[layer];
@@ -328,21 +381,28 @@ static void accum(lkv_kv_stream *s, const float *q, void *stt, lkv_attn_desc *d,
     s->be->attn_accum(s->b, stt, q, d);
 }
 
+/* The micro-batch's rows of layer l reached their resident slots: record it,
+ * and when streaming, copy them there and write them through to the host. */
 static void write_through(lkv_kv_stream *s, int l) {
     const int32_t pos0 = s->pos0, end = s->pos0 + s->n;
-    s->be->copy_wait_compute(s->b, s->be->compute_mark(s->b));
-    s->be->copy_async(s->b, s->hk[l] + (int64_t)pos0 * s->rbk, s->bk[l], (size_t)(s->n * s->rbk), 0);
-    s->wt_ticket[l] = s->be->copy_async(s->b, s->hv[l] + (int64_t)pos0 * s->rbv, s->bv[l],
-                                        (size_t)(s->n * s->rbv), 0);
-    s->st.copies += 2;
-    s->st.bytes_written_back += (int64_t)s->n * (s->rbk + s->rbv);
+    if (!s->resident_all) {
+        s->be->copy_wait_compute(s->b, s->be->compute_mark(s->b));
+        s->be->copy_async(s->b, s->hk[l] + (int64_t)pos0 * s->rbk, s->bk[l],
+                          (size_t)(s->n * s->rbk), 0);
+        s->wt_ticket[l] = s->be->copy_async(s->b, s->hv[l] + (int64_t)pos0 * s->rbv, s->bv[l],
+                                            (size_t)(s->n * s->rbv), 0);
+        s->st.copies += 2;
+        s->st.bytes_written_back += (int64_t)s->n * (s->rbk + s->rbv);
+    }
     for (int32_t j = pos0 / s->C; j < s->res[l] && j * s->C < end; j++) {
         const int32_t a = j * s->C > pos0 ? j * s->C : pos0;
         const int32_t e = (j + 1) * s->C < end ? (j + 1) * s->C : end;
-        s->be->copy_d2d(s->b, slot_k(s, l, j) + (int64_t)(a - j * s->C) * s->rbk,
-                        s->bk[l] + (int64_t)(a - pos0) * s->rbk, (size_t)((e - a) * s->rbk));
-        s->be->copy_d2d(s->b, slot_v(s, l, j) + (int64_t)(a - j * s->C) * s->rbv,
-                        s->bv[l] + (int64_t)(a - pos0) * s->rbv, (size_t)((e - a) * s->rbv));
+        if (!s->resident_all) {
+            s->be->copy_d2d(s->b, slot_k(s, l, j) + (int64_t)(a - j * s->C) * s->rbk,
+                            s->bk[l] + (int64_t)(a - pos0) * s->rbk, (size_t)((e - a) * s->rbk));
+            s->be->copy_d2d(s->b, slot_v(s, l, j) + (int64_t)(a - j * s->C) * s->rbv,
+                            s->bv[l] + (int64_t)(a - pos0) * s->rbv, (size_t)((e - a) * s->rbv));
+        }
         s->valid[(int64_t)l * s->nc_max + j] = e - j * s->C;
     }
     s->wt_done = l + 1;
@@ -355,20 +415,21 @@ lkv_status lkv_kv_stream_attend(lkv_kv_stream *s, int32_t l, const float *q, voi
     const lkv_kv_seg batch = {pos0, s->n, s->bk[l], s->bv[l]};
     s->st.copy_waits += s->be->compute_wait_copy(s->b, s->fill_ticket[l]);
 
-    /* 1. resident chunks, in groups that fit the segment table */
-    const int32_t rr = s->res[l] < c_end ? s->res[l] : c_end;
-    int32_t done = 0;
-    while (done < rr) {
-        int32_t hi = done;
-        d->n_segs = 0;
-        d->segs[d->n_segs++] = batch;
-        for (; hi < rr && d->n_segs < LKV_MAX_SEGS; hi++) {
-            const int32_t old = pos0 - hi * C < C ? pos0 - hi * C : C;
-            if (old > 0) d->segs[d->n_segs++] = (lkv_kv_seg){hi * C, old, slot_k(s, l, hi), slot_v(s, l, hi)};
-        }
-        accum(s, q, stt, d, done, hi);
-        done = hi;
+    if (s->resident_all) {   /* one segment, as the unbounded cache */
+        d->n_segs = 1;
+        d->segs[0] = (lkv_kv_seg){0, end, slot_k(s, l, 0), slot_v(s, l, 0)};
+        accum(s, q, stt, d, 0, c_end);
+        write_through(s, l);
+        return LKV_OK;
     }
+    /* 1. the resident prefix: its rows before this micro-batch, contiguous */
+    const int32_t rr = s->res[l] < c_end ? s->res[l] : c_end;
+    int32_t done = rr;
+    const int32_t old = rr * C < pos0 ? rr * C : pos0;
+    d->n_segs = 0;
+    d->segs[d->n_segs++] = batch;
+    if (old > 0) d->segs[d->n_segs++] = (lkv_kv_seg){0, old, slot_k(s, l, 0), slot_v(s, l, 0)};
+    accum(s, q, stt, d, 0, rr);
     /* 2. streamed pieces of this layer, in order */
     for (;;) {
         const bool front_is_mine = s->pq_len > 0 && s->pq[s->pq_head].step == s->step &&
