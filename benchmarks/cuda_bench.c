@@ -9,6 +9,7 @@
  *                   [layers=32]
  * Prints one line per measurement: pp512 (depth 0 only) and tg (median of 5
  * runs of 32 single-token decodes), with the implied weight+KV bandwidth.
+ * BENCH_ATTN_OLD=1: at depth, decode also with attn.cu's split kernel.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -124,19 +125,21 @@ int main(int argc, char **argv) {
 
     const int64_t kv_row = lkv_row_bytes(kvt, NKV * HD);
     /* variants of the decode mat-vec at depth 0 (env read at context creation):
-     * "mmq=1 rows=2" is the default; BENCH_VARIANTS=0 measures it alone */
-    const char *vars[][4] = {{"int8 mat-vec, 4 warps x 2 rows (default)", "1", "2", "4"},
-                             {"int8 mat-vec, 4 warps x 1 row", "1", "1", "4"},
-                             {"int8 mat-vec, 1 warp x 2 rows (LKV_CUDA_MV_SPLIT=1)", "1", "2", "1"},
-                             {"f32 mat-vec (LKV_CUDA_MMQ=0)", "0", "2", "4"}};
-    const int n_var = getenv("BENCH_VARIANTS") && atoi(getenv("BENCH_VARIANTS")) == 0 ? 1 : 4;
+     * the first is the default; BENCH_VARIANTS=n measures the first n (default 2; 0 = 1). Columns:
+     * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_MV16 */
+    const char *vars[][5] = {{"int8 mat-vec, 4 warps x 2 rows (default)", "1", "2", "4", "0"},
+                             {"q4_0 rows staged by 16-byte copies (LKV_CUDA_MV16=1)", "1", "2", "4", "1"},
+                             {"f32 mat-vec (LKV_CUDA_MMQ=0)", "0", "2", "4", "0"}};
+    int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
+    if (n_var > 3) n_var = 3;
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
-    for (int vi = 0; vi < (atoi(tok) == 0 ? n_var : 1); vi++) {
+    for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : 1); vi++) {
         const int depth = atoi(tok);
         setenv("LKV_CUDA_MMQ", vars[vi][1], 1);
         setenv("LKV_CUDA_MV_ROWS", vars[vi][2], 1);
         setenv("LKV_CUDA_MV_SPLIT", vars[vi][3], 1);
+        setenv("LKV_CUDA_MV16", vars[vi][4], 1);
         if (depth == 0) printf("-- %s\n", vars[vi][0]);
         lkv_context_params cp;
         lkv_context_params_init(&cp);
@@ -183,23 +186,29 @@ int main(int argc, char **argv) {
             qsort(pp + 1, 3, sizeof(double), cmp_d);
             printf("pp512 @%-6d %8.1f t/s  (%.1f ms)\n", depth, 512 / pp[2], pp[2] * 1e3);
         }
-        /* decode: 5 runs of 32 tokens (after a warm-up run) */
-        double tg[6];
-        int ok = 1;
-        for (int r = 0; r < 6 && ok; r++) {
-            lkv_context_truncate(c, depth);
-            double a = now();
-            for (int i = 0; i < 32; i++)
-                if (lkv_decode(c, toks + i, 1, depth + i)) { printf("tg: %s\n", lkv_last_error()); ok = 0; break; }
-            tg[r] = (now() - a) / 32;
+        /* decode: 5 runs of 32 tokens (after a warm-up run); at depth, also with
+         * attn.cu's split kernel (LKV_CUDA_ATTN=0, read per call) */
+        for (int av = 0; av < (depth > 0 && getenv("BENCH_ATTN_OLD") ? 2 : 1); av++) {
+            setenv("LKV_CUDA_ATTN", av ? "0" : "1", 1);
+            double tg[6];
+            int ok = 1;
+            for (int r = 0; r < 6 && ok; r++) {
+                lkv_context_truncate(c, depth);
+                double a = now();
+                for (int i = 0; i < 32; i++)
+                    if (lkv_decode(c, toks + i, 1, depth + i)) { printf("tg: %s\n", lkv_last_error()); ok = 0; break; }
+                tg[r] = (now() - a) / 32;
+            }
+            if (ok) {
+                qsort(tg + 1, 5, sizeof(double), cmp_d);
+                const double t = tg[3];
+                const double kvb = (double)NL * (depth + 16) * 2 * kv_row;
+                printf("tg   @%-6d %8.1f t/s  (%.3f ms/token; weights+KV %.2f GB -> %.2f TB/s)%s\n", depth,
+                       1 / t, t * 1e3, (step_wbytes + kvb) / 1e9, (step_wbytes + kvb) / t / 1e12,
+                       av ? "  [LKV_CUDA_ATTN=0: attn.cu split kernel]" : "");
+            }
         }
-        if (ok) {
-            qsort(tg + 1, 5, sizeof(double), cmp_d);
-            const double t = tg[3];
-            const double kvb = (double)NL * (depth + 16) * 2 * kv_row;
-            printf("tg   @%-6d %8.1f t/s  (%.3f ms/token; weights+KV %.2f GB -> %.2f TB/s)\n", depth,
-                   1 / t, t * 1e3, (step_wbytes + kvb) / 1e9, (step_wbytes + kvb) / t / 1e12);
-        }
+        setenv("LKV_CUDA_ATTN", "1", 1);
         fflush(stdout);
         lkv_context_free(c);
     }

@@ -2,21 +2,22 @@
 # tools/gpu-run.sh: everything the GPU machine does for the CUDA backend, in one
 # call of the device tool, inside a time budget (BUDGET seconds, default 500):
 # install the carried wheels, build for the H200 (sm_90), then in order of
-# importance: the kernel harness (tests/cuda/test_ops.c), the GPU streaming
-# tests, the speed benchmark (benchmarks/cuda_bench.c), the KV streaming
-# benchmark (benchmarks/benchmark_kv_stream.py, synthetic 8B shape, CSV + PNG +
-# SVG to $OUT), then the rest of tests/test_cuda.py. Each stage's timeout is
+# importance: the kernel harness (tests/cuda/test_ops.c), the speed benchmark
+# (benchmarks/cuda_bench.c; BENCH_ATTN_OLD=1 adds attn.cu's kernel at depth),
+# the GPU streaming tests, the rest of tests/test_cuda.py, then the KV
+# streaming benchmark (benchmarks/benchmark_kv_stream.py, synthetic 8B shape,
+# CSV + PNG + SVG to $OUT). Each stage's timeout is
 # cut to what the budget has left. Logs go to $OUT; a summary is printed last.
 #
 # Here, once:  bash ../shared/tools/device-wheels.sh   (makes .whl/)
 #              python3 tools/truncate_gguf.py <SmolLM2 gguf> .models/smollm2-8l.gguf 8
 # Then:        device run, carry [".whl", ".models"], command "bash tools/gpu-run.sh"
-# Stages can be chosen: STAGES="build ops pystream bench stream pyrest" (default: all).
+# Stages can be chosen: STAGES="build ops bench pystream pyrest kvstream" (default: all).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-STAGES=${STAGES:-"build ops pystream bench stream pyrest"}
+STAGES=${STAGES:-"build ops bench pystream pyrest kvstream"}
 ARCH=${GPU_ARCH:-90}
 BUDGET=${BUDGET:-500}
 B=/tmp/build-gpu
@@ -53,8 +54,17 @@ export PYLLAMAKV_LIBRARY=$B/native/libllamakv.so PYLLAMAKV_REPORT_DIR=$OUT
 
 if [[ $STAGES == *ops* ]]; then
     stamp "kernel harness"
-    timeout "$(cap 90)" /tmp/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
+    LKV_CUDA_MV16=1 timeout "$(cap 90)" /tmp/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
     grep -E "FAIL|passed|rc=" "$OUT/test_ops.log" | head -40
+fi
+
+if [[ $STAGES == *bench* ]]; then
+    stamp "benchmark (8B shape, q4_0 weights)"
+    {
+        echo "== q8_0 KV";  LKV_CUDA_PROFILE=1 BENCH_ATTN_OLD=${BENCH_ATTN_OLD:-1} timeout "$(cap 150)" /tmp/cuda_bench 2 8 ${DEPTHS:-0,32768,131072}
+        echo "== f16 KV";   LKV_CUDA_PROFILE=1 BENCH_VARIANTS=0 timeout "$(cap 45)" /tmp/cuda_bench 2 1 0
+    } > "$OUT/bench.log" 2>&1
+    cat "$OUT/bench.log"
 fi
 
 if [[ $STAGES == *pystream* ]]; then
@@ -65,16 +75,14 @@ if [[ $STAGES == *pystream* ]]; then
     grep -E "passed|failed|error|Error|assert|rc=" "$OUT/pytest_stream.log" | tail -12
 fi
 
-if [[ $STAGES == *bench* ]]; then
-    stamp "benchmark (8B shape, q4_0 weights)"
-    {
-        echo "== q8_0 KV";  timeout "$(cap 130)" /tmp/cuda_bench 2 8 0,32768,131072
-        echo "== f16 KV";   BENCH_VARIANTS=0 timeout "$(cap 45)" /tmp/cuda_bench 2 1 0
-    } > "$OUT/bench.log" 2>&1
-    cat "$OUT/bench.log"
+if [[ $STAGES == *pyrest* ]]; then
+    stamp "python GPU tests: the rest"
+    timeout "$(cap 200)" python3 -m pytest -q -s -p no:cacheprovider tests/test_cuda.py -k "not streaming" \
+        > "$OUT/pytest.log" 2>&1
+    echo "pytest rc=$?" >> "$OUT/pytest.log"
+    grep -E "top1|passed|failed|rc=" "$OUT/pytest.log" | tail -10
 fi
-
-if [[ $STAGES == *stream* ]]; then
+if [[ $STAGES == *kvstream* ]]; then
     stamp "KV streaming benchmark (synthetic llama3-8b, q8_0 KV)"
     L=$(left); DL=$(( L - 75 ))
     timeout "$(cap 260)" python3 benchmarks/benchmark_kv_stream.py --shape llama3-8b \
@@ -87,11 +95,4 @@ if [[ $STAGES == *stream* ]]; then
     grep -v "^writing" "$OUT/kv_stream.log" | tail -14
 fi
 
-if [[ $STAGES == *pyrest* ]]; then
-    stamp "python GPU tests: the rest"
-    timeout "$(cap 200)" python3 -m pytest -q -s -p no:cacheprovider tests/test_cuda.py -k "not streaming" \
-        > "$OUT/pytest.log" 2>&1
-    echo "pytest rc=$?" >> "$OUT/pytest.log"
-    grep -E "top1|passed|failed|rc=" "$OUT/pytest.log" | tail -10
-fi
 stamp "done"

@@ -132,11 +132,12 @@ static const int KVTYPES[] = {LKV_TYPE_F32, LKV_TYPE_F16, LKV_TYPE_BF16, LKV_TYP
 
 // ---------------------------------------------------------------- matmul, get_rows
 
-static void test_matmul(void) {
-    const int rows = 300, cols = 768;
+/* only >= 0: that weight type alone, decode sizes only (n <= 8) */
+static void test_matmul_shape(int rows, int cols, int only) {
     const int ns[] = {1, 3, 8, 9, 64, 133};
     for (int ti = 0; ti < NELEM(WTYPES); ti++) {
         const int type = WTYPES[ti];
+        if (only >= 0 && type != only) continue;
         const lkv_traits *t = lkv_type_traits(type);
         lkv_weight w = {0};
         make_weight(&w, type, rows, cols);
@@ -144,7 +145,7 @@ static void test_matmul(void) {
         for (int r = 0; r < rows; r++) t->to_float((const uint8_t *)w.data + r * w.row_bytes, wf + (size_t)r * cols, cols);
         /* get_rows: bit-for-bit the CPU's dequantization, up to fma rounding */
         {
-            int32_t tok[5] = {0, 7, rows - 1, 123, 7};
+            int32_t tok[5] = {0, 7 % rows, rows - 1, 123 % rows, 7 % rows};
             float *d = dev_buf(sizeof(float) * 5 * cols), *h = malloc(sizeof(float) * 5 * cols);
             G->get_rows(gb, d, &w, tok, 5);
             get(h, d, sizeof(float) * 5 * cols);
@@ -160,6 +161,7 @@ static void test_matmul(void) {
         }
         for (int ni = 0; ni < NELEM(ns); ni++) {
             const int n = ns[ni];
+            if (only >= 0 && n > 8) continue;
             float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows);
             float *cout = malloc(sizeof(float) * n * rows);
             double *ref = malloc(sizeof(double) * n * rows);
@@ -184,12 +186,20 @@ static void test_matmul(void) {
              * f16 (~1e-3) */
             const int fl = type == LKV_TYPE_F32 || type == LKV_TYPE_F16 || type == LKV_TYPE_BF16;
             const double tol = n > 8 ? 4e-3 : fl ? 1e-5 : 2 * ec + 2e-3;
-            check(eg < tol, "matmul %-7s n=%-3d gpu rel err %.2e (cpu %.2e)", t->name, n, eg, ec);
+            check(eg < tol, "matmul %-7s %dx%d n=%-3d gpu rel err %.2e (cpu %.2e)", t->name, rows, cols, n,
+                  eg, ec);
             free(x); free(out); free(cout); free(ref); cudaFree(dx); cudaFree(dout);
         }
         free(wf);
         free_weight(&w);
     }
+}
+
+/* the q4_0 staged mat-vec's row groupings (mv_stage.cu): 8, 2 and 1 rows per block */
+static void test_matmul(void) {
+    test_matmul_shape(300, 768, -1);
+    test_matmul_shape(37, 9216, LKV_TYPE_Q4_0);
+    test_matmul_shape(21, 36864, LKV_TYPE_Q4_0);
 }
 
 // ---------------------------------------------------------------- elementwise ops vs the CPU backend
@@ -294,6 +304,12 @@ static void attn_ref(double *out, const float *q, const float *kf, const float *
 
 static void test_attention(void) {
     struct { int nh, nkv, hd, chunk, n_ctx, n_q; } cases[] = {
+        {16, 8, 64, 64, 500, 1},    /* attn_dec.cu, G = 2, 8-byte copies */
+        {3, 3, 64, 64, 500, 2},     /* (K and V types differ: attn.cu) */
+        {3, 3, 64, 64, 500, 1},     /* attn_dec.cu, G = 1, 204-byte rows: 2-byte copies */
+        {5, 5, 64, 64, 300, 1},     /* (K and V types differ: attn.cu) */
+        {32, 8, 128, 256, 1300, 1}, /* Llama-3-8B shape, decode (attn_dec.cu for f16/q8_0/q4_0) */
+        {32, 8, 128, 256, 1000, 2}, /* same, K and V types differ: attn.cu's split kernel */
         {9, 3, 64, 64, 700, 1},     /* SmolLM2 shape, decode (split kernel) */
         {8, 2, 128, 256, 900, 3},
         {12, 1, 64, 32, 300, 5},    /* 12 heads per KV head: two head groups */
@@ -303,7 +319,7 @@ static void test_attention(void) {
     for (int ci = 0; ci < NELEM(cases); ci++)
         for (int ti = 0; ti < NELEM(KVTYPES); ti++) {
             const int tk = KVTYPES[ti], tv = KVTYPES[(ti + (ci & 1)) % NELEM(KVTYPES)];
-            if (ci >= 3 && ti > 4) continue;
+            if (ci >= 9 && ti > 4) continue;
             const int nh = cases[ci].nh, nkv = cases[ci].nkv, hd = cases[ci].hd, chunk = cases[ci].chunk;
             const int n_ctx = cases[ci].n_ctx, n_q = cases[ci].n_q, q_pos0 = n_ctx - n_q;
             const lkv_traits *TK = lkv_type_traits(tk), *TV = lkv_type_traits(tv);

@@ -15,6 +15,9 @@
  * - attn_split + attn_fold (few queries, decode: flash-decoding): one block
  *   per (chunk, head group, query) writes its partial to the workspace, then
  *   one block per (query, head) folds the partials in chunk order.
+ *   attn_dec.cu replaces both for the shapes it covers (f16/q8_0/q4_0 K and V,
+ *   head_dim 64/128, 1/2/4/8 heads per KV head) unless LKV_CUDA_ATTN=0; the
+ *   choice depends on the shape only, like the choice between these two.
  * Scores are f32 dot products of the f32 query with dequantized K; V is read
  * element by element (a warp reads 32 consecutive elements of a row).
  *
@@ -417,6 +420,7 @@ static void attn_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_d
         LKV_CUDA_LAUNCHED(b, "attn_seq");
         return;
     }
+    if (lkv_cuda_attn_dec(b, st, q, d, ge.rbk, ge.rbv)) return;   /* attn_dec.cu */
     for (int c0 = d->chunk_lo; c0 < d->chunk_hi; c0 += batch) {
         const int nc = min(batch, d->chunk_hi - c0);
         attn_split_kernel<TK, TV><<<dim3(nc, n_groups, d->n_q), ATT_THREADS, smem, b->stream>>>(

@@ -9,8 +9,10 @@
  * through lkv_fail. The library loads without a driver: cudart_static only
  * opens it on the first call, and lkv_cuda_device_count then returns 0.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.cuh"
 
@@ -117,8 +119,37 @@ static lkv_status cuda_model_init(struct lkv_model *m) {
  * in one launch; longer ones take several launches. */
 static const size_t ATTN_WS_BYTES = (size_t)32 << 20;
 
+/* LKV_CUDA_PROFILE=1: how long the host waited in the download that ends each
+ * step, from the copy's enqueue to its end (median of the last 256). Near the
+ * copy's own time: the GPU finished before the host had enqueued the step
+ * (host-bound); large: the GPU is the limit. (H200 run 6 timed only the sync
+ * after a pageable copy, which had already waited: its ~3 us says nothing.) */
+enum { WAITS = 256 };
+static double host_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+static int cmp_f(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+static void print_waits(lkv_bctx *b) {
+    if (!b->waits || !b->n_waits) return;
+    const int n = b->n_waits < WAITS ? b->n_waits : WAITS;
+    float *w = (float *)malloc(n * sizeof(float));
+    if (!w) return;
+    memcpy(w, b->waits, n * sizeof(float));
+    qsort(w, n, sizeof(float), cmp_f);
+    fprintf(stderr, "[cuda] host wait in the step-ending download: median %.3f ms, min %.3f (last %d of %lld)\n",
+            w[n / 2] * 1e3, w[0] * 1e3, n, (long long)b->n_waits);
+    free(w);
+}
+
 static void cuda_ctx_free(lkv_bctx *b) {
     if (!b) return;
+    print_waits(b);
+    free(b->waits);
     if (b->stream) cudaStreamSynchronize(b->stream);
     lkv_cuda_copier_free(b);
     if (b->graph_exec) cudaGraphExecDestroy(b->graph_exec);
@@ -168,6 +199,8 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
         b->mv_rows = env && atoi(env) == 1 ? 1 : 2;
         env = getenv("LKV_CUDA_MV_SPLIT");
         b->mv_split = env && atoi(env) == 1 ? 1 : 4;
+        env = getenv("LKV_CUDA_MV16");
+        b->mv16 = env && env[0] == '1';
         if (e == cudaSuccess) e = cudaMalloc((void **)&b->xq, (size_t)8 * b->xq_cols);
         if (e == cudaSuccess) e = cudaMalloc((void **)&b->xd, (size_t)8 * (b->xq_cols / 32) * sizeof(float));
     }
@@ -179,6 +212,8 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
                         cudaGetErrorString(e));
     }
     lkv_cuda_attn_setup();
+    if (getenv("LKV_CUDA_PROFILE") && getenv("LKV_CUDA_PROFILE")[0] == '1')
+        b->waits = (float *)calloc(WAITS, sizeof(float));
     *out = b;
     return LKV_OK;
 }
@@ -201,9 +236,13 @@ static void cuda_free(lkv_bctx *b, void *p) {
 }
 
 static void cuda_download(lkv_bctx *b, void *host_dst, const void *src, size_t bytes) {
+    /* timed from the copy's enqueue: into pageable memory the copy itself
+     * blocks until the stream reaches it */
+    const double t0 = b->waits ? host_now() : 0;
     LKV_CUDA_CALL(b, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, b->stream),
                   "download");
     LKV_CUDA_CALL(b, cudaStreamSynchronize(b->stream), "download");
+    if (b->waits) b->waits[b->n_waits++ % WAITS] = (float)(host_now() - t0);
 }
 
 /* host_src may be reused on return, so the copy is waited for (uploads are

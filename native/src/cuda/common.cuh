@@ -47,6 +47,9 @@ struct lkv_bctx {
     int mmq;                     /* integer mat-vec on (LKV_CUDA_MMQ != 0) */
     int mv_rows;                 /* rows per warp: 1 or 2 (LKV_CUDA_MV_ROWS) */
     int mv_split;                /* warps per row group: 1 or 4 (LKV_CUDA_MV_SPLIT) */
+    int mv16;                    /* q4_0 rows staged by 16-byte copies (LKV_CUDA_MV16=1) */
+    float *waits;                /* LKV_CUDA_PROFILE=1: host waits in download (backend.cu) */
+    int64_t n_waits;
 
     float *attn_ws;              /* per-chunk partials of split attention */
     size_t attn_ws_bytes;
@@ -146,6 +149,9 @@ void lkv_cuda_attn_reset(lkv_bctx *b, void *st, int n_q, int n_head, int head_di
 void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
 void lkv_cuda_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n_head,
                           int head_dim);
-void lkv_cuda_attn_setup(void);   /* raises kernels' shared-memory limits once */
+void lkv_cuda_attn_setup(void);
+/* decode attention with staged K/V (attn_dec.cu); false when the shape is not covered */
+bool lkv_cuda_attn_dec(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
+                       size_t rbv);   /* raises kernels' shared-memory limits once */
 
 #endif

@@ -32,4 +32,8 @@ enum { MV_MAX_TOK = 8, MV_ROWS = 2, MV_WARPS = 4 };
 bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n,
                         bool quantize);
 
+/* q4_0 mat-vec with rows staged by 16-byte copies (mv_stage.cu), on the
+ * activations lkv_cuda_matvec_q8 quantized; false when it does not apply */
+bool lkv_cuda_mv_staged(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
+
 #endif

@@ -1,0 +1,460 @@
+/*
+ * cuda/attn_dec.cu: decode attention (few queries) over the chunk grid,
+ * flash-decoding style, with each chunk's K/V staged through shared memory.
+ *
+ * One block per (chunk, KV head, query) computes the chunk's partial for the
+ * G <= 8 query heads of that KV head (m, l, o unnormalised, as attn.cu):
+ *  1. every row of the chunk up to the query is located in whichever segment
+ *     holds it and its KV-head slice copied into shared memory with cp.async
+ *     (16, 8 or 4 bytes at a time, whatever the row's address allows; rows in
+ *     no segment are zeroed and masked). K comes in two halves, then V, as
+ *     three copy groups, so scoring the first half overlaps the rest.
+ *  2. scores: one thread per row, the K slice read with 8-byte shared loads
+ *     (row pitch an odd number of 8-byte words: no bank conflicts), integers
+ *     turned into floats by the exponent trick (no conversion instructions),
+ *     f32 dot with the scaled query (shared memory, broadcast), times the
+ *     block scale per 32-group.
+ *  3. softmax pieces: one warp per head, lane-strided rows, fixed order.
+ *  4. o = sum p v: a thread owns 4 dims and every RG-th row; the RG row
+ *     groups are added in order at the end.
+ * Every sum runs in an order fixed by the rows' places in the chunk, never by
+ * the segments or the copy widths: the same bits for any placement (backend.h).
+ * The partials are then folded in increasing chunk order by attn_fold2, which
+ * performs fold()'s exact operations (attn.cu: bit-identical results) but
+ * computes the running maxima and rescale factors of all partials in parallel
+ * first, so the sequential part is two multiplies and an add per partial.
+ *
+ * Types: K and V both f16, q8_0 or q4_0; head_dim 64 or 128; G 1, 2, 4 or 8;
+ * other shapes use attn.cu's split kernel. LKV_CUDA_ATTN=0 selects attn.cu's.
+ */
+#include <stdlib.h>
+
+#include "common.cuh"
+
+enum { AD_THREADS = 128, AD_GMAX = 8, AD_SMEM_MAX = 200 * 1024, AD_FOLD_PIECE = 1024 };
+
+struct ad_geom {
+    int G;                    /* query heads per KV head */
+    int slice_k, slice_v;     /* bytes of one KV head in a row */
+    int pitch_k, pitch_v;     /* shared-memory row pitch (odd multiple of 8) */
+    int region0;              /* bytes of the K area (reused for the row-group sums) */
+    size_t rbk, rbv;          /* row bytes */
+};
+
+// ---------------------------------------------------------------- small pieces
+
+template <int N>
+static __device__ __forceinline__ void cp_async(void *dst, const void *src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(src), "n"(N));
+}
+static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* 4 signed bytes -> floats, exactly: 2^23 + (b ^ 0x80) built in the bits, minus 2^23 + 128 */
+static __device__ __forceinline__ void s8x4(uint32_t w, float *f) {
+    const uint32_t u = w ^ 0x80808080u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) f[i] = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7540 + i)) - 8388736.f;
+}
+/* 4 nibbles in bytes (0..15) -> floats n - 8 */
+static __device__ __forceinline__ void u4x4m8(uint32_t w, float *f) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) f[i] = __int_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + i)) - 8388616.f;
+}
+/* 4 bytes at a 2-byte aligned shared address */
+static __device__ __forceinline__ uint32_t lds4_2(const uint8_t *p) {
+    const uintptr_t a = (uintptr_t)p;
+    const uint32_t *w = (const uint32_t *)(a & ~(uintptr_t)3);
+    return (a & 2) ? __funnelshift_r(w[0], w[1], 16) : w[0];
+}
+
+/* 32-group j of a staged K slice: kf = the integer (or f16) values, return the scale */
+template <int T>
+static __device__ __forceinline__ float kgroup(const uint8_t *row, int j, float *kf) {
+    if constexpr (T == LKV_TYPE_F16) {
+        const uint2 *p = (const uint2 *)(row + 64 * j);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint2 v = p[i];
+            const float2 a = __half22float2(*(const __half2 *)&v.x), b = __half22float2(*(const __half2 *)&v.y);
+            kf[4 * i] = a.x; kf[4 * i + 1] = a.y; kf[4 * i + 2] = b.x; kf[4 * i + 3] = b.y;
+        }
+        return 1.f;
+    } else {
+        constexpr int GB = T == LKV_TYPE_Q8_0 ? 34 : 18, NW = T == LKV_TYPE_Q8_0 ? 10 : 6;
+        const int base = GB * j, a0 = base & ~7, o = base - a0;   /* o: 0, 2, 4, 6 */
+        uint32_t w[NW];
+        const uint2 *p = (const uint2 *)(row + a0);
+#pragma unroll
+        for (int i = 0; i < NW / 2; i++) { const uint2 v = p[i]; w[2 * i] = v.x; w[2 * i + 1] = v.y; }
+        const uint32_t dw = w[o >> 2];
+        const float d = __half2float(__ushort_as_half((unsigned short)((o & 2) ? dw >> 16 : dw & 0xFFFF)));
+        const int q0 = o + 2;   /* first quant byte, even */
+        if constexpr (T == LKV_TYPE_Q8_0) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const int b = q0 + 4 * k;
+                const uint32_t v = (b & 2) ? __funnelshift_r(w[b >> 2], w[(b >> 2) + 1], 16) : w[b >> 2];
+                s8x4(v, kf + 4 * k);
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int b = q0 + 4 * k;
+                const uint32_t v = (b & 2) ? __funnelshift_r(w[b >> 2], w[(b >> 2) + 1], 16) : w[b >> 2];
+                u4x4m8(v & 0x0F0F0F0Fu, kf + 4 * k);
+                u4x4m8((v >> 4) & 0x0F0F0F0Fu, kf + 16 + 4 * k);
+            }
+        }
+        return d;
+    }
+}
+
+/* dims [4k, 4k+4) of a staged V slice: values and scale */
+template <int T>
+static __device__ __forceinline__ float vquad(const uint8_t *row, int k, float *v) {
+    if constexpr (T == LKV_TYPE_F16) {
+        const uint2 u = *(const uint2 *)(row + 8 * k);
+        const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+        v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
+        return 1.f;
+    } else {
+        constexpr int GB = T == LKV_TYPE_Q8_0 ? 34 : 18;
+        const int j = k >> 3, e = 4 * (k & 7);
+        const uint8_t *g = row + GB * j;
+        const float d = __half2float(*(const __half *)g);
+        if constexpr (T == LKV_TYPE_Q8_0) s8x4(lds4_2(g + 2 + e), v);
+        else u4x4m8((lds4_2(g + 2 + (e & 15)) >> (e & 16 ? 4 : 0)) & 0x0F0F0F0Fu, v);
+        return d;
+    }
+}
+
+/* the K and V rows of position p (NULL: in no segment) */
+static __device__ __forceinline__ void locate(const lkv_attn_desc &d, const ad_geom &ge, int p,
+                                              const uint8_t *&k, const uint8_t *&v) {
+    k = v = NULL;
+    for (int i = 0; i < d.n_segs; i++) {
+        const lkv_kv_seg &sg = d.segs[i];
+        if (p >= sg.pos0 && p < sg.pos0 + sg.n) {
+            k = (const uint8_t *)sg.k + (size_t)(p - sg.pos0) * ge.rbk;
+            v = (const uint8_t *)sg.v + (size_t)(p - sg.pos0) * ge.rbv;
+            return;
+        }
+    }
+}
+
+/* the block copies rows [r_lo, r_hi) of one plane (K or V) into shared memory:
+ * flat over (row, unit) pairs, unit bytes CU (16, 8 or 4 by cp.async; 2: plain
+ * copy), chosen on the host from every segment's alignment; rows in no
+ * segment are zeroed. The bytes, hence the arithmetic, never depend on CU. */
+template <int CU>
+static __device__ __forceinline__ void block_copy(uint8_t *dst, int pitch, const uint8_t *const *ptr,
+                                                  size_t off, int bytes, int r_lo, int r_hi) {
+    const int U = bytes / CU, n = (r_hi - r_lo) * U;
+#pragma unroll 4
+    for (int idx = threadIdx.x; idx < n; idx += AD_THREADS) {
+        const int rr = idx / U, r = r_lo + rr, o = (idx - rr * U) * CU;
+        const uint8_t *src = ptr[r];
+        uint8_t *d = dst + (size_t)r * pitch + o;
+        if (!src) {
+            if constexpr (CU >= 4) { for (int i = 0; i < CU; i += 4) *(uint32_t *)(d + i) = 0; }
+            else *(uint16_t *)d = 0;
+        } else if constexpr (CU >= 4) cp_async<CU>(d, src + off + o);
+        else *(uint16_t *)d = *(const uint16_t *)(src + off + o);
+    }
+}
+
+// ---------------------------------------------------------------- kernels
+
+/* grid (chunks of this batch, n_head_kv, n_q): partial of chunk c_first + x into
+ * ws[((qi * n_head + h) * nc + x) * (HD + 2)] (attn.cu's workspace layout) */
+template <int T, int HD, int G, int CU>
+__global__ void __launch_bounds__(AD_THREADS, 2)
+attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d, ad_geom ge,
+                int c_first, int nc) {
+    extern __shared__ __align__(16) uint8_t sm[];
+    constexpr int NG = HD / 32, NQ = HD / 4, RG = AD_THREADS / NQ;
+    const int x = blockIdx.x, kh = blockIdx.y, qi = blockIdx.z, qpos = d.q_pos0 + qi;
+    const int h0 = kh * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int C = d.chunk, p0 = (c_first + x) * C;
+    float *const wbase = ws + (((size_t)qi * d.n_head + h0) * nc + x) * (HD + 2);
+    const size_t wstride = (size_t)nc * (HD + 2);
+    if (p0 > qpos) {   /* past the query: empty partial */
+        if (tid < G) wbase[tid * wstride] = -INFINITY;
+        return;
+    }
+    const int nv = min(C, qpos - p0 + 1), half = (nv + 1) >> 1;
+    uint8_t *Ks = sm, *Vs = sm + ge.region0;
+    float *qs = (float *)(Vs + (((size_t)C * ge.pitch_v + 15) & ~(size_t)15));   /* (G, HD) */
+    float *ps = qs + AD_GMAX * HD;                         /* (C, 8): scores, then p */
+    float *pm = ps + (size_t)C * AD_GMAX, *pl = pm + AD_GMAX;
+    uint8_t *valid = (uint8_t *)(pl + AD_GMAX);            /* (C,) */
+
+    // -- 1. where each row lives, then copies: K rows [0, half), K rows [half, nv), V rows [0, nv)
+    const uint8_t **kptr = (const uint8_t **)(valid + ((C + 15) & ~15)), **vptr = kptr + C;
+    for (int r = tid; r < nv; r += AD_THREADS) {
+        const uint8_t *kr, *vr;
+        locate(d, ge, p0 + r, kr, vr);
+        kptr[r] = kr;
+        vptr[r] = vr;
+        valid[r] = kr != NULL;
+    }
+    __syncthreads();
+    block_copy<CU>(Ks, ge.pitch_k, kptr, (size_t)kh * ge.slice_k, ge.slice_k, 0, half);
+    cp_commit();
+    block_copy<CU>(Ks, ge.pitch_k, kptr, (size_t)kh * ge.slice_k, ge.slice_k, half, nv);
+    cp_commit();
+    block_copy<CU>(Vs, ge.pitch_v, vptr, (size_t)kh * ge.slice_v, ge.slice_v, 0, nv);
+    cp_commit();
+    for (int i = tid; i < G * HD; i += AD_THREADS) {
+        const int g = i / HD, e = i % HD;
+        qs[g * HD + e] = q[((size_t)qi * d.n_head + h0 + g) * HD + e] * d.scale;
+    }
+
+    // -- 2. scores, one thread per row, first half then second
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        if (hf == 0) cp_wait<2>(); else cp_wait<1>();
+        __syncthreads();
+        const int r_lo = hf ? half : 0, r_hi = hf ? nv : half;
+        for (int r = r_lo + tid; r < r_hi; r += AD_THREADS) {
+            float acc[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) acc[g] = 0.f;
+            const uint8_t *row = Ks + (size_t)r * ge.pitch_k;
+#pragma unroll
+            for (int j = 0; j < NG; j++) {
+                float kf[32];
+                const float dk = kgroup<T>(row, j, kf);
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    const float4 *qg = (const float4 *)(qs + g * HD + 32 * j);
+                    float dot = 0.f;
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        const float4 qv = qg[i];
+                        dot = fmaf(kf[4 * i], qv.x, dot);
+                        dot = fmaf(kf[4 * i + 1], qv.y, dot);
+                        dot = fmaf(kf[4 * i + 2], qv.z, dot);
+                        dot = fmaf(kf[4 * i + 3], qv.w, dot);
+                    }
+                    acc[g] = fmaf(dk, dot, acc[g]);
+                }
+            }
+            const bool ok = valid[r];
+#pragma unroll
+            for (int g = 0; g < G; g++) ps[r * AD_GMAX + g] = ok ? acc[g] : -INFINITY;
+        }
+    }
+    __syncthreads();
+
+    // -- 3. softmax pieces: warp per head
+    for (int g = warp; g < G; g += AD_THREADS / 32) {
+        float mx = -INFINITY;
+        for (int r = lane; r < nv; r += 32) mx = fmaxf(mx, ps[r * AD_GMAX + g]);
+        mx = lkv_warp_max(mx);
+        float sum = 0.f;
+        for (int r = lane; r < nv; r += 32) {
+            const float e = mx == -INFINITY ? 0.f : expf(ps[r * AD_GMAX + g] - mx);
+            ps[r * AD_GMAX + g] = e;
+            sum += e;
+        }
+        sum = lkv_warp_sum(sum);
+        if (lane == 0) { pm[g] = mx; pl[g] = sum; }
+    }
+    cp_wait<0>();
+    __syncthreads();
+
+    // -- 4. o = sum p v: thread = (row group rg, dims 4k..4k+3)
+    const int k = tid % NQ, rg = tid / NQ;
+    float o[G][4];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) o[g][i] = 0.f;
+#pragma unroll 2
+    for (int r = rg; r < nv; r += RG) {
+        float v[4];
+        const float dv = vquad<T>(Vs + (size_t)r * ge.pitch_v, k, v);
+        const float4 pa = *(const float4 *)(ps + r * AD_GMAX), pb = *(const float4 *)(ps + r * AD_GMAX + 4);
+        const float pr[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const float pd = pr[g] * dv;
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[g][i] = fmaf(pd, v[i], o[g][i]);
+        }
+    }
+    float *comb = (float *)Ks;   /* (RG, G, HD): K is no longer read */
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        *(float4 *)(comb + ((size_t)rg * G + g) * HD + 4 * k) = make_float4(o[g][0], o[g][1], o[g][2], o[g][3]);
+    }
+    __syncthreads();
+    for (int i = tid; i < G * HD; i += AD_THREADS) {
+        const int g = i / HD, dd = i % HD;
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < RG; w++) s += comb[((size_t)w * G + g) * HD + dd];
+        wbase[g * wstride + 2 + dd] = s;
+    }
+    if (tid < G) { wbase[tid * wstride] = pm[tid]; wbase[tid * wstride + 1] = pl[tid]; }
+}
+
+/* grid (n_head, n_q), min(hd, 128) threads: fold nc partials in
+ * chunk order with fold()'s operations (attn.cu); maxima and factors first */
+__global__ void attn_fold2_kernel(float *st, const float *ws, int n_head, int hd, int nc) {
+    constexpr int FA = 16;
+    __shared__ float A[AD_FOLD_PIECE], Cf[AD_FOLD_PIECE], M[AD_FOLD_PIECE], LC[AD_FOLD_PIECE];
+    __shared__ float seg_max[32];
+    const int h = blockIdx.x, qi = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+    float *sp = st + ((size_t)qi * n_head + h) * (hd + 2);
+    const float *wp = ws + ((size_t)qi * n_head + h) * nc * (hd + 2);
+    float m = sp[0], l = sp[1];
+    float o[2] = {tid < hd ? sp[2 + tid] : 0.f, tid + blockDim.x < hd ? sp[2 + tid + blockDim.x] : 0.f};
+    __syncthreads();
+    for (int x0 = 0; x0 < nc; x0 += AD_FOLD_PIECE) {
+        const int np = min(AD_FOLD_PIECE, nc - x0);
+        for (int i = tid; i < np; i += blockDim.x) {
+            M[i] = wp[(size_t)(x0 + i) * (hd + 2)];
+            LC[i] = wp[(size_t)(x0 + i) * (hd + 2) + 1];
+        }
+        __syncthreads();
+        /* running max (exact in any order): warp 0, lane-contiguous pieces */
+        if (tid < 32) {
+            const int per = (np + 31) / 32, lo = lane * per, hi = min(np, lo + per);
+            float mx = -INFINITY;
+            for (int i = lo; i < hi; i++) mx = fmaxf(mx, M[i]);
+            seg_max[lane] = mx;
+            __syncwarp();
+            float run = m;
+            for (int w = 0; w < lane; w++) run = fmaxf(run, seg_max[w]);
+            for (int i = lo; i < hi; i++) {
+                const float mc = M[i];
+                const float prev = run;
+                run = fmaxf(run, mc);
+                /* factors of fold(): skipped partials get C = NaN marker via mc */
+                A[i] = prev == -INFINITY ? 0.f : expf(prev - run);
+                Cf[i] = mc == -INFINITY ? -1.f : expf(mc - run);
+                M[i] = run;
+            }
+        }
+        __syncthreads();
+        /* the chain: loads of FA partials issued before they are folded */
+        for (int i0 = 0; i0 < np; i0 += FA) {
+            float v0[FA], v1[FA];
+#pragma unroll
+            for (int k = 0; k < FA; k++) {
+                const float *pp = wp + (size_t)(x0 + min(i0 + k, np - 1)) * (hd + 2);
+                v0[k] = tid < hd ? pp[2 + tid] : 0.f;
+                v1[k] = tid + blockDim.x < hd ? pp[2 + tid + blockDim.x] : 0.f;
+            }
+#pragma unroll
+            for (int k = 0; k < FA; k++) {
+                const int i = i0 + k;
+                if (i >= np) break;
+                const float c = Cf[i];
+                if (c < 0.f) continue;   /* empty partial: fold() returns */
+                const float a = A[i];
+                l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(LC[i], c));
+                o[0] = __fadd_rn(__fmul_rn(o[0], a), __fmul_rn(v0[k], c));
+                o[1] = __fadd_rn(__fmul_rn(o[1], a), __fmul_rn(v1[k], c));
+                m = M[i];
+            }
+        }
+        __syncthreads();
+    }
+    if (tid < hd) sp[2 + tid] = o[0];
+    if (tid + blockDim.x < hd) sp[2 + tid + blockDim.x] = o[1];
+    if (tid == 0) { sp[0] = m; sp[1] = l; }
+}
+
+// ---------------------------------------------------------------- launcher
+
+static int odd8(int bytes) {
+    int p = (bytes + 7) & ~7;
+    if (((p >> 3) & 1) == 0) p += 8;
+    return p;
+}
+
+template <int T, int HD, int G, int CU>
+static void launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const ad_geom &ge,
+                   size_t smem) {
+    static bool attr = false;
+    if (!attr) {
+        cudaFuncSetAttribute(attn_dec_kernel<T, HD, G, CU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             AD_SMEM_MAX);
+        attr = true;
+    }
+    const size_t per_chunk = (size_t)d->n_q * d->n_head * (HD + 2) * sizeof(float);
+    const int batch = (int)(b->attn_ws_bytes / per_chunk);
+    for (int c0 = d->chunk_lo; c0 < d->chunk_hi; c0 += batch) {
+        const int nc = min(batch, d->chunk_hi - c0);
+        attn_dec_kernel<T, HD, G, CU><<<dim3(nc, d->n_head_kv, d->n_q), AD_THREADS, smem, b->stream>>>(
+            b->attn_ws, q, *d, ge, c0, nc);
+        LKV_CUDA_LAUNCHED(b, "attn_dec");
+        attn_fold2_kernel<<<dim3(d->n_head, d->n_q), HD >= 128 ? 128 : HD, 0, b->stream>>>(
+            st, b->attn_ws, d->n_head, HD, nc);
+        LKV_CUDA_LAUNCHED(b, "attn_fold2");
+    }
+}
+
+template <int T, int HD, int G>
+static void launch_cu(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const ad_geom &ge,
+                      size_t smem, int cu) {
+    if (cu == 8) launch<T, HD, G, 8>(b, st, q, d, ge, smem);
+    else launch<T, HD, G, 2>(b, st, q, d, ge, smem);
+}
+
+template <int T, int HD>
+static bool launch_g(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const ad_geom &ge,
+                     size_t smem, int cu) {
+    switch (ge.G) {
+    case 1: launch_cu<T, HD, 1>(b, st, q, d, ge, smem, cu); return true;
+    case 2: launch_cu<T, HD, 2>(b, st, q, d, ge, smem, cu); return true;
+    case 4: launch_cu<T, HD, 4>(b, st, q, d, ge, smem, cu); return true;
+    case 8: launch_cu<T, HD, 8>(b, st, q, d, ge, smem, cu); return true;
+    default: return false;
+    }
+}
+
+/* decode attention through this file's kernels; false (nothing enqueued) when
+ * the shape or types are not covered: the choice depends on the shape only */
+bool lkv_cuda_attn_dec(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d,
+                       size_t rbk, size_t rbv) {
+    const char *env = getenv("LKV_CUDA_ATTN");
+    if (env && env[0] == '0') return false;
+    const int hd = d->head_dim, T = d->type_k;
+    if (d->type_v != T || (T != LKV_TYPE_F16 && T != LKV_TYPE_Q8_0 && T != LKV_TYPE_Q4_0)) return false;
+    if (hd != 64 && hd != 128) return false;
+    const int Gq = d->n_head_kv > 0 && d->n_head % d->n_head_kv == 0 ? d->n_head / d->n_head_kv : 0;
+    if ((Gq != 1 && Gq != 2 && Gq != 4 && Gq != 8) || d->chunk > 1024) return false;
+    const size_t per_chunk = (size_t)d->n_q * d->n_head * (hd + 2) * sizeof(float);
+    if (b->attn_ws_bytes / per_chunk < 1) return false;
+    ad_geom ge;
+    ge.G = d->n_head / d->n_head_kv;
+    const int gb = T == LKV_TYPE_F16 ? 64 : T == LKV_TYPE_Q8_0 ? 34 : 18;
+    ge.slice_k = ge.slice_v = hd / 32 * gb;
+    ge.pitch_k = ge.pitch_v = odd8(ge.slice_k);
+    ge.rbk = rbk;
+    ge.rbv = rbv;
+    const int C = d->chunk, RG = AD_THREADS / (hd / 4);
+    size_t r0 = (size_t)C * ge.pitch_k, comb = (size_t)RG * ge.G * hd * sizeof(float);
+    ge.region0 = (int)(((r0 > comb ? r0 : comb) + 15) & ~(size_t)15);
+    const size_t smem = ge.region0 + (((size_t)C * ge.pitch_v + 15) & ~(size_t)15) + (AD_GMAX * hd + (size_t)C * AD_GMAX + 2 * AD_GMAX) *
+                        sizeof(float) + ((C + 15) & ~15) + 2 * (size_t)C * sizeof(void *) + 16;
+    if (smem > AD_SMEM_MAX) return false;
+    /* copy unit: 8 bytes when every row slice is 8-byte aligned, else 2 (same bits either way) */
+    int cu = ge.slice_k % 8 == 0 && rbk % 8 == 0 && rbv % 8 == 0 ? 8 : 2;
+    for (int i = 0; i < d->n_segs && cu == 8; i++)
+        if (((uintptr_t)d->segs[i].k | (uintptr_t)d->segs[i].v) & 7) cu = 2;
+#define L(TT, H) if (T == TT && hd == H) return launch_g<TT, H>(b, st, q, d, ge, smem, cu);
+    L(LKV_TYPE_F16, 64) L(LKV_TYPE_F16, 128)
+    L(LKV_TYPE_Q8_0, 64) L(LKV_TYPE_Q8_0, 128)
+    L(LKV_TYPE_Q4_0, 64) L(LKV_TYPE_Q4_0, 128)
+#undef L
+    return false;
+}
