@@ -3,7 +3,7 @@ all resident vs a bounded pool, with the PCIe bound beside each figure.
 
 For each depth from 8K doubling to --max-context: fill the cache to that
 depth, then time a prefill of --batch-size tokens at that depth (pp) and
---n-gen single-token decodes (tg). Modes: "resident" (no bound, when the
+--n-gen single-token decodes (tg), each the median of --repeat runs. Modes: "resident" (no bound, when the
 whole cache fits), "auto" (the largest pool that fits in free memory; equal to
 resident on a card that holds everything) and fixed pools (--pools MiB,...).
 Each row lands in results.csv under --out as soon as it is measured, and rows
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--type-v", default="q8_0")
     ap.add_argument("--pools", default="auto", help="comma list: auto and/or MiB values")
     ap.add_argument("--n-gen", type=int, default=32)
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs of pp and tg (median)")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default="bench-out")
@@ -132,21 +134,28 @@ def measure(m: Model, a, depth: int, pool: int | None, rng) -> dict:
             for i in range(0, depth, a.batch_size):
                 c.decode(toks[i:min(i + a.batch_size, depth)])
         fill_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        c.decode(toks[depth:depth + a.batch_size])
-        pp = a.batch_size / (time.perf_counter() - t0)
-        c.truncate(depth)
+        # one untimed prefill first: a loaded state leaves resident slots to refill
+        pps = []
+        for _ in range(a.repeat + 1):
+            t0 = time.perf_counter()
+            c.decode(toks[depth:depth + a.batch_size])
+            pps.append(a.batch_size / (time.perf_counter() - t0))
+            c.truncate(depth)
+        pp = statistics.median(pps[1:])
         c.decode([toks[0]])            # warm the decode path at this depth
-        streamed = 0
-        t0 = time.perf_counter()
-        for i in range(a.n_gen):
-            c.decode([toks[i + 1]])
-            streamed += c.kv_stats()["bytes_streamed_last"]
-        tg = a.n_gen / (time.perf_counter() - t0)
+        tgs, streamed = [], 0
+        for _ in range(a.repeat):
+            c.truncate(depth + 1)
+            t0 = time.perf_counter()
+            for i in range(a.n_gen):
+                c.decode([toks[i + 1]])
+                streamed += c.kv_stats()["bytes_streamed_last"]
+            tgs.append(a.n_gen / (time.perf_counter() - t0))
+        tg = statistics.median(tgs)
         stats = c.kv_stats()
     finally:
         c.close()
-    per_tok = streamed / a.n_gen
+    per_tok = streamed / (a.n_gen * a.repeat)
     plan = kv_plan(m.hparams, n_ctx, type_k=a.type_k, type_v=a.type_v, pool_bytes=pool,
                    n_tokens=depth + 1)
     bound = PCIE / per_tok if per_tok else float("inf")
