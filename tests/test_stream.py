@@ -202,3 +202,15 @@ def test_smollm2_long_context_bit_identical():
                              (60 << 20, 512)]:
             got, stats = run(pool, ubatch)
             assert np.array_equal(got, ref), f"pool {pool}, ubatch {ubatch}"
+
+
+def test_pool_allocation_failure_is_clean(tiny):
+    """A pool the backend cannot allocate: a MemoryError naming it, nothing
+    left half-made, and the model still serves other contexts."""
+    with pytest.raises(MemoryError, match="cannot allocate a KV pool of"):
+        Context(tiny, n_ctx=640, kv_chunk=CHUNK, kv_pool_bytes=1 << 52)
+    with pytest.raises(MemoryError, match="host KV store"):
+        Context(tiny, n_ctx=1 << 27, kv_chunk=CHUNK, kv_pool_bytes=1 << 20)  # ~100 GB of host rows
+    c = Context(tiny, n_ctx=640, kv_chunk=CHUNK, kv_pool_bytes=2 * _chunk_bytes(tiny, CHUNK))
+    c.decode([1, 2, 3])
+    assert np.isfinite(c.logits()).all()
