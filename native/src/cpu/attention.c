@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
+#include "cpu/expf.h"
 #include "quant/types.h"
 
 typedef struct {
@@ -68,33 +69,6 @@ static inline const lkv_kv_seg *find_seg(const lkv_attn_desc *d, int32_t p, int 
         if (p >= s->pos0 && p < s->pos0 + s->n) { *hint = i; return s; }
     }
     return NULL;
-}
-
-/* ggml's x86 vector exp, scalar (fmaf is the vector FMA's operation) */
-static inline float ggml_like_expf(float x) {
-    const float r = 0x1.8p23f;
-    const float z = fmaf(x, 0x1.715476p+0f, r);
-    const float n = z - r;
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    uint32_t zb, kb;
-    memcpy(&zb, &z, 4);
-    const uint32_t e = zb << 23;           /* 2^n from z's low bits */
-    kb = e + 0x3f800000u;
-    float k;
-    memcpy(&k, &kb, 4);
-    const float u = b * b;
-    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                              fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                         u, 0x1.ffffecp-1f * b);
-    if (!(fabsf(n) > 126.0f)) return fmaf(j, k, k);
-    /* large |n|: 2^n split in two factors (s2 * s1), or 0 / inf past 192 */
-    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
-    const uint32_t s1b = g + 0x7f000000u, s2b = e - g;
-    float s1, s2;
-    memcpy(&s1, &s1b, 4);
-    memcpy(&s2, &s2b, 4);
-    if (fabsf(n) > 192.0f) return s1 * s1;
-    return fmaf(s2, j, s2) * s1;
 }
 
 /* the 8-lane horizontal sum of ggml's AVX2 kernels: high half + low half,
