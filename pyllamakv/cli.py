@@ -134,8 +134,8 @@ def chat(n_predict, temp, seed, system, **load):
 @click.argument("model", required=False)
 @click.option("--ctx", "n_ctx", type=int, default=None, help="a context size to size and plan")
 @click.option("--mem-gib", type=float, default=None, help="memory for weights + KV, in GiB")
-@click.option("--kv-pool-mib", "--kv-stream-stage-mib", "kv_pool_mib", type=float, default=None,
-              help="device KV pool to plan for (needs --ctx)")
+@click.option("--kv-pool-mib", "--kv-stream-stage-mib", "kv_pool_mib", default=None,
+              help="device KV pool to plan for, MiB or 'auto' (needs --ctx)")
 @click.option("--type-k", default="f16", show_default=True)
 @click.option("--type-v", default="f16", show_default=True)
 @click.option("--ubatch", "n_ubatch", type=int, default=512, show_default=True)

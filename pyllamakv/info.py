@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ._native import TYPE_NAMES, _is_kv, model_params
+from ._native import TYPE_NAMES, _is_kv, cuda_device_count, model_params
 from .gguf_file import GGUFFile
-from .plan import LINK_BYTES_PER_S, kv_bytes_per_token, kv_plan
+from .plan import LINK_BYTES_PER_S, auto_pool_bytes, kv_bytes_per_token, kv_plan
 
 GIB, MIB = 1 << 30, 1 << 20
 ARCH_NAMES = {0: "llama", 1: "qwen2", 2: "qwen3"}
@@ -51,18 +51,36 @@ def describe(path: str, n_ctx: int | None = None, mem_gib: float | None = None,
             row += f"   fits in {mem_gib:g} GiB after weights: {fits} tokens"
         lines.append(row)
     if n_ctx and kv_pool_mib is not None:
-        lines += _plan_lines(hp, n_ctx, kv_pool_mib, type_k, type_v, n_ubatch)
+        pool = _pool_bytes(hp, n_ctx, kv_pool_mib, weight_bytes, type_k, type_v)
+        lines += _plan_lines(hp, n_ctx, pool, type_k, type_v, n_ubatch)
     return lines
 
 
-def _plan_lines(hp, n_ctx, kv_pool_mib, type_k, type_v, n_ubatch) -> list[str]:
+def _pool_bytes(hp, n_ctx, kv_pool_mib, weight_bytes, type_k, type_v) -> int | None:
+    """Bytes of the pool to plan for: a number of MiB, or what "auto" gives here
+    (on CUDA: free device memory less these weights and the margin)."""
+    if str(kv_pool_mib).lower() == "auto":
+        device = "cuda" if cuda_device_count() else "cpu"
+        return auto_pool_bytes(hp, n_ctx, device, reserve_bytes=weight_bytes,
+                               type_k=type_k, type_v=type_v)
+    try:
+        mib = float(kv_pool_mib)
+    except ValueError:
+        raise ValueError(f"--kv-pool-mib must be a number of MiB or 'auto', not {kv_pool_mib!r}")
+    if not mib >= 0:
+        raise ValueError(f"--kv-pool-mib must be >= 0 (got {kv_pool_mib})")
+    return int(mib * MIB)
+
+
+def _plan_lines(hp, n_ctx, pool_bytes, type_k, type_v, n_ubatch) -> list[str]:
     plan = kv_plan(hp, n_ctx, type_k=type_k, type_v=type_v, n_ubatch=n_ubatch,
-                   pool_bytes=int(kv_pool_mib * MIB))
+                   pool_bytes=pool_bytes)
     full = kv_plan(hp, n_ctx, type_k=type_k, type_v=type_v, n_ubatch=n_ubatch)
     s = plan.streamed_bytes
     bound = f"{LINK_BYTES_PER_S / s:.1f} tokens/s" if s else "none (all resident)"
     return [
-        f"plan for {n_ctx} tokens, K {type_k} / V {type_v}, pool {kv_pool_mib:g} MiB:",
+        f"plan for {n_ctx} tokens, K {type_k} / V {type_v}, pool "
+        + ("unbounded (all resident):" if pool_bytes is None else f"{pool_bytes / MIB:g} MiB:"),
         f"  full KV cache:            {_size(full.pool_bytes)}",
         f"  minimum pool:             {_size(plan.min_pool_bytes)}",
         f"  resident fraction:        {plan.resident_fraction:.3f} "

@@ -69,10 +69,12 @@ def cuda_free_bytes() -> int:
     return int(free[0])
 
 
-def auto_pool_bytes(hparams: dict, n_ctx: int, device: str, **kv) -> int | None:
+def auto_pool_bytes(hparams: dict, n_ctx: int, device: str, reserve_bytes: int = 0,
+                    **kv) -> int | None:
     """kv_pool_mib="auto": the pool a context gets; None means all resident.
 
-    CUDA: the free device memory (measured after the weights are loaded) less
+    CUDA: the free device memory (measured after the weights are loaded; less
+    ``reserve_bytes`` for memory still to be taken, e.g. weights not yet loaded) less
     a margin of 512 MiB + 5% for the context's own buffers and the runtime;
     when the whole cache fits there, no bound at all. CPU: a quarter of the
     full cache, but at least the plan's minimum (the CPU's "device" pool is an
@@ -80,7 +82,7 @@ def auto_pool_bytes(hparams: dict, n_ctx: int, device: str, **kv) -> int | None:
     """
     full = kv_plan(hparams, n_ctx, **kv)
     if device == "cuda":
-        free = cuda_free_bytes()
+        free = cuda_free_bytes() - reserve_bytes
         budget = free - (512 << 20) - free // 20
         if budget >= full.pool_bytes:
             return None

@@ -70,3 +70,13 @@ def test_subprocess_console_entry(path):
                        cwd=os.path.dirname(path))
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(" Paris")
+
+
+def test_info_plans_the_auto_pool_and_rejects_bad_pools(path):
+    r = run("info", path, "--ctx", "3000", "--kv-pool-mib", "auto")
+    assert r.exit_code == 0, r.output
+    assert "plan for 3000 tokens" in r.stdout and "resident fraction" in r.stdout
+    bad = run("info", path, "--ctx", "3000", "--kv-pool-mib", "lots")
+    assert bad.exit_code != 0 and "number of MiB or 'auto'" in bad.output
+    small = run("info", path, "--ctx", "3000", "--kv-pool-mib", "0.1")
+    assert small.exit_code != 0 and "minimum" in small.output
