@@ -62,6 +62,18 @@ static __device__ void quant_iq4nl(const float *x, ciq4nl *y) {
         y->qs[j] = (uint8_t)(iq4nl_nearest(__fmul_rn(id, x[j])) | iq4nl_nearest(__fmul_rn(id, x[j + 16])) << 4);
 }
 
+/* 32 five-bit codes: low nibbles in qs (j and j + 16 share a byte), the
+ * fifth bits in qh, code j at bit j */
+static __device__ void pack_q5(const uint8_t *q, uint8_t *qs, uint8_t *qh) {
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (q[j] & 0xF) | ((q[j + 16] & 0xF) << 4);
+        h |= (uint32_t)(q[j] >> 4) << j;
+        h |= (uint32_t)(q[j + 16] >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
+}
+
 template <int T>
 static __device__ void quant32(const float *x, uint8_t *dst) {
     if constexpr (T == LKV_TYPE_F32) {
@@ -94,13 +106,7 @@ static __device__ void quant32(const float *x, uint8_t *dst) {
         } else {
             cq5_0 *y = (cq5_0 *)dst;
             y->d = __float2half_rn(d);
-            uint32_t qh = 0;
-            for (int j = 0; j < 16; j++) {
-                y->qs[j] = (q[j] & 0xF) | ((q[j + 16] & 0xF) << 4);
-                qh |= (uint32_t)(q[j] >> 4) << j;
-                qh |= (uint32_t)(q[j + 16] >> 4) << (j + 16);
-            }
-            for (int k = 0; k < 4; k++) y->qh[k] = (uint8_t)(qh >> (8 * k));
+            pack_q5(q, y->qs, y->qh);
         }
     } else if constexpr (T == LKV_TYPE_Q4_1 || T == LKV_TYPE_Q5_1) {
         constexpr int QMAX = T == LKV_TYPE_Q4_1 ? 15 : 31;
@@ -118,13 +124,7 @@ static __device__ void quant32(const float *x, uint8_t *dst) {
             cq5_1 *y = (cq5_1 *)dst;
             y->d = __float2half_rn(d);
             y->m = __float2half_rn(mn);
-            uint32_t qh = 0;
-            for (int j = 0; j < 16; j++) {
-                y->qs[j] = (q[j] & 0xF) | ((q[j + 16] & 0xF) << 4);
-                qh |= (uint32_t)(q[j] >> 4) << j;
-                qh |= (uint32_t)(q[j + 16] >> 4) << (j + 16);
-            }
-            for (int k = 0; k < 4; k++) y->qh[k] = (uint8_t)(qh >> (8 * k));
+            pack_q5(q, y->qs, y->qh);
         }
     } else if constexpr (T == LKV_TYPE_IQ4_NL) {
         quant_iq4nl(x, (ciq4nl *)dst);
