@@ -157,6 +157,7 @@ static void cuda_ctx_free(lkv_bctx *b) {
     if (b->attn_ws) cudaFree(b->attn_ws);
     if (b->xq) cudaFree(b->xq);
     if (b->xd) cudaFree(b->xd);
+    if (b->xs) cudaFree(b->xs);
     if (b->d_tokens) cudaFree(b->d_tokens);
     if (b->h_tokens) cudaFreeHost(b->h_tokens);
     if (b->tokens_free) cudaEventDestroy(b->tokens_free);
@@ -186,7 +187,7 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
     if (e == cudaSuccess) e = cudaMalloc((void **)&b->d_tokens, b->max_tokens * sizeof(int32_t));
     if (e == cudaSuccess) e = cudaMalloc((void **)&b->attn_ws, ATTN_WS_BYTES);
     if (e == cudaSuccess) b->attn_ws_bytes = ATTN_WS_BYTES;
-    /* 8-bit activations of the decode mat-vec: the widest input of any matmul */
+    /* 8-bit activations of the integer matmuls: the widest input of any matmul */
     {
         const lkv_model_params *hp = &m->hp;
         int c = hp->n_embd;
@@ -201,8 +202,11 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
         b->mv_split = env && atoi(env) == 1 ? 1 : 4;
         env = getenv("LKV_CUDA_MV16");
         b->mv16 = env && env[0] == '1';
-        if (e == cudaSuccess) e = cudaMalloc((void **)&b->xq, (size_t)8 * b->xq_cols);
-        if (e == cudaSuccess) e = cudaMalloc((void **)&b->xd, (size_t)8 * (b->xq_cols / 32) * sizeof(float));
+        b->xq_rows = b->max_tokens > 8 ? b->max_tokens : 8;
+        const size_t nq = (size_t)b->xq_rows * b->xq_cols;
+        if (e == cudaSuccess) e = cudaMalloc((void **)&b->xq, nq);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&b->xd, nq / 32 * sizeof(float));
+        if (e == cudaSuccess) e = cudaMalloc((void **)&b->xs, nq / 32 * sizeof(float));
     }
     if (e == cudaSuccess) e = cudaEventRecord(b->tokens_free, b->stream);
     if (e != cudaSuccess) {

@@ -40,10 +40,14 @@ struct lkv_bctx {
     int32_t *d_tokens;           /* (max_tokens,) device copy */
     cudaEvent_t tokens_free;     /* staging may be rewritten after this */
 
-    /* decode mat-vec with 8-bit activations (matvec_q8.cu) */
-    int8_t *xq;                  /* (MV_MAX_TOK, xq_cols) quantized activations */
-    float *xd;                   /* (MV_MAX_TOK, xq_cols / 32) their scales */
+    /* 8-bit activations of the integer mat-vec and GEMM (matvec_q8.cu), the
+     * CPU's q8_0/q8_1 rounding: per 32-block xd = f16(amax / 127) and
+     * xs = f16(sum(q) * amax / 127), both kept as floats */
+    int8_t *xq;                  /* (xq_rows, xq_cols) quantized activations */
+    float *xd;                   /* (xq_rows, xq_cols / 32) block scales */
+    float *xs;                   /* (xq_rows, xq_cols / 32) block sums times scale */
     int xq_cols;
+    int xq_rows;                 /* max(MV_MAX_TOK, max_tokens) */
     int mmq;                     /* integer mat-vec on (LKV_CUDA_MMQ != 0) */
     int mv_rows;                 /* rows per warp: 1 or 2 (LKV_CUDA_MV_ROWS) */
     int mv_split;                /* warps per row group: 1 or 4 (LKV_CUDA_MV_SPLIT) */
@@ -54,7 +58,14 @@ struct lkv_bctx {
     float *attn_ws;              /* per-chunk partials of split attention */
     size_t attn_ws_bytes;
 
-    /* decode-step graph (step_begin / step_end) */
+    /* decode-step graph (step_begin / step_end). While a step is captured,
+     * dyn_pos is the device copy of the step's first position: the kernels
+     * whose arguments depend on the position (rope, the KV row writes,
+     * attention) read it there, offset from the value they were given at
+     * capture (cap_pos0), so the same graph replays at later positions.
+     * NULL outside capture. */
+    const int32_t *dyn_pos;
+    int32_t cap_pos0;
     int capturing;
     cudaGraph_t graph;
     cudaGraphExec_t graph_exec;

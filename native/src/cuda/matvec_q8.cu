@@ -26,18 +26,26 @@
 
 // ---------------------------------------------------------------- quantize
 
-/* one warp per 32-element block: xq = round(x / dx), xd = dx */
+/* one warp per 32-element block, exactly the CPU's quantize8 (quant/legacy.c):
+ * d = amax / 127, codes round-half-even(x * (127 / amax)), then the scale and
+ * sum(codes) * d rounded to f16 as in a q8_0 / q8_1 block */
 __global__ void quantize_q8_kernel(const float *__restrict__ x, int8_t *__restrict__ xq,
-                                   float *__restrict__ xd, int64_t nblocks) {
+                                   float *__restrict__ xd, float *__restrict__ xs,
+                                   int64_t nblocks) {
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= nblocks) return;
     const int lane = threadIdx.x & 31;
     const float v = x[blk * 32 + lane];
     const float amax = lkv_warp_max(fabsf(v));
     const float d = amax / 127.f;
-    const int q = amax > 0.f ? __float2int_rn(v / d) : 0;
+    const float id = amax != 0.f ? 127.f / amax : 0.f;
+    const int q = __float2int_rn(__fmul_rn(v, id));
     xq[blk * 32 + lane] = (int8_t)q;
-    if (lane == 0) xd[blk] = d;
+    const int sum = __reduce_add_sync(0xffffffffu, q);
+    if (lane == 0) {
+        xd[blk] = __half2float(__float2half_rn(d));
+        xs[blk] = __half2float(__float2half_rn(__fmul_rn((float)sum, d)));
+    }
 }
 
 // ---------------------------------------------------------------- mat-vec
@@ -47,7 +55,7 @@ __global__ void quantize_q8_kernel(const float *__restrict__ x, int8_t *__restri
 template <int T, int R, int S>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 matvec_q8_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq,
-                 const float *__restrict__ xd, int cols, int n) {
+                 const float *__restrict__ xd, const float *__restrict__ xs, int cols, int n) {
     static_assert(S == 1 || S == MV_WARPS, "S: 1 or the block's warps");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int j = mm_pick(ms, blockIdx.x);
@@ -76,13 +84,19 @@ matvec_q8_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ x
             if (t >= n) break;
             const uint2 xv = __ldg((const uint2 *)(xq + (size_t)t * cols + 8 * e));
             const float dx = __ldg(xd + (size_t)t * ng + (e >> 2));
-            int sx = 0;
-            if constexpr (has_min<T>::v) sx = __dp4a((int)xv.x, 0x01010101, __dp4a((int)xv.y, 0x01010101, 0));
+            /* sum(codes) * dx of the piece: a quarter of the block's f16 sum term
+             * where the minimum is the same for the whole 32-block (as the CPU's
+             * q8_1 dot), the piece's own sum for q2_K (a minimum per 16) */
+            float sx = 0.f;
+            if constexpr (T == LKV_TYPE_Q2_K)
+                sx = dx * (float)__dp4a((int)xv.x, 0x01010101, __dp4a((int)xv.y, 0x01010101, 0));
+            else if constexpr (has_min<T>::v)
+                sx = 0.25f * __ldg(xs + (size_t)t * ng + (e >> 2));
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const int si = __dp4a((int)w0[r], (int)xv.x, __dp4a((int)w1[r], (int)xv.y, 0));
-                if constexpr (has_min<T>::v) acc[r][t] += dx * (dw[r] * (float)si + mw[r] * (float)sx);
-                else acc[r][t] += (dx * dw[r]) * (float)si;
+                if constexpr (has_min<T>::v) acc[r][t] += (dw[r] * dx) * (float)si + mw[r] * sx;
+                else acc[r][t] += (dw[r] * dx) * (float)si;
             }
         }
     }
@@ -127,7 +141,7 @@ static void launch(lkv_bctx *b, mm_set &ms, int cols, int n) {
     ms.tile0[0] = 0;
     for (int i = 0; i < ms.n_w; i++)
         ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], rows_per_block);
-    matvec_q8_kernel<T, R, S><<<ms.tile0[ms.n_w], MV_WARPS * 32, 0, b->stream>>>(ms, b->xq, b->xd,
+    matvec_q8_kernel<T, R, S><<<ms.tile0[ms.n_w], MV_WARPS * 32, 0, b->stream>>>(ms, b->xq, b->xd, b->xs,
                                                                                  cols, n);
 }
 
@@ -157,7 +171,7 @@ bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int c
     if (!ok) return false;
     if (quantize) {
         const int64_t nb = (int64_t)n * cols / 32;
-        quantize_q8_kernel<<<lkv_cdiv(nb, 8), 256, 0, b->stream>>>(x, b->xq, b->xd, nb);
+        quantize_q8_kernel<<<lkv_cdiv(nb, 8), 256, 0, b->stream>>>(x, b->xq, b->xd, b->xs, nb);
         LKV_CUDA_LAUNCHED(b, "matmul: quantize activations");
     }
     if (lkv_cuda_mv_staged(b, type, ms, cols, n)) {   /* mv_stage.cu */
