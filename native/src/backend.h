@@ -112,13 +112,19 @@ struct lkv_backend {
     lkv_status (*sync)(lkv_bctx *b);
 
     /* ---- decode-step graph (optional: NULL on backends without one) ----
-     * step_begin .. step_end bracket the ops of one micro-batch; a backend may
-     * record them and run them as one graph at step_end. Between the two the
-     * caller must not call sync, download or alloc; host inputs (the tokens of
-     * get_rows) are read when the op is called. step_end may be followed by
-     * download/sync as usual. */
-    void (*step_begin)(lkv_bctx *b);
-    void (*step_end)(lkv_bctx *b);
+     * A step whose ops depend on the step only through its tokens and its
+     * first position pos0 (all-resident KV, a few tokens) may be recorded
+     * once and replayed at later positions. `key` names everything else the
+     * ops depend on (the caller's choice: token count, logits rows, number of
+     * attention chunks). step_begin returns 1 when it replayed the recording
+     * of `key` for these tokens and pos0: the caller skips the step's ops and
+     * does not call step_end. It returns 0 when the caller must issue the
+     * ops (the backend may record them), then call step_end, which runs them
+     * and returns 0, or -1 when the recording failed and nothing ran: the
+     * caller issues the ops again without step_begin. Between the two the
+     * caller must not call sync, download, upload or alloc. */
+    int (*step_begin)(lkv_bctx *b, uint64_t key, const int32_t *tokens, int n, int32_t pos0);
+    int (*step_end)(lkv_bctx *b);
 
     /* ---- KV streaming (kv/stream.c) ----
      * Two queues: compute (the ops above) and copy. Tickets are increasing

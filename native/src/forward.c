@@ -71,27 +71,67 @@ static lkv_status layer(lkv_context *c, int il, int n) {
     return LKV_OK;
 }
 
+/* logits rows [logit_lo, n): final norm and output matmul (not downloaded) */
+static void output_head(lkv_context *c, int32_t n, int32_t logit_lo) {
+    const lkv_model *m = c->model;
+    const lkv_model_params *hp = &m->hp;
+    const float *xl = c->x + (size_t)logit_lo * hp->n_embd;
+    c->be->rmsnorm(c->b, c->h, xl, &m->output_norm, n - logit_lo, hp->n_embd, hp->rms_eps);
+    float *lo[1] = {c->logits_dev};
+    const lkv_weight *wout[1] = {&m->output};
+    c->be->matmul(c->b, lo, c->h, wout, 1, n - logit_lo);
+}
+
+/* Decode steps of an all-resident cache go through the backend's step graph:
+ * they differ only by tokens and position as long as the token count, the
+ * logits rows and the number of attention chunks stay the same (the key). */
+static int graph_key(const lkv_context *c, int32_t n, int32_t pos0, int32_t logit_lo,
+                     uint64_t *key) {
+    if (!c->be->step_begin || lkv_kv_streaming(c->kv) || n > 8 || logit_lo >= n) return 0;
+    const uint64_t chunks = (uint64_t)((pos0 + n - 1) / c->p.kv_chunk + 1);
+    *key = (uint64_t)n | (uint64_t)logit_lo << 8 | chunks << 16;
+    return 1;
+}
+
+static lkv_status download_logits(lkv_context *c, int32_t nl, float *logits_out) {
+    if (nl > 0)
+        c->be->download(c->b, logits_out, c->logits_dev,
+                        sizeof(float) * (size_t)nl * c->model->hp.n_vocab);
+    return c->be->sync(c->b);
+}
+
+static lkv_status run_layers(lkv_context *c, const int32_t *tokens, int32_t n) {
+    c->be->get_rows(c->b, c->x, &c->model->tok_embd, tokens, n);
+    for (int il = 0; il < c->model->hp.n_layer; il++) LKV_TRY(layer(c, il, n));
+    return LKV_OK;
+}
+
 lkv_status lkv_forward(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
                        int32_t logit_lo, float *logits_out) {
     const lkv_backend *be = c->be;
-    const lkv_model *m = c->model;
-    const lkv_model_params *hp = &m->hp;
+    const int32_t nl = n - logit_lo;
 
     c->geo.q_pos0 = pos0;
     c->geo.n_q = n;
     LKV_TRY(lkv_kv_step_begin(c->kv, pos0, n));
-    be->get_rows(c->b, c->x, &m->tok_embd, tokens, n);
-    for (int il = 0; il < hp->n_layer; il++) LKV_TRY(layer(c, il, n));
-    LKV_TRY(lkv_kv_step_end(c->kv));
-
-    const int nl = n - logit_lo;
-    if (nl > 0) {
-        const float *xl = c->x + (size_t)logit_lo * hp->n_embd;
-        be->rmsnorm(c->b, c->h, xl, &m->output_norm, nl, hp->n_embd, hp->rms_eps);
-        float *lo[1] = {c->logits_dev};
-        const lkv_weight *wout[1] = {&m->output};
-        be->matmul(c->b, lo, c->h, wout, 1, nl);
-        be->download(c->b, logits_out, c->logits_dev, sizeof(float) * (size_t)nl * hp->n_vocab);
+    uint64_t key = 0;
+    if (graph_key(c, n, pos0, logit_lo, &key)) {
+        int ran = be->step_begin(c->b, key, tokens, n, pos0);   /* 1: replayed */
+        if (!ran) {
+            lkv_status st = run_layers(c, tokens, n);
+            if (st == LKV_OK) output_head(c, n, logit_lo);
+            /* always end the capture; -1: nothing ran, run the step directly */
+            const int ended = be->step_end(c->b);
+            LKV_TRY(st);
+            ran = ended == 0;
+        }
+        if (ran) {
+            LKV_TRY(lkv_kv_step_end(c->kv));
+            return download_logits(c, nl, logits_out);
+        }
     }
-    return be->sync(c->b);
+    LKV_TRY(run_layers(c, tokens, n));
+    LKV_TRY(lkv_kv_step_end(c->kv));
+    if (nl > 0) output_head(c, n, logit_lo);
+    return download_logits(c, nl, logits_out);
 }

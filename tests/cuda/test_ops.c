@@ -524,33 +524,52 @@ static void test_models(void) {
 
 // ---------------------------------------------------------------- graph capture of a step
 
+/* A step recorded once (key 7) and replayed with other tokens at other
+ * positions: rope and the KV row write read the position from device memory,
+ * so each replay must equal the same ops run directly at that position. */
 static void test_graph(void) {
     if (!G->step_begin) { check(0, "graph hooks missing"); return; }
-    const int rows = 512, cols = 256, V = 100;
+    const int rows = 512, cols = 256, V = 100, ctx = 64;
     lkv_weight emb = {0}, w = {0};
     make_weight(&emb, LKV_TYPE_Q8_0, V, cols);
     make_weight(&w, LKV_TYPE_Q4_0, rows, cols);
+    const size_t rb = (size_t)cols * 2;   /* f16 rows */
     float *dx = dev_buf(sizeof(float) * cols), *dy = dev_buf(sizeof(float) * rows);
+    uint8_t *cache = dev_buf(rb * ctx);
     float a[512], bb[512];
+    uint8_t ka[512], kb[512];
     const lkv_weight *ws[1] = {&w};
     float *outs[1] = {dy};
-    int same = 1;
-    for (int it = 0; it < 4; it++) {
-        int32_t tok = (int32_t)(rnd32() % V);
-        G->get_rows(gb, dx, &emb, &tok, 1);
-        G->rmsnorm(gb, dx, dx, NULL, 1, cols, 1e-5f);
-        G->matmul(gb, outs, dx, ws, 1, 1);
-        get(a, dy, sizeof(float) * rows);
-        G->step_begin(gb);
-        G->get_rows(gb, dx, &emb, &tok, 1);
-        G->rmsnorm(gb, dx, dx, NULL, 1, cols, 1e-5f);
-        G->matmul(gb, outs, dx, ws, 1, 1);
-        G->step_end(gb);
-        G->download(gb, bb, dy, sizeof(float) * rows);
-        same &= G->sync(gb) == LKV_OK && memcmp(a, bb, sizeof(float) * rows) == 0;
+    lkv_rope_desc rd = {.n_head = 2, .head_dim = 128, .rope_dim = 128, .freq_base = 10000.f,
+                        .freq_scale = 1.f, .neox = 0, .freq_factors = NULL};
+    int same = 1, replays = 0, steps = 0;
+    for (int it = 0; it < 6; it++) {
+        const int32_t tok = (int32_t)(rnd32() % V), pos = (int32_t)(3 + 9 * it + rnd32() % 5);
+        for (int pass = 0; pass < 2; pass++) {
+            int ran = 0;
+            if (pass == 1) ran = G->step_begin(gb, 7, &tok, 1, pos);
+            if (!ran) {
+                G->get_rows(gb, dx, &emb, &tok, 1);
+                G->rmsnorm(gb, dx, dx, NULL, 1, cols, 1e-5f);
+                G->rope(gb, dx, 1, pos, &rd);
+                G->to_type(gb, cache + (size_t)pos * rb, LKV_TYPE_F16, dx, 1, cols);
+                G->matmul(gb, outs, dx, ws, 1, 1);
+                if (pass == 1 && G->step_end(gb) != 0) { check(0, "graph capture failed"); same = 0; }
+            }
+            replays += ran;
+            G->download(gb, pass ? bb : a, dy, sizeof(float) * rows);
+            G->download(gb, pass ? kb : ka, cache + (size_t)pos * rb, rb);
+            same &= G->sync(gb) == LKV_OK;
+            /* poison the row so the replay has to write it again */
+            if (pass == 0) { cudaMemset(cache + (size_t)pos * rb, 0x55, rb); cudaDeviceSynchronize(); }
+        }
+        same &= memcmp(a, bb, sizeof(float) * rows) == 0 && memcmp(ka, kb, rb) == 0;
+        steps++;
     }
-    check(same, "graph-captured step equals the direct run (4 steps, changing token)");
-    free_weight(&emb); free_weight(&w); cudaFree(dx); cudaFree(dy);
+    check(same && replays == steps - 1,
+          "graph: one capture, %d replays at new tokens and positions equal the direct runs "
+          "(outputs and KV rows)", replays);
+    free_weight(&emb); free_weight(&w); cudaFree(dx); cudaFree(dy); cudaFree(cache);
 }
 
 int main(int argc, char **argv) {

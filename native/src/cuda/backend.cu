@@ -153,7 +153,8 @@ static void cuda_ctx_free(lkv_bctx *b) {
     if (b->stream) cudaStreamSynchronize(b->stream);
     lkv_cuda_copier_free(b);
     if (b->graph_exec) cudaGraphExecDestroy(b->graph_exec);
-    if (b->graph) cudaGraphDestroy(b->graph);
+    if (b->d_pos) cudaFree(b->d_pos);
+    if (b->h_pos) cudaFreeHost(b->h_pos);
     if (b->attn_ws) cudaFree(b->attn_ws);
     if (b->xq) cudaFree(b->xq);
     if (b->xd) cudaFree(b->xd);
@@ -185,6 +186,8 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->tokens_free, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaMallocHost((void **)&b->h_tokens, b->max_tokens * sizeof(int32_t));
     if (e == cudaSuccess) e = cudaMalloc((void **)&b->d_tokens, b->max_tokens * sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&b->h_pos, sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&b->d_pos, sizeof(int32_t));
     if (e == cudaSuccess) e = cudaMalloc((void **)&b->attn_ws, ATTN_WS_BYTES);
     if (e == cudaSuccess) b->attn_ws_bytes = ATTN_WS_BYTES;
     /* 8-bit activations of the integer matmuls: the widest input of any matmul */
@@ -200,6 +203,8 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
         b->mv_rows = env && atoi(env) == 1 ? 1 : 2;
         env = getenv("LKV_CUDA_MV_SPLIT");
         b->mv_split = env && atoi(env) == 1 ? 1 : 4;
+        env = getenv("LKV_CUDA_GRAPH");
+        b->graph_on = !(env && env[0] == '0');
         env = getenv("LKV_CUDA_MV16");
         b->mv16 = env && env[0] == '1';
         b->xq_rows = b->max_tokens > 8 ? b->max_tokens : 8;
@@ -272,32 +277,50 @@ static lkv_status cuda_sync(lkv_bctx *b) {
 
 // ---------------------------------------------------------------- decode-step graph
 
-/* step_begin: the ops until step_end are captured into a graph instead of
- * running; step_end instantiates it (or updates the previous executable in
- * place when the topology is unchanged, the common decode case) and launches
- * it. Capturing costs about what launching does on the host, but the replay
- * runs the kernels back to back on the GPU. Between the two hooks the caller
- * must not call sync or download. */
-static void cuda_step_begin(lkv_bctx *b) {
-    /* a bounded KV pool records events and queries them between the two
-     * queues: not capturable, so such a context runs its steps directly */
-    if (b->err != cudaSuccess || b->copier) return;
+/* A step is captured once per key and replayed while the key stays the same
+ * (decode: one token, the same number of attention chunks, i.e. 256 steps in
+ * a row with the default chunk). The position reaches the kernels through
+ * d_pos, which the graph's first node fills from pinned h_pos (rope, the KV
+ * row writes and attention read it: common.cuh), the tokens through get_rows'
+ * pinned staging. A new key updates the executable graph in place when the
+ * topology allows, else instantiates a new one. LKV_CUDA_GRAPH=0 turns
+ * graphs off. A bounded KV pool records events and queries them between
+ * two queues, which a graph cannot hold: such contexts run their steps
+ * directly. */
+static int cuda_step_begin(lkv_bctx *b, uint64_t key, const int32_t *tokens, int n, int32_t pos0) {
+    if (!b->graph_on || b->err != cudaSuccess || b->copier || n <= 0 || n > b->max_tokens) return 0;
+    /* the staging buffers may still feed the previous step's copies */
+    LKV_CUDA_CALL(b, cudaEventSynchronize(b->tokens_free), "step_begin");
+    *b->h_pos = pos0;
+    if (b->graph_exec && b->graph_key == key) {
+        memcpy(b->h_tokens, tokens, (size_t)n * sizeof(int32_t));
+        LKV_CUDA_CALL(b, cudaGraphLaunch(b->graph_exec, b->stream), "step: graph launch");
+        LKV_CUDA_CALL(b, cudaEventRecord(b->tokens_free, b->stream), "step: graph launch");
+        b->graph_replays++;
+        return 1;
+    }
     cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
-    if (e != cudaSuccess) { lkv_cuda_note(b, e, "step_begin"); return; }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        b->graph_on = 0;   /* run directly from now on */
+        return 0;
+    }
     b->capturing = 1;
+    b->cap_key = key;
+    LKV_CUDA_CALL(b, cudaMemcpyAsync(b->d_pos, b->h_pos, sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     b->stream), "step_begin: position");
+    b->dyn_pos = b->d_pos;
+    b->cap_pos0 = pos0;
+    return 0;
 }
 
-static void cuda_step_end(lkv_bctx *b) {
-    if (!b->capturing) return;
+static int cuda_step_end(lkv_bctx *b) {
+    if (!b->capturing) return 0;
     b->capturing = 0;
+    b->dyn_pos = NULL;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(b->stream, &g);
-    if (e != cudaSuccess || b->err != cudaSuccess) {
-        if (g) cudaGraphDestroy(g);
-        lkv_cuda_note(b, e, "step_end: capture");
-        return;
-    }
-    if (b->graph_exec) {
+    if (e == cudaSuccess && b->err == cudaSuccess && b->graph_exec) {
         cudaGraphExecUpdateResultInfo info;
         if (cudaGraphExecUpdate(b->graph_exec, g, &info) != cudaSuccess) {
             cudaGetLastError();
@@ -305,15 +328,27 @@ static void cuda_step_end(lkv_bctx *b) {
             b->graph_exec = NULL;
         }
     }
-    if (!b->graph_exec) {
+    if (e == cudaSuccess && b->err == cudaSuccess && !b->graph_exec) {
         e = cudaGraphInstantiate(&b->graph_exec, g, 0);
-        if (e != cudaSuccess) { cudaGraphDestroy(g); lkv_cuda_note(b, e, "step_end: instantiate"); return; }
-        b->graph_builds++;
+        if (e != cudaSuccess) b->graph_exec = NULL;
+        else b->graph_builds++;
     }
-    if (b->graph) cudaGraphDestroy(b->graph);
-    b->graph = g;
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess || b->err != cudaSuccess || !b->graph_exec) {
+        /* nothing ran: the caller issues the ops again, directly */
+        cudaGetLastError();
+        if (b->graph_exec) cudaGraphExecDestroy(b->graph_exec);
+        b->graph_exec = NULL;
+        b->err = cudaSuccess;
+        b->err_where = NULL;
+        b->graph_on = 0;
+        return -1;
+    }
+    b->graph_key = b->cap_key;
     LKV_CUDA_CALL(b, cudaGraphLaunch(b->graph_exec, b->stream), "step_end: launch");
+    LKV_CUDA_CALL(b, cudaEventRecord(b->tokens_free, b->stream), "step_end");
     b->graph_replays++;
+    return 0;
 }
 
 // ---------------------------------------------------------------- table

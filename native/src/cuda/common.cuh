@@ -66,8 +66,10 @@ struct lkv_bctx {
      * NULL outside capture. */
     const int32_t *dyn_pos;
     int32_t cap_pos0;
+    int32_t *h_pos, *d_pos;      /* the step's position: pinned, and its device copy */
+    int graph_on;                /* LKV_CUDA_GRAPH != 0, and no capture has failed */
     int capturing;
-    cudaGraph_t graph;
+    uint64_t cap_key, graph_key; /* key being captured; key of graph_exec */
     cudaGraphExec_t graph_exec;
     int64_t graph_replays, graph_builds;
 

@@ -135,15 +135,19 @@ static __device__ void quant32(const float *x, uint8_t *dst) {
 
 enum { TT_THREADS = 128 };
 
-/* one thread per 32-element block of one row */
+/* one thread per 32-element block of one row; in a captured step (dpos set)
+ * the rows land (*dpos - cap_pos0) rows after dst: the KV rows of the
+ * position the step is replayed at (common.cuh) */
 template <int T>
-__global__ void to_type_kernel(uint8_t *dst, const float *src, int64_t n_blocks, int n_elems) {
+__global__ void to_type_kernel(uint8_t *dst, const float *src, int64_t n_blocks, int n_elems,
+                               const int32_t *dpos, int32_t cap_pos0) {
     const int64_t i = blockIdx.x * (int64_t)TT_THREADS + threadIdx.x;
     if (i >= n_blocks) return;
     const int per_row = n_elems / 32;
     const int64_t row = i / per_row;
     const int g = (int)(i % per_row);
     const size_t row_bytes = (size_t)per_row * group_bytes<T>();
+    if (dpos) dst += (int64_t)(*dpos - cap_pos0) * (int64_t)row_bytes;
     float x[32];
     const float4 *s = (const float4 *)(src + row * n_elems + 32 * g);
 #pragma unroll
@@ -159,7 +163,8 @@ __global__ void to_type_kernel(uint8_t *dst, const float *src, int64_t n_blocks,
 template <int T>
 static void to_type_launch(lkv_bctx *b, void *dst, const float *src, int n_rows, int n_elems) {
     const int64_t nb = (int64_t)n_rows * (n_elems / 32);
-    to_type_kernel<T><<<lkv_cdiv(nb, TT_THREADS), TT_THREADS, 0, b->stream>>>((uint8_t *)dst, src, nb, n_elems);
+    to_type_kernel<T><<<lkv_cdiv(nb, TT_THREADS), TT_THREADS, 0, b->stream>>>(
+        (uint8_t *)dst, src, nb, n_elems, b->dyn_pos, b->cap_pos0);
     LKV_CUDA_LAUNCHED(b, "to_type");
 }
 

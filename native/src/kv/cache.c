@@ -101,6 +101,8 @@ lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st,
     return LKV_OK;
 }
 
+int lkv_kv_streaming(const lkv_kv *kv) { return kv->stream != NULL; }
+
 lkv_status lkv_kv_truncate(lkv_kv *kv, int32_t n) {
     if (kv->stream) return lkv_kv_stream_truncate(kv->stream, n);
     return LKV_OK;

@@ -48,6 +48,8 @@ lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st,
                          const lkv_attn_desc *geo);
 /* The cache now holds n positions (n <= current). */
 lkv_status lkv_kv_truncate(lkv_kv *kv, int32_t n);
+/* 1 when the cache streams through a bounded pool (kv/stream.c), 0 when all resident */
+int lkv_kv_streaming(const lkv_kv *kv);
 /* Rows [p0, p0 + n) of one plane (0 = K, 1 = V) of `layer`, to / from host memory. */
 lkv_status lkv_kv_read(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_t n, void *dst);
 lkv_status lkv_kv_write(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_t n,
