@@ -80,6 +80,10 @@ struct lkv_backend {
     /* out (n, dim) = x / rms(x) * w (w may be NULL: no scale); out may be x */
     void (*rmsnorm)(lkv_bctx *b, float *out, const float *x, const lkv_weight *w, int n, int dim,
                     float eps);
+    /* x (n, dim) += y, then out = rmsnorm(x) * w: add then rmsnorm, fused
+     * (optional: NULL makes the caller call the two) */
+    void (*add_rmsnorm)(lkv_bctx *b, float *x, const float *y, float *out, const lkv_weight *w,
+                        int n, int dim, float eps);
     /* outs[i] (n, ws[i]->rows) = x (n, cols) @ ws[i]^T for i < n_w; one input, several weights */
     void (*matmul)(lkv_bctx *b, float *const *outs, const float *x, const lkv_weight *const *ws,
                    int n_w, int n);

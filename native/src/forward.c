@@ -9,6 +9,8 @@
  *               h = attention(q, cache) ; x += h @ Wo
  *               h = rmsnorm(x) ; x += (silu(h @ Wg) * (h @ Wu)) @ Wd
  *   logits = rmsnorm(x[rows wanted]) @ Wout
+ * A residual add and the rmsnorm after it go to the backend as one op where
+ * it has one (add_rmsnorm), so a layer starts with h already normalised.
  */
 #include "context.h"
 #include "error.h"
@@ -20,7 +22,6 @@ static void layer_attention(lkv_context *c, int il, int n) {
     const lkv_layer_weights *L = &m->layers[il];
     const int hd = hp->head_dim, nq = hp->n_head * hd, nkv = hp->n_head_kv * hd;
 
-    be->rmsnorm(c->b, c->h, c->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
     float *outs[3] = {c->q, c->k, c->v};
     const lkv_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
     be->matmul(c->b, outs, c->h, ws, 3, n);
@@ -46,6 +47,21 @@ static void layer_attention(lkv_context *c, int il, int n) {
     be->to_type(c->b, vdst, c->p.type_v, c->v, n, nkv);
 }
 
+/* x += y; h = rmsnorm(x) * w: fused where the backend has it */
+static void add_norm(lkv_context *c, float *y, const lkv_weight *w, int n) {
+    const lkv_backend *be = c->be;
+    const lkv_model_params *hp = &c->model->hp;
+    if (be->add_rmsnorm) {
+        be->add_rmsnorm(c->b, c->x, y, c->h, w, n, hp->n_embd, hp->rms_eps);
+    } else {
+        be->add(c->b, c->x, y, (int64_t)n * hp->n_embd);
+        be->rmsnorm(c->b, c->h, c->x, w, n, hp->n_embd, hp->rms_eps);
+    }
+}
+
+/* On entry h = rmsnorm(x) * attn_norm of this layer (the previous layer's
+ * last add computed it); on exit the same holds for the next layer, except
+ * after the last layer, which only adds. */
 static lkv_status layer(lkv_context *c, int il, int n) {
     const lkv_backend *be = c->be;
     const lkv_model_params *hp = &c->model->hp;
@@ -58,16 +74,16 @@ static lkv_status layer(lkv_context *c, int il, int n) {
     float *o1[1] = {c->o};
     const lkv_weight *wo[1] = {&L->wo};
     be->matmul(c->b, o1, c->h, wo, 1, n);
-    be->add(c->b, c->x, c->o, (int64_t)n * hp->n_embd);
+    add_norm(c, c->o, &L->ffn_norm, n);
 
-    be->rmsnorm(c->b, c->h, c->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
     float *gu[2] = {c->ffn_g, c->ffn_u};
     const lkv_weight *wgu[2] = {&L->w_gate, &L->w_up};
     be->matmul(c->b, gu, c->h, wgu, 2, n);
     be->swiglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, (int64_t)n * hp->n_ff);
     const lkv_weight *wd[1] = {&L->w_down};
     be->matmul(c->b, o1, c->ffn_g, wd, 1, n);
-    be->add(c->b, c->x, c->o, (int64_t)n * hp->n_embd);
+    if (il + 1 < hp->n_layer) add_norm(c, c->o, &c->model->layers[il + 1].attn_norm, n);
+    else be->add(c->b, c->x, c->o, (int64_t)n * hp->n_embd);
     return LKV_OK;
 }
 
@@ -101,7 +117,9 @@ static lkv_status download_logits(lkv_context *c, int32_t nl, float *logits_out)
 }
 
 static lkv_status run_layers(lkv_context *c, const int32_t *tokens, int32_t n) {
+    const lkv_model_params *hp = &c->model->hp;
     c->be->get_rows(c->b, c->x, &c->model->tok_embd, tokens, n);
+    c->be->rmsnorm(c->b, c->h, c->x, &c->model->layers[0].attn_norm, n, hp->n_embd, hp->rms_eps);
     for (int il = 0; il < c->model->hp.n_layer; il++) LKV_TRY(layer(c, il, n));
     return LKV_OK;
 }

@@ -231,6 +231,21 @@ static void test_elementwise(void) {
     C->rmsnorm(cb, hc, x, NULL, n * nh, hd, 1e-6f);
     check(rel_err_f(hg, hc, N) < 1e-6, "rmsnorm per head, no weight, rel err %.2e", rel_err_f(hg, hc, N));
 
+    /* add_rmsnorm: bit for bit add followed by rmsnorm (sum and norm) */
+    {
+        float *ds = dup_dev(x, sizeof(float) * N), *dn = dev_buf(sizeof(float) * N);
+        float *s1 = malloc(sizeof(float) * N), *n1 = malloc(sizeof(float) * N);
+        G->add(gb, ds, dy, N);
+        G->rmsnorm(gb, dn, ds, &w, n, dim, 1e-5f);
+        get(s1, ds, sizeof(float) * N); get(n1, dn, sizeof(float) * N);
+        cudaMemcpy(ds, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice);
+        G->add_rmsnorm(gb, ds, dy, dn, &w, n, dim, 1e-5f);
+        get(hg, ds, sizeof(float) * N); get(hc, dn, sizeof(float) * N);
+        check(!memcmp(s1, hg, sizeof(float) * N) && !memcmp(n1, hc, sizeof(float) * N),
+              "add_rmsnorm equals add then rmsnorm bit for bit");
+        cudaFree(ds); cudaFree(dn); free(s1); free(n1);
+    }
+
     G->swiglu(gb, dout, dx, dy, N); get(hg, dout, sizeof(float) * N);
     C->swiglu(cb, hc, x, y, N);
     check(rel_err_f(hg, hc, N) < 1e-6, "swiglu rel err %.2e", rel_err_f(hg, hc, N));

@@ -363,6 +363,7 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* free */ cuda_free,
     /* get_rows */ lkv_cuda_get_rows,
     /* rmsnorm */ lkv_cuda_rmsnorm,
+    /* add_rmsnorm */ lkv_cuda_add_rmsnorm,
     /* matmul */ lkv_cuda_matmul,
     /* add_bias */ lkv_cuda_add_bias,
     /* rope */ lkv_cuda_rope,

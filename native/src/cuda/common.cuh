@@ -149,6 +149,8 @@ static __device__ __forceinline__ float lkv_block_max(float v, float *red) {
 void lkv_cuda_get_rows(lkv_bctx *b, float *out, const lkv_weight *w, const int32_t *tokens, int n);
 void lkv_cuda_rmsnorm(lkv_bctx *b, float *out, const float *x, const lkv_weight *w, int n,
                       int dim, float eps);
+void lkv_cuda_add_rmsnorm(lkv_bctx *b, float *x, const float *y, float *out, const lkv_weight *w,
+                          int n, int dim, float eps);
 void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
                      const lkv_weight *const *ws, int n_w, int n);
 void lkv_cuda_add_bias(lkv_bctx *b, float *x, const lkv_weight *bias, int n, int dim);
