@@ -91,6 +91,13 @@ struct lkv_backend {
     void (*add_bias)(lkv_bctx *b, float *x, const lkv_weight *bias, int n, int dim);
     /* x (n, n_head, head_dim) rotated in place; position of row i: pos0 + i */
     void (*rope)(lkv_bctx *b, float *x, int n, int32_t pos0, const lkv_rope_desc *r);
+    /* rope(q, rq) and rope(k, rk), then to_type(kdst, type_k, k) and
+     * to_type(vdst, type_v, v) with n_head_kv * head_dim elements per row, as
+     * one op (optional: NULL, or 0 returned when the shapes or types are not
+     * covered, makes the caller call the four) */
+    int (*rope_store)(lkv_bctx *b, float *q, float *k, const float *v, int n, int32_t pos0,
+                      const lkv_rope_desc *rq, const lkv_rope_desc *rk, void *kdst,
+                      int32_t type_k, void *vdst, int32_t type_v);
     /* out (n) = silu(gate) * up */
     void (*swiglu)(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
     /* x (n) += y */

@@ -38,11 +38,13 @@ static void layer_attention(lkv_context *c, int il, int n) {
     rq.n_head = hp->n_head;
     rk.n_head = hp->n_head_kv;
     const int32_t pos0 = c->geo.q_pos0;
-    be->rope(c->b, c->q, n, pos0, &rq);
-    be->rope(c->b, c->k, n, pos0, &rk);
-
     void *kdst, *vdst;
     lkv_kv_batch_rows(c->kv, il, &kdst, &vdst);
+    if (be->rope_store && be->rope_store(c->b, c->q, c->k, c->v, n, pos0, &rq, &rk, kdst,
+                                         c->p.type_k, vdst, c->p.type_v))
+        return;
+    be->rope(c->b, c->q, n, pos0, &rq);
+    be->rope(c->b, c->k, n, pos0, &rk);
     be->to_type(c->b, kdst, c->p.type_k, c->k, n, nkv);
     be->to_type(c->b, vdst, c->p.type_v, c->v, n, nkv);
 }

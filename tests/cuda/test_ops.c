@@ -537,6 +537,51 @@ static void test_models(void) {
         }
 }
 
+// ---------------------------------------------------------------- rope + KV row store, fused
+
+/* rope_store equals rope(q), rope(k), to_type(k), to_type(v) bit for bit */
+static void test_rope_store(void) {
+    if (!G->rope_store) { check(0, "rope_store missing"); return; }
+    const int n = 5, nh = 8, nkv = 2, hd = 128, pos0 = 17, ctx = 32;
+    const int kt[] = {LKV_TYPE_F16, LKV_TYPE_Q8_0, LKV_TYPE_Q4_0, LKV_TYPE_F32};
+    const size_t nq = (size_t)n * nh * hd, nk = (size_t)n * nkv * hd;
+    float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nk);
+    fill(q, nq, 2.f); fill(k, nk, 2.f); fill(v, nk, 2.f);
+    lkv_rope_desc rq = {.n_head = nh, .head_dim = hd, .rope_dim = hd, .freq_base = 500000.f,
+                        .freq_scale = 1.f, .neox = 1, .freq_factors = NULL};
+    lkv_rope_desc rk = rq;
+    rk.n_head = nkv;
+    for (int ti = 0; ti < NELEM(kt); ti++) {
+        const size_t rb = (size_t)lkv_row_bytes(kt[ti], nkv * hd), cb = rb * ctx;
+        uint8_t *cache[2][2];
+        float *dq[2], *dk[2], *dv = dup_dev(v, sizeof(float) * nk);
+        for (int w = 0; w < 2; w++) {
+            dq[w] = dup_dev(q, sizeof(float) * nq); dk[w] = dup_dev(k, sizeof(float) * nk);
+            cache[w][0] = dev_buf(cb); cache[w][1] = dev_buf(cb);
+        }
+        G->rope(gb, dq[0], n, pos0, &rq);
+        G->rope(gb, dk[0], n, pos0, &rk);
+        G->to_type(gb, cache[0][0] + pos0 * rb, kt[ti], dk[0], n, nkv * hd);
+        G->to_type(gb, cache[0][1] + pos0 * rb, kt[ti], dv, n, nkv * hd);
+        const int ok = G->rope_store(gb, dq[1], dk[1], dv, n, pos0, &rq, &rk, cache[1][0] + pos0 * rb,
+                                     kt[ti], cache[1][1] + pos0 * rb, kt[ti]);
+        int same = ok && G->sync(gb) == LKV_OK;
+        uint8_t *h0 = malloc(cb), *h1 = malloc(cb);
+        for (int pl = 0; pl < 2 && same; pl++) {
+            get(h0, cache[0][pl], cb); get(h1, cache[1][pl], cb);
+            same &= !memcmp(h0, h1, cb);
+        }
+        float *a = malloc(sizeof(float) * nq), *bb = malloc(sizeof(float) * nq);
+        get(a, dq[0], sizeof(float) * nq); get(bb, dq[1], sizeof(float) * nq);
+        same &= !memcmp(a, bb, sizeof(float) * nq);
+        check(same, "rope_store (kv %s) equals rope, rope, to_type, to_type bit for bit",
+              lkv_type_traits(kt[ti])->name);
+        free(h0); free(h1); free(a); free(bb); cudaFree(dv);
+        for (int w = 0; w < 2; w++) { cudaFree(dq[w]); cudaFree(dk[w]); cudaFree(cache[w][0]); cudaFree(cache[w][1]); }
+    }
+    free(q); free(k); free(v);
+}
+
 // ---------------------------------------------------------------- graph capture of a step
 
 /* A step recorded once (key 7) and replayed with other tokens at other
@@ -601,6 +646,7 @@ int main(int argc, char **argv) {
     if (!*only || strstr(only, "mm")) test_matmul();
     if (!*only || strstr(only, "attn")) test_attention();
     if (!*only || strstr(only, "graph")) test_graph();
+    if (!*only || strstr(only, "rope")) test_rope_store();
     if (!*only || strstr(only, "model")) test_models();
     lkv_status st = G->sync(gb);
     check(st == LKV_OK, "no device error at the end (%s)", st ? lkv_last_error() : "");

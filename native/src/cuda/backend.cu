@@ -367,6 +367,7 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* matmul */ lkv_cuda_matmul,
     /* add_bias */ lkv_cuda_add_bias,
     /* rope */ lkv_cuda_rope,
+    /* rope_store */ lkv_cuda_rope_store,
     /* swiglu */ lkv_cuda_swiglu,
     /* add */ lkv_cuda_add,
     /* to_type */ lkv_cuda_to_type,

@@ -155,6 +155,9 @@ void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
                      const lkv_weight *const *ws, int n_w, int n);
 void lkv_cuda_add_bias(lkv_bctx *b, float *x, const lkv_weight *bias, int n, int dim);
 void lkv_cuda_rope(lkv_bctx *b, float *x, int n, int32_t pos0, const lkv_rope_desc *r);
+int lkv_cuda_rope_store(lkv_bctx *b, float *q, float *k, const float *v, int n, int32_t pos0,
+                        const lkv_rope_desc *rq, const lkv_rope_desc *rk, void *kdst,
+                        int32_t type_k, void *vdst, int32_t type_v);
 void lkv_cuda_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
 void lkv_cuda_add(lkv_bctx *b, float *x, const float *y, int64_t n);
 void lkv_cuda_to_type(lkv_bctx *b, void *dst, int32_t type, const float *src, int n_rows,

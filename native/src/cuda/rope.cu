@@ -1,13 +1,9 @@
 /*
- * cuda/rope.cu: rotary position embedding, in place on x (n, n_head, head_dim).
- * Pair j (j < rope_dim/2) is rotated by theta = pos * freq_scale *
- * base^(-2j/rope_dim) / freq_factors[j]; the pair is (2j, 2j+1) in the normal
- * (llama) style and (j, j + rope_dim/2) in the neox style (qwen2/3). Dims past
- * rope_dim are left alone. theta is formed as the CPU forms it (the power
- * by repeated f32 multiplication, then cosf/sinf in full precision), so both
- * backends rotate by the same angles up to the last bit of cos/sin.
+ * cuda/rope.cu: rotary position embedding, in place on x (n, n_head, head_dim);
+ * the rotation of each pair is rope.cuh's (the CPU's angles). Dims past
+ * rope_dim are left alone.
  */
-#include "common.cuh"
+#include "rope.cuh"
 
 // ---------------------------------------------------------------- kernel
 
@@ -20,21 +16,9 @@ __global__ void rope_kernel(float *x, int n_head, int head_dim, int rope_dim, in
     if (dpos) pos0 += *dpos - cap_pos0;
     const int row = blockIdx.x;                 /* token * n_head + head */
     const int tok = row / n_head;
-    const int half = rope_dim / 2;
     float *h = x + (size_t)row * head_dim;
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float theta_scale = powf(freq_base, -2.0f / (float)rope_dim);
-        float theta = (float)(pos0 + tok);
-        for (int k = 0; k < j; k++) theta *= theta_scale;
-        const float f = freq_factors ? freq_factors[j] : 1.0f;
-        const float th = theta * freq_scale / f;
-        const float c = cosf(th), s = sinf(th);
-        const int i0 = neox ? j : 2 * j;
-        const int i1 = neox ? j + half : 2 * j + 1;
-        const float a = h[i0], bb = h[i1];
-        h[i0] = a * c - bb * s;
-        h[i1] = a * s + bb * c;
-    }
+    for (int j = threadIdx.x; j < rope_dim / 2; j += blockDim.x)
+        rope_pair(h, j, rope_dim, pos0 + tok, freq_base, freq_scale, neox, freq_factors);
 }
 
 // ---------------------------------------------------------------- launcher / entry point

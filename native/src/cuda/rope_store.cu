@@ -1,0 +1,76 @@
+/*
+ * cuda/rope_store.cu: the step between the q/k/v matmuls and attention in one
+ * launch: rope on q and k in place (rope.cuh), then the k and v rows of the
+ * batch converted to the KV type into the cache (kv_quant.cuh). The same
+ * operations as rope, rope, to_type, to_type (bit for bit), three launches
+ * fewer per layer. Both KV planes must have the same type; otherwise the
+ * caller uses the separate ops.
+ */
+#include "kv_quant.cuh"
+#include "rope.cuh"
+
+/* one block per (token, head) over the n_head q heads then the n_kv k heads;
+ * a k head's block also converts that head's k and v slices, one thread per
+ * 32-block. In a captured step (dpos set) the position and the cache rows
+ * move by *dpos - cap_pos0 (common.cuh). */
+template <int T>
+__global__ void rope_store_kernel(float *q, float *k, const float *v, int n_head, int n_kv,
+                                  int head_dim, int rope_dim, int32_t pos0, float freq_base,
+                                  float freq_scale, int neox, const float *__restrict__ ff,
+                                  uint8_t *kdst, uint8_t *vdst, const int32_t *dpos,
+                                  int32_t cap_pos0) {
+    const int32_t delta = dpos ? *dpos - cap_pos0 : 0;
+    const int nh = n_head + n_kv;
+    const int tok = blockIdx.x / nh, h = blockIdx.x % nh;
+    const bool is_k = h >= n_head;
+    float *row = is_k ? k + ((size_t)tok * n_kv + (h - n_head)) * head_dim
+                      : q + ((size_t)tok * n_head + h) * head_dim;
+    for (int j = threadIdx.x; j < rope_dim / 2; j += blockDim.x)
+        rope_pair(row, j, rope_dim, pos0 + delta + tok, freq_base, freq_scale, neox, ff);
+    if (!is_k) return;
+    __syncthreads();
+    const int kh = h - n_head, per_head = head_dim / 32;
+    const size_t row_bytes = (size_t)n_kv * per_head * group_bytes<T>();
+    const int64_t r = (int64_t)tok + delta;   /* cache row of this token, from kdst's row 0 */
+    for (int i = threadIdx.x; i < 2 * per_head; i += blockDim.x) {
+        const int g = i % per_head, plane = i / per_head;
+        const float *src = (plane ? v + ((size_t)tok * n_kv + kh) * head_dim : row) + 32 * g;
+        uint8_t *dst = (plane ? vdst : kdst) + r * (int64_t)row_bytes +
+                       (size_t)(kh * per_head + g) * group_bytes<T>();
+        float x[32];
+#pragma unroll
+        for (int e = 0; e < 32; e++) x[e] = src[e];
+        quant32<T>(x, dst);
+    }
+}
+
+template <int T>
+static void launch(lkv_bctx *b, float *q, float *k, const float *v, int n, int32_t pos0,
+                   const lkv_rope_desc *rq, const lkv_rope_desc *rk, void *kdst, void *vdst) {
+    const int half = rq->rope_dim / 2;
+    int threads = half >= 128 ? 128 : ((half + 31) / 32) * 32;
+    if (threads < 2 * (rq->head_dim / 32)) threads = 2 * (rq->head_dim / 32);
+    rope_store_kernel<T><<<(unsigned)(n * (rq->n_head + rk->n_head)), threads, 0, b->stream>>>(
+        q, k, v, rq->n_head, rk->n_head, rq->head_dim, rq->rope_dim, pos0, rq->freq_base,
+        rq->freq_scale, rq->neox, rq->freq_factors, (uint8_t *)kdst, (uint8_t *)vdst, b->dyn_pos,
+        b->cap_pos0);
+    LKV_CUDA_LAUNCHED(b, "rope_store");
+}
+
+int lkv_cuda_rope_store(lkv_bctx *b, float *q, float *k, const float *v, int n, int32_t pos0,
+                        const lkv_rope_desc *rq, const lkv_rope_desc *rk, void *kdst,
+                        int32_t type_k, void *vdst, int32_t type_v) {
+    /* one rope geometry for q and k; whole 32-blocks per head */
+    if (n <= 0 || type_k != type_v || rq->head_dim != rk->head_dim || rq->head_dim % 32 ||
+        rq->rope_dim != rk->rope_dim || rq->freq_base != rk->freq_base ||
+        rq->freq_scale != rk->freq_scale || rq->neox != rk->neox ||
+        rq->freq_factors != rk->freq_factors)
+        return 0;
+    switch (type_k) {
+#define X(T) case T: launch<T>(b, q, k, v, n, pos0, rq, rk, kdst, vdst); return 1;
+        LKV_CUDA_KV_TYPES(X)
+#undef X
+    default:
+        return 0;
+    }
+}
