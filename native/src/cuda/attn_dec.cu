@@ -3,7 +3,8 @@
  * flash-decoding style, with each chunk's K/V staged through shared memory.
  *
  * One block per (chunk, KV head, query) computes the chunk's partial for the
- * G <= 8 query heads of that KV head (m, l, o unnormalised, as attn.cu):
+ * G <= 8 query heads of that KV head (m, l, normalised o, at the CPU's
+ * rounding points as attn.cu: attn.cuh):
  *  1. every row of the chunk up to the query is located in whichever segment
  *     holds it and its KV-head slice copied into shared memory with cp.async
  *     (16, 8 or 4 bytes at a time, whatever the row's address allows; rows in
@@ -12,24 +13,27 @@
  *  2. scores: one thread per row, the K slice read with 8-byte shared loads
  *     (row pitch an odd number of 8-byte words: no bank conflicts), integers
  *     turned into floats by the exponent trick (no conversion instructions),
- *     f32 dot with the scaled query (shared memory, broadcast), times the
- *     block scale per 32-group.
- *  3. softmax pieces: one warp per head, lane-strided rows, fixed order.
+ *     dot with the query in K's dot type (f16 values, or q8_0 codes: exact
+ *     integer sums) from shared memory (broadcast), times d_k d_q per
+ *     32-group, times the scale.
+ *  3. softmax pieces: one warp per head, lane-strided rows, fixed order;
+ *     p = w / l, rounded to f16 for f16 V.
  *  4. o = sum p v: a thread owns 4 dims and every RG-th row; the RG row
  *     groups are added in order at the end.
  * Every sum runs in an order fixed by the rows' places in the chunk, never by
  * the segments or the copy widths: the same bits for any placement (backend.h).
  * The partials are then folded in increasing chunk order by attn_fold2, which
- * performs fold()'s exact operations (attn.cu: bit-identical results) but
- * computes the running maxima and rescale factors of all partials in parallel
- * first, so the sequential part is two multiplies and an add per partial.
+ * performs attn_fold_w / attn_fold_o's exact operations (attn.cuh: the same
+ * bits as attn.cu's folds) but computes the running maxima and exponentials
+ * of all partials in parallel first. A captured step's position comes from
+ * device memory as in attn.cu (attn_dyn).
  *
  * Types: K and V both f16, q8_0 or q4_0; head_dim 64 or 128; G 1, 2, 4 or 8;
  * other shapes use attn.cu's split kernel. LKV_CUDA_ATTN=0 selects attn.cu's.
  */
 #include <stdlib.h>
 
-#include "common.cuh"
+#include "attn.cuh"
 
 enum { AD_THREADS = 128, AD_GMAX = 8, AD_SMEM_MAX = 200 * 1024, AD_FOLD_PIECE = 1024 };
 
@@ -133,12 +137,12 @@ static __device__ __forceinline__ float vquad(const uint8_t *row, int k, float *
 }
 
 /* the K and V rows of position p (NULL: in no segment) */
-static __device__ __forceinline__ void locate(const lkv_attn_desc &d, const ad_geom &ge, int p,
-                                              const uint8_t *&k, const uint8_t *&v) {
+static __device__ __forceinline__ void locate(const lkv_attn_desc &d, const ad_geom &ge, const attn_dyn &dy,
+                                              int delta, int p, const uint8_t *&k, const uint8_t *&v) {
     k = v = NULL;
     for (int i = 0; i < d.n_segs; i++) {
         const lkv_kv_seg &sg = d.segs[i];
-        if (p >= sg.pos0 && p < sg.pos0 + sg.n) {
+        if (p >= sg.pos0 && p < sg.pos0 + attn_seg_n(d, i, dy, delta)) {
             k = (const uint8_t *)sg.k + (size_t)(p - sg.pos0) * ge.rbk;
             v = (const uint8_t *)sg.v + (size_t)(p - sg.pos0) * ge.rbv;
             return;
@@ -174,10 +178,11 @@ static __device__ __forceinline__ void block_copy(uint8_t *dst, int pitch, const
 template <int T, int HD, int G, int CU>
 __global__ void __launch_bounds__(AD_THREADS, 2)
 attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d, ad_geom ge,
-                int c_first, int nc) {
+                attn_dyn dy, int c_first, int nc) {
     extern __shared__ __align__(16) uint8_t sm[];
     constexpr int NG = HD / 32, NQ = HD / 4, RG = AD_THREADS / NQ;
-    const int x = blockIdx.x, kh = blockIdx.y, qi = blockIdx.z, qpos = d.q_pos0 + qi;
+    const int delta = attn_delta(dy);
+    const int x = blockIdx.x, kh = blockIdx.y, qi = blockIdx.z, qpos = d.q_pos0 + delta + qi;
     const int h0 = kh * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int C = d.chunk, p0 = (c_first + x) * C;
     float *const wbase = ws + (((size_t)qi * d.n_head + h0) * nc + x) * (HD + 2);
@@ -189,7 +194,8 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     const int nv = min(C, qpos - p0 + 1), half = (nv + 1) >> 1;
     uint8_t *Ks = sm, *Vs = sm + ge.region0;
     float *qs = (float *)(Vs + (((size_t)C * ge.pitch_v + 15) & ~(size_t)15));   /* (G, HD) */
-    float *ps = qs + AD_GMAX * HD;                         /* (C, 8): scores, then p */
+    float *qdm = qs + AD_GMAX * HD;                        /* (G, NG): d_q per 32-group */
+    float *ps = qdm + AD_GMAX * NG;                        /* (C, 8): scores, then p */
     float *pm = ps + (size_t)C * AD_GMAX, *pl = pm + AD_GMAX;
     uint8_t *valid = (uint8_t *)(pl + AD_GMAX);            /* (C,) */
 
@@ -197,7 +203,7 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     const uint8_t **kptr = (const uint8_t **)(valid + ((C + 15) & ~15)), **vptr = kptr + C;
     for (int r = tid; r < nv; r += AD_THREADS) {
         const uint8_t *kr, *vr;
-        locate(d, ge, p0 + r, kr, vr);
+        locate(d, ge, dy, delta, p0 + r, kr, vr);
         kptr[r] = kr;
         vptr[r] = vr;
         valid[r] = kr != NULL;
@@ -209,9 +215,12 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     cp_commit();
     block_copy<CU>(Vs, ge.pitch_v, vptr, (size_t)kh * ge.slice_v, ge.slice_v, 0, nv);
     cp_commit();
-    for (int i = tid; i < G * HD; i += AD_THREADS) {
-        const int g = i / HD, e = i % HD;
-        qs[g * HD + e] = q[((size_t)qi * d.n_head + h0 + g) * HD + e] * d.scale;
+    /* the query in K's dot type: f16, or q8_0 (one warp per 32-group) */
+    for (int t = warp; t < G * NG; t += AD_THREADS / 32) {
+        const int g = t / NG, e = (t % NG) * 32 + lane;
+        float qd, qsum;
+        qs[g * HD + e] = attn_qconv(T == LKV_TYPE_F16 ? 1 : 3, q[((size_t)qi * d.n_head + h0 + g) * HD + e], qd, qsum);
+        if (lane == 0) qdm[t] = qd;
     }
 
     // -- 2. scores, one thread per row, first half then second
@@ -241,29 +250,36 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
                         dot = fmaf(kf[4 * i + 2], qv.z, dot);
                         dot = fmaf(kf[4 * i + 3], qv.w, dot);
                     }
-                    acc[g] = fmaf(dk, dot, acc[g]);
+                    acc[g] = fmaf(__fmul_rn(dk, qdm[g * NG + j]), dot, acc[g]);
                 }
             }
             const bool ok = valid[r];
 #pragma unroll
-            for (int g = 0; g < G; g++) ps[r * AD_GMAX + g] = ok ? acc[g] : -INFINITY;
+            for (int g = 0; g < G; g++) ps[r * AD_GMAX + g] = ok ? __fmul_rn(acc[g], d.scale) : -INFINITY;
         }
     }
     __syncthreads();
 
-    // -- 3. softmax pieces: warp per head
+    // -- 3. softmax pieces: warp per head; w = exp(s - m), l = sum w (f64),
+    //    p = w * (float)(1 / l), rounded to f16 for an f16 V
     for (int g = warp; g < G; g += AD_THREADS / 32) {
         float mx = -INFINITY;
         for (int r = lane; r < nv; r += 32) mx = fmaxf(mx, ps[r * AD_GMAX + g]);
         mx = lkv_warp_max(mx);
-        float sum = 0.f;
+        double sum = 0.0;
         for (int r = lane; r < nv; r += 32) {
-            const float e = mx == -INFINITY ? 0.f : expf(ps[r * AD_GMAX + g] - mx);
+            const float v = ps[r * AD_GMAX + g];
+            const float e = v == -INFINITY ? 0.f : attn_exp(__fsub_rn(v, mx));
             ps[r * AD_GMAX + g] = e;
-            sum += e;
+            sum += (double)e;
         }
-        sum = lkv_warp_sum(sum);
-        if (lane == 0) { pm[g] = mx; pl[g] = sum; }
+        sum = attn_warp_sum_d(sum);
+        const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.f;
+        for (int r = lane; r < nv; r += 32) {
+            const float pr = __fmul_rn(ps[r * AD_GMAX + g], inv);
+            ps[r * AD_GMAX + g] = T == LKV_TYPE_F16 ? attn_f16r(pr) : pr;
+        }
+        if (lane == 0) { pm[g] = mx; pl[g] = (float)sum; }
     }
     cp_wait<0>();
     __syncthreads();
@@ -279,13 +295,14 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     for (int r = rg; r < nv; r += RG) {
         float v[4];
         const float dv = vquad<T>(Vs + (size_t)r * ge.pitch_v, k, v);
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] = __fmul_rn(v[i], dv);   /* exact: the CPU's to_float */
         const float4 pa = *(const float4 *)(ps + r * AD_GMAX), pb = *(const float4 *)(ps + r * AD_GMAX + 4);
         const float pr[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
 #pragma unroll
         for (int g = 0; g < G; g++) {
-            const float pd = pr[g] * dv;
 #pragma unroll
-            for (int i = 0; i < 4; i++) o[g][i] = fmaf(pd, v[i], o[g][i]);
+            for (int i = 0; i < 4; i++) o[g][i] = fmaf(pr[g], v[i], o[g][i]);
         }
     }
     float *comb = (float *)Ks;   /* (RG, G, HD): K is no longer read */
@@ -304,8 +321,9 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     if (tid < G) { wbase[tid * wstride] = pm[tid]; wbase[tid * wstride + 1] = pl[tid]; }
 }
 
-/* grid (n_head, n_q), min(hd, 128) threads: fold nc partials in
- * chunk order with fold()'s operations (attn.cu); maxima and factors first */
+/* grid (n_head, n_q), min(hd, 128) threads: fold nc partials in chunk order
+ * with attn_fold_w / attn_fold_o's operations (attn.cuh); the running maxima
+ * and the exponentials first */
 __global__ void attn_fold2_kernel(float *st, const float *ws, int n_head, int hd, int nc) {
     constexpr int FA = 16;
     __shared__ float A[AD_FOLD_PIECE], Cf[AD_FOLD_PIECE], M[AD_FOLD_PIECE], LC[AD_FOLD_PIECE];
@@ -336,9 +354,10 @@ __global__ void attn_fold2_kernel(float *st, const float *ws, int n_head, int hd
                 const float mc = M[i];
                 const float prev = run;
                 run = fmaxf(run, mc);
-                /* factors of fold(): skipped partials get C = NaN marker via mc */
-                A[i] = prev == -INFINITY ? 0.f : expf(prev - run);
-                Cf[i] = mc == -INFINITY ? -1.f : expf(mc - run);
+                /* attn_fold_w's exponentials; markers: C < 0 an empty partial,
+                 * A < 0 the first non-empty one (copied) */
+                A[i] = prev == -INFINITY ? -1.f : expf(__fsub_rn(prev, run));
+                Cf[i] = mc == -INFINITY ? -1.f : expf(__fsub_rn(mc, run));
                 M[i] = run;
             }
         }
@@ -357,11 +376,19 @@ __global__ void attn_fold2_kernel(float *st, const float *ws, int n_head, int hd
                 const int i = i0 + k;
                 if (i >= np) break;
                 const float c = Cf[i];
-                if (c < 0.f) continue;   /* empty partial: fold() returns */
+                if (c < 0.f) continue;   /* empty partial: nothing changes */
                 const float a = A[i];
-                l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(LC[i], c));
-                o[0] = __fadd_rn(__fmul_rn(o[0], a), __fmul_rn(v0[k], c));
-                o[1] = __fadd_rn(__fmul_rn(o[1], a), __fmul_rn(v1[k], c));
+                if (a < 0.f) {           /* the first: copied */
+                    l = LC[i];
+                    o[0] = v0[k];
+                    o[1] = v1[k];
+                } else {
+                    const float wa = __fmul_rn(l, a), wb = __fmul_rn(LC[i], c);
+                    const float s = __fadd_rn(wa, wb), il = __frcp_rn(s);
+                    o[0] = __fmul_rn(__fadd_rn(__fmul_rn(o[0], wa), __fmul_rn(v0[k], wb)), il);
+                    o[1] = __fmul_rn(__fadd_rn(__fmul_rn(o[1], wa), __fmul_rn(v1[k], wb)), il);
+                    l = s;
+                }
                 m = M[i];
             }
         }
@@ -391,10 +418,11 @@ static void launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *
     }
     const size_t per_chunk = (size_t)d->n_q * d->n_head * (HD + 2) * sizeof(float);
     const int batch = (int)(b->attn_ws_bytes / per_chunk);
+    const attn_dyn dy = attn_dyn_of(b, d);
     for (int c0 = d->chunk_lo; c0 < d->chunk_hi; c0 += batch) {
         const int nc = min(batch, d->chunk_hi - c0);
         attn_dec_kernel<T, HD, G, CU><<<dim3(nc, d->n_head_kv, d->n_q), AD_THREADS, smem, b->stream>>>(
-            b->attn_ws, q, *d, ge, c0, nc);
+            b->attn_ws, q, *d, ge, dy, c0, nc);
         LKV_CUDA_LAUNCHED(b, "attn_dec");
         attn_fold2_kernel<<<dim3(d->n_head, d->n_q), HD >= 128 ? 128 : HD, 0, b->stream>>>(
             st, b->attn_ws, d->n_head, HD, nc);
@@ -444,7 +472,7 @@ bool lkv_cuda_attn_dec(lkv_bctx *b, float *st, const float *q, const lkv_attn_de
     const int C = d->chunk, RG = AD_THREADS / (hd / 4);
     size_t r0 = (size_t)C * ge.pitch_k, comb = (size_t)RG * ge.G * hd * sizeof(float);
     ge.region0 = (int)(((r0 > comb ? r0 : comb) + 15) & ~(size_t)15);
-    const size_t smem = ge.region0 + (((size_t)C * ge.pitch_v + 15) & ~(size_t)15) + (AD_GMAX * hd + (size_t)C * AD_GMAX + 2 * AD_GMAX) *
+    const size_t smem = ge.region0 + (((size_t)C * ge.pitch_v + 15) & ~(size_t)15) + (AD_GMAX * hd + AD_GMAX * hd / 32 + (size_t)C * AD_GMAX + 2 * AD_GMAX) *
                         sizeof(float) + ((C + 15) & ~15) + 2 * (size_t)C * sizeof(void *) + 16;
     if (smem > AD_SMEM_MAX) return false;
     /* copy unit: 8 bytes when every row slice is 8-byte aligned, else 2 (same bits either way) */
