@@ -18,6 +18,11 @@
  *   price of f16 GEMM; activations beyond f16's range (65504) would overflow.
  * Weights of one type sharing the input (q/k/v, gate/up) go in one launch:
  * the grid's x dimension runs over the row tiles of all of them.
+ * Quantized weights take the integer paths first, on activations quantized
+ * to 8 bits once per call: the mat-vec of matvec_q8.cu (n <= MV_MAX_TOK) and,
+ * for the types with one integer scale per 32-block, the int8 tensor-core GEMM
+ * of mmq.cu (n > MV_MAX_TOK; LKV_CUDA_GEMM=wmma keeps gemm_kernel). The two
+ * kernels here serve the rest (float types, q2_K, q3_K, q6_K, LKV_CUDA_MMQ=0).
  */
 #include <mma.h>
 
@@ -202,9 +207,13 @@ gemm_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int 
 // ---------------------------------------------------------------- launcher
 
 template <int T>
-static void matmul_set(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n, bool *quantized) {
-    if (n <= MV_MAX_TOK && lkv_cuda_matvec_q8(b, T, ms, x, cols, n, !*quantized)) {
-        *quantized = true;   /* one quantization of x serves every run of this call */
+static void matmul_set(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n, int *quantized) {
+    /* one quantization of x serves every run of this call that uses its format */
+    const int fmt = lkv_act_format(T, cols);
+    const bool q = *quantized != fmt;
+    if (n <= MV_MAX_TOK ? lkv_cuda_matvec_q8(b, T, ms, x, cols, n, q)
+                        : lkv_cuda_mmq(b, T, ms, x, cols, n, q)) {
+        *quantized = fmt;
         return;
     }
     const int rows_per_tile = n <= MV_MAX_TOK ? MV_WARPS * MV_ROWS : GN;
@@ -224,7 +233,7 @@ static void matmul_set(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n,
 void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
                      const lkv_weight *const *ws, int n_w, int n) {
     if (n <= 0) return;
-    bool quantized = false;
+    int quantized = ACT_NONE;
     for (int i = 0; i < n_w;) {
         /* a run of up to 3 weights of one type */
         mm_set ms = {};

@@ -26,6 +26,22 @@ static __device__ __forceinline__ int mm_pick(const mm_set &ms, int tile) {
 
 enum { MV_MAX_TOK = 8, MV_ROWS = 2, MV_WARPS = 4 };
 
+/* The activation format the integer paths use for weight type T: the CPU's
+ * vec_dot_type: q8_K (256-blocks, f32 scale; quantize_k.cu) for the k-quants
+ * when cols allows, else q8_0/q8_1 (32-blocks, f16 scale) */
+enum { ACT_NONE = 0, ACT_Q8 = 1, ACT_Q8K = 2 };
+static inline int lkv_act_format(int type, int cols) {
+    const bool k = type == LKV_TYPE_Q2_K || type == LKV_TYPE_Q3_K || type == LKV_TYPE_Q4_K ||
+                   type == LKV_TYPE_Q5_K || type == LKV_TYPE_Q6_K;
+    return k && cols % 256 == 0 ? ACT_Q8K : ACT_Q8;
+}
+
+/* x (n, cols) quantized to 8 bits in the format of `type` into b->xq / b->xd /
+ * b->xs (matvec_q8.cu): the input of the integer mat-vec and of the int8 GEMM */
+void lkv_cuda_quantize_act(lkv_bctx *b, const float *x, int n, int cols, int type);
+/* the q8_K kernel (quantize_k.cu); false when cols is not a multiple of 256 */
+bool lkv_cuda_quantize_q8k(lkv_bctx *b, const float *x, int n, int cols);
+
 /* integer mat-vec (matvec_q8.cu): x (n <= MV_MAX_TOK, cols) quantized to 8 bits
  * in b->xq / b->xd, then every weight of the set; false when it does not apply
  * (float weight types, disabled, cols beyond the workspace) */
@@ -35,5 +51,11 @@ bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int c
 /* q4_0 mat-vec with rows staged by 16-byte copies (mv_stage.cu), on the
  * activations lkv_cuda_matvec_q8 quantized; false when it does not apply */
 bool lkv_cuda_mv_staged(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
+
+/* int8 tensor-core GEMM (mmq.cu) for n > MV_MAX_TOK on the weight types with one
+ * integer scale per 32-block; quantizes x first when `quantize`; false when it
+ * does not apply (other types, LKV_CUDA_GEMM=wmma, LKV_CUDA_MMQ=0, n or cols
+ * beyond the workspace) */
+bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n, bool quantize);
 
 #endif

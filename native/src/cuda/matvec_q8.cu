@@ -48,6 +48,13 @@ __global__ void quantize_q8_kernel(const float *__restrict__ x, int8_t *__restri
     }
 }
 
+void lkv_cuda_quantize_act(lkv_bctx *b, const float *x, int n, int cols, int type) {
+    if (lkv_act_format(type, cols) == ACT_Q8K && lkv_cuda_quantize_q8k(b, x, n, cols)) return;
+    const int64_t nb = (int64_t)n * cols / 32;
+    quantize_q8_kernel<<<lkv_cdiv(nb, 8), 256, 0, b->stream>>>(x, b->xq, b->xd, b->xs, nb);
+    LKV_CUDA_LAUNCHED(b, "matmul: quantize activations");
+}
+
 // ---------------------------------------------------------------- mat-vec
 
 /* S = warps sharing the same R rows (1, or MV_WARPS: the block's warps split
@@ -169,11 +176,7 @@ bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int c
     default: break;
     }
     if (!ok) return false;
-    if (quantize) {
-        const int64_t nb = (int64_t)n * cols / 32;
-        quantize_q8_kernel<<<lkv_cdiv(nb, 8), 256, 0, b->stream>>>(x, b->xq, b->xd, b->xs, nb);
-        LKV_CUDA_LAUNCHED(b, "matmul: quantize activations");
-    }
+    if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
     if (lkv_cuda_mv_staged(b, type, ms, cols, n)) {   /* mv_stage.cu */
         LKV_CUDA_LAUNCHED(b, "matmul (q4_0 staged)");
         return true;
