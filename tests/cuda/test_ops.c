@@ -493,6 +493,7 @@ static void attn_ref(double *out, const float *q, const uint8_t *kq, size_t rbk,
             s[r] = d * scale;
         }
         double M = -INFINITY, L = 0;
+        for (int k = 0; k < hd; k++) o[k] = 0;   /* times a zero weight at the first chunk */
         for (int p0 = 0; p0 <= pos; p0 += chunk) {
             const int p1 = p0 + chunk < pos + 1 ? p0 + chunk : pos + 1;
             double mc = -INFINITY, lc = 0;
