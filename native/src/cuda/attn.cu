@@ -198,23 +198,9 @@ static __device__ __forceinline__ void chunk_partial(
     //    w = exp(s - m), l = sum w (f64), p = w * (float)(1 / l), f16 for an f16 V
     const bool f16v = TV >= 0 ? TV == LKV_TYPE_F16 : d.type_v == LKV_TYPE_F16;
     for (int g = warp; g < G; g += ATT_WARPS) {
-        float mx = -INFINITY;
-        for (int r = lane; r < n_valid; r += 32) mx = fmaxf(mx, s[g * C + r]);
-        mx = lkv_warp_max(mx);
-        double sum = 0.0;
-        for (int r = lane; r < n_valid; r += 32) {
-            const float v = s[g * C + r];
-            const float e = v == -INFINITY ? 0.f : attn_exp(__fsub_rn(v, mx));
-            s[g * C + r] = e;
-            sum += (double)e;
-        }
-        sum = attn_warp_sum_d(sum);
-        const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.f;
-        for (int r = lane; r < n_valid; r += 32) {
-            const float pr = __fmul_rn(s[g * C + r], inv);
-            s[g * C + r] = f16v ? attn_f16r(pr) : pr;
-        }
-        if (lane == 0) { sp.pm[g] = mx; sp.pl[g] = (float)sum; }
+        float l;
+        const float mx = attn_chunk_softmax(s + g * C, 1, n_valid, f16v, &l);
+        if (lane == 0) { sp.pm[g] = mx; sp.pl[g] = l; }
     }
     __syncthreads();
 

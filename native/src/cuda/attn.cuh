@@ -77,6 +77,32 @@ static __device__ __forceinline__ double attn_warp_sum_d(double v) {
     return v;
 }
 
+/* A chunk's softmax for one head, by one warp over its n scores s[r * stride]
+ * (the CPU's: w = exp(s - m), l = sum w in f64, p = w * (float)(1 / l), rounded
+ * to f16 when f16v); the scores are replaced by p in place. Returns m, *l = l. */
+static __device__ __forceinline__ float attn_chunk_softmax(float *s, int stride, int n, bool f16v,
+                                                           float *l) {
+    const int lane = threadIdx.x & 31;
+    float mx = -INFINITY;
+    for (int r = lane; r < n; r += 32) mx = fmaxf(mx, s[r * stride]);
+    mx = lkv_warp_max(mx);
+    double sum = 0.0;
+    for (int r = lane; r < n; r += 32) {
+        const float v = s[r * stride];
+        const float e = v == -INFINITY ? 0.f : attn_exp(__fsub_rn(v, mx));
+        s[r * stride] = e;
+        sum += (double)e;
+    }
+    sum = attn_warp_sum_d(sum);
+    const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.f;
+    for (int r = lane; r < n; r += 32) {
+        const float pr = __fmul_rn(s[r * stride], inv);
+        s[r * stride] = f16v ? attn_f16r(pr) : pr;
+    }
+    *l = (float)sum;
+    return mx;
+}
+
 /* the dot type of K: 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q8_1 */
 static __host__ __device__ __forceinline__ int attn_qkind(int type_k) {
     switch (type_k) {

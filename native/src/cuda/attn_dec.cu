@@ -263,23 +263,9 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     // -- 3. softmax pieces: warp per head; w = exp(s - m), l = sum w (f64),
     //    p = w * (float)(1 / l), rounded to f16 for an f16 V
     for (int g = warp; g < G; g += AD_THREADS / 32) {
-        float mx = -INFINITY;
-        for (int r = lane; r < nv; r += 32) mx = fmaxf(mx, ps[r * AD_GMAX + g]);
-        mx = lkv_warp_max(mx);
-        double sum = 0.0;
-        for (int r = lane; r < nv; r += 32) {
-            const float v = ps[r * AD_GMAX + g];
-            const float e = v == -INFINITY ? 0.f : attn_exp(__fsub_rn(v, mx));
-            ps[r * AD_GMAX + g] = e;
-            sum += (double)e;
-        }
-        sum = attn_warp_sum_d(sum);
-        const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.f;
-        for (int r = lane; r < nv; r += 32) {
-            const float pr = __fmul_rn(ps[r * AD_GMAX + g], inv);
-            ps[r * AD_GMAX + g] = T == LKV_TYPE_F16 ? attn_f16r(pr) : pr;
-        }
-        if (lane == 0) { pm[g] = mx; pl[g] = (float)sum; }
+        float l;
+        const float mx = attn_chunk_softmax(ps + g, AD_GMAX, nv, T == LKV_TYPE_F16, &l);
+        if (lane == 0) { pm[g] = mx; pl[g] = l; }
     }
     cp_wait<0>();
     __syncthreads();
