@@ -55,6 +55,11 @@ typedef struct lkv_rope_desc {
     const float *freq_factors;   /* backend memory, (rope_dim/2,) or NULL */
 } lkv_rope_desc;
 
+/* cs[2i], cs[2i+1] = cos, sin of pair i's angle at position pos (i < rope_dim/2),
+ * with freq_factors given in host memory (ff, or NULL): the angles of every
+ * backend, computed on the host by the C library (cpu/ops.c) */
+void lkv_rope_angles(const lkv_rope_desc *r, const float *ff, int32_t pos, float *cs);
+
 typedef struct lkv_backend lkv_backend;
 typedef struct lkv_bctx lkv_bctx;   /* a backend's per-context state */
 

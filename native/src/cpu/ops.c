@@ -99,21 +99,27 @@ static void cpu_add_bias(lkv_bctx *b, float *x, const lkv_weight *bias, int n, i
 }
 
 /* theta_i = pos * freq_scale * base^(-2i/rope_dim) / factor_i, the power
- * built up by repeated multiplication in float as ggml does */
+ * built up by repeated multiplication in float as ggml does; cos and sin by
+ * the C library (the CUDA backend takes its angles from here too: glibc's
+ * cosf/sinf are not always the correctly rounded value) */
+void lkv_rope_angles(const lkv_rope_desc *r, const float *ff, int32_t pos, float *cs) {
+    const float theta_scale = powf(r->freq_base, -2.0f / (float)r->rope_dim);
+    float theta = (float)pos;
+    for (int i = 0; i < r->rope_dim / 2; i++) {
+        const float f = ff ? ff[i] : 1.0f;
+        const float th = theta * r->freq_scale / f;
+        cs[2 * i] = cosf(th);
+        cs[2 * i + 1] = sinf(th);
+        theta *= theta_scale;
+    }
+}
+
 static void cpu_rope(lkv_bctx *b, float *x, int n, int32_t pos0, const lkv_rope_desc *r) {
     (void)b;
     const int half = r->rope_dim / 2;
-    const float theta_scale = powf(r->freq_base, -2.0f / (float)r->rope_dim);
     float cs[2 * 512];
     for (int t = 0; t < n; t++) {
-        float theta = (float)(pos0 + t);
-        for (int i = 0; i < half; i++) {
-            const float f = r->freq_factors ? r->freq_factors[i] : 1.0f;
-            const float th = theta * r->freq_scale / f;
-            cs[2 * i] = cosf(th);
-            cs[2 * i + 1] = sinf(th);
-            theta *= theta_scale;
-        }
+        lkv_rope_angles(r, r->freq_factors, pos0 + t, cs);
         for (int h = 0; h < r->n_head; h++) {
             float *v = x + ((size_t)t * r->n_head + h) * r->head_dim;
             for (int i = 0; i < half; i++) {

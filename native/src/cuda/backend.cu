@@ -153,6 +153,7 @@ static void cuda_ctx_free(lkv_bctx *b) {
     if (b->stream) cudaStreamSynchronize(b->stream);
     lkv_cuda_copier_free(b);
     if (b->graph_exec) cudaGraphExecDestroy(b->graph_exec);
+    lkv_cuda_rope_release(b);
     if (b->d_pos) cudaFree(b->d_pos);
     if (b->h_pos) cudaFreeHost(b->h_pos);
     if (b->attn_ws) cudaFree(b->attn_ws);
@@ -190,6 +191,7 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
     if (e == cudaSuccess) e = cudaMalloc((void **)&b->d_pos, sizeof(int32_t));
     if (e == cudaSuccess) e = cudaMalloc((void **)&b->attn_ws, ATTN_WS_BYTES);
     if (e == cudaSuccess) b->attn_ws_bytes = ATTN_WS_BYTES;
+    if (e == cudaSuccess) e = lkv_cuda_rope_alloc(b, hd / 2);
     /* 8-bit activations of the integer matmuls: the widest input of any matmul */
     {
         const lkv_model_params *hp = &m->hp;
@@ -292,11 +294,14 @@ static int cuda_step_begin(lkv_bctx *b, uint64_t key, const int32_t *tokens, int
     *b->h_pos = pos0;
     if (b->graph_exec && b->graph_key == key) {
         memcpy(b->h_tokens, tokens, (size_t)n * sizeof(int32_t));
+        lkv_cuda_rope_replay(b, pos0, n);
         LKV_CUDA_CALL(b, cudaGraphLaunch(b->graph_exec, b->stream), "step: graph launch");
         LKV_CUDA_CALL(b, cudaEventRecord(b->tokens_free, b->stream), "step: graph launch");
+        lkv_cuda_rope_replayed(b);
         b->graph_replays++;
         return 1;
     }
+    lkv_cuda_rope_capture_begin(b);
     cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -332,7 +337,9 @@ static int cuda_step_end(lkv_bctx *b) {
         else b->graph_builds++;
     }
     if (g) cudaGraphDestroy(g);
-    if (e != cudaSuccess || b->err != cudaSuccess || !b->graph_exec) {
+    const bool kept = e == cudaSuccess && b->err == cudaSuccess && b->graph_exec;
+    lkv_cuda_rope_capture_end(b, kept);
+    if (!kept) {
         /* nothing ran: the caller issues the ops again, directly */
         cudaGetLastError();
         if (b->graph_exec) cudaGraphExecDestroy(b->graph_exec);
@@ -345,6 +352,7 @@ static int cuda_step_end(lkv_bctx *b) {
     b->graph_key = b->cap_key;
     LKV_CUDA_CALL(b, cudaGraphLaunch(b->graph_exec, b->stream), "step_end: launch");
     LKV_CUDA_CALL(b, cudaEventRecord(b->tokens_free, b->stream), "step_end");
+    lkv_cuda_rope_replayed(b);
     b->graph_replays++;
     return 0;
 }

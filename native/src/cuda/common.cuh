@@ -72,6 +72,20 @@ struct lkv_bctx {
     cudaGraphExec_t graph_exec;
     int64_t graph_replays, graph_builds;
 
+    /* rope angles (rope_table.cu): cos/sin of one step's positions, computed on
+     * the host by lkv_rope_angles and uploaded once per step */
+    float *rope_h, *rope_d;      /* (max_tokens, rope_cap) (cos, sin): pinned staging; device */
+    int rope_cap;                /* pairs per position the buffers hold */
+    cudaEvent_t rope_free;       /* the staging may be rewritten after this */
+    int rope_have;               /* rope_d holds (or receives) the angles of the key below */
+    lkv_rope_desc rope_desc;     /* key: geometry, first position, positions */
+    int32_t rope_pos0, rope_n;
+    const float *rope_ff;        /* freq factors of rope_desc in host memory, or NULL */
+    float *rope_ff_copy;         /* host copy of a device factor array that is not the model's */
+    const float *rope_ff_src;    /* the device array rope_ff_copy mirrors */
+    int rope_in_capture;         /* the step being captured records the upload */
+    int rope_in_graph;           /* graph_exec uploads the angles (refilled before replays) */
+
     /* KV streaming (copier.cu): a copy stream and two rings of events; ticket
      * t of a queue lives in slot t % LKV_CUDA_EVENTS of its ring */
     struct lkv_cuda_copier *copier;
@@ -88,6 +102,17 @@ int lkv_cuda_compute_wait_copy(lkv_bctx *b, uint64_t t);
 uint64_t lkv_cuda_compute_mark(lkv_bctx *b);
 void lkv_cuda_copy_wait_compute(lkv_bctx *b, uint64_t t);
 lkv_status lkv_cuda_copy_sync(lkv_bctx *b);
+
+/* rope angles (rope_table.cu). table: rows of (cos, sin) for tokens 0..n-1 at
+ * pos0.., or NULL when the kernels must compute them. The capture / replay
+ * hooks keep a decode graph's recorded upload fed with the step's positions. */
+cudaError_t lkv_cuda_rope_alloc(lkv_bctx *b, int pairs);
+void lkv_cuda_rope_release(lkv_bctx *b);
+const float2 *lkv_cuda_rope_table(lkv_bctx *b, const lkv_rope_desc *r, int32_t pos0, int n);
+void lkv_cuda_rope_capture_begin(lkv_bctx *b);
+void lkv_cuda_rope_capture_end(lkv_bctx *b, bool kept);
+void lkv_cuda_rope_replay(lkv_bctx *b, int32_t pos0, int n);
+void lkv_cuda_rope_replayed(lkv_bctx *b);
 
 /* Keeps the first error (later ones are usually its consequences). */
 static inline void lkv_cuda_note(lkv_bctx *b, cudaError_t e, const char *where) {
@@ -117,18 +142,42 @@ static __device__ __forceinline__ float lkv_warp_max(float v) {
     return v;
 }
 
-/* Sum over the block in a fixed order (warp sums, then warp 0 adds them in
- * warp order): the same bits on every run. red holds 32 floats. */
-static __device__ __forceinline__ float lkv_block_sum(float v, float *red) {
+
+/* Sum of doubles over the block in a fixed order (warp sums, then the warps'
+ * in warp order): the same bits on every run; rmsnorm's sum of squares, in
+ * f64 as the CPU's. red holds 32 doubles. */
+static __device__ __forceinline__ double lkv_block_sum_d(double v, double *red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nw = (blockDim.x + 31) >> 5;
-    v = lkv_warp_sum(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads();
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    float s = 0.f;
+    double s = 0.0;
     for (int i = 0; i < nw; i++) s += red[i];
     return s;
+}
+
+/* exp(x) as the CPU backend computes it (cpu/expf.h: ggml's AVX2 polynomial),
+ * operation for operation, so softmax and swiglu round as the CPU does */
+static __device__ __forceinline__ float lkv_expf_cpu(float x) {
+    const float r = 0x1.8p23f;
+    const float z = __fmaf_rn(x, 0x1.715476p+0f, r);
+    const float n = __fsub_rn(z, r);
+    const float b = __fmaf_rn(-n, 0x1.7f7d1cp-20f, __fmaf_rn(-n, 0x1.62e4p-1f, x));
+    const uint32_t e = __float_as_uint(z) << 23;
+    const float k = __uint_as_float(e + 0x3f800000u);
+    const float u = __fmul_rn(b, b);
+    const float j = __fmaf_rn(__fmaf_rn(__fmaf_rn(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                        __fmaf_rn(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                              u, __fmul_rn(0x1.ffffecp-1f, b));
+    if (!(fabsf(n) > 126.0f)) return __fmaf_rn(j, k, k);
+    /* large |n|: 2^n in two factors, or 0 / inf past 192 */
+    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
+    const float s1 = __uint_as_float(g + 0x7f000000u), s2 = __uint_as_float(e - g);
+    if (fabsf(n) > 192.0f) return __fmul_rn(s1, s1);
+    return __fmul_rn(__fmaf_rn(s2, j, s2), s1);
 }
 
 static __device__ __forceinline__ float lkv_block_max(float v, float *red) {

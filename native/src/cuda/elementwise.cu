@@ -8,12 +8,13 @@
 
 enum { EW_THREADS = 256, EW_MAX_BLOCKS = 4096 };
 
-/* out (n) = silu(gate) * up, silu(g) = g / (1 + e^-g) */
+/* out (n) = silu(gate) * up, silu(g) = g / (1 + e^-g), the exp and the order
+ * of operations the CPU's (cpu/ops.c) */
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float g = gate[i];
-        out[i] = g / (1.f + expf(-g)) * up[i];
+        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.f, lkv_expf_cpu(__fsub_rn(0.f, g)))), up[i]);
     }
 }
 
@@ -21,14 +22,14 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *up, in
 __global__ void add_kernel(float *x, const float *y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        x[i] += y[i];
+        x[i] = __fadd_rn(x[i], y[i]);
 }
 
 /* x (n, dim) += bias (dim,) */
 __global__ void add_bias_kernel(float *x, const float *bias, int64_t total, int dim) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x)
-        x[i] += bias[i % dim];
+        x[i] = __fadd_rn(x[i], bias[i % dim]);
 }
 
 // ---------------------------------------------------------------- launchers / entry points

@@ -86,9 +86,10 @@ static __device__ void quant32(const float *x, uint8_t *dst) {
         cq8_0 *y = (cq8_0 *)dst;
         float amax = 0.f;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+        /* the CPU's quantize8: 127 / amax (not 1 / d), half to even */
+        const float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
         y->d = __float2half_rn(d);
-        for (int j = 0; j < 32; j++) y->qs[j] = (int8_t)roundf(__fmul_rn(x[j], id));
+        for (int j = 0; j < 32; j++) y->qs[j] = (int8_t)__float2int_rn(__fmul_rn(x[j], id));
     } else if constexpr (T == LKV_TYPE_Q4_0 || T == LKV_TYPE_Q5_0) {
         constexpr int H = T == LKV_TYPE_Q4_0 ? 8 : 16, QMAX = 2 * H - 1;
         float amax = 0.f, max = 0.f;
@@ -110,8 +111,11 @@ static __device__ void quant32(const float *x, uint8_t *dst) {
         }
     } else if constexpr (T == LKV_TYPE_Q4_1 || T == LKV_TYPE_Q5_1) {
         constexpr int QMAX = T == LKV_TYPE_Q4_1 ? 15 : 31;
-        float mn = x[0], mx = x[0];
-        for (int j = 1; j < 32; j++) { mn = fminf(mn, x[j]); mx = fmaxf(mx, x[j]); }
+        float mn = INFINITY, mx = -INFINITY;   /* the CPU's comparisons (which zero's sign wins) */
+        for (int j = 0; j < 32; j++) {
+            if (x[j] < mn) mn = x[j];
+            if (x[j] > mx) mx = x[j];
+        }
         const float d = (mx - mn) / QMAX, id = d != 0.f ? 1.f / d : 0.f;
         uint8_t q[32];
         for (int j = 0; j < 32; j++) q[j] = (uint8_t)min(QMAX, (int)(int8_t)__fadd_rn(__fmul_rn(__fsub_rn(x[j], mn), id), 0.5f));

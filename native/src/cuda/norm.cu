@@ -1,6 +1,9 @@
 /*
  * cuda/norm.cu: out (n, dim) = x / rms(x) * w, one block per row.
- * rms = sqrt(mean(x^2) + eps), summed in f32 in a fixed order (deterministic).
+ * As the CPU computes it: the squares in f32 summed in f64 (a fixed tree
+ * here, sequential there: the f64 sum rounds the same to f32 but for ties
+ * ~2^-29 apart), scale = 1 / sqrt((float)(sum / dim) + eps) with IEEE sqrt
+ * and division, out = (x * scale) * w.
  * Also used per head for qwen3's q/k norms (n = tokens * heads, dim = head_dim).
  * add_rmsnorm fuses the residual add before it (x += y, then out = norm(x)):
  * the same operations in the same order as add followed by rmsnorm, one
@@ -12,39 +15,42 @@
 
 enum { NORM_THREADS = 256 };
 
+static __device__ __forceinline__ float norm_scale(double ss, int dim, float eps) {
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / dim), eps)));
+}
+
+static __device__ __forceinline__ void norm_out(float *orow, const float *xr,
+                                                const float *__restrict__ w, int dim, float s) {
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = __fmul_rn(xr[i], s);
+        orow[i] = w ? __fmul_rn(v, w[i]) : v;
+    }
+}
+
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *__restrict__ w, int dim,
                                float eps) {
-    __shared__ float red[32];
+    __shared__ double red[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *orow = out + (size_t)blockIdx.x * dim;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = lkv_block_sum(ss, red);
-    const float s = rsqrtf(ss / dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float v = xr[i] * s;
-        orow[i] = w ? v * w[i] : v;
-    }
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)__fmul_rn(xr[i], xr[i]);
+    norm_out(orow, xr, w, dim, norm_scale(lkv_block_sum_d(ss, red), dim, eps));
 }
 
 __global__ void add_rmsnorm_kernel(float *x, const float *__restrict__ y, float *out,
                                    const float *__restrict__ w, int dim, float eps) {
-    __shared__ float red[32];
+    __shared__ double red[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     const float *yr = y + (size_t)blockIdx.x * dim;
     float *orow = out + (size_t)blockIdx.x * dim;
-    float ss = 0.f;
+    double ss = 0.0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float v = xr[i] + yr[i];
+        const float v = __fadd_rn(xr[i], yr[i]);
         xr[i] = v;
-        ss += v * v;
+        ss += (double)__fmul_rn(v, v);
     }
-    ss = lkv_block_sum(ss, red);
-    const float s = rsqrtf(ss / dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float v = xr[i] * s;
-        orow[i] = w ? v * w[i] : v;
-    }
+    /* each thread reads back only the elements it wrote */
+    norm_out(orow, xr, w, dim, norm_scale(lkv_block_sum_d(ss, red), dim, eps));
 }
 
 // ---------------------------------------------------------------- launcher / entry point

@@ -15,8 +15,9 @@
  * move by *dpos - cap_pos0 (common.cuh). */
 template <int T>
 __global__ void rope_store_kernel(float *q, float *k, const float *v, int n_head, int n_kv,
-                                  int head_dim, int rope_dim, int32_t pos0, float freq_base,
+                                  int head_dim, int rope_dim, int32_t pos0, float theta_scale,
                                   float freq_scale, int neox, const float *__restrict__ ff,
+                                  const float2 *tab,
                                   uint8_t *kdst, uint8_t *vdst, const int32_t *dpos,
                                   int32_t cap_pos0) {
     const int32_t delta = dpos ? *dpos - cap_pos0 : 0;
@@ -26,7 +27,8 @@ __global__ void rope_store_kernel(float *q, float *k, const float *v, int n_head
     float *row = is_k ? k + ((size_t)tok * n_kv + (h - n_head)) * head_dim
                       : q + ((size_t)tok * n_head + h) * head_dim;
     for (int j = threadIdx.x; j < rope_dim / 2; j += blockDim.x)
-        rope_pair(row, j, rope_dim, pos0 + delta + tok, freq_base, freq_scale, neox, ff);
+        rope_pair(row, j, rope_dim, pos0 + delta + tok, theta_scale, freq_scale, neox, ff,
+                  tab ? tab + (size_t)tok * (rope_dim / 2) : NULL);
     if (!is_k) return;
     __syncthreads();
     const int kh = h - n_head, per_head = head_dim / 32;
@@ -51,8 +53,9 @@ static void launch(lkv_bctx *b, float *q, float *k, const float *v, int n, int32
     int threads = half >= 128 ? 128 : ((half + 31) / 32) * 32;
     if (threads < 2 * (rq->head_dim / 32)) threads = 2 * (rq->head_dim / 32);
     rope_store_kernel<T><<<(unsigned)(n * (rq->n_head + rk->n_head)), threads, 0, b->stream>>>(
-        q, k, v, rq->n_head, rk->n_head, rq->head_dim, rq->rope_dim, pos0, rq->freq_base,
-        rq->freq_scale, rq->neox, rq->freq_factors, (uint8_t *)kdst, (uint8_t *)vdst, b->dyn_pos,
+        q, k, v, rq->n_head, rk->n_head, rq->head_dim, rq->rope_dim, pos0, rope_theta_scale(rq),
+        rq->freq_scale, rq->neox, rq->freq_factors, lkv_cuda_rope_table(b, rq, pos0, n),
+        (uint8_t *)kdst, (uint8_t *)vdst, b->dyn_pos,
         b->cap_pos0);
     LKV_CUDA_LAUNCHED(b, "rope_store");
 }
