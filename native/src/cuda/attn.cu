@@ -18,117 +18,54 @@
  *   per (chunk, head group, query) writes its partial to the workspace, then
  *   one block per (query, head) folds the partials in chunk order.
  *   attn_dec.cu replaces both for the shapes it covers (f16/q8_0/q4_0 K and V,
- *   head_dim 64/128, 1/2/4/8 heads per KV head) unless LKV_CUDA_ATTN=0; the
+ *   head_dim 64/128, 1/2/3/4/8 heads per KV head) unless LKV_CUDA_ATTN=0; the
  *   choice depends on the shape only, like the choice between these two.
- * K is read as integer codes and block scales (values for the float types);
- * V is dequantized 8 elements at a time (a lane reads one 8-element piece).
+ * Every float operation is cpu/attention.c's, in its order (attn.cuh: the
+ * query, reduce8, softmax, fold; attn_kv.cuh: the K dots and V elements), so
+ * the partials, and the state, equal the CPU backend's bit for bit.
  * In a captured step (b->dyn_pos) the kernels take the position from device
  * memory (attn.cuh: attn_dyn); grids and launches depend only on the chunk
  * range and the shape.
  *
- * Left to do: tensor-core prefill attention (attn_seq re-reads K/V once per
- * query, fine at short depth, slow at long depth).
+ * attn_seq re-reads K/V once per query: fine at short depth, slow at long
+ * depth. LKV_CUDA_ATTN=mma (read per call) sends prefill to the tensor-core
+ * flash attention of attn_mma.cu instead, which is not bit-identical with the
+ * CPU (f16 products).
  */
-#include "attn.cuh"
+#include <stdlib.h>
+#include <string.h>
 
-// ---------------------------------------------------------------- element access
+#include "attn_kv.cuh"
+#include "attn_mma.cuh"
+
+// ---------------------------------------------------------------- scores
 
 enum { ATT_THREADS = 128, ATT_WARPS = ATT_THREADS / 32, GMAX = 8, ATT_SMEM_MAX = 160 * 1024 };
 
-/* 32-group g of a K row of type T: kf = the integer codes (values for the
- * float types), dk the block scale (1), mk the block minimum (0 if none) */
-template <int T>
-static __device__ __forceinline__ void kcodes32(const uint8_t *row, int g, float *kf, float &dk, float &mk) {
-    mk = 0.f;
-    if constexpr (T == LKV_TYPE_F32 || T == LKV_TYPE_F16 || T == LKV_TYPE_BF16) {
-        dq32<T>(row, g, kf);
-        dk = 1.f;
-    } else if constexpr (T == LKV_TYPE_Q8_0) {
-        const cq8_0 *b = (const cq8_0 *)row + g;
-        dk = __half2float(b->d);
-        const uint16_t *q16 = (const uint16_t *)b->qs;
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            const uint32_t q = q16[i];
-            kf[2 * i] = (float)(int8_t)(q & 0xff);
-            kf[2 * i + 1] = (float)(int8_t)(q >> 8);
-        }
-    } else {
-        const uint8_t *qs, *qh8 = nullptr;
-        if constexpr (T == LKV_TYPE_Q4_0 || T == LKV_TYPE_IQ4_NL) {
-            const cq4_0 *b = (const cq4_0 *)row + g;
-            dk = __half2float(b->d); qs = b->qs;
-        } else if constexpr (T == LKV_TYPE_Q4_1) {
-            const cq4_1 *b = (const cq4_1 *)row + g;
-            dk = __half2float(b->d); mk = __half2float(b->m); qs = b->qs;
-        } else if constexpr (T == LKV_TYPE_Q5_0) {
-            const cq5_0 *b = (const cq5_0 *)row + g;
-            dk = __half2float(b->d); qs = b->qs; qh8 = b->qh;
-        } else {
-            const cq5_1 *b = (const cq5_1 *)row + g;
-            dk = __half2float(b->d); mk = __half2float(b->m); qs = b->qs; qh8 = b->qh;
-        }
-        uint32_t qh = 0;
-        if constexpr (T == LKV_TYPE_Q5_0 || T == LKV_TYPE_Q5_1)
-            qh = qh8[0] | (qh8[1] << 8) | (qh8[2] << 16) | ((uint32_t)qh8[3] << 24);
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            int lo = qs[j] & 0xF, hi = qs[j] >> 4;
-            if constexpr (T == LKV_TYPE_Q5_0 || T == LKV_TYPE_Q5_1) {
-                lo |= ((qh >> j) & 1) << 4;
-                hi |= ((qh >> (j + 16)) & 1) << 4;
-            }
-            if constexpr (T == LKV_TYPE_IQ4_NL) { lo = lkv_iq4nl_levels[lo]; hi = lkv_iq4nl_levels[hi]; }
-            else if constexpr (T == LKV_TYPE_Q4_0) { lo -= 8; hi -= 8; }
-            else if constexpr (T == LKV_TYPE_Q5_0) { lo -= 16; hi -= 16; }
-            kf[j] = (float)lo;
-            kf[j + 16] = (float)hi;
-        }
-    }
-}
-
-/* Run-time type (TK == -1): one uniform switch per call. */
-template <int T>
-static __device__ __forceinline__ void kv_codes32(int type, const uint8_t *row, int g, float *kf, float &dk,
-                                                  float &mk) {
-    if constexpr (T >= 0) { kcodes32<T>(row, g, kf, dk, mk); }
-    else {
-        switch (type) {
-#define X(TT) case TT: kcodes32<TT>(row, g, kf, dk, mk); break;
-            LKV_CUDA_KV_TYPES(X)
-#undef X
-        default: dk = mk = 0.f;
-        }
-    }
-}
-
-// ---------------------------------------------------------------- shared pieces
-
 struct attn_geom {
     int G_total, n_sub;       /* heads per KV head; head groups per KV head */
-    int ng_hd, lpr, rpw;      /* 32-groups per head; lanes per K row (pow2); rows per warp pass */
-    int hdT;                  /* dims a thread column covers */
+    int hdT;                  /* dims a thread column covers in the fold */
     size_t rbk, rbv;          /* row bytes of K and V */
+    size_t hbk, hbv;          /* bytes of one KV head's slice of a row */
 };
 
-/* smem bytes needed by chunk_partial (see carve) */
-static size_t attn_smem_bytes(int G, int lpr, int chunk, int hd) {
-    return ((size_t)G * lpr * 35 + (size_t)G * chunk + (size_t)ATT_WARPS * G * hd + 2 * GMAX) *
-               sizeof(float) + 2 * (size_t)chunk * sizeof(void *) + 16;
+/* qf (G, hd) floats: the query in K's dot type, or its q8 codes as bytes |
+ * qd, qs (G, hd / 32): q8 scales and sums | s (G, C) | comb (G, hd) | pm, pl (GMAX) | kptr, vptr (C) */
+struct attn_smem_ptrs { float *qf, *qd, *qs, *s, *comb, *pm, *pl; const uint8_t **kptr, **vptr; };
+
+static size_t attn_smem_bytes(int G, int chunk, int hd) {
+    return ((size_t)G * hd * 2 + (size_t)G * hd / 16 + (size_t)G * chunk + 2 * GMAX) * sizeof(float) +
+           2 * (size_t)chunk * sizeof(void *) + 16;
 }
 
-struct attn_smem_ptrs { float *qsm, *qd, *qs, *s, *comb, *pm, *pl; const uint8_t **kptr, **vptr; };
-
-/* qsm (G, lpr, 33) | qd, qs (G, lpr) | s (G, C) | comb (ATT_WARPS, G, hd) | pm, pl (GMAX) | kptr, vptr (C) */
-static __device__ __forceinline__ attn_smem_ptrs carve(float *sm, const attn_geom &ge, int G, int C,
-                                                       int hd) {
+static __device__ __forceinline__ attn_smem_ptrs carve(float *sm, int G, int C, int hd) {
     attn_smem_ptrs p;
-    p.qsm = sm;
-    p.qd = p.qsm + G * ge.lpr * 33;
-    p.qs = p.qd + G * ge.lpr;
-    p.s = p.qs + G * ge.lpr;
+    p.qf = sm;
+    p.qd = p.qf + G * hd;
+    p.qs = p.qd + G * hd / 32;
+    p.s = p.qs + G * hd / 32;
     p.comb = p.s + G * C;
-    p.pm = p.comb + ATT_WARPS * G * hd;
+    p.pm = p.comb + G * hd;
     p.pl = p.pm + GMAX;
     size_t off = ((size_t)(p.pl + GMAX - sm) * sizeof(float) + 15) & ~(size_t)15;
     p.kptr = (const uint8_t **)((char *)sm + off);
@@ -136,9 +73,128 @@ static __device__ __forceinline__ attn_smem_ptrs carve(float *sm, const attn_geo
     return p;
 }
 
+/* 16 elements [i, i + 16) of an f32 / bf16 K head slice */
+template <int T>
+static __device__ __forceinline__ void k16(const uint8_t *kr, int i, float *k) {
+    if constexpr (T == LKV_TYPE_F32) {
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const float4 v = ((const float4 *)(kr + 4 * (size_t)i))[h];
+            k[4 * h] = v.x; k[4 * h + 1] = v.y; k[4 * h + 2] = v.z; k[4 * h + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint4 v = ((const uint4 *)(kr + 2 * (size_t)i))[h];
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                k[8 * h + 2 * t] = __uint_as_float(w[t] << 16);
+                k[8 * h + 2 * t + 1] = __uint_as_float(w[t] & 0xffff0000u);
+            }
+        }
+    }
+}
+
+/*
+ * Scores of one K row (kr: its KV head's slice) against the G query heads,
+ * into s[g * C + r], each the CPU's vec_dot times the scale:
+ * - f32 / bf16 (quant/float_types.c): two 8-lane FMA chains over 16-element
+ *   steps, added lane-wise, reduce8;
+ * - f16 (cpu/attention.c dot8_f16): one 8-lane FMA chain, lane l takes
+ *   elements l, l + 8, ...; reduce8;
+ * - quantized: attn_kv.cuh's block lanes, reduce8 (+ the m_k s_q chain).
+ */
+template <int T>
+static __device__ __forceinline__ void score_row(const uint8_t *kr, const attn_smem_ptrs &sp, int G, int hd,
+                                                 float scale, int C, int r) {
+    const int nb = hd / 32;
+    if constexpr (T == LKV_TYPE_F32 || T == LKV_TYPE_BF16) {
+        for (int g = 0; g < G; g++) {   /* heads outside: 16 lanes each */
+            float a0[8], a1[8];
+#pragma unroll
+            for (int l = 0; l < 8; l++) a0[l] = a1[l] = 0.f;
+            for (int i = 0; i < hd; i += 16) {
+                float k[16];
+                k16<T>(kr, i, k);
+                const float *q = sp.qf + g * hd + i;
+#pragma unroll
+                for (int l = 0; l < 8; l++) {
+                    a0[l] = fmaf(k[l], q[l], a0[l]);
+                    a1[l] = fmaf(k[8 + l], q[8 + l], a1[l]);
+                }
+            }
+#pragma unroll
+            for (int l = 0; l < 8; l++) a0[l] = __fadd_rn(a0[l], a1[l]);
+            sp.s[g * C + r] = __fmul_rn(attn_reduce8(a0), scale);
+        }
+    } else {
+        float lanes[GMAX][8], summ[GMAX];
+#pragma unroll
+        for (int g = 0; g < GMAX; g++) {
+            summ[g] = 0.f;
+#pragma unroll
+            for (int l = 0; l < 8; l++) lanes[g][l] = 0.f;
+        }
+        for (int j = 0; j < nb; j++) {
+            if constexpr (T == LKV_TYPE_F16) {
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    const uint4 u = ((const uint4 *)(kr + 64 * (size_t)j))[h];
+                    const __half2 *hh = (const __half2 *)&u;
+                    float k[8];
+#pragma unroll
+                    for (int t = 0; t < 4; t++) {
+                        const float2 f = __half22float2(hh[t]);
+                        k[2 * t] = f.x; k[2 * t + 1] = f.y;
+                    }
+#pragma unroll
+                    for (int g = 0; g < GMAX; g++) {
+                        if (g >= G) break;
+                        const float *q = sp.qf + g * hd + 32 * j + 8 * h;
+#pragma unroll
+                        for (int l = 0; l < 8; l++) lanes[g][l] = fmaf(k[l], q[l], lanes[g][l]);
+                    }
+                }
+            } else {
+                uint32_t kw[8];
+                float dk, mk;
+                attn_kwords<T>(attn_fetch2{(const uint16_t *)(kr + (size_t)j * cblk<T>::bytes)}, kw, dk, mk);
+#pragma unroll
+                for (int g = 0; g < GMAX; g++) {
+                    if (g >= G) break;
+                    const uint32_t *qw = (const uint32_t *)((const int8_t *)sp.qf + g * hd + 32 * j);
+                    attn_q8_block(lanes[g], kw, qw, __fmul_rn(dk, sp.qd[g * nb + j]));
+                    if constexpr (attn_kq8<T>() == 2) summ[g] = __fadd_rn(summ[g], __fmul_rn(mk, sp.qs[g * nb + j]));
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GMAX; g++) {
+            if (g >= G) break;
+            float sc = attn_reduce8(lanes[g]);
+            if constexpr (attn_kq8<T>() == 2) sc = __fadd_rn(sc, summ[g]);
+            sp.s[g * C + r] = __fmul_rn(sc, scale);
+        }
+    }
+}
+
+/* 2 * kn dims of V (elements dg * 2 + 32 k + {0, 1}, k0 <= k < k0 + kn) */
+template <int T>
+static __device__ __forceinline__ void v_pairs(const uint8_t *vr, int dg, int k0, int kn, float *v) {
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        if (k < kn) attn_vpair<T>(vr, dg * 2 + 32 * (k0 + k), v[2 * k], v[2 * k + 1]);
+}
+
 /*
  * One chunk's partial for the query at qpos and heads h0 .. h0+G-1 (KV head
- * kh), delta: the replay offset (attn.cuh). On return (after a barrier):
+ * kh), delta: the replay offset (attn.cuh), in the CPU's order:
+ * scores (one thread per row), softmax (attn_chunk_softmax, a warp per head),
+ * then o: thread (l = tid & 7, dg = tid >> 3) keeps lane l of the CPU's 8
+ * position lanes (rows l, l + 8, ... of the chunk, one FMA chain each, in
+ * row order) for dims dg * 2 + 32 k + {0, 1}, at most 8 dims per pass; the
+ * 8 lanes of a dim are reduce8'ed by shuffles. On return (after a barrier):
  * pm[g], pl[g] hold m and l; the dim-owner threads (tid < hdT) hold the
  * normalised o for dims tid + k*128 in acc[g][k].
  */
@@ -149,105 +205,89 @@ static __device__ __forceinline__ void chunk_partial(
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int C = d.chunk, p0 = c * C, hd = d.head_dim;
     const int n_valid = max(0, min(C, qpos - p0 + 1));
-    float *s = sp.s;
 
     // -- where each row lives (NULL: in no segment)
     for (int r = tid; r < n_valid; r += ATT_THREADS) {
-        const int p = p0 + r;
-        const uint8_t *kr = NULL, *vr = NULL;
-        for (int i = 0; i < d.n_segs; i++) {
-            const lkv_kv_seg &sg = d.segs[i];
-            if (p >= sg.pos0 && p < sg.pos0 + attn_seg_n(d, i, dy, delta)) {
-                kr = (const uint8_t *)sg.k + (size_t)(p - sg.pos0) * ge.rbk;
-                vr = (const uint8_t *)sg.v + (size_t)(p - sg.pos0) * ge.rbv;
-                break;
-            }
-        }
+        const uint8_t *kr, *vr;
+        attn_locate(d, dy, delta, p0 + r, ge.rbk, ge.rbv, kr, vr);
         sp.kptr[r] = kr;
         sp.vptr[r] = vr;
     }
     __syncthreads();
 
-    // -- scores: lanes split a K row into 32-groups, rpw rows per warp pass;
-    //    per group (d_k d_q) * dot (+ m_k s_q), the dot exact for integer codes
-#pragma unroll 2
-    for (int base = warp * ge.rpw; base < n_valid; base += ATT_WARPS * ge.rpw) {
-        const int r = base + lane / ge.lpr, gl = lane % ge.lpr;
-        const uint8_t *krow = r < n_valid ? sp.kptr[r] : NULL;
-        float kf[32], dk = 0.f, mk = 0.f;
-        if (krow && gl < ge.ng_hd) kv_codes32<TK>(d.type_k, krow, kh * ge.ng_hd + gl, kf, dk, mk);
-        else {
-#pragma unroll
-            for (int i = 0; i < 32; i++) kf[i] = 0.f;
+    // -- scores, one thread per row
+    for (int r = tid; r < n_valid; r += ATT_THREADS) {
+        const uint8_t *kr = sp.kptr[r];
+        if (!kr) {
+            for (int g = 0; g < G; g++) sp.s[g * C + r] = -INFINITY;
+            continue;
         }
-#pragma unroll
-        for (int g = 0; g < GMAX; g++) {
-            if (g >= G) break;
-            const float *qg = sp.qsm + (g * ge.lpr + gl) * 33;
-            float dot = 0.f;
-#pragma unroll
-            for (int i = 0; i < 32; i++) dot = fmaf(kf[i], qg[i], dot);
-            float part = fmaf(__fmul_rn(dk, sp.qd[g * ge.lpr + gl]), dot, __fmul_rn(mk, sp.qs[g * ge.lpr + gl]));
-            for (int o = ge.lpr >> 1; o > 0; o >>= 1) part = __fadd_rn(part, __shfl_xor_sync(0xffffffffu, part, o));
-            if (gl == 0 && r < n_valid) s[g * C + r] = krow ? __fmul_rn(part, d.scale) : -INFINITY;
+        kr += kh * ge.hbk;
+        if constexpr (TK >= 0) score_row<TK>(kr, sp, G, hd, d.scale, C, r);
+        else {
+            switch (d.type_k) {
+#define X(TT) case TT: score_row<TT>(kr, sp, G, hd, d.scale, C, r); break;
+                LKV_CUDA_KV_TYPES(X)
+#undef X
+            default: break;
+            }
         }
     }
     __syncthreads();
 
-    // -- softmax pieces: one warp per head, lane-strided rows, fixed order:
-    //    w = exp(s - m), l = sum w (f64), p = w * (float)(1 / l), f16 for an f16 V
+    // -- softmax pieces: one warp per head
     const bool f16v = TV >= 0 ? TV == LKV_TYPE_F16 : d.type_v == LKV_TYPE_F16;
     for (int g = warp; g < G; g += ATT_WARPS) {
         float l;
-        const float mx = attn_chunk_softmax(s + g * C, 1, n_valid, f16v, &l);
+        const float mx = attn_chunk_softmax(sp.s + g * C, 1, n_valid, f16v, &l);
         if (lane == 0) { sp.pm[g] = mx; sp.pl[g] = l; }
     }
     __syncthreads();
 
-    // -- o = sum p v: lanes split a V row into 8-element pieces (dq8), rv rows
-    //    per warp pass; then row slots, then warps, are added in a fixed order
-    const int n8 = hd / 8;
-    int lv = 1;
-    while (lv < n8) lv <<= 1;
-    const int rv = 32 / lv, pc = lane % lv, slot = lane / lv;
-    float o8[GMAX][8];
+    // -- o = sum p v in the CPU's 8 position lanes
+    const int l8 = tid & 7, dg = tid >> 3, np = hd / 32;
+    for (int k0 = 0; k0 < np; k0 += 4) {
+        const int kn = min(4, np - k0);
+        float o[GMAX][8];
 #pragma unroll
-    for (int g = 0; g < GMAX; g++)
+        for (int g = 0; g < GMAX; g++)
 #pragma unroll
-        for (int i = 0; i < 8; i++) o8[g][i] = 0.f;
-#pragma unroll 2
-    for (int r = warp * rv + slot; r < n_valid; r += ATT_WARPS * rv) {
-        const uint8_t *vrow = sp.vptr[r];
-        if (!vrow || pc >= n8) continue;
-        float v8[8];
-        if constexpr (TV >= 0) dq8<TV>(vrow, kh * n8 + pc, v8);
-        else {
-            switch (d.type_v) {
-#define X(TT) case TT: dq8<TT>(vrow, kh * n8 + pc, v8); break;
-                LKV_CUDA_KV_TYPES(X)
+            for (int i = 0; i < 8; i++) o[g][i] = 0.f;
+        for (int r = l8; r < n_valid; r += 8) {
+            const uint8_t *vr = sp.vptr[r];
+            if (!vr) continue;   /* p = 0 */
+            vr += kh * ge.hbv;
+            float v[8];
+            if constexpr (TV >= 0) v_pairs<TV>(vr, dg, k0, kn, v);
+            else {
+                switch (d.type_v) {
+#define X(TT) case TT: v_pairs<TT>(vr, dg, k0, kn, v); break;
+                    LKV_CUDA_KV_TYPES(X)
 #undef X
-            default:
+                default:
 #pragma unroll
-                for (int i = 0; i < 8; i++) v8[i] = 0.f;
+                    for (int i = 0; i < 8; i++) v[i] = 0.f;
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < GMAX; g++) {
+                if (g >= G) break;
+                const float pr = sp.s[g * C + r];
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    if (i < 2 * kn) o[g][i] = fmaf(v[i], pr, o[g][i]);
             }
         }
 #pragma unroll
         for (int g = 0; g < GMAX; g++) {
             if (g >= G) break;
-            const float pr = s[g * C + r];
 #pragma unroll
-            for (int i = 0; i < 8; i++) o8[g][i] = fmaf(pr, v8[i], o8[g][i]);
+            for (int i = 0; i < 8; i++) {
+                if (i >= 2 * kn) break;
+                const float x = attn_reduce8_shfl(o[g][i]);
+                if (l8 == 0) sp.comb[g * hd + dg * 2 + 32 * (k0 + (i >> 1)) + (i & 1)] = x;
+            }
         }
-    }
-#pragma unroll
-    for (int g = 0; g < GMAX; g++) {
-        if (g >= G) break;
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            for (int off = lv; off < 32; off <<= 1) o8[g][i] += __shfl_xor_sync(0xffffffffu, o8[g][i], off);
-        if (slot == 0 && pc < n8)
-#pragma unroll
-            for (int i = 0; i < 8; i++) sp.comb[(warp * G + g) * hd + 8 * pc + i] = o8[g][i];
     }
     __syncthreads();
 #pragma unroll
@@ -257,27 +297,26 @@ static __device__ __forceinline__ void chunk_partial(
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const int dd = tid + 128 * k;
-            if (tid >= ge.hdT || dd >= hd) continue;
-            float v = 0.f;
-            for (int w = 0; w < ATT_WARPS; w++) v += sp.comb[(w * G + g) * hd + dd];
-            acc[g][k] = v;
+            if (tid < ge.hdT && dd < hd) acc[g][k] = sp.comb[g * hd + dd];
         }
     }
     __syncthreads();
 }
 
-/* the G query heads in K's dot type (attn.cuh), 32-groups padded to 33,
- * one warp per group; the scale is applied to the scores */
+/* the G query heads in K's dot type (attn.cuh attn_qconv), one warp per
+ * 32-group: values (f32 / f16 / bf16) or q8 codes as bytes, with the q8
+ * scales and sums; the scale is applied to the scores */
 template <int TK>
-static __device__ __forceinline__ void load_q(const float *q, const lkv_attn_desc &d, const attn_geom &ge,
-                                              int qi, int h0, int G, const attn_smem_ptrs &sp) {
-    const int hd = d.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+static __device__ __forceinline__ void load_q(const float *q, const lkv_attn_desc &d, int qi, int h0, int G,
+                                              const attn_smem_ptrs &sp) {
+    const int hd = d.head_dim, nb = hd / 32, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kind = attn_qkind(TK >= 0 ? TK : d.type_k);
-    for (int t = warp; t < G * ge.lpr; t += ATT_WARPS) {
-        const int g = t / ge.lpr, e = (t % ge.lpr) * 32 + lane;
-        const float x = e < hd ? q[((size_t)qi * d.n_head + h0 + g) * hd + e] : 0.f;
+    for (int t = warp; t < G * nb; t += ATT_WARPS) {
+        const int g = t / nb, e = (t % nb) * 32 + lane;
         float qd, qs;
-        sp.qsm[t * 33 + lane] = attn_qconv(kind, x, qd, qs);
+        const float c = attn_qconv(kind, q[((size_t)qi * d.n_head + h0 + g) * hd + e], qd, qs);
+        if (kind <= 2) sp.qf[g * hd + e] = c;
+        else ((int8_t *)sp.qf)[g * hd + e] = (int8_t)c;
         if (lane == 0) { sp.qd[t] = qd; sp.qs[t] = qs; }
     }
     __syncthreads();
@@ -298,8 +337,8 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
     const int gi = blockIdx.x, qi = blockIdx.y, qpos = d.q_pos0 + delta + qi;
     const int kh = gi / ge.n_sub, sub = gi % ge.n_sub;
     const int h0 = kh * ge.G_total + sub * GMAX, G = min(GMAX, ge.G_total - sub * GMAX);
-    attn_smem_ptrs p = carve(sm, ge, G, d.chunk, d.head_dim);
-    load_q<TK>(q, d, ge, qi, h0, G, p);
+    attn_smem_ptrs p = carve(sm, G, d.chunk, d.head_dim);
+    load_q<TK>(q, d, qi, h0, G, p);
 
     const int hd = d.head_dim, tid = threadIdx.x;
     const bool owner = tid < ge.hdT;
@@ -355,14 +394,14 @@ attn_split_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
     const int h0 = kh * ge.G_total + sub * GMAX, G = min(GMAX, ge.G_total - sub * GMAX);
     const int hd = d.head_dim, tid = threadIdx.x;
     const int c = c_first + x;
-    attn_smem_ptrs p = carve(sm, ge, G, d.chunk, d.head_dim);
+    attn_smem_ptrs p = carve(sm, G, d.chunk, d.head_dim);
     float acc[GMAX][2];
     if (c * d.chunk > qpos) {   /* past the query: empty partial */
         for (int g = 0; g < G; g++)
             if (tid == 0) ws[(((size_t)qi * d.n_head + h0 + g) * nc + x) * (hd + 2)] = -INFINITY;
         return;
     }
-    load_q<TK>(q, d, ge, qi, h0, G, p);
+    load_q<TK>(q, d, qi, h0, G, p);
     chunk_partial<TK, TV>(d, ge, dy, delta, c, qpos, kh, G, p, acc);
 #pragma unroll
     for (int g = 0; g < GMAX; g++) {
@@ -425,7 +464,7 @@ static void attn_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_d
                         const attn_geom &ge, const attn_dyn &dy) {
     const int n_groups = d->n_head_kv * ge.n_sub;
     const int Gmax = min(GMAX, ge.G_total);
-    const size_t smem = attn_smem_bytes(Gmax, ge.lpr, d->chunk, d->head_dim);
+    const size_t smem = attn_smem_bytes(Gmax, d->chunk, d->head_dim);
     if (smem > ATT_SMEM_MAX) { lkv_cuda_note(b, cudaErrorInvalidValue, "attn: chunk too large"); return; }
     const size_t per_chunk = (size_t)d->n_q * d->n_head * (d->head_dim + 2) * sizeof(float);
     const int batch = (int)(b->attn_ws_bytes / per_chunk);
@@ -505,18 +544,18 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
     attn_geom ge;
     ge.G_total = d->n_head / d->n_head_kv;
     ge.n_sub = (ge.G_total + GMAX - 1) / GMAX;
-    ge.ng_hd = hd / 32;
-    ge.lpr = 1;
-    while (ge.lpr < ge.ng_hd) ge.lpr <<= 1;
-    ge.rpw = 32 / ge.lpr;
     ge.hdT = hd < 128 ? hd : 128;
     const int64_t kv_elems = (int64_t)d->n_head_kv * hd;
     ge.rbk = (size_t)kv_row_bytes(d->type_k, kv_elems);
     ge.rbv = (size_t)kv_row_bytes(d->type_v, kv_elems);
+    ge.hbk = (size_t)kv_row_bytes(d->type_k, hd);
+    ge.hbv = (size_t)kv_row_bytes(d->type_v, hd);
     if ((int64_t)ge.rbk <= 0 || (int64_t)ge.rbv <= 0) {
         lkv_cuda_note(b, cudaErrorInvalidValue, "attn: unsupported KV type");
         return;
     }
+    const char *env = getenv("LKV_CUDA_ATTN");
+    if (env && !strcmp(env, "mma") && lkv_cuda_attn_mma(b, st, q, d)) return;
     const attn_dyn dy = attn_dyn_of(b, d);
     if (d->type_k == d->type_v) {
         switch (d->type_k) {

@@ -11,15 +11,13 @@
  *     no segment are zeroed and masked). K comes in two halves, then V, as
  *     three copy groups, so scoring the first half overlaps the rest.
  *  2. scores: one thread per row, the K slice read with 8-byte shared loads
- *     (row pitch an odd number of 8-byte words: no bank conflicts), integers
- *     turned into floats by the exponent trick (no conversion instructions),
- *     dot with the query in K's dot type (f16 values, or q8_0 codes: exact
- *     integer sums) from shared memory (broadcast), times d_k d_q per
- *     32-group, times the scale.
- *  3. softmax pieces: one warp per head, lane-strided rows, fixed order;
- *     p = w / l, rounded to f16 for f16 V.
- *  4. o = sum p v: a thread owns 4 dims and every RG-th row; the RG row
- *     groups are added in order at the end.
+ *     (row pitch an odd number of 8-byte words: no bank conflicts), in the
+ *     CPU's 8 lanes per head: f16 an FMA chain per lane, q8_0 / q4_0 the
+ *     dp4a block lanes against the q8_0 query (attn_kv.cuh); reduce8, times
+ *     the scale.
+ *  3. softmax pieces: one warp per head (attn.cuh attn_chunk_softmax).
+ *  4. o = sum p v: thread (tid & 7, tid >> 3) is position lane tid & 7 (rows
+ *     l, l + 8, ...) for HD / 16 dims; the 8 lanes reduce8'ed by shuffles.
  * Every sum runs in an order fixed by the rows' places in the chunk, never by
  * the segments or the copy widths: the same bits for any placement (backend.h).
  * The partials are then folded in increasing chunk order by attn_fold2, which
@@ -28,12 +26,12 @@
  * of all partials in parallel first. A captured step's position comes from
  * device memory as in attn.cu (attn_dyn).
  *
- * Types: K and V both f16, q8_0 or q4_0; head_dim 64 or 128; G 1, 2, 4 or 8;
+ * Types: K and V both f16, q8_0 or q4_0; head_dim 64 or 128; G 1, 2, 3, 4 or 8;
  * other shapes use attn.cu's split kernel. LKV_CUDA_ATTN=0 selects attn.cu's.
  */
 #include <stdlib.h>
 
-#include "attn.cuh"
+#include "attn_kv.cuh"
 
 enum { AD_THREADS = 128, AD_GMAX = 8, AD_SMEM_MAX = 200 * 1024, AD_FOLD_PIECE = 1024 };
 
@@ -41,7 +39,7 @@ struct ad_geom {
     int G;                    /* query heads per KV head */
     int slice_k, slice_v;     /* bytes of one KV head in a row */
     int pitch_k, pitch_v;     /* shared-memory row pitch (odd multiple of 8) */
-    int region0;              /* bytes of the K area (reused for the row-group sums) */
+    int region0;              /* bytes of the K area */
     size_t rbk, rbv;          /* row bytes */
 };
 
@@ -75,46 +73,29 @@ static __device__ __forceinline__ uint32_t lds4_2(const uint8_t *p) {
     return (a & 2) ? __funnelshift_r(w[0], w[1], 16) : w[0];
 }
 
-/* 32-group j of a staged K slice: kf = the integer (or f16) values, return the scale */
-template <int T>
-static __device__ __forceinline__ float kgroup(const uint8_t *row, int j, float *kf) {
-    if constexpr (T == LKV_TYPE_F16) {
-        const uint2 *p = (const uint2 *)(row + 64 * j);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint2 v = p[i];
-            const float2 a = __half22float2(*(const __half2 *)&v.x), b = __half22float2(*(const __half2 *)&v.y);
-            kf[4 * i] = a.x; kf[4 * i + 1] = a.y; kf[4 * i + 2] = b.x; kf[4 * i + 3] = b.y;
-        }
-        return 1.f;
-    } else {
-        constexpr int GB = T == LKV_TYPE_Q8_0 ? 34 : 18, NW = T == LKV_TYPE_Q8_0 ? 10 : 6;
-        const int base = GB * j, a0 = base & ~7, o = base - a0;   /* o: 0, 2, 4, 6 */
-        uint32_t w[NW];
-        const uint2 *p = (const uint2 *)(row + a0);
-#pragma unroll
-        for (int i = 0; i < NW / 2; i++) { const uint2 v = p[i]; w[2 * i] = v.x; w[2 * i + 1] = v.y; }
-        const uint32_t dw = w[o >> 2];
-        const float d = __half2float(__ushort_as_half((unsigned short)((o & 2) ? dw >> 16 : dw & 0xFFFF)));
-        const int q0 = o + 2;   /* first quant byte, even */
-        if constexpr (T == LKV_TYPE_Q8_0) {
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const int b = q0 + 4 * k;
-                const uint32_t v = (b & 2) ? __funnelshift_r(w[b >> 2], w[(b >> 2) + 1], 16) : w[b >> 2];
-                s8x4(v, kf + 4 * k);
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int b = q0 + 4 * k;
-                const uint32_t v = (b & 2) ? __funnelshift_r(w[b >> 2], w[(b >> 2) + 1], 16) : w[b >> 2];
-                u4x4m8(v & 0x0F0F0F0Fu, kf + 4 * k);
-                u4x4m8((v >> 4) & 0x0F0F0F0Fu, kf + 16 + 4 * k);
-            }
-        }
-        return d;
+/* f(b) of attn_kwords for a staged block: its bytes from 8-byte aligned
+ * words w (loaded once), the block starting o (even) bytes into w */
+struct ad_fetch {
+    const uint32_t *w;
+    int o;
+    __device__ uint32_t operator()(int b) const {
+        const int x = o + b;
+        return (x & 2) ? __funnelshift_r(w[x >> 2], w[(x >> 2) + 1], 16) : w[x >> 2];
     }
+};
+
+/* 32-block j of a staged K slice (8-byte aligned): q8 code words and scale */
+template <int T>
+static __device__ __forceinline__ float kblock(const uint8_t *row, int j, uint32_t *kw) {
+    constexpr int GB = cblk<T>::bytes, NW = T == LKV_TYPE_Q8_0 ? 10 : 6;
+    const int base = GB * j, a0 = base & ~7;
+    uint32_t w[NW];
+    const uint2 *p = (const uint2 *)(row + a0);
+#pragma unroll
+    for (int i = 0; i < NW / 2; i++) { const uint2 v = p[i]; w[2 * i] = v.x; w[2 * i + 1] = v.y; }
+    float dk, mk;
+    attn_kwords<T>(ad_fetch{w, base - a0}, kw, dk, mk);
+    return dk;
 }
 
 /* dims [4k, 4k+4) of a staged V slice: values and scale */
@@ -133,20 +114,6 @@ static __device__ __forceinline__ float vquad(const uint8_t *row, int k, float *
         if constexpr (T == LKV_TYPE_Q8_0) s8x4(lds4_2(g + 2 + e), v);
         else u4x4m8((lds4_2(g + 2 + (e & 15)) >> (e & 16 ? 4 : 0)) & 0x0F0F0F0Fu, v);
         return d;
-    }
-}
-
-/* the K and V rows of position p (NULL: in no segment) */
-static __device__ __forceinline__ void locate(const lkv_attn_desc &d, const ad_geom &ge, const attn_dyn &dy,
-                                              int delta, int p, const uint8_t *&k, const uint8_t *&v) {
-    k = v = NULL;
-    for (int i = 0; i < d.n_segs; i++) {
-        const lkv_kv_seg &sg = d.segs[i];
-        if (p >= sg.pos0 && p < sg.pos0 + attn_seg_n(d, i, dy, delta)) {
-            k = (const uint8_t *)sg.k + (size_t)(p - sg.pos0) * ge.rbk;
-            v = (const uint8_t *)sg.v + (size_t)(p - sg.pos0) * ge.rbv;
-            return;
-        }
     }
 }
 
@@ -180,7 +147,7 @@ __global__ void __launch_bounds__(AD_THREADS, 2)
 attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d, ad_geom ge,
                 attn_dyn dy, int c_first, int nc) {
     extern __shared__ __align__(16) uint8_t sm[];
-    constexpr int NG = HD / 32, NQ = HD / 4, RG = AD_THREADS / NQ;
+    constexpr int NG = HD / 32, ND = HD / 16;   /* ND: dims per thread in the V pass */
     const int delta = attn_delta(dy);
     const int x = blockIdx.x, kh = blockIdx.y, qi = blockIdx.z, qpos = d.q_pos0 + delta + qi;
     const int h0 = kh * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -203,10 +170,9 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     const uint8_t **kptr = (const uint8_t **)(valid + ((C + 15) & ~15)), **vptr = kptr + C;
     for (int r = tid; r < nv; r += AD_THREADS) {
         const uint8_t *kr, *vr;
-        locate(d, ge, dy, delta, p0 + r, kr, vr);
+        valid[r] = attn_locate(d, dy, delta, p0 + r, ge.rbk, ge.rbv, kr, vr);
         kptr[r] = kr;
         vptr[r] = vr;
-        valid[r] = kr != NULL;
     }
     __syncthreads();
     block_copy<CU>(Ks, ge.pitch_k, kptr, (size_t)kh * ge.slice_k, ge.slice_k, 0, half);
@@ -215,53 +181,69 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     cp_commit();
     block_copy<CU>(Vs, ge.pitch_v, vptr, (size_t)kh * ge.slice_v, ge.slice_v, 0, nv);
     cp_commit();
-    /* the query in K's dot type: f16, or q8_0 (one warp per 32-group) */
+    /* the query in K's dot type (one warp per 32-group): f16 values as
+     * floats, or q8_0 codes as bytes with their scales */
     for (int t = warp; t < G * NG; t += AD_THREADS / 32) {
         const int g = t / NG, e = (t % NG) * 32 + lane;
         float qd, qsum;
-        qs[g * HD + e] = attn_qconv(T == LKV_TYPE_F16 ? 1 : 3, q[((size_t)qi * d.n_head + h0 + g) * HD + e], qd, qsum);
+        const float c = attn_qconv(T == LKV_TYPE_F16 ? 1 : 3, q[((size_t)qi * d.n_head + h0 + g) * HD + e], qd, qsum);
+        if constexpr (T == LKV_TYPE_F16) qs[g * HD + e] = c;
+        else ((int8_t *)qs)[g * HD + e] = (int8_t)c;
         if (lane == 0) qdm[t] = qd;
     }
 
-    // -- 2. scores, one thread per row, first half then second
+    // -- 2. scores, one thread per row (first half, then second), the CPU's
+    //    8 lanes per head: f16 an FMA chain per lane (elements l, l + 8, ...),
+    //    q8_0 / q4_0 dp4a block lanes (attn_kv.cuh); reduce8, times the scale
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         if (hf == 0) cp_wait<2>(); else cp_wait<1>();
         __syncthreads();
         const int r_lo = hf ? half : 0, r_hi = hf ? nv : half;
         for (int r = r_lo + tid; r < r_hi; r += AD_THREADS) {
-            float acc[G];
+            float lanes[G][8];
 #pragma unroll
-            for (int g = 0; g < G; g++) acc[g] = 0.f;
+            for (int g = 0; g < G; g++)
+#pragma unroll
+                for (int l = 0; l < 8; l++) lanes[g][l] = 0.f;
             const uint8_t *row = Ks + (size_t)r * ge.pitch_k;
+            if constexpr (T == LKV_TYPE_F16) {
 #pragma unroll
-            for (int j = 0; j < NG; j++) {
-                float kf[32];
-                const float dk = kgroup<T>(row, j, kf);
+                for (int i = 0; i < HD / 8; i++) {
+                    const uint2 u0 = *(const uint2 *)(row + 16 * i), u1 = *(const uint2 *)(row + 16 * i + 8);
+                    const float2 a = __half22float2(*(const __half2 *)&u0.x), b = __half22float2(*(const __half2 *)&u0.y);
+                    const float2 c = __half22float2(*(const __half2 *)&u1.x), e = __half22float2(*(const __half2 *)&u1.y);
+                    const float k[8] = {a.x, a.y, b.x, b.y, c.x, c.y, e.x, e.y};
 #pragma unroll
-                for (int g = 0; g < G; g++) {
-                    const float4 *qg = (const float4 *)(qs + g * HD + 32 * j);
-                    float dot = 0.f;
+                    for (int g = 0; g < G; g++) {
+                        const float4 qa = *(const float4 *)(qs + g * HD + 8 * i), qb = *(const float4 *)(qs + g * HD + 8 * i + 4);
+                        const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
-                    for (int i = 0; i < 8; i++) {
-                        const float4 qv = qg[i];
-                        dot = fmaf(kf[4 * i], qv.x, dot);
-                        dot = fmaf(kf[4 * i + 1], qv.y, dot);
-                        dot = fmaf(kf[4 * i + 2], qv.z, dot);
-                        dot = fmaf(kf[4 * i + 3], qv.w, dot);
+                        for (int l = 0; l < 8; l++) lanes[g][l] = fmaf(k[l], qv[l], lanes[g][l]);
                     }
-                    acc[g] = fmaf(__fmul_rn(dk, qdm[g * NG + j]), dot, acc[g]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < NG; j++) {
+                    uint32_t kw[8];
+                    const float dk = kblock<T>(row, j, kw);
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        const uint4 qa = *(const uint4 *)((const int8_t *)qs + g * HD + 32 * j);
+                        const uint4 qb = *(const uint4 *)((const int8_t *)qs + g * HD + 32 * j + 16);
+                        const uint32_t qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+                        attn_q8_block(lanes[g], kw, qw, __fmul_rn(dk, qdm[g * NG + j]));
+                    }
                 }
             }
             const bool ok = valid[r];
 #pragma unroll
-            for (int g = 0; g < G; g++) ps[r * AD_GMAX + g] = ok ? __fmul_rn(acc[g], d.scale) : -INFINITY;
+            for (int g = 0; g < G; g++) ps[r * AD_GMAX + g] = ok ? __fmul_rn(attn_reduce8(lanes[g]), d.scale) : -INFINITY;
         }
     }
     __syncthreads();
 
-    // -- 3. softmax pieces: warp per head; w = exp(s - m), l = sum w (f64),
-    //    p = w * (float)(1 / l), rounded to f16 for an f16 V
+    // -- 3. softmax pieces: warp per head (attn.cuh attn_chunk_softmax)
     for (int g = warp; g < G; g += AD_THREADS / 32) {
         float l;
         const float mx = attn_chunk_softmax(ps + g, AD_GMAX, nv, T == LKV_TYPE_F16, &l);
@@ -270,40 +252,39 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     cp_wait<0>();
     __syncthreads();
 
-    // -- 4. o = sum p v: thread = (row group rg, dims 4k..4k+3)
-    const int k = tid % NQ, rg = tid / NQ;
-    float o[G][4];
+    // -- 4. o = sum p v: thread (l8 = tid & 7, dg = tid >> 3) is lane l8 of the
+    //    CPU's 8 position lanes (rows l8, l8 + 8, ..., an FMA chain each) for
+    //    dims [ND dg, ND dg + ND); the lanes are reduce8'ed by shuffles
+    const int l8 = tid & 7, dg = tid >> 3;
+    float o[G][ND];
 #pragma unroll
     for (int g = 0; g < G; g++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) o[g][i] = 0.f;
+        for (int i = 0; i < ND; i++) o[g][i] = 0.f;
 #pragma unroll 2
-    for (int r = rg; r < nv; r += RG) {
-        float v[4];
-        const float dv = vquad<T>(Vs + (size_t)r * ge.pitch_v, k, v);
+    for (int r = l8; r < nv; r += 8) {
+        float v[ND];
 #pragma unroll
-        for (int i = 0; i < 4; i++) v[i] = __fmul_rn(v[i], dv);   /* exact: the CPU's to_float */
+        for (int k4 = 0; k4 < ND / 4; k4++) {
+            const float dv = vquad<T>(Vs + (size_t)r * ge.pitch_v, dg * (ND / 4) + k4, v + 4 * k4);
+            if constexpr (T != LKV_TYPE_F16)
+#pragma unroll
+                for (int i = 0; i < 4; i++) v[4 * k4 + i] = __fmul_rn(v[4 * k4 + i], dv);   /* the CPU's to_float */
+        }
         const float4 pa = *(const float4 *)(ps + r * AD_GMAX), pb = *(const float4 *)(ps + r * AD_GMAX + 4);
         const float pr[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
 #pragma unroll
-        for (int g = 0; g < G; g++) {
+        for (int g = 0; g < G; g++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) o[g][i] = fmaf(pr[g], v[i], o[g][i]);
+            for (int i = 0; i < ND; i++) o[g][i] = fmaf(v[i], pr[g], o[g][i]);
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int i = 0; i < ND; i++) {
+            const float x = attn_reduce8_shfl(o[g][i]);
+            if (l8 == 0) wbase[g * wstride + 2 + dg * ND + i] = x;
         }
-    }
-    float *comb = (float *)Ks;   /* (RG, G, HD): K is no longer read */
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        *(float4 *)(comb + ((size_t)rg * G + g) * HD + 4 * k) = make_float4(o[g][0], o[g][1], o[g][2], o[g][3]);
-    }
-    __syncthreads();
-    for (int i = tid; i < G * HD; i += AD_THREADS) {
-        const int g = i / HD, dd = i % HD;
-        float s = 0.f;
-#pragma unroll
-        for (int w = 0; w < RG; w++) s += comb[((size_t)w * G + g) * HD + dd];
-        wbase[g * wstride + 2 + dd] = s;
-    }
     if (tid < G) { wbase[tid * wstride] = pm[tid]; wbase[tid * wstride + 1] = pl[tid]; }
 }
 
@@ -342,8 +323,8 @@ __global__ void attn_fold2_kernel(float *st, const float *ws, int n_head, int hd
                 run = fmaxf(run, mc);
                 /* attn_fold_w's exponentials; markers: C < 0 an empty partial,
                  * A < 0 the first non-empty one (copied) */
-                A[i] = prev == -INFINITY ? -1.f : expf(__fsub_rn(prev, run));
-                Cf[i] = mc == -INFINITY ? -1.f : expf(__fsub_rn(mc, run));
+                A[i] = prev == -INFINITY ? -1.f : attn_expf_libm(__fsub_rn(prev, run));
+                Cf[i] = mc == -INFINITY ? -1.f : attn_expf_libm(__fsub_rn(mc, run));
                 M[i] = run;
             }
         }
@@ -429,6 +410,7 @@ static bool launch_g(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc
     switch (ge.G) {
     case 1: launch_cu<T, HD, 1>(b, st, q, d, ge, smem, cu); return true;
     case 2: launch_cu<T, HD, 2>(b, st, q, d, ge, smem, cu); return true;
+    case 3: launch_cu<T, HD, 3>(b, st, q, d, ge, smem, cu); return true;
     case 4: launch_cu<T, HD, 4>(b, st, q, d, ge, smem, cu); return true;
     case 8: launch_cu<T, HD, 8>(b, st, q, d, ge, smem, cu); return true;
     default: return false;
@@ -445,7 +427,7 @@ bool lkv_cuda_attn_dec(lkv_bctx *b, float *st, const float *q, const lkv_attn_de
     if (d->type_v != T || (T != LKV_TYPE_F16 && T != LKV_TYPE_Q8_0 && T != LKV_TYPE_Q4_0)) return false;
     if (hd != 64 && hd != 128) return false;
     const int Gq = d->n_head_kv > 0 && d->n_head % d->n_head_kv == 0 ? d->n_head / d->n_head_kv : 0;
-    if ((Gq != 1 && Gq != 2 && Gq != 4 && Gq != 8) || d->chunk > 1024) return false;
+    if (((Gq < 1 || Gq > 4) && Gq != 8) || d->chunk > 1024) return false;
     const size_t per_chunk = (size_t)d->n_q * d->n_head * (hd + 2) * sizeof(float);
     if (b->attn_ws_bytes / per_chunk < 1) return false;
     ad_geom ge;
@@ -455,9 +437,8 @@ bool lkv_cuda_attn_dec(lkv_bctx *b, float *st, const float *q, const lkv_attn_de
     ge.pitch_k = ge.pitch_v = odd8(ge.slice_k);
     ge.rbk = rbk;
     ge.rbv = rbv;
-    const int C = d->chunk, RG = AD_THREADS / (hd / 4);
-    size_t r0 = (size_t)C * ge.pitch_k, comb = (size_t)RG * ge.G * hd * sizeof(float);
-    ge.region0 = (int)(((r0 > comb ? r0 : comb) + 15) & ~(size_t)15);
+    const int C = d->chunk;
+    ge.region0 = (int)(((size_t)C * ge.pitch_k + 15) & ~(size_t)15);
     const size_t smem = ge.region0 + (((size_t)C * ge.pitch_v + 15) & ~(size_t)15) + (AD_GMAX * hd + AD_GMAX * hd / 32 + (size_t)C * AD_GMAX + 2 * AD_GMAX) *
                         sizeof(float) + ((C + 15) & ~15) + 2 * (size_t)C * sizeof(void *) + 16;
     if (smem > AD_SMEM_MAX) return false;

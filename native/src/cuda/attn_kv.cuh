@@ -1,0 +1,133 @@
+/*
+ * cuda/attn_kv.cuh: K and V elements as the CPU backend's attention uses them
+ * (cpu/attention.c over quant/dot_legacy.c's AVX2 kernels, quant/float_types.c
+ * and quant/legacy.c's to_float), for attn.cu and attn_dec.cu.
+ *
+ * Quantized K is dotted with the query in K's dot type (q8_0, or q8_1 for the
+ * types with a minimum) as the AVX2 kernel does: per 32-block, 8 int32 lanes,
+ * lane l the exact integer dot of elements 4l..4l+3 (dp4a computes exactly
+ * that), each lane's f32 chain lane = fma(d_k * d_q, (float)dot, lane) over
+ * the blocks in order; then reduce8 of the lanes (+ the chain of m_k * s_q
+ * for q4_1 / q5_1). attn_kwords gives a block's codes as those 8 words of 4
+ * signed bytes. V is converted element by element as to_float does: code * d
+ * (+ m), each operation rounded on its own.
+ */
+#ifndef LKV_CUDA_ATTN_KV_CUH
+#define LKV_CUDA_ATTN_KV_CUH
+
+#include "attn.cuh"
+
+/* K types read as q8 codes: q8_0 dot (1) or q8_1 dot with a minimum (2) */
+template <int T> __host__ __device__ constexpr int attn_kq8() {
+    return T == LKV_TYPE_Q8_0 || T == LKV_TYPE_Q4_0 || T == LKV_TYPE_Q5_0 || T == LKV_TYPE_IQ4_NL ? 1
+           : T == LKV_TYPE_Q4_1 || T == LKV_TYPE_Q5_1                                            ? 2
+                                                                                                 : 0;
+}
+
+/* byte offset of the codes in a block */
+template <int T> __host__ __device__ constexpr int attn_qs_off() {
+    return T == LKV_TYPE_Q4_1 ? 4 : T == LKV_TYPE_Q5_0 ? 6 : T == LKV_TYPE_Q5_1 ? 8 : 2;
+}
+
+/* one 32-block of a quantized K row: w[l] = the signed codes of elements
+ * 4l..4l+3 (byte i = element 4l + i; codes of q4_1 / q5_1 are 0..31, which
+ * read the same signed), dk the scale, mk the minimum (0 if none). f(b): the
+ * 4 bytes at even byte offset b of the block (little-endian), so the caller
+ * chooses the loads (2-byte global, 8-byte staged shared). */
+template <int T, class F>
+static __device__ __forceinline__ void attn_kwords(F f, uint32_t *w, float &dk, float &mk) {
+    const uint32_t h0 = f(0);
+    dk = __half2float(__ushort_as_half((unsigned short)(h0 & 0xFFFF)));
+    mk = attn_kq8<T>() == 2 ? __half2float(__ushort_as_half((unsigned short)(h0 >> 16))) : 0.f;
+    if constexpr (T == LKV_TYPE_Q8_0) {
+#pragma unroll
+        for (int l = 0; l < 8; l++) w[l] = f(2 + 4 * l);
+    } else {
+        uint32_t qh = 0;
+        if constexpr (T == LKV_TYPE_Q5_0) qh = f(2);
+        if constexpr (T == LKV_TYPE_Q5_1) qh = f(4);
+#pragma unroll
+        for (int l = 0; l < 4; l++) {   /* elements 0..15: low nibbles, 16..31: high */
+            const uint32_t u = f(attn_qs_off<T>() + 4 * l);
+            w[l] = u & 0x0F0F0F0Fu;
+            w[l + 4] = (u >> 4) & 0x0F0F0F0Fu;
+        }
+#pragma unroll
+        for (int l = 0; l < 8; l++) {
+            uint32_t x = w[l];
+            if constexpr (T == LKV_TYPE_Q5_0 || T == LKV_TYPE_Q5_1)   /* fifth bits 4l..4l+3 to bit 4 of each byte */
+                x |= ((((qh >> (4 * l)) & 0xFu) * 0x00204081u) & 0x01010101u) << 4;
+            if constexpr (T == LKV_TYPE_Q4_0) {        /* n - 8: the 4-bit two's complement of n ^ 8, sign-extended */
+                x ^= 0x08080808u;
+                x |= (x & 0x08080808u) * 0x1Eu;
+            } else if constexpr (T == LKV_TYPE_Q5_0) { /* n - 16, likewise on 5 bits */
+                x ^= 0x10101010u;
+                x |= (x & 0x10101010u) * 0x0Fu;
+            } else if constexpr (T == LKV_TYPE_IQ4_NL) {
+                uint32_t y = 0;
+#pragma unroll
+                for (int b = 0; b < 4; b++) y |= (uint32_t)(uint8_t)lkv_iq4nl_levels[(x >> (8 * b)) & 15] << (8 * b);
+                x = y;
+            }
+            w[l] = x;
+        }
+    }
+}
+
+/* f(b) for a block at a 2-byte aligned address (any memory) */
+struct attn_fetch2 {
+    const uint16_t *h;
+    __device__ uint32_t operator()(int b) const { return h[b >> 1] | (uint32_t)h[(b >> 1) + 1] << 16; }
+};
+
+/* lane l += (d_k d_q) * (K codes 4l..4l+3 . query codes 4l..4l+3) */
+static __device__ __forceinline__ void attn_q8_block(float *lanes, const uint32_t *kw, const uint32_t *qw,
+                                                     float dkq) {
+#pragma unroll
+    for (int l = 0; l < 8; l++) lanes[l] = fmaf(dkq, (float)__dp4a((int)kw[l], (int)qw[l], 0), lanes[l]);
+}
+
+/* elements e, e + 1 (e even) of a V head slice of type T, as to_float */
+template <int T>
+static __device__ __forceinline__ void attn_vpair(const uint8_t *row, int e, float &a, float &b) {
+    if constexpr (T == LKV_TYPE_F32) {
+        const float2 v = *(const float2 *)(row + 4 * (size_t)e);
+        a = v.x; b = v.y;
+    } else if constexpr (T == LKV_TYPE_F16) {
+        const float2 v = __half22float2(*(const __half2 *)(row + 2 * (size_t)e));
+        a = v.x; b = v.y;
+    } else if constexpr (T == LKV_TYPE_BF16) {
+        const uint32_t u = *(const uint32_t *)(row + 2 * (size_t)e);
+        a = __uint_as_float(u << 16); b = __uint_as_float(u & 0xffff0000u);
+    } else {
+        const uint8_t *blk = row + (size_t)(e >> 5) * cblk<T>::bytes;
+        const uint16_t *h = (const uint16_t *)blk;
+        const int i = e & 31;
+        const float d = __half2float(__ushort_as_half(h[0]));
+        int ca, cb;
+        if constexpr (T == LKV_TYPE_Q8_0) {
+            const uint32_t q = h[1 + (i >> 1)];
+            ca = (int8_t)(q & 0xFF); cb = (int8_t)(q >> 8);
+        } else {
+            const uint32_t q = *(const uint16_t *)(blk + attn_qs_off<T>() + (i & 15));
+            const int sh = i >= 16 ? 4 : 0;
+            ca = (q >> sh) & 15; cb = (q >> (8 + sh)) & 15;
+            if constexpr (T == LKV_TYPE_Q5_0 || T == LKV_TYPE_Q5_1) {
+                const int o = T == LKV_TYPE_Q5_0 ? 1 : 2;   /* qh at byte 2 or 4 */
+                const uint32_t qh = h[o] | (uint32_t)h[o + 1] << 16;
+                ca |= ((qh >> i) & 1) << 4; cb |= ((qh >> (i + 1)) & 1) << 4;
+            }
+            if constexpr (T == LKV_TYPE_Q4_0) { ca -= 8; cb -= 8; }
+            if constexpr (T == LKV_TYPE_Q5_0) { ca -= 16; cb -= 16; }
+            if constexpr (T == LKV_TYPE_IQ4_NL) { ca = lkv_iq4nl_levels[ca]; cb = lkv_iq4nl_levels[cb]; }
+        }
+        a = __fmul_rn((float)ca, d);
+        b = __fmul_rn((float)cb, d);
+        if constexpr (T == LKV_TYPE_Q4_1 || T == LKV_TYPE_Q5_1) {
+            const float m = __half2float(__ushort_as_half(h[1]));
+            a = __fadd_rn(a, m); b = __fadd_rn(b, m);
+        }
+    }
+}
+
+#endif
