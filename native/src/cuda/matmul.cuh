@@ -51,7 +51,9 @@ bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int c
 /* int8 tensor-core GEMM (mmq.cu) for n > MV_MAX_TOK on the weight types with one
  * integer scale per 32-block; quantizes x first when `quantize`; false when it
  * does not apply (other types, LKV_CUDA_GEMM=wmma, LKV_CUDA_MMQ=0, n or cols
- * beyond the workspace) */
+ * beyond the workspace). The legacy types (q4_0 ... iq4_nl) are handed to the
+ * CPU-exact GEMM of mmx.cu unless LKV_CUDA_GEMM=fast; likewise the mat-vec
+ * hands them to mvx.cu unless LKV_CUDA_MV=fast (exact.cuh) */
 bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n, bool quantize);
 
 #endif

@@ -13,6 +13,9 @@
  *
  * Results differ from the f32 kernel by the activation rounding (relative
  * ~4e-3, like the CPU's). Disabled with LKV_CUDA_MMQ=0 (f32 kernel).
+ * The legacy types (q4_0 ... iq4_nl) go to mvx.cu instead, which reproduces
+ * the CPU's float sums bit for bit; this kernel keeps the k-quants, and the
+ * legacy types with LKV_CUDA_MV=fast (sums in another order, ~1 ulp off).
  *
  * Work split: by default the 4 warps of a block share R = 2 rows and split
  * each row's pieces (lane l of warp k takes pieces 32k + l, +128, ...), so
@@ -21,7 +24,10 @@
  * depth 0; 4 rows per warp, fewer warps, 135). LKV_CUDA_MV_SPLIT=1 gives the
  * one-warp-per-rows kernel, LKV_CUDA_MV_ROWS=1 one row per block.
  */
-#include "matmul.cuh"
+#include <stdlib.h>
+#include <string.h>
+
+#include "exact.cuh"
 #include "quant_i8.cuh"
 
 // ---------------------------------------------------------------- quantize
@@ -177,6 +183,12 @@ bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int c
     }
     if (!ok) return false;
     if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
+    /* the legacy types take the CPU-exact kernel (mvx.cu) unless LKV_CUDA_MV=fast */
+    const char *e = getenv("LKV_CUDA_MV");   /* per call, as LKV_CUDA_GEMM (mmq.cu) */
+    if (!(e && !strcmp(e, "fast")) && lkv_cuda_mvx(b, type, ms, cols, n)) {
+        LKV_CUDA_LAUNCHED(b, "matmul (mvx)");
+        return true;
+    }
     switch (type) {
 #define X(T) case T: run<T>(b, ms, cols, n); break;
         LKV_CUDA_WEIGHT_TYPES(X)

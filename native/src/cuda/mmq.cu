@@ -28,13 +28,15 @@
  *   mma: ldmatrix fragments from the int8 tiles (row stride 144 bytes = 16 mod
  *     128: the 8 rows of each 8x16-byte ldmatrix phase hit distinct banks).
  * Grid: x over the row tiles of all weights of the set (tile0 / mm_pick), y
- * over token tiles. LKV_CUDA_GEMM=wmma keeps matmul.cu's f16 gemm_kernel;
+ * over token tiles. By default the legacy types (q4_0 ... iq4_nl) go to
+ * mmx.cu, whose sums are the CPU's bit for bit; LKV_CUDA_GEMM=fast brings
+ * them here (~1 ulp off the CPU). LKV_CUDA_GEMM=wmma keeps matmul.cu's f16 gemm_kernel;
  * LKV_CUDA_MMQ_BN=64|128 forces the token tile (default: by grid size).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "matmul.cuh"
+#include "exact.cuh"
 #include "quant_i8.cuh"
 
 enum { MQ_BM = 128, MQ_BK = 128, MQ_KB = MQ_BK / 32, MQ_THREADS = 256, MQ_LD = MQ_BK + 16 };
@@ -316,7 +318,8 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 
 // ---------------------------------------------------------------- launcher
 
-/* LKV_CUDA_GEMM=wmma turns this kernel off (read once) */
+/* LKV_CUDA_GEMM=wmma turns this kernel off (read once); =fast gives it the
+ * legacy types too (otherwise on mmx.cu, CPU-exact; read per call) */
 static int mq_off = -1;
 
 template <int T, int BN>
@@ -363,7 +366,23 @@ bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, i
         const char *e = getenv("LKV_CUDA_GEMM");
         mq_off = e && !strcmp(e, "wmma");
     }
+    const char *ge = getenv("LKV_CUDA_GEMM");   /* per call: tests switch it; a GEMM costs far more */
+    const bool mq_fast = ge && !strcmp(ge, "fast");
     if (mq_off || !b->mmq || !b->xq || n > b->xq_rows || cols > b->xq_cols || cols % 32) return false;
+    /* the legacy types: the CPU-exact GEMM (mmx.cu) unless LKV_CUDA_GEMM=fast */
+    bool exact = false;
+    switch (type) {
+#define X(T) case T: exact = ex_ok<T>::v; break;
+        LKV_CUDA_WEIGHT_TYPES(X)
+#undef X
+    default: break;
+    }
+    if (exact && !mq_fast) {
+        if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
+        if (!lkv_cuda_mmx(b, type, ms, cols, n)) return false;
+        LKV_CUDA_LAUNCHED(b, "matmul (mmx)");
+        return true;
+    }
     switch (type) {
 #define X(T) case T: return mmq_run<T>(b, ms, x, cols, n, quantize);
         LKV_CUDA_WEIGHT_TYPES(X)
