@@ -1,0 +1,398 @@
+/*
+ * tests/cuda/test_attn_mma.c: the tensor-core prefill attention
+ * (native/src/cuda/attn_mma.cu) against the CPU backend's attention.
+ *
+ * Built and run on the GPU machine by tools/gpu-run.sh (linked against the
+ * meson build's objects, like test_ops). Prints one line per check and exits
+ * non-zero if any check fails. Optional argument: "time" adds an informational
+ * timing of the Llama-3-8B shape at 512 queries x 32K depth (no assertion).
+ *
+ * What is compared: lkv_cuda_attn_mma + attn_finish against the CPU's
+ * attn_accum + attn_finish on fresh random inputs, for KV f16 / q8_0 / q4_0
+ * (and one mixed pair), GQA 3 at head_dim 64 and GQA 4 at head_dim 128, 16 to
+ * 512 queries, contexts of several chunks with a partial last one, and:
+ *   (1) one call, one segment;
+ *   (2) the chunk range in two calls, rows in three segments listed out of
+ *       order (boundaries inside K/V tiles); the cut lies inside the queries'
+ *       span, so the second call sees queries with nothing visible;
+ *   (3) a non-empty incoming state: the CPU's state after the first chunks,
+ *       uploaded, then the rest on the GPU;
+ *   (4) mixed with attn.cu's kernels: attn_accum for the first chunks then
+ *       attn_mma, and the other way round;
+ *   (5) a fully masked range leaves the state bit-for-bit as it was;
+ *   (6) unsupported shapes return false and leave the state untouched.
+ * Tolerance: the GPU rounds the query (in K's dot type, then f16), K, V and
+ * the probabilities to f16 and takes one softmax over the whole range instead
+ * of one per chunk; each is ~2^-12 relative per element. 2e-3 relative (L2
+ * over all outputs) leaves room for that and catches any layout or masking
+ * error (those give O(1) errors).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+
+#include "llamakv.h"
+#include "backend.h"
+#include "model.h"
+#include "quant/types.h"
+
+/* attn_mma.cu (attn_mma.cuh) and attn.cu (test only) */
+bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
+void lkv_cuda_attn_test_dyn(lkv_bctx *b, const int32_t *dyn_pos, int32_t cap_pos0);
+
+static int n_fail = 0, n_pass = 0;
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static uint32_t rnd32(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float rndf(void) { return (rnd32() & 0xffffff) / (float)0x1000000 * 2.f - 1.f; }   /* [-1, 1) */
+static void fill(float *x, size_t n, float s) { for (size_t i = 0; i < n; i++) x[i] = rndf() * s; }
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+    if (ok) n_pass++; else n_fail++;
+}
+
+/* L2 relative error of a against b; NaN anywhere: infinite */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+// ---------------------------------------------------------------- device helpers
+
+static const lkv_backend *G = &lkv_backend_cuda, *C = &lkv_backend_cpu;
+static lkv_bctx *gb, *cb;
+
+static void *dev_buf(size_t n) {
+    void *d = NULL;
+    if (cudaMalloc(&d, n ? n : 16) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(2); }
+    cudaMemset(d, 0xff, n);   /* poison: NaN floats */
+    return d;
+}
+static void *dup_dev(const void *h, size_t n) {
+    void *d = dev_buf(n);
+    cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+    return d;
+}
+static void get(void *h, const void *d, size_t n) {
+    if (G->sync(gb) != LKV_OK) printf("device error: %s\n", lkv_last_error());
+    cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
+}
+
+// ---------------------------------------------------------------- one geometry
+
+typedef struct {
+    int nh, nkv, hd, chunk, n_ctx, n_q, tk, tv;
+} acase;
+
+/* everything one case needs, host and device */
+typedef struct {
+    acase c;
+    size_t rbk, rbv, QN, SB;   /* row bytes; query / output floats; state bytes */
+    int n_chunks, cut;
+    uint8_t *kq, *vq, *dk, *dv;
+    float *q, *dq, *dout;
+    void *dst;
+    float *ref, *out, *cst;    /* CPU output; GPU output (host); CPU state */
+} actx;
+
+static lkv_attn_desc desc_of(const actx *x, int lo, int hi, int dev, int split) {
+    const acase *c = &x->c;
+    lkv_attn_desc d = {c->n_q, c->n_ctx - c->n_q, c->nh, c->nkv, c->hd, c->tk, c->tv, c->chunk, lo, hi,
+                       1.f / sqrtf((float)c->hd), 1, {{0}}};
+    const uint8_t *k = dev ? x->dk : x->kq, *v = dev ? x->dv : x->vq;
+    if (!split) {
+        d.segs[0] = (lkv_kv_seg){0, c->n_ctx, k, v};
+    } else {
+        /* three segments out of order; boundaries not on 64-row tiles */
+        const int s1 = 37, s2 = c->n_ctx / 2 + 5;
+        d.n_segs = 3;
+        d.segs[0] = (lkv_kv_seg){s2, c->n_ctx - s2, k + s2 * x->rbk, v + s2 * x->rbv};
+        d.segs[1] = (lkv_kv_seg){0, s1, k, v};
+        d.segs[2] = (lkv_kv_seg){s1, s2 - s1, k + s1 * x->rbk, v + s1 * x->rbv};
+    }
+    return d;
+}
+
+static void cpu_run(actx *x, float *out, int lo, int hi, int keep_state) {
+    const acase *c = &x->c;
+    lkv_attn_desc d = desc_of(x, lo, hi, 0, 0);
+    if (!keep_state) C->attn_reset(cb, x->cst, c->n_q, c->nh, c->hd);
+    C->attn_accum(cb, x->cst, x->q, &d);
+    if (out) C->attn_finish(cb, out, x->cst, c->n_q, c->nh, c->hd);
+}
+
+/* GPU: finish into x->out; returns 0 if attn_mma refused a call */
+static int gpu_finish(actx *x) {
+    G->attn_finish(gb, x->dout, x->dst, x->c.n_q, x->c.nh, x->c.hd);
+    get(x->out, x->dout, sizeof(float) * x->QN);
+    return 1;
+}
+
+static void run_case(const acase *c) {
+    actx x = {.c = *c};
+    const lkv_traits *TK = lkv_type_traits(c->tk), *TV = lkv_type_traits(c->tv);
+    const size_t E = (size_t)c->nkv * c->hd;
+    x.rbk = lkv_type_row_bytes(TK, E);
+    x.rbv = lkv_type_row_bytes(TV, E);
+    x.n_chunks = (c->n_ctx + c->chunk - 1) / c->chunk;
+    /* the cut falls inside the queries' span: part of the queries see nothing after it */
+    const int q_pos0 = c->n_ctx - c->n_q;
+    x.cut = (q_pos0 + c->n_q / 2) / c->chunk;
+    if (x.cut < 1) x.cut = 1;
+    if (x.cut >= x.n_chunks) x.cut = x.n_chunks - 1;
+    x.QN = (size_t)c->n_q * c->nh * c->hd;
+    x.SB = G->attn_state_bytes(c->n_q, c->nh, c->hd);
+
+    float *kf = malloc(sizeof(float) * E), *vf = malloc(sizeof(float) * E);
+    x.kq = malloc(x.rbk * c->n_ctx);
+    x.vq = malloc(x.rbv * c->n_ctx);
+    for (int r = 0; r < c->n_ctx; r++) {
+        fill(kf, E, 2.f);
+        fill(vf, E, 1.f);
+        TK->from_float(kf, x.kq + r * x.rbk, E);
+        TV->from_float(vf, x.vq + r * x.rbv, E);
+    }
+    x.q = malloc(sizeof(float) * x.QN);
+    fill(x.q, x.QN, 3.f);   /* scores of sd ~2: a peaked softmax, maxima move across tiles */
+    x.dk = dup_dev(x.kq, x.rbk * c->n_ctx);
+    x.dv = dup_dev(x.vq, x.rbv * c->n_ctx);
+    x.dq = dup_dev(x.q, sizeof(float) * x.QN);
+    x.dout = dev_buf(sizeof(float) * x.QN);
+    x.dst = dev_buf(x.SB);
+    x.ref = malloc(sizeof(float) * x.QN);
+    x.out = malloc(sizeof(float) * x.QN);
+    x.cst = malloc(C->attn_state_bytes(c->n_q, c->nh, c->hd));
+    float *st0 = malloc(x.SB), *st1 = malloc(x.SB);
+
+    char tag[160];
+    snprintf(tag, sizeof tag, "nh=%d nkv=%d hd=%d chunk=%d ctx=%d nq=%d k=%s v=%s", c->nh, c->nkv, c->hd,
+             c->chunk, c->n_ctx, c->n_q, TK->name, TV->name);
+    const double tol = 2e-3;
+
+    /* the CPU's whole range: the reference of every check */
+    cpu_run(&x, x.ref, 0, x.n_chunks, 0);
+
+    /* (1) one call, one segment */
+    {
+        lkv_attn_desc d = desc_of(&x, 0, x.n_chunks, 1, 0);
+        G->attn_reset(gb, x.dst, c->n_q, c->nh, c->hd);
+        const bool took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d);
+        gpu_finish(&x);
+        const double e = rel_err(x.out, x.ref, x.QN);
+        check(took && e < tol, "attn_mma %s: one call: %s, rel err vs cpu %.2e (tol %.0e)", tag,
+              took ? "taken" : "REFUSED", e, tol);
+    }
+    /* (2) two calls, three segments */
+    {
+        lkv_attn_desc d = desc_of(&x, 0, x.cut, 1, 1);
+        G->attn_reset(gb, x.dst, c->n_q, c->nh, c->hd);
+        bool took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d);
+        d.chunk_lo = x.cut;
+        d.chunk_hi = x.n_chunks;
+        took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d) && took;
+        gpu_finish(&x);
+        const double e = rel_err(x.out, x.ref, x.QN);
+        check(took && e < tol, "attn_mma %s: chunks [0,%d) + [%d,%d), 3 segments: rel err %.2e", tag, x.cut,
+              x.cut, x.n_chunks, e);
+    }
+    /* (3) incoming state from the CPU */
+    {
+        cpu_run(&x, NULL, 0, x.cut, 0);
+        cudaMemcpy(x.dst, x.cst, x.SB, cudaMemcpyHostToDevice);
+        lkv_attn_desc d = desc_of(&x, x.cut, x.n_chunks, 1, 1);
+        const bool took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d);
+        gpu_finish(&x);
+        const double e = rel_err(x.out, x.ref, x.QN);
+        check(took && e < tol, "attn_mma %s: CPU state of [0,%d) in, [%d,%d) on the GPU: rel err %.2e", tag,
+              x.cut, x.cut, x.n_chunks, e);
+    }
+    /* (4) mixed with attn.cu, both orders */
+    for (int order = 0; order < 2; order++) {
+        lkv_attn_desc d1 = desc_of(&x, 0, x.cut, 1, 0), d2 = desc_of(&x, x.cut, x.n_chunks, 1, 0);
+        G->attn_reset(gb, x.dst, c->n_q, c->nh, c->hd);
+        bool took;
+        if (order == 0) {
+            G->attn_accum(gb, x.dst, x.dq, &d1);
+            took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d2);
+        } else {
+            took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d1);
+            G->attn_accum(gb, x.dst, x.dq, &d2);
+        }
+        gpu_finish(&x);
+        const double e = rel_err(x.out, x.ref, x.QN);
+        check(took && e < tol, "attn_mma %s: %s: rel err %.2e", tag,
+              order == 0 ? "attn.cu then attn_mma" : "attn_mma then attn.cu", e);
+    }
+    /* (5) a fully masked range (past every query) leaves the state as it is */
+    {
+        lkv_attn_desc d = desc_of(&x, 0, x.cut, 1, 0);
+        G->attn_reset(gb, x.dst, c->n_q, c->nh, c->hd);
+        lkv_cuda_attn_mma(gb, x.dst, x.dq, &d);
+        get(st0, x.dst, x.SB);
+        d.chunk_lo = x.n_chunks;
+        d.chunk_hi = x.n_chunks + 2;   /* positions no query reaches, held by no segment */
+        const bool took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d);
+        get(st1, x.dst, x.SB);
+        check(took && memcmp(st0, st1, x.SB) == 0, "attn_mma %s: masked range: state %s", tag,
+              memcmp(st0, st1, x.SB) == 0 ? "unchanged" : "CHANGED");
+    }
+
+    free(kf); free(vf); free(x.kq); free(x.vq); free(x.q); free(x.ref); free(x.out); free(x.cst);
+    free(st0); free(st1);
+    cudaFree(x.dk); cudaFree(x.dv); cudaFree(x.dq); cudaFree(x.dout); cudaFree(x.dst);
+}
+
+// ---------------------------------------------------------------- refusals
+
+/* each of these must return false and leave the state untouched */
+static void test_refusals(void) {
+    const int nh = 8, nkv = 2, hd = 128, n_ctx = 300, n_q = 32;
+    const size_t rb = (size_t)nkv * hd * 4 * 2;   /* room for any type tried below */
+    uint8_t *dk = dev_buf(rb * n_ctx), *dv = dev_buf(rb * n_ctx);
+    cudaMemset(dk, 0, rb * n_ctx);
+    cudaMemset(dv, 0, rb * n_ctx);
+    float *dq = dev_buf(sizeof(float) * n_q * nh * 256);
+    cudaMemset(dq, 0, sizeof(float) * n_q * nh * 256);
+    const size_t SB = G->attn_state_bytes(n_q, nh, 256);
+    void *dst = dev_buf(SB);
+    uint8_t *s0 = malloc(SB), *s1 = malloc(SB);
+    get(s0, dst, SB);
+    const lkv_attn_desc base = {n_q, n_ctx - n_q, nh, nkv, hd, LKV_TYPE_F16, LKV_TYPE_F16, 64, 0, 5,
+                                1.f / sqrtf((float)hd), 1, {{0, n_ctx, dk, dv}}};
+    struct { const char *what; lkv_attn_desc d; int dyn; } cases[8];
+    int n = 0;
+    cases[n].what = "n_q = 15"; cases[n].d = base; cases[n].d.n_q = 15; cases[n++].dyn = 0;
+    cases[n].what = "head_dim 256"; cases[n].d = base; cases[n].d.head_dim = 256; cases[n++].dyn = 0;
+    cases[n].what = "head_dim 96"; cases[n].d = base; cases[n].d.head_dim = 96; cases[n++].dyn = 0;
+    cases[n].what = "K f32"; cases[n].d = base; cases[n].d.type_k = LKV_TYPE_F32; cases[n++].dyn = 0;
+    cases[n].what = "V q4_1"; cases[n].d = base; cases[n].d.type_v = LKV_TYPE_Q4_1; cases[n++].dyn = 0;
+    cases[n].what = "n_head % n_head_kv != 0"; cases[n].d = base; cases[n].d.n_head_kv = 3; cases[n++].dyn = 0;
+    cases[n].what = "f16 rows not 16-byte aligned"; cases[n].d = base; cases[n].d.segs[0].k = dk + 8;
+    cases[n++].dyn = 0;
+    cases[n].what = "captured step (dyn_pos)"; cases[n].d = base; cases[n++].dyn = 1;
+    int32_t *dpos = dev_buf(sizeof(int32_t));
+    cudaMemset(dpos, 0, sizeof(int32_t));
+    for (int i = 0; i < n; i++) {
+        if (cases[i].dyn) lkv_cuda_attn_test_dyn(gb, dpos, cases[i].d.q_pos0);
+        const bool took = lkv_cuda_attn_mma(gb, dst, dq, &cases[i].d);
+        if (cases[i].dyn) lkv_cuda_attn_test_dyn(gb, NULL, 0);
+        get(s1, dst, SB);
+        check(!took && memcmp(s0, s1, SB) == 0, "attn_mma refuses %s (%s, state %s)", cases[i].what,
+              took ? "TAKEN" : "false", memcmp(s0, s1, SB) == 0 ? "untouched" : "CHANGED");
+    }
+    /* and takes the base case itself */
+    const bool took = lkv_cuda_attn_mma(gb, dst, dq, &base);
+    check(took, "attn_mma takes the base case of the refusals");
+    free(s0); free(s1);
+    cudaFree(dk); cudaFree(dv); cudaFree(dq); cudaFree(dst); cudaFree(dpos);
+}
+
+// ---------------------------------------------------------------- timing (information only)
+
+static void time_8b(void) {
+    const int nh = 32, nkv = 8, hd = 128, depth = 32768, n_q = 512, chunk = 256;
+    const int types[] = {LKV_TYPE_F16, LKV_TYPE_Q8_0, LKV_TYPE_Q4_0};
+    for (int ti = 0; ti < 3; ti++) {
+        const int t = types[ti];
+        const lkv_traits *T = lkv_type_traits(t);
+        const size_t E = (size_t)nkv * hd, rb = lkv_type_row_bytes(T, E);
+        /* 256 random rows, repeated to the depth */
+        const int R = 256;
+        uint8_t *h = malloc(rb * R);
+        float *f = malloc(sizeof(float) * E);
+        for (int r = 0; r < R; r++) { fill(f, E, 2.f); T->from_float(f, h + r * rb, E); }
+        uint8_t *dk = dev_buf(rb * depth);
+        for (int r = 0; r < depth; r += R) cudaMemcpy(dk + r * rb, h, rb * R, cudaMemcpyHostToDevice);
+        const size_t QN = (size_t)n_q * nh * hd;
+        float *q = malloc(sizeof(float) * QN);
+        fill(q, QN, 1.f);
+        float *dq = dup_dev(q, sizeof(float) * QN);
+        void *dst = dev_buf(G->attn_state_bytes(n_q, nh, hd));
+        const int n_chunks = (depth + chunk - 1) / chunk;
+        lkv_attn_desc d = {n_q, depth - n_q, nh, nkv, hd, t, t, chunk, 0, n_chunks, 1.f / sqrtf((float)hd), 1,
+                           {{0, depth, dk, dk}}};   /* V reads the K rows: timing only */
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        float best = 1e30f;
+        for (int rep = 0; rep < 4; rep++) {
+            G->attn_reset(gb, dst, n_q, nh, hd);
+            G->sync(gb);
+            cudaEventRecord(e0, 0);
+            lkv_cuda_attn_mma(gb, dst, dq, &d);
+            G->sync(gb);
+            cudaEventRecord(e1, 0);
+            cudaEventSynchronize(e1);
+            float ms;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (rep > 0 && ms < best) best = ms;   /* rep 0 warms up */
+        }
+        const double flop = 4.0 * n_q * (double)depth * hd * nh;
+        printf("info: attn_mma 8B shape, %d queries at depth %d, KV %s: %.3f ms per layer (%.0f TFLOP/s)\n", n_q,
+               depth, T->name, best, flop / (best * 1e-3) / 1e12);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        free(h); free(f); free(q);
+        cudaFree(dk); cudaFree(dq); cudaFree(dst);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (lkv_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 0; }
+    struct lkv_model fake;
+    memset(&fake, 0, sizeof fake);
+    fake.hp.n_embd = 1024; fake.hp.n_ff = 4096; fake.hp.n_head = 32; fake.hp.head_dim = 128;
+    if (G->ctx_init(&gb, &fake, 1, 512) || C->ctx_init(&cb, &fake, 8, 512)) {
+        printf("ctx_init: %s\n", lkv_last_error());
+        return 2;
+    }
+    const acase cases[] = {
+        /* GQA 3, head_dim 64 (SmolLM2-like); chunk 96: tiles start off the 64-grid */
+        {9, 3, 64, 256, 1000, 16, LKV_TYPE_F16, LKV_TYPE_F16},
+        {9, 3, 64, 256, 1000, 100, LKV_TYPE_F16, LKV_TYPE_F16},
+        {9, 3, 64, 256, 1000, 100, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        {9, 3, 64, 256, 1000, 100, LKV_TYPE_Q4_0, LKV_TYPE_Q4_0},
+        {9, 3, 64, 96, 700, 512, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        {9, 3, 64, 96, 700, 16, LKV_TYPE_Q4_0, LKV_TYPE_Q4_0},
+        /* GQA 4, head_dim 128 (Llama-3-8B-like) */
+        {8, 2, 128, 256, 1300, 16, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        {8, 2, 128, 256, 1300, 100, LKV_TYPE_F16, LKV_TYPE_F16},
+        {8, 2, 128, 256, 1300, 100, LKV_TYPE_Q4_0, LKV_TYPE_Q4_0},
+        {8, 2, 128, 256, 1300, 512, LKV_TYPE_F16, LKV_TYPE_F16},
+        {8, 2, 128, 256, 1300, 512, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        {8, 2, 128, 256, 1300, 512, LKV_TYPE_Q4_0, LKV_TYPE_Q4_0},
+        {32, 8, 128, 256, 1100, 512, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        /* K and V of different types */
+        {8, 2, 128, 256, 900, 100, LKV_TYPE_Q8_0, LKV_TYPE_F16},
+        {9, 3, 64, 256, 600, 64, LKV_TYPE_F16, LKV_TYPE_Q4_0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+    test_refusals();
+    if (argc > 1 && !strcmp(argv[1], "time")) time_8b();
+    const lkv_status st = G->sync(gb);
+    check(st == LKV_OK, "no device error at the end (%s)", st ? lkv_last_error() : "");
+    G->ctx_free(gb);
+    C->ctx_free(cb);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
