@@ -127,12 +127,16 @@ int main(int argc, char **argv) {
     const int64_t kv_row = lkv_row_bytes(kvt, NKV * HD);
     /* variants at depth 0 (env read at context creation): the first is the
      * default; BENCH_VARIANTS=n measures the first n (default 2; 0 = 1). Columns:
-     * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_GRAPH */
-    const char *vars[][5] = {{"int8 mat-vec, decode step as a replayed graph (default)", "1", "2", "4", "1"},
-                             {"the same, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0"},
-                             {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1"}};
+     * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_GRAPH,
+     * LKV_CUDA_GEMM and LKV_CUDA_MV ("fast": the kernels that are not bit-identical
+     * with the CPU; "" = the default, exact ones) */
+    const char *vars[][7] = {{"CPU-exact kernels, decode step as a replayed graph (default)", "1", "2", "4", "1", "", ""},
+                             {"fast kernels (LKV_CUDA_GEMM=fast LKV_CUDA_MV=fast; not bit-identical with the CPU)",
+                              "1", "2", "4", "1", "fast", "fast"},
+                             {"the default, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "", ""},
+                             {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1", "", ""}};
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
-    if (n_var > 3) n_var = 3;
+    if (n_var > 4) n_var = 4;
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
     for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : 1); vi++) {
@@ -141,6 +145,8 @@ int main(int argc, char **argv) {
         setenv("LKV_CUDA_MV_ROWS", vars[vi][2], 1);
         setenv("LKV_CUDA_MV_SPLIT", vars[vi][3], 1);
         setenv("LKV_CUDA_GRAPH", vars[vi][4], 1);
+        setenv("LKV_CUDA_GEMM", vars[vi][5], 1);
+        setenv("LKV_CUDA_MV", vars[vi][6], 1);
         if (depth == 0) printf("-- %s\n", vars[vi][0]);
         lkv_context_params cp;
         lkv_context_params_init(&cp);
@@ -175,8 +181,10 @@ int main(int argc, char **argv) {
             printf("depth %d: synthetic KV state %.2f GB loaded in %.1f s\n", depth, body / 1e9, now() - ts0);
             free(blob); free(hdr);
         }
-        /* prefill of 512 at this depth (depth 0 only: attention at depth has no tensor-core path yet) */
-        if (depth == 0) {
+        /* prefill of 512 at this depth; at depth also with the tensor-core
+         * flash attention (LKV_CUDA_ATTN=mma, read per call) */
+        for (int am = 0; am < (depth > 0 ? 2 : 1); am++) {
+            setenv("LKV_CUDA_ATTN", am ? "mma" : "1", 1);
             double pp[4];
             for (int r = 0; r < 4; r++) {
                 lkv_context_truncate(c, depth);
@@ -185,8 +193,10 @@ int main(int argc, char **argv) {
                 pp[r] = now() - a;
             }
             qsort(pp + 1, 3, sizeof(double), cmp_d);
-            printf("pp512 @%-6d %8.1f t/s  (%.1f ms)\n", depth, 512 / pp[2], pp[2] * 1e3);
+            printf("pp512 @%-6d %8.1f t/s  (%.1f ms)%s\n", depth, 512 / pp[2], pp[2] * 1e3,
+                   am ? "  [LKV_CUDA_ATTN=mma: tensor-core attention]" : "");
         }
+        setenv("LKV_CUDA_ATTN", "1", 1);
         /* decode: 5 runs of 32 tokens (after a warm-up run); at depth, also with
          * attn.cu's split kernel (LKV_CUDA_ATTN=0, read per call) */
         for (int av = 0; av < (depth > 0 && getenv("BENCH_ATTN_OLD") ? 2 : 1); av++) {

@@ -2,7 +2,7 @@
 # tools/gpu-run.sh: everything the GPU machine does for the CUDA backend, in one
 # call of the device tool, inside a time budget (BUDGET seconds, default 500):
 # install the carried wheels, build for the H200 (sm_90), then in order of
-# importance: the kernel harness (tests/cuda/test_ops.c), the speed benchmark
+# importance: the kernel harnesses (tests/cuda/test_ops.c, test_attn_mma.c), the speed benchmark
 # (benchmarks/cuda_bench.c; BENCH_ATTN_OLD=1 adds attn.cu's kernel at depth),
 # the GPU streaming tests, the rest of tests/test_cuda.py, then the KV
 # streaming benchmark (benchmarks/benchmark_kv_stream.py, synthetic 8B shape,
@@ -12,7 +12,7 @@
 # Here, once:  bash ../shared/tools/device-wheels.sh   (makes .whl/)
 #              python3 tools/truncate_gguf.py <SmolLM2 gguf> .models/smollm2-8l.gguf 8
 # Then:        device run, carry [".whl", ".models"], command "bash tools/gpu-run.sh"
-# Stages can be chosen: STAGES="build ops bench pystream pyrest golden kvstream" (default:
+# Stages can be chosen: STAGES="build ops bench diag pystream pyrest golden kvstream" (default:
 # all but golden, which needs the two halves of the full model: see its stage).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
@@ -45,7 +45,8 @@ if [[ $STAGES == *build* ]]; then
     { meson setup "$B" -Dcuda=enabled -Dgpu_arch="$ARCH" --buildtype=release && ninja -C "$B"; } \
         > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
     OBJS=$(ls $B/native/libllamakv.so.p/*.o)
-    for prog in tests/cuda/test_ops.c:test_ops benchmarks/cuda_bench.c:cuda_bench; do
+    for prog in tests/cuda/test_ops.c:test_ops tests/cuda/test_attn_mma.c:test_attn_mma \
+                benchmarks/cuda_bench.c:cuda_bench; do
         src=${prog%%:*}; name=${prog##*:}
         gcc $CFLAGS -c "$src" -o /tmp/$name.o || exit 1
         g++ -o /tmp/$name /tmp/$name.o $OBJS $LIBS || exit 1
@@ -59,6 +60,10 @@ if [[ $STAGES == *ops* ]]; then
     stamp "kernel harness"
     timeout "$(cap 90)" /tmp/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
     grep -E "FAIL|passed|rc=" "$OUT/test_ops.log" | head -40
+    # tensor-core prefill attention vs the CPU (ATTN_MMA_TIME=1: + 8B-shape timing at 32K)
+    timeout "$(cap 60)" /tmp/test_attn_mma ${ATTN_MMA_TIME:+time} > "$OUT/test_attn_mma.log" 2>&1
+    echo "test_attn_mma rc=$?" >> "$OUT/test_attn_mma.log"
+    grep -E "FAIL|info:|passed|rc=" "$OUT/test_attn_mma.log" | head -40
 fi
 
 if [[ $STAGES == *bench* ]]; then
@@ -70,6 +75,12 @@ if [[ $STAGES == *bench* ]]; then
         LKV_CUDA_GEMM=wmma BENCH_VARIANTS=0 timeout "$(cap 45)" /tmp/cuda_bench 2 8 0
     } > "$OUT/bench.log" 2>&1
     cat "$OUT/bench.log"
+fi
+
+if [[ $STAGES == *diag* ]]; then
+    stamp "GPU vs CPU logits row by row (tools/gpu_diag.py)"
+    timeout "$(cap 120)" python3 tools/gpu_diag.py > "$OUT/diag.log" 2>&1; echo "diag rc=$?" >> "$OUT/diag.log"
+    cat "$OUT/diag.log" | cut -c1-150
 fi
 
 if [[ $STAGES == *pystream* ]]; then

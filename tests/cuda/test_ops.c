@@ -159,9 +159,47 @@ static void gpu_matvec_chunks(float *const *douts, const float *dx, const lkv_we
     }
 }
 
+/* how many of n floats differ from the CPU's in their bits */
+static size_t mm_bits_differ(const float *a, const float *b, size_t n) {
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp(a + i, b + i, sizeof(float)) != 0;
+    return d;
+}
+
+/* The legacy types (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl) must equal the CPU
+ * backend bit for bit (mvx.cu for n <= 8, mmx.cu above): the CPU's 8 lane
+ * chains in block order. Fresh random weights and activations per call; no
+ * f64 reference (test_matmul_shape has it), so large n stays cheap. */
+static void test_matmul_exact(int rows, int cols) {
+    const int types[] = {LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1, LKV_TYPE_Q8_0, LKV_TYPE_IQ4_NL};
+    const int ns[] = {1, 2, 3, 8, 9, 32, 100, 509};
+    for (int ti = 0; ti < NELEM(types); ti++) {
+        const lkv_traits *t = lkv_type_traits(types[ti]);
+        lkv_weight w = {0};
+        make_weight(&w, types[ti], rows, cols);
+        const lkv_weight *ws[1] = {&w};
+        for (int ni = 0; ni < NELEM(ns); ni++) {
+            const int n = ns[ni];
+            const size_t no = (size_t)n * rows;
+            float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * no), *cout = malloc(sizeof(float) * no);
+            fill(x, (size_t)n * cols, 2.f);
+            float *dx = dup_dev(x, sizeof(float) * n * cols), *dout = dev_buf(sizeof(float) * no);
+            float *outs[1] = {dout}, *couts[1] = {cout};
+            G->matmul(gb, outs, dx, ws, 1, n);
+            get(out, dout, sizeof(float) * no);
+            C->matmul(cb, couts, x, ws, 1, n);
+            const size_t nd = mm_bits_differ(out, cout, no);
+            check(nd == 0, "matmul %-7s %dx%d n=%-3d %s: %zu of %zu outputs differ from the CPU (rel err %.2e)",
+                  t->name, rows, cols, n, n <= 8 ? "mat-vec" : "gemm", nd, no, rel_err_f(out, cout, no));
+            free(x); free(out); free(cout); cudaFree(dx); cudaFree(dout);
+        }
+        free_weight(&w);
+    }
+}
+
 /* only >= 0: that weight type alone, decode sizes only (n <= 8) */
 static void test_matmul_shape(int rows, int cols, int only) {
-    const int ns[] = {1, 3, 8, 9, 64, 133};
+    const int ns[] = {1, 2, 3, 8, 9, 64, 133};
     for (int ti = 0; ti < NELEM(WTYPES); ti++) {
         const int type = WTYPES[ti];
         if (only >= 0 && type != only) continue;
@@ -216,7 +254,11 @@ static void test_matmul_shape(int rows, int cols, int only) {
             check(eg < tol, "matmul %-7s %dx%d n=%-3d gpu rel err %.2e (cpu %.2e)", t->name, rows, cols, n,
                   eg, ec);
             /* n > 8: only the int8 GEMM's types; the others go through the f16 GEMM */
-            if (cpu_act_type(type, cols) && (n <= 8 || mmq_type(type))) {
+            if (legacy_type(type)) {
+                const size_t nd = mm_bits_differ(out, cout, (size_t)n * rows);
+                check(nd == 0, "matmul %-7s %dx%d n=%-3d gpu vs cpu: %zu of %zu outputs differ (bit identity)",
+                      t->name, rows, cols, n, nd, (size_t)n * rows);
+            } else if (cpu_act_type(type, cols) && (n <= 8 || mmq_type(type))) {
                 const double egc = rel_err_f(out, cout, (size_t)n * rows);
                 check(egc < 1e-5, "matmul %-7s %dx%d n=%-3d gpu vs cpu rel err %.2e (same 8-bit activations)",
                       t->name, rows, cols, n, egc);
@@ -278,12 +320,35 @@ static void test_matmul_set(void) {
         C->matmul(cb, cout, x, ws, 3, n);
         gpu_matvec_chunks(dout, dx, ws, 3, n);
         for (int i = 0; i < 3; i++) get(mv[i], dout[i], sizeof(float) * n * rows[i]);
-        const char *bns[2] = {"64", "128"};
-        for (int b = 0; b < 2; b++) {
-            setenv("LKV_CUDA_MMQ_BN", bns[b], 1);
+        if (legacy) {
+            /* the mat-vec (8 tokens a call) and a 3-token set call: the CPU's bits */
+            size_t nd = 0, nd3 = 0, no3 = 0;
+            for (int i = 0; i < 3; i++) nd += mm_bits_differ(mv[i], cout[i], (size_t)n * rows[i]);
+            check(nd == 0, "matmul set %-7s 300+100+37x%d n=%d mat-vec: %zu outputs differ from the CPU", t->name,
+                  cols, n, nd);
+            G->matmul(gb, dout, dx, ws, 3, 3);
+            for (int i = 0; i < 3; i++) {
+                get(mv[i], dout[i], sizeof(float) * 3 * rows[i]);
+                nd3 += mm_bits_differ(mv[i], cout[i], (size_t)3 * rows[i]);
+                no3 += (size_t)3 * rows[i];
+            }
+            check(nd3 == 0, "matmul set %-7s 300+100+37x%d n=3 mat-vec: %zu of %zu outputs differ from the CPU",
+                  t->name, cols, nd3, no3);
+            gpu_matvec_chunks(dout, dx, ws, 3, n);   /* mv again: the n = 3 call overwrote it */
+            for (int i = 0; i < 3; i++) get(mv[i], dout[i], sizeof(float) * n * rows[i]);
+        }
+        /* legacy types: passes 0, 1 are the fast int8 GEMM (LKV_CUDA_GEMM=fast,
+         * ~1 ulp off the CPU), pass 2 the exact one (mmx.cu, the CPU's bits) */
+        const char *bns[3] = {"64", "128", "exact"};
+        for (int b = 0; b < (legacy ? 3 : 2); b++) {
+            const int exact = b == 2;
+            if (!exact) setenv("LKV_CUDA_MMQ_BN", bns[b], 1);
+            if (legacy && !exact) setenv("LKV_CUDA_GEMM", "fast", 1);
             for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * n * rows[i]);
             G->matmul(gb, dout, dx, ws, 3, n);
+            unsetenv("LKV_CUDA_GEMM");
             double eg = 0, ec = 0, egc = 0, egm = 0;
+            size_t nd = 0;
             for (int i = 0; i < 3; i++) {
                 const size_t no = (size_t)n * rows[i];
                 get(out[i], dout[i], sizeof(float) * no);
@@ -291,12 +356,16 @@ static void test_matmul_set(void) {
                 ec = fmax(ec, rel_err(cout[i], ref[i], no));
                 egc = fmax(egc, rel_err_f(out[i], cout[i], no));
                 egm = fmax(egm, rel_err_f(out[i], mv[i], no));
+                nd += mm_bits_differ(out[i], cout[i], no);
             }
             check(eg < 2 * ec + 2e-3, "matmul set %-7s 300+100+37x%d n=%d tile %s: gpu rel err %.2e (cpu %.2e)",
                   t->name, cols, n, bns[b], eg, ec);
             check(egm < 1e-5, "matmul set %-7s n=%d tile %s: gpu gemm vs gpu mat-vec rel err %.2e", t->name, n,
                   bns[b], egm);
-            if (cpu_act_type(type, cols))
+            if (exact)
+                check(nd == 0, "matmul set %-7s 300+100+37x%d n=%d gemm: %zu outputs differ from the CPU", t->name,
+                      cols, n, nd);
+            else if (cpu_act_type(type, cols))
                 check(egc < 1e-5, "matmul set %-7s n=%d tile %s: gpu vs cpu rel err %.2e (same 8-bit activations)",
                       t->name, n, bns[b], egc);
         }
@@ -309,16 +378,30 @@ static void test_matmul_set(void) {
     }
 }
 
-/* long rows: few rows per block, many pieces per lane */
+/* long rows: few rows per block, many pieces per lane. Exact shapes: K tails
+ * of the 16-block mat-vec stages and 4-block GEMM stages (576 = 18 blocks,
+ * rows starting at every offset mod 16), rows that fill no tile (77, 129, 21) */
 static void test_matmul(void) {
     test_matmul_shape(300, 768, -1);
     test_matmul_shape(37, 9216, LKV_TYPE_Q4_0);
     test_matmul_shape(21, 36864, LKV_TYPE_Q4_0);
+    test_matmul_exact(77, 576);
+    test_matmul_exact(129, 1536);
+    test_matmul_exact(21, 4096);
     test_matmul_set();
 }
 
 // ---------------------------------------------------------------- elementwise ops vs the CPU backend
 
+/* how many of n floats differ in their bits */
+static size_t n_diff(const float *a, const float *b, size_t n) {
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp(a + i, b + i, sizeof(float)) != 0;
+    return d;
+}
+
+/* rmsnorm, swiglu, rope, the adds: bit for bit the CPU's (same operations,
+ * no contraction, the CPU's exp, f64 sum of squares, f64 sin/cos rounded) */
 static void test_elementwise(void) {
     const int n = 7, dim = 576, nh = 9, hd = 64;
     const size_t N = (size_t)n * dim;
@@ -332,10 +415,11 @@ static void test_elementwise(void) {
 
     G->rmsnorm(gb, dout, dx, &w, n, dim, 1e-5f); get(hg, dout, sizeof(float) * N);
     C->rmsnorm(cb, hc, x, &w, n, dim, 1e-5f);
-    check(rel_err_f(hg, hc, N) < 1e-6, "rmsnorm rel err %.2e", rel_err_f(hg, hc, N));
+    check(n_diff(hg, hc, N) == 0, "rmsnorm: %zu of %zu values differ from the CPU (rel err %.2e)",
+          n_diff(hg, hc, N), N, rel_err_f(hg, hc, N));
     G->rmsnorm(gb, dout, dx, NULL, n * nh, hd, 1e-6f); get(hg, dout, sizeof(float) * N);
     C->rmsnorm(cb, hc, x, NULL, n * nh, hd, 1e-6f);
-    check(rel_err_f(hg, hc, N) < 1e-6, "rmsnorm per head, no weight, rel err %.2e", rel_err_f(hg, hc, N));
+    check(n_diff(hg, hc, N) == 0, "rmsnorm per head, no weight: %zu of %zu values differ", n_diff(hg, hc, N), N);
 
     /* add_rmsnorm: bit for bit add followed by rmsnorm (sum and norm) */
     {
@@ -354,7 +438,8 @@ static void test_elementwise(void) {
 
     G->swiglu(gb, dout, dx, dy, N); get(hg, dout, sizeof(float) * N);
     C->swiglu(cb, hc, x, y, N);
-    check(rel_err_f(hg, hc, N) < 1e-6, "swiglu rel err %.2e", rel_err_f(hg, hc, N));
+    check(n_diff(hg, hc, N) == 0, "swiglu: %zu of %zu values differ from the CPU (rel err %.2e)",
+          n_diff(hg, hc, N), N, rel_err_f(hg, hc, N));
 
     memcpy(hc, x, sizeof(float) * N);
     cudaMemcpy(dout, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice);
@@ -380,11 +465,15 @@ static void test_elementwise(void) {
             r.freq_factors = variant == 1 ? ff : NULL;
             C->rope(cb, hc, n, pos0, &r);
             get(hg, dout, sizeof(float) * N);
-            check(rel_err_f(hg, hc, N) < 1e-6, "rope neox=%d variant=%d rel err %.2e", neox, variant,
-                  rel_err_f(hg, hc, N));
+            check(n_diff(hg, hc, N) == 0, "rope neox=%d variant=%d: %zu of %zu values differ (rel err %.2e)",
+                  neox, variant, n_diff(hg, hc, N), N, rel_err_f(hg, hc, N));
         }
 
-    /* to_type: the CPU quantizers' bytes */
+    /* to_type: the CPU quantizers' bytes; the first block of row 0 holds exact
+     * halves after scaling (amax 127: q8_0 scales by 1), where a rounding rule
+     * other than the CPU's (half to even) shows */
+    for (int j = 0; j < 32; j++) x[j] = j == 31 ? 127.f : (float)(j - 16) + 0.5f;
+    cudaMemcpy(dx, x, sizeof(float) * 32, cudaMemcpyHostToDevice);
     for (int ti = 0; ti < NELEM(KVTYPES); ti++) {
         const lkv_traits *t = lkv_type_traits(KVTYPES[ti]);
         const size_t rb = (size_t)lkv_type_row_bytes(t, dim);
@@ -520,6 +609,12 @@ static void attn_ref(double *out, const float *q, const uint8_t *kq, size_t rbk,
 void lkv_cuda_attn_test_dyn(lkv_bctx *b, const int32_t *dyn_pos, int32_t cap_pos0);
 
 /*
+ * The GPU's attention must equal the CPU backend's bit for bit (memcmp) for
+ * every KV type pair: it performs cpu/attention.c's float operations in the
+ * same order (attn.cuh, attn_kv.cuh). Bit-identity also holds for the chunks
+ * split over two calls with the rows in three segments, and for a replayed
+ * step. The f64 reference stays as a sanity check on both.
+ *
  * Thresholds. Against the reference above (its rounding points are the CPU's)
  * the CPU backend is at ~2e-7 except with an f16 V: there a probability lying
  * near an f16 rounding boundary rounds either way depending on the order of
@@ -542,11 +637,21 @@ static void test_attention(void) {
         {12, 1, 64, 32, 300, 5},    /* 12 heads per KV head: two head groups */
         {8, 2, 128, 64, 400, 300},  /* many queries: the sequential kernel */
         {4, 4, 256, 128, 260, 2},
+        /* bit-identity geometries: GQA 3 hd 64 (SmolLM2), GQA 4 hd 128, GQA 1 hd 128;
+         * 1, 3, 8 queries (decode kernels), 32 and 100 (prefill: split or sequential) */
+        {9, 3, 64, 256, 700, 1},    {9, 3, 64, 64, 700, 3},    {9, 3, 64, 64, 450, 8},
+        {9, 3, 64, 64, 300, 32},    {9, 3, 64, 64, 300, 100},
+        {16, 4, 128, 256, 1300, 1}, {16, 4, 128, 128, 600, 3}, {16, 4, 128, 64, 450, 8},
+        {16, 4, 128, 64, 300, 32},  {16, 4, 128, 64, 300, 100},
+        {4, 4, 128, 64, 500, 1},    {4, 4, 128, 64, 500, 3},   {4, 4, 128, 64, 450, 8},
+        {4, 4, 128, 64, 300, 32},   {4, 4, 128, 64, 300, 100},
+        /* (odd indices mix the K and V types: single-query cases with equal types) */
+        {9, 3, 64, 256, 700, 1},    {4, 4, 128, 64, 500, 3},   {4, 4, 128, 64, 500, 1},
     };
     for (int ci = 0; ci < NELEM(cases); ci++)
         for (int ti = 0; ti < NELEM(KVTYPES); ti++) {
             const int tk = KVTYPES[ti], tv = KVTYPES[(ti + (ci & 1)) % NELEM(KVTYPES)];
-            if (ci >= 9 && ti > 4) continue;
+            if ((ci == 9 || ci == 10) && ti > 4) continue;
             const int nh = cases[ci].nh, nkv = cases[ci].nkv, hd = cases[ci].hd, chunk = cases[ci].chunk;
             const int n_ctx = cases[ci].n_ctx, n_q = cases[ci].n_q, q_pos0 = n_ctx - n_q;
             const lkv_traits *TK = lkv_type_traits(tk), *TV = lkv_type_traits(tv);
@@ -623,10 +728,14 @@ static void test_attention(void) {
             const double tol = tv == LKV_TYPE_F16 ? 5e-5 : 2e-6;
             const double eg = rel_err(o1, ref, QN), ec = rel_err(oc, ref, QN), egc = rel_err_f(o1, oc, QN);
             const int inv = memcmp(o1, o2, sizeof(float) * QN) == 0;
-            check(eg < tol && egc < tol && inv && same_dyn != 0,
+            const int same_cpu = memcmp(o1, oc, sizeof(float) * QN) == 0;
+            size_t n_diff = 0;
+            for (size_t i = 0; i < QN; i++) n_diff += memcmp(o1 + i, oc + i, sizeof(float)) != 0;
+            check(eg < tol && egc < tol && same_cpu && inv && same_dyn != 0,
                   "attn nh=%d nkv=%d hd=%d chunk=%d ctx=%d nq=%d k=%s v=%s: rel err %.2e (cpu %.2e), "
-                  "gpu vs cpu %.2e (tol %.0e), split/segment invariant: %s, replay at +%d: %s", nh, nkv, hd,
-                  chunk, n_ctx, n_q, TK->name, TV->name, eg, ec, egc, tol, inv ? "yes" : "NO", delta,
+                  "gpu vs cpu %.2e (tol %.0e), bit-identical to the cpu: %s (%zu of %zu differ), "
+                  "split/segment invariant: %s, replay at +%d: %s", nh, nkv, hd, chunk, n_ctx, n_q, TK->name,
+                  TV->name, eg, ec, egc, tol, same_cpu ? "yes" : "NO", n_diff, QN, inv ? "yes" : "NO", delta,
                   same_dyn < 0 ? "-" : same_dyn ? "same" : "DIFFERS");
             free(kf); free(vf); free(kq); free(vq); free(q); free(ref); free(o1); free(o2); free(o3); free(oc); free(cst);
             cudaFree(dk); cudaFree(dv); cudaFree(dq); cudaFree(dout); cudaFree(dst);
