@@ -28,8 +28,15 @@
  *
  * Types: K and V both f16, q8_0 or q4_0; head_dim 64 or 128; G 1, 2, 3, 4 or 8;
  * other shapes use attn.cu's split kernel. LKV_CUDA_ATTN=0 selects attn.cu's.
+ *
+ * This kernel is now the fallback: lkv_cuda_attn_dec first tries
+ * attn_dec_ring.cu (same partials, same bits; K/V streamed through a small
+ * ring of stages, more blocks per SM), and runs the kernel below when that
+ * one declines (copy-unit alignment) or LKV_CUDA_ATTN=dec-old (read per
+ * call) asks for it. attn_fold2 serves both.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "attn_kv.cuh"
 
@@ -45,16 +52,6 @@ struct ad_geom {
 
 // ---------------------------------------------------------------- small pieces
 
-template <int N>
-static __device__ __forceinline__ void cp_async(void *dst, const void *src) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    if constexpr (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
-    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(src), "n"(N));
-}
-static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 /* 4 signed bytes -> floats, exactly: 2^23 + (b ^ 0x80) built in the bits, minus 2^23 + 128 */
 static __device__ __forceinline__ void s8x4(uint32_t w, float *f) {
     const uint32_t u = w ^ 0x80808080u;
@@ -66,38 +63,6 @@ static __device__ __forceinline__ void u4x4m8(uint32_t w, float *f) {
 #pragma unroll
     for (int i = 0; i < 4; i++) f[i] = __int_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + i)) - 8388616.f;
 }
-/* 4 bytes at a 2-byte aligned shared address */
-static __device__ __forceinline__ uint32_t lds4_2(const uint8_t *p) {
-    const uintptr_t a = (uintptr_t)p;
-    const uint32_t *w = (const uint32_t *)(a & ~(uintptr_t)3);
-    return (a & 2) ? __funnelshift_r(w[0], w[1], 16) : w[0];
-}
-
-/* f(b) of attn_kwords for a staged block: its bytes from 8-byte aligned
- * words w (loaded once), the block starting o (even) bytes into w */
-struct ad_fetch {
-    const uint32_t *w;
-    int o;
-    __device__ uint32_t operator()(int b) const {
-        const int x = o + b;
-        return (x & 2) ? __funnelshift_r(w[x >> 2], w[(x >> 2) + 1], 16) : w[x >> 2];
-    }
-};
-
-/* 32-block j of a staged K slice (8-byte aligned): q8 code words and scale */
-template <int T>
-static __device__ __forceinline__ float kblock(const uint8_t *row, int j, uint32_t *kw) {
-    constexpr int GB = cblk<T>::bytes, NW = T == LKV_TYPE_Q8_0 ? 10 : 6;
-    const int base = GB * j, a0 = base & ~7;
-    uint32_t w[NW];
-    const uint2 *p = (const uint2 *)(row + a0);
-#pragma unroll
-    for (int i = 0; i < NW / 2; i++) { const uint2 v = p[i]; w[2 * i] = v.x; w[2 * i + 1] = v.y; }
-    float dk, mk;
-    attn_kwords<T>(ad_fetch{w, base - a0}, kw, dk, mk);
-    return dk;
-}
-
 /* dims [4k, 4k+4) of a staged V slice: values and scale */
 template <int T>
 static __device__ __forceinline__ float vquad(const uint8_t *row, int k, float *v) {
@@ -368,6 +333,11 @@ __global__ void attn_fold2_kernel(float *st, const float *ws, int n_head, int hd
 
 // ---------------------------------------------------------------- launcher
 
+void attn_dec_fold(lkv_bctx *b, float *st, int n_head, int hd, int n_q, int nc) {
+    attn_fold2_kernel<<<dim3(n_head, n_q), hd >= 128 ? 128 : hd, 0, b->stream>>>(st, b->attn_ws, n_head, hd, nc);
+    LKV_CUDA_LAUNCHED(b, "attn_fold2");
+}
+
 static int odd8(int bytes) {
     int p = (bytes + 7) & ~7;
     if (((p >> 3) & 1) == 0) p += 8;
@@ -391,9 +361,7 @@ static void launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *
         attn_dec_kernel<T, HD, G, CU><<<dim3(nc, d->n_head_kv, d->n_q), AD_THREADS, smem, b->stream>>>(
             b->attn_ws, q, *d, ge, dy, c0, nc);
         LKV_CUDA_LAUNCHED(b, "attn_dec");
-        attn_fold2_kernel<<<dim3(d->n_head, d->n_q), HD >= 128 ? 128 : HD, 0, b->stream>>>(
-            st, b->attn_ws, d->n_head, HD, nc);
-        LKV_CUDA_LAUNCHED(b, "attn_fold2");
+        attn_dec_fold(b, st, d->n_head, HD, d->n_q, nc);
     }
 }
 
@@ -421,8 +389,9 @@ static bool launch_g(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc
  * the shape or types are not covered: the choice depends on the shape only */
 bool lkv_cuda_attn_dec(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d,
                        size_t rbk, size_t rbv) {
-    const char *env = getenv("LKV_CUDA_ATTN");
+    const char *env = getenv("LKV_CUDA_ATTN");   /* read per call: tests switch it */
     if (env && env[0] == '0') return false;
+    if (!(env && !strcmp(env, "dec-old")) && lkv_cuda_attn_dec_ring(b, st, q, d, rbk, rbv)) return true;
     const int hd = d->head_dim, T = d->type_k;
     if (d->type_v != T || (T != LKV_TYPE_F16 && T != LKV_TYPE_Q8_0 && T != LKV_TYPE_Q4_0)) return false;
     if (hd != 64 && hd != 128) return false;

@@ -130,4 +130,58 @@ static __device__ __forceinline__ void attn_vpair(const uint8_t *row, int e, flo
     }
 }
 
+// ---------------------------------------------------------------- staged K/V (attn_dec.cu, attn_dec_ring.cu)
+
+/* cp.async of N bytes (16: .cg, bypassing L1; 4 / 8: .ca) and its groups */
+template <int N>
+static __device__ __forceinline__ void cp_async(void *dst, const void *src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(src), "n"(N));
+}
+static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+/* 4 bytes at a 2-byte aligned shared address */
+static __device__ __forceinline__ uint32_t lds4_2(const uint8_t *p) {
+    const uintptr_t a = (uintptr_t)p;
+    const uint32_t *w = (const uint32_t *)(a & ~(uintptr_t)3);
+    return (a & 2) ? __funnelshift_r(w[0], w[1], 16) : w[0];
+}
+
+/* f(b) of attn_kwords for a staged block: its bytes from 8-byte aligned
+ * words w (loaded once), the block starting o (even) bytes into w */
+struct ad_fetch {
+    const uint32_t *w;
+    int o;
+    __device__ uint32_t operator()(int b) const {
+        const int x = o + b;
+        return (x & 2) ? __funnelshift_r(w[x >> 2], w[(x >> 2) + 1], 16) : w[x >> 2];
+    }
+};
+
+/* 32-block j of a staged K slice (8-byte aligned): q8 code words and scale */
+template <int T>
+static __device__ __forceinline__ float kblock(const uint8_t *row, int j, uint32_t *kw) {
+    constexpr int GB = cblk<T>::bytes, NW = T == LKV_TYPE_Q8_0 ? 10 : 6;
+    const int base = GB * j, a0 = base & ~7;
+    uint32_t w[NW];
+    const uint2 *p = (const uint2 *)(row + a0);
+#pragma unroll
+    for (int i = 0; i < NW / 2; i++) { const uint2 v = p[i]; w[2 * i] = v.x; w[2 * i + 1] = v.y; }
+    float dk, mk;
+    attn_kwords<T>(ad_fetch{w, base - a0}, kw, dk, mk);
+    return dk;
+}
+
+/* attn_dec.cu: folds the nc partials of the workspace (layout of attn.cu's
+ * split kernel) into the state in chunk order, attn_fold_w / attn_fold_o's
+ * operations */
+void attn_dec_fold(lkv_bctx *b, float *st, int n_head, int hd, int n_q, int nc);
+/* attn_dec_ring.cu: decode attention streaming K/V through a ring of stages;
+ * false (nothing enqueued) when the shape, types or alignment are not covered */
+bool lkv_cuda_attn_dec_ring(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
+                            size_t rbv);
+
 #endif
