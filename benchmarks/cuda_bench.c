@@ -9,7 +9,7 @@
  *                   [layers=32]
  * Prints one line per measurement: pp512 (depth 0 only) and tg (median of 5
  * runs of 32 single-token decodes), with the implied weight+KV bandwidth.
- * BENCH_ATTN_OLD=1: at depth, decode also with attn.cu's split kernel (with
+ * BENCH_ATTN_OLD=1: at depth, decode also with the previous decode attention kernel (with
  * LKV_CUDA_GRAPH=0 only: a replayed graph keeps the kernel it was captured with).
  */
 #include <stdint.h>
@@ -129,17 +129,21 @@ int main(int argc, char **argv) {
      * default; BENCH_VARIANTS=n measures the first n (default 2; 0 = 1). Columns:
      * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_GRAPH,
      * LKV_CUDA_GEMM and LKV_CUDA_MV ("fast": the kernels that are not bit-identical
-     * with the CPU; "" = the default, exact ones) */
-    const char *vars[][7] = {{"CPU-exact kernels, decode step as a replayed graph (default)", "1", "2", "4", "1", "", ""},
+     * with the CPU; "" = the default, exact ones), LKV_CUDA_MVX, LKV_CUDA_ATTN for
+     * decode. BENCH_DEPTH_VARIANTS=n: the first n also at depth (default 1) */
+    const char *vars[][9] = {{"CPU-exact kernels, decode step as a replayed graph (default)", "1", "2", "4", "1", "", "", "", "1"},
                              {"fast kernels (LKV_CUDA_GEMM=fast LKV_CUDA_MV=fast; not bit-identical with the CPU)",
-                              "1", "2", "4", "1", "fast", "fast"},
-                             {"the default, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "", ""},
-                             {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1", "", ""}};
+                              "1", "2", "4", "1", "fast", "fast", "", "1"},
+                             {"the first exact kernels (LKV_CUDA_GEMM=mmx-old LKV_CUDA_MVX=old LKV_CUDA_ATTN=dec-old)",
+                              "1", "2", "4", "1", "mmx-old", "", "old", "dec-old"},
+                             {"the default, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "", "", "", "1"},
+                             {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1", "", "", "", "1"}};
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
-    if (n_var > 4) n_var = 4;
+    if (n_var > 5) n_var = 5;
+    const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
-    for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : 1); vi++) {
+    for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : (n_dvar < n_var ? n_dvar : n_var)); vi++) {
         const int depth = atoi(tok);
         setenv("LKV_CUDA_MMQ", vars[vi][1], 1);
         setenv("LKV_CUDA_MV_ROWS", vars[vi][2], 1);
@@ -147,7 +151,8 @@ int main(int argc, char **argv) {
         setenv("LKV_CUDA_GRAPH", vars[vi][4], 1);
         setenv("LKV_CUDA_GEMM", vars[vi][5], 1);
         setenv("LKV_CUDA_MV", vars[vi][6], 1);
-        if (depth == 0) printf("-- %s\n", vars[vi][0]);
+        setenv("LKV_CUDA_MVX", vars[vi][7], 1);
+        if (depth == 0 || n_dvar > 1) printf("-- %s\n", vars[vi][0]);
         lkv_context_params cp;
         lkv_context_params_init(&cp);
         cp.n_ctx = depth + 1024;
@@ -185,22 +190,24 @@ int main(int argc, char **argv) {
          * flash attention (LKV_CUDA_ATTN=mma, read per call) */
         for (int am = 0; am < (depth > 0 ? 2 : 1); am++) {
             setenv("LKV_CUDA_ATTN", am ? "mma" : "1", 1);
-            double pp[4];
-            for (int r = 0; r < 4; r++) {
+            /* at depth an exact pass can take seconds: 2 runs there */
+            double pp[4] = {0, 1e9, 1e9, 1e9};
+            for (int r = 0; r < (depth > 0 ? 2 : 4); r++) {
                 lkv_context_truncate(c, depth);
                 double a = now();
                 if (lkv_decode(c, toks, 512, depth)) { printf("pp: %s\n", lkv_last_error()); break; }
                 pp[r] = now() - a;
             }
             qsort(pp + 1, 3, sizeof(double), cmp_d);
-            printf("pp512 @%-6d %8.1f t/s  (%.1f ms)%s\n", depth, 512 / pp[2], pp[2] * 1e3,
+            const double tp = depth > 0 ? pp[1] : pp[2];   /* the second run / the median of 3 */
+            printf("pp512 @%-6d %8.1f t/s  (%.1f ms)%s\n", depth, 512 / tp, tp * 1e3,
                    am ? "  [LKV_CUDA_ATTN=mma: tensor-core attention]" : "");
         }
         setenv("LKV_CUDA_ATTN", "1", 1);
         /* decode: 5 runs of 32 tokens (after a warm-up run); at depth, also with
-         * attn.cu's split kernel (LKV_CUDA_ATTN=0, read per call) */
+         * the previous decode kernel (LKV_CUDA_ATTN=dec-old, read per call) */
         for (int av = 0; av < (depth > 0 && getenv("BENCH_ATTN_OLD") ? 2 : 1); av++) {
-            setenv("LKV_CUDA_ATTN", av ? "0" : "1", 1);
+            setenv("LKV_CUDA_ATTN", av ? "dec-old" : vars[vi][8], 1);
             double tg[6];
             int ok = 1;
             for (int r = 0; r < 6 && ok; r++) {
@@ -216,7 +223,7 @@ int main(int argc, char **argv) {
                 const double kvb = (double)NL * (depth + 16) * 2 * kv_row;
                 printf("tg   @%-6d %8.1f t/s  (%.3f ms/token; weights+KV %.2f GB -> %.2f TB/s)%s\n", depth,
                        1 / t, t * 1e3, (step_wbytes + kvb) / 1e9, (step_wbytes + kvb) / t / 1e12,
-                       av ? "  [LKV_CUDA_ATTN=0: attn.cu split kernel]" : "");
+                       av ? "  [LKV_CUDA_ATTN=dec-old: the previous decode kernel]" : "");
             }
         }
         setenv("LKV_CUDA_ATTN", "1", 1);

@@ -69,7 +69,8 @@ fi
 if [[ $STAGES == *bench* ]]; then
     stamp "benchmark (8B shape, q4_0 weights)"
     {
-        echo "== q8_0 KV";  LKV_CUDA_PROFILE=1 timeout "$(cap 150)" /tmp/cuda_bench 2 8 ${DEPTHS:-0,32768,131072}
+        echo "== q8_0 KV";  LKV_CUDA_PROFILE=1 BENCH_VARIANTS=${BENCH_VARIANTS:-3} \
+            BENCH_DEPTH_VARIANTS=${BENCH_DEPTH_VARIANTS:-1} timeout "$(cap 200)" /tmp/cuda_bench 2 8 ${DEPTHS:-0,32768,131072}
         echo "== f16 KV";   LKV_CUDA_PROFILE=1 BENCH_VARIANTS=0 timeout "$(cap 45)" /tmp/cuda_bench 2 1 0
         echo "== q8_0 KV, WMMA f16 GEMM for prefill (LKV_CUDA_GEMM=wmma)"
         LKV_CUDA_GEMM=wmma BENCH_VARIANTS=0 timeout "$(cap 45)" /tmp/cuda_bench 2 8 0
@@ -115,6 +116,8 @@ if [[ $STAGES == *golden* ]]; then
             -k "golden or real_model" > "$OUT/pytest_golden.log" 2>&1
         echo "pytest golden rc=$?" >> "$OUT/pytest_golden.log"
         grep -E "golden|top1|passed|failed|XFAIL|XPASS|rc=" "$OUT/pytest_golden.log" | tail -14
+        PYTHONPATH=/tmp/smpkg:$PYTHONPATH PYLLAMAKV_GOLDEN_DIR=$PWD/.smb/golden \
+            timeout "$(cap 60)" python3 tools/gpu_golden_diag.py 2>&1 | tee "$OUT/golden_diag.log"
     else
         echo "first half stashed (or missing): run again with .smb carried"
     fi

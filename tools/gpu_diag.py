@@ -10,12 +10,12 @@ from test_cuda import write_tiny_model  # noqa: E402
 from pyllamakv import _native as N  # noqa: E402
 
 
-def run(path, dev, toks, chunks, kv):
+def run(path, dev, toks, chunks, kv, n_batch=64, n_ubatch=32, kv_chunk=64):
     m = N.Model(path, device=dev)
-    c = N.Context(m, n_ctx=512, n_batch=64, n_ubatch=32, type_k=kv, type_v=kv, kv_chunk=64,
-                  logits_all=True)
+    c = N.Context(m, n_ctx=512, n_batch=n_batch, n_ubatch=n_ubatch, type_k=kv, type_v=kv,
+                  kv_chunk=kv_chunk, logits_all=True)
     rows, pos = [], 0
-    n_pre = len(toks) * 2 // 3 if chunks[0] > 1 else 0
+    n_pre = len(toks) if chunks[0] >= len(toks) else len(toks) * 2 // 3 if chunks[0] > 1 else 0
     while pos < len(toks):
         step = min(chunks[0], n_pre - pos) if pos < n_pre else chunks[1]
         c.decode(toks[pos:pos + step])
@@ -49,3 +49,8 @@ if real and os.path.exists(real):
     for kv in ["f16", "q8_0"]:
         report(f"{os.path.basename(real)} kv={kv}", run(real, "cpu", toks, (32, 1), kv),
                run(real, "cuda", toks, (32, 1), kv))
+    # the golden test's shape: the whole sequence in one micro-batch, chunk 256
+    for nu, ch in [(512, 256), (512, 64), (32, 256)]:
+        kw = dict(n_batch=512, n_ubatch=nu, kv_chunk=ch)
+        report(f"{os.path.basename(real)} one call, n_ubatch={nu} kv_chunk={ch}",
+               run(real, "cpu", toks, (96, 1), "f16", **kw), run(real, "cuda", toks, (96, 1), "f16", **kw))

@@ -169,10 +169,12 @@ static size_t mm_bits_differ(const float *a, const float *b, size_t n) {
 /* The legacy types (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl) must equal the CPU
  * backend bit for bit (mvx.cu for n <= 8, mmx.cu above): the CPU's 8 lane
  * chains in block order. Fresh random weights and activations per call; no
- * f64 reference (test_matmul_shape has it), so large n stays cheap. */
+ * f64 reference (test_matmul_shape has it), so large n stays cheap. Every
+ * n <= 8 (the mat-vec's 1/2/4/8-token variants, tokens past n repeated)
+ * also runs the earlier kernel (LKV_CUDA_MVX=old, mvx_warp.cu). */
 static void test_matmul_exact(int rows, int cols) {
     const int types[] = {LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1, LKV_TYPE_Q8_0, LKV_TYPE_IQ4_NL};
-    const int ns[] = {1, 2, 3, 8, 9, 32, 100, 509};
+    const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 32, 100, 509};
     for (int ti = 0; ti < NELEM(types); ti++) {
         const lkv_traits *t = lkv_type_traits(types[ti]);
         lkv_weight w = {0};
@@ -191,6 +193,16 @@ static void test_matmul_exact(int rows, int cols) {
             const size_t nd = mm_bits_differ(out, cout, no);
             check(nd == 0, "matmul %-7s %dx%d n=%-3d %s: %zu of %zu outputs differ from the CPU (rel err %.2e)",
                   t->name, rows, cols, n, n <= 8 ? "mat-vec" : "gemm", nd, no, rel_err_f(out, cout, no));
+            if (n <= 8) {
+                setenv("LKV_CUDA_MVX", "old", 1);
+                cudaMemset(dout, 0xff, sizeof(float) * no);
+                G->matmul(gb, outs, dx, ws, 1, n);
+                unsetenv("LKV_CUDA_MVX");
+                get(out, dout, sizeof(float) * no);
+                const size_t ndo = mm_bits_differ(out, cout, no);
+                check(ndo == 0, "matmul %-7s %dx%d n=%-3d mat-vec (LKV_CUDA_MVX=old): %zu of %zu outputs differ from the CPU",
+                      t->name, rows, cols, n, ndo, no);
+            }
             free(x); free(out); free(cout); cudaFree(dx); cudaFree(dout);
         }
         free_weight(&w);
@@ -326,14 +338,21 @@ static void test_matmul_set(void) {
             for (int i = 0; i < 3; i++) nd += mm_bits_differ(mv[i], cout[i], (size_t)n * rows[i]);
             check(nd == 0, "matmul set %-7s 300+100+37x%d n=%d mat-vec: %zu outputs differ from the CPU", t->name,
                   cols, n, nd);
-            G->matmul(gb, dout, dx, ws, 3, 3);
-            for (int i = 0; i < 3; i++) {
-                get(mv[i], dout[i], sizeof(float) * 3 * rows[i]);
-                nd3 += mm_bits_differ(mv[i], cout[i], (size_t)3 * rows[i]);
-                no3 += (size_t)3 * rows[i];
+            /* a 3-token set call, with the default and the earlier mat-vec (LKV_CUDA_MVX=old) */
+            for (int old = 0; old < 2; old++) {
+                if (old) setenv("LKV_CUDA_MVX", "old", 1);
+                for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * 3 * rows[i]);
+                G->matmul(gb, dout, dx, ws, 3, 3);
+                unsetenv("LKV_CUDA_MVX");
+                nd3 = no3 = 0;
+                for (int i = 0; i < 3; i++) {
+                    get(mv[i], dout[i], sizeof(float) * 3 * rows[i]);
+                    nd3 += mm_bits_differ(mv[i], cout[i], (size_t)3 * rows[i]);
+                    no3 += (size_t)3 * rows[i];
+                }
+                check(nd3 == 0, "matmul set %-7s 300+100+37x%d n=3 mat-vec%s: %zu of %zu outputs differ from the CPU",
+                      t->name, cols, old ? " (LKV_CUDA_MVX=old)" : "", nd3, no3);
             }
-            check(nd3 == 0, "matmul set %-7s 300+100+37x%d n=3 mat-vec: %zu of %zu outputs differ from the CPU",
-                  t->name, cols, nd3, no3);
             gpu_matvec_chunks(dout, dx, ws, 3, n);   /* mv again: the n = 3 call overwrote it */
             for (int i = 0; i < 3; i++) get(mv[i], dout[i], sizeof(float) * n * rows[i]);
         }
@@ -379,8 +398,52 @@ static void test_matmul_set(void) {
 }
 
 /* long rows: few rows per block, many pieces per lane. Exact shapes: K tails
- * of the 16-block mat-vec stages and 4-block GEMM stages (576 = 18 blocks,
- * rows starting at every offset mod 16), rows that fill no tile (77, 129, 21) */
+ * of the mat-vec stages (32 or 16 blocks) and 4-block GEMM stages (576 = 18
+ * blocks, rows starting at every offset mod 16; 1536 = 48: one full stage
+ * and a half one; 14336 = 448: the down projection, more stages than the
+ * ring holds), rows that fill no tile of 16 (77, 129, 21, 19) */
+/* The CPU-exact GEMM (n > 8) on shapes with every kind of tail: cols 4064
+ * (127 blocks: the last 4-block stage holds 3, and the stage spans start at
+ * every offset mod 16), 576 (18 blocks), row counts that are not multiples
+ * of the 64-row tile, token counts that are not multiples of the 64-token
+ * tile; for the default kernel (mmx.cu) and the earlier one
+ * (LKV_CUDA_GEMM=mmx-old, mmx_tf32.cu). Both must give the CPU's bits. */
+static void test_gemm_exact_variants(void) {
+    const int types[] = {LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1, LKV_TYPE_Q8_0, LKV_TYPE_IQ4_NL};
+    const int shapes[][2] = {{45, 4064}, {130, 576}, {64, 1536}};
+    const int ns[] = {9, 100, 509};
+    for (int ti = 0; ti < NELEM(types); ti++)
+        for (int si = 0; si < NELEM(shapes); si++) {
+            const int rows = shapes[si][0], cols = shapes[si][1];
+            const lkv_traits *t = lkv_type_traits(types[ti]);
+            lkv_weight w = {0};
+            make_weight(&w, types[ti], rows, cols);
+            const lkv_weight *ws[1] = {&w};
+            for (int ni = 0; ni < NELEM(ns); ni++) {
+                const int n = ns[ni];
+                const size_t no = (size_t)n * rows;
+                float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * no),
+                      *cout = malloc(sizeof(float) * no);
+                fill(x, (size_t)n * cols, 2.f);
+                float *dx = dup_dev(x, sizeof(float) * n * cols), *dout = dev_buf(sizeof(float) * no);
+                float *outs[1] = {dout}, *couts[1] = {cout};
+                C->matmul(cb, couts, x, ws, 1, n);
+                for (int old = 0; old < 2; old++) {
+                    if (old) setenv("LKV_CUDA_GEMM", "mmx-old", 1);
+                    cudaMemset(dout, 0xff, sizeof(float) * no);   /* NaN: an output not written shows */
+                    G->matmul(gb, outs, dx, ws, 1, n);
+                    unsetenv("LKV_CUDA_GEMM");
+                    get(out, dout, sizeof(float) * no);
+                    const size_t nd = mm_bits_differ(out, cout, no);
+                    check(nd == 0, "gemm exact %-7s %dx%d n=%-3d %s: %zu of %zu outputs differ from the CPU (rel err %.2e)",
+                          t->name, rows, cols, n, old ? "mmx-old" : "mmx", nd, no, rel_err_f(out, cout, no));
+                }
+                free(x); free(out); free(cout); cudaFree(dx); cudaFree(dout);
+            }
+            free_weight(&w);
+        }
+}
+
 static void test_matmul(void) {
     test_matmul_shape(300, 768, -1);
     test_matmul_shape(37, 9216, LKV_TYPE_Q4_0);
@@ -388,7 +451,9 @@ static void test_matmul(void) {
     test_matmul_exact(77, 576);
     test_matmul_exact(129, 1536);
     test_matmul_exact(21, 4096);
+    test_matmul_exact(19, 14336);
     test_matmul_set();
+    test_gemm_exact_variants();
 }
 
 // ---------------------------------------------------------------- elementwise ops vs the CPU backend
@@ -626,11 +691,11 @@ void lkv_cuda_attn_test_dyn(lkv_bctx *b, const int32_t *dyn_pos, int32_t cap_pos
  */
 static void test_attention(void) {
     struct { int nh, nkv, hd, chunk, n_ctx, n_q; } cases[] = {
-        {16, 8, 64, 64, 500, 1},    /* attn_dec.cu, G = 2, 8-byte copies */
+        {16, 8, 64, 64, 500, 1},    /* attn_dec_ring.cu (attn_dec.cu: dec-old), G = 2 */
         {3, 3, 64, 64, 500, 2},     /* (K and V types differ: attn.cu) */
-        {3, 3, 64, 64, 500, 1},     /* attn_dec.cu, G = 1, 204-byte rows: 2-byte copies */
+        {3, 3, 64, 64, 500, 1},     /* G = 1, 204-byte rows: ring 4-byte copies, dec-old 2-byte */
         {5, 5, 64, 64, 300, 1},     /* (K and V types differ: attn.cu) */
-        {32, 8, 128, 256, 1300, 1}, /* Llama-3-8B shape, decode (attn_dec.cu for f16/q8_0/q4_0) */
+        {32, 8, 128, 256, 1300, 1}, /* Llama-3-8B shape, decode (attn_dec_ring.cu for f16/q8_0/q4_0) */
         {32, 8, 128, 256, 1000, 2}, /* same, K and V types differ: attn.cu's split kernel */
         {9, 3, 64, 64, 700, 1},     /* SmolLM2 shape, decode (split kernel) */
         {8, 2, 128, 256, 900, 3},
@@ -647,6 +712,15 @@ static void test_attention(void) {
         {4, 4, 128, 64, 300, 32},   {4, 4, 128, 64, 300, 100},
         /* (odd indices mix the K and V types: single-query cases with equal types) */
         {9, 3, 64, 256, 700, 1},    {4, 4, 128, 64, 500, 3},   {4, 4, 128, 64, 500, 1},
+        /* attn_dec_ring.cu over 20+ chunks with a partial last one (each case
+         * twice: the odd index with mixed types, the even one with K = V):
+         * many ring turns per chunk (chunk 256: 8 stages per plane), G 4 / 8
+         * / 3 / 1, hd 128 and 64, 256 threads (G 8, hd 128), 1 to 8 queries */
+        {32, 8, 128, 64, 1501, 1},  {32, 8, 128, 64, 1501, 1},
+        {16, 2, 64, 32, 700, 5},    {16, 2, 64, 32, 700, 5},
+        {6, 2, 128, 256, 5000, 1},  {6, 2, 128, 256, 5000, 1},
+        {64, 8, 128, 64, 1400, 8},  {64, 8, 128, 64, 1400, 8},
+        {4, 4, 64, 128, 2600, 2},   {4, 4, 64, 128, 2600, 2},
     };
     for (int ci = 0; ci < NELEM(cases); ci++)
         for (int ti = 0; ti < NELEM(KVTYPES); ti++) {
@@ -684,6 +758,19 @@ static void test_attention(void) {
             G->attn_accum(gb, dst, dq, &d);
             G->attn_finish(gb, dout, dst, n_q, nh, hd);
             get(o1, dout, sizeof(float) * QN);
+            /* (1b) the same through the previous decode kernel (attn_dec.cu,
+             * LKV_CUDA_ATTN=dec-old, read per call): the same bits */
+            float *o4 = malloc(sizeof(float) * QN);
+            char *env0 = getenv("LKV_CUDA_ATTN") ? strdup(getenv("LKV_CUDA_ATTN")) : NULL;
+            setenv("LKV_CUDA_ATTN", "dec-old", 1);
+            G->attn_reset(gb, dst, n_q, nh, hd);
+            G->attn_accum(gb, dst, dq, &d);
+            G->attn_finish(gb, dout, dst, n_q, nh, hd);
+            get(o4, dout, sizeof(float) * QN);
+            if (env0) setenv("LKV_CUDA_ATTN", env0, 1); else unsetenv("LKV_CUDA_ATTN");
+            free(env0);
+            const int same_old = memcmp(o1, o4, sizeof(float) * QN) == 0;
+            free(o4);
             /* (2) chunks split over two calls, rows over three segments listed out of order */
             const int cut = n_chunks / 2, s1 = 37, s2 = n_ctx / 2 + 5;
             lkv_attn_desc d2 = d;
@@ -731,12 +818,12 @@ static void test_attention(void) {
             const int same_cpu = memcmp(o1, oc, sizeof(float) * QN) == 0;
             size_t n_diff = 0;
             for (size_t i = 0; i < QN; i++) n_diff += memcmp(o1 + i, oc + i, sizeof(float)) != 0;
-            check(eg < tol && egc < tol && same_cpu && inv && same_dyn != 0,
+            check(eg < tol && egc < tol && same_cpu && inv && same_dyn != 0 && same_old,
                   "attn nh=%d nkv=%d hd=%d chunk=%d ctx=%d nq=%d k=%s v=%s: rel err %.2e (cpu %.2e), "
                   "gpu vs cpu %.2e (tol %.0e), bit-identical to the cpu: %s (%zu of %zu differ), "
-                  "split/segment invariant: %s, replay at +%d: %s", nh, nkv, hd, chunk, n_ctx, n_q, TK->name,
-                  TV->name, eg, ec, egc, tol, same_cpu ? "yes" : "NO", n_diff, QN, inv ? "yes" : "NO", delta,
-                  same_dyn < 0 ? "-" : same_dyn ? "same" : "DIFFERS");
+                  "split/segment invariant: %s, replay at +%d: %s, dec-old: %s", nh, nkv, hd, chunk, n_ctx, n_q,
+                  TK->name, TV->name, eg, ec, egc, tol, same_cpu ? "yes" : "NO", n_diff, QN, inv ? "yes" : "NO",
+                  delta, same_dyn < 0 ? "-" : same_dyn ? "same" : "DIFFERS", same_old ? "same" : "DIFFERS");
             free(kf); free(vf); free(kq); free(vq); free(q); free(ref); free(o1); free(o2); free(o3); free(oc); free(cst);
             cudaFree(dk); cudaFree(dv); cudaFree(dq); cudaFree(dout); cudaFree(dst);
         }
