@@ -14,6 +14,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "llamakv.h"
@@ -102,6 +104,20 @@ int lkv_cuda_compute_wait_copy(lkv_bctx *b, uint64_t t);
 uint64_t lkv_cuda_compute_mark(lkv_bctx *b);
 void lkv_cuda_copy_wait_compute(lkv_bctx *b, uint64_t t);
 lkv_status lkv_cuda_copy_sync(lkv_bctx *b);
+
+/* Kernel choice by environment, read per call (tests switch it): `var` set to
+ * `value` selects the alternative; unset, LKV_CUDA_EXACT=0 selects the fast
+ * kernels (the int8 GEMM and mat-vec, the tensor-core prefill attention),
+ * which are not bit-identical with the CPU backend. */
+static inline bool lkv_cuda_env_is(const char *var, const char *value) {
+    const char *e = getenv(var);
+    return e && !strcmp(e, value);
+}
+static inline bool lkv_cuda_fast(const char *var, const char *fast_value) {
+    const char *e = getenv(var);
+    if (e && *e) return !strcmp(e, fast_value);
+    return lkv_cuda_env_is("LKV_CUDA_EXACT", "0");
+}
 
 /* rope angles (rope_table.cu). table: rows of (cos, sin) for tokens 0..n-1 at
  * pos0.., or NULL when the kernels must compute them. The capture / replay

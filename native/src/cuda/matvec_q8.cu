@@ -183,9 +183,9 @@ bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int c
     }
     if (!ok) return false;
     if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
-    /* the legacy types take the CPU-exact kernel (mvx.cu) unless LKV_CUDA_MV=fast */
-    const char *e = getenv("LKV_CUDA_MV");   /* per call, as LKV_CUDA_GEMM (mmq.cu) */
-    if (!(e && !strcmp(e, "fast")) && lkv_cuda_mvx(b, type, ms, cols, n)) {
+    /* the legacy types take the CPU-exact kernel (mvx.cu) unless LKV_CUDA_MV=fast
+     * (or LKV_CUDA_EXACT=0) */
+    if (!lkv_cuda_fast("LKV_CUDA_MV", "fast") && lkv_cuda_mvx(b, type, ms, cols, n)) {
         LKV_CUDA_LAUNCHED(b, "matmul (mvx)");
         return true;
     }

@@ -30,8 +30,8 @@
  * Grid: x over the row tiles of all weights of the set (tile0 / mm_pick), y
  * over token tiles. By default the legacy types (q4_0 ... iq4_nl) go to
  * mmx.cu, whose sums are the CPU's bit for bit (LKV_CUDA_GEMM=mmx-old: its
- * first version, mmx_tf32.cu); LKV_CUDA_GEMM=fast brings them here (~1 ulp
- * off the CPU). LKV_CUDA_GEMM=wmma keeps matmul.cu's f16 gemm_kernel;
+ * first version, mmx_tf32.cu); LKV_CUDA_GEMM=fast or LKV_CUDA_EXACT=0 brings
+ * them here (~1 ulp off the CPU, 2.7x faster). LKV_CUDA_GEMM=wmma keeps matmul.cu's f16 gemm_kernel;
  * LKV_CUDA_MMQ_BN=64|128 forces the token tile (default: by grid size).
  */
 #include <stdlib.h>
@@ -319,9 +319,8 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 
 // ---------------------------------------------------------------- launcher
 
-/* LKV_CUDA_GEMM=wmma turns this kernel off (read once); =fast gives it the
- * legacy types too (otherwise on mmx.cu, CPU-exact; read per call) */
-static int mq_off = -1;
+/* LKV_CUDA_GEMM=wmma turns this kernel off; =fast (or LKV_CUDA_EXACT=0) gives
+ * it the legacy types too (otherwise on mmx.cu, CPU-exact); read per call */
 
 template <int T, int BN>
 static void mmq_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
@@ -363,12 +362,9 @@ static bool mmq_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n, bo
 }
 
 bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n, bool quantize) {
-    if (mq_off < 0) {
-        const char *e = getenv("LKV_CUDA_GEMM");
-        mq_off = e && !strcmp(e, "wmma");
-    }
-    const char *ge = getenv("LKV_CUDA_GEMM");   /* per call: tests switch it; a GEMM costs far more */
-    const bool mq_fast = ge && !strcmp(ge, "fast");
+    /* per call: tests switch it; a GEMM costs far more than the lookup */
+    const bool mq_off = lkv_cuda_env_is("LKV_CUDA_GEMM", "wmma");
+    const bool mq_fast = lkv_cuda_fast("LKV_CUDA_GEMM", "fast");
     if (mq_off || !b->mmq || !b->xq || n > b->xq_rows || cols > b->xq_cols || cols % 32) return false;
     /* the legacy types: the CPU-exact GEMM (mmx.cu) unless LKV_CUDA_GEMM=fast */
     bool exact = false;
@@ -379,7 +375,7 @@ bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, i
     default: break;
     }
     if (exact && !mq_fast) {
-        const bool old = ge && !strcmp(ge, "mmx-old");   /* the tf32 version, for comparison */
+        const bool old = lkv_cuda_env_is("LKV_CUDA_GEMM", "mmx-old");   /* the tf32 version, for comparison */
         if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
         if (!(old ? lkv_cuda_mmx_tf32 : lkv_cuda_mmx)(b, type, ms, cols, n)) return false;
         LKV_CUDA_LAUNCHED(b, "matmul (mmx)");
