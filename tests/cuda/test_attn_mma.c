@@ -20,12 +20,17 @@
  *   (4) mixed with attn.cu's kernels: attn_accum for the first chunks then
  *       attn_mma, and the other way round;
  *   (5) a fully masked range leaves the state bit-for-bit as it was;
- *   (6) unsupported shapes return false and leave the state untouched.
- * Tolerance: the GPU rounds the query (in K's dot type, then f16), K, V and
- * the probabilities to f16 and takes one softmax over the whole range instead
- * of one per chunk; each is ~2^-12 relative per element. 2e-3 relative (L2
- * over all outputs) leaves room for that and catches any layout or masking
- * error (those give O(1) errors).
+ *   (6) unsupported shapes return false and leave the state untouched;
+ *   (7) exactness across calls (DESIGN.md section 4): the state after one
+ *       call over all chunks, one segment, equals bit for bit the state after
+ *       the same range in 2 calls, in 3 calls and in one call per chunk (the
+ *       state carried from call to call, rows in three segments out of
+ *       order), as a streaming KV pool splits a layer's range.
+ * Tolerance of (1)-(4): the GPU rounds the query (in K's dot type, then f16),
+ * K, V and the probabilities to f16 and runs the softmax of a chunk across
+ * its tiles; each is ~2^-12 relative per element. 2e-3 relative (L2 over all
+ * outputs) leaves room for that and catches any layout or masking error
+ * (those give O(1) errors). (7) has no tolerance.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -148,6 +153,31 @@ static int gpu_finish(actx *x) {
     return 1;
 }
 
+/* GPU state (into host) after the chunk range [0, n_chunks) in calls cut at
+ * cuts[0 .. n_cuts) (increasing chunk indices), from a reset state carried
+ * from call to call; rows in one segment, or in three out of order (split):
+ * where a row lives must not matter. false if attn_mma refused any call. */
+static bool gpu_calls(actx *x, const int *cuts, int n_cuts, int split, void *state) {
+    G->attn_reset(gb, x->dst, x->c.n_q, x->c.nh, x->c.hd);
+    bool took = true;
+    for (int i = 0, lo = 0; i <= n_cuts; i++) {
+        const int hi = i < n_cuts ? cuts[i] : x->n_chunks;
+        lkv_attn_desc d = desc_of(x, lo, hi, 1, split);
+        took = lkv_cuda_attn_mma(gb, x->dst, x->dq, &d) && took;
+        lo = hi;
+    }
+    get(state, x->dst, x->SB);
+    return took;
+}
+
+/* 32-bit words of a and b (n bytes) that differ */
+static long words_differing(const void *a, const void *b, size_t n) {
+    const uint32_t *u = a, *v = b;
+    long nd = 0;
+    for (size_t i = 0; i < n / 4; i++) nd += u[i] != v[i];
+    return nd;
+}
+
 static void run_case(const acase *c) {
     actx x = {.c = *c};
     const lkv_traits *TK = lkv_type_traits(c->tk), *TV = lkv_type_traits(c->tv);
@@ -255,6 +285,24 @@ static void run_case(const acase *c) {
         get(st1, x.dst, x.SB);
         check(took && memcmp(st0, st1, x.SB) == 0, "attn_mma %s: masked range: state %s", tag,
               memcmp(st0, st1, x.SB) == 0 ? "unchanged" : "CHANGED");
+    }
+
+    /* (7) one call against the range cut into 2, 3 and n_chunks calls */
+    {
+        const bool took = gpu_calls(&x, NULL, 0, 0, st0);
+        int cuts[64];
+        const int third = x.n_chunks / 3 > 0 ? x.n_chunks / 3 : 1;
+        for (int v = 0; v < 3; v++) {
+            int n_cuts = 0;
+            if (v == 0) cuts[n_cuts++] = x.cut;   /* inside the queries' span */
+            if (v == 1) { cuts[n_cuts++] = third; cuts[n_cuts++] = third < x.n_chunks - 1 ? 2 * third : third + 1; }
+            if (v == 2) for (int i = 1; i < x.n_chunks && n_cuts < 64; i++) cuts[n_cuts++] = i;
+            if (n_cuts == 0 || cuts[n_cuts - 1] >= x.n_chunks) continue;   /* a range too short for the cuts */
+            const bool took2 = gpu_calls(&x, cuts, n_cuts, 1, st1);
+            const long nd = words_differing(st0, st1, x.SB);
+            check(took && took2 && nd == 0, "attn_mma %s: one call == %d calls (cuts at %d%s): %s (%ld words differ)",
+                  tag, n_cuts + 1, cuts[0], n_cuts > 1 ? ", ..." : "", nd == 0 ? "bit-identical" : "DIFFERENT", nd);
+        }
     }
 
     free(kf); free(vf); free(x.kq); free(x.vq); free(x.q); free(x.ref); free(x.out); free(x.cst);
@@ -385,6 +433,18 @@ int main(int argc, char **argv) {
         /* K and V of different types */
         {8, 2, 128, 256, 900, 100, LKV_TYPE_Q8_0, LKV_TYPE_F16},
         {9, 3, 64, 256, 600, 64, LKV_TYPE_F16, LKV_TYPE_Q4_0},
+        /* longer contexts (5 to 20 chunks, the last partial) for the split checks (7);
+         * chunk 96: a chunk ends inside a 64-row tile */
+        {9, 3, 64, 256, 1200, 16, LKV_TYPE_F16, LKV_TYPE_F16},
+        {9, 3, 64, 256, 1200, 100, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        {9, 3, 64, 64, 1250, 512, LKV_TYPE_F16, LKV_TYPE_F16},
+        {9, 3, 64, 96, 1000, 100, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        {9, 3, 64, 128, 1100, 512, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        {8, 2, 128, 256, 2500, 512, LKV_TYPE_F16, LKV_TYPE_F16},
+        {8, 2, 128, 256, 2500, 16, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        {8, 2, 128, 64, 1000, 100, LKV_TYPE_F16, LKV_TYPE_F16},
+        {8, 2, 128, 256, 4900, 512, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        {8, 2, 128, 96, 1500, 16, LKV_TYPE_F16, LKV_TYPE_F16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     test_refusals();

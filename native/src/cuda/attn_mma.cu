@@ -10,19 +10,33 @@
  * head (GQA): flat index f = qi * G + g (G = n_head / n_head_kv) is query qi,
  * head kh * G + g. A block (4 warps) owns 64 such rows (warp w: rows 16w ..
  * 16w+15, one m16 tile) and walks the positions [P0, Pend) of the chunk range
- * in tiles of 64 K/V rows: S = Q K^T (16 x 64 per warp), online softmax in
- * registers, O += P V (16 x head_dim per warp). Pend stops at the block's
- * last query; the causal limit of each row is applied as a mask. At the end
- * each row's (m, l, O / l) is folded into the incoming state with the
- * log-sum-exp rule (attn.cuh's fold, in f32), once per call.
+ * chunk by chunk, each in tiles of up to 64 K/V rows that start at the
+ * chunk's start and are clipped at its end (a chunk that is not a multiple of
+ * 64 rows ends in a part-filled tile): S = Q K^T (16 x 64 per warp), online
+ * softmax in registers, O += P V (16 x head_dim per warp). Pend stops at the
+ * block's last query; the causal limit of each row is applied as a mask.
+ *
+ * Exactness across calls (DESIGN.md section 4: the split of a layer's chunk
+ * range into calls, which depends on the KV pool, must not show in the
+ * result). As the CPU does (cpu/attention.c), each chunk's partial
+ * (m_c, l_c, O_c / l_c), computed over that chunk's rows only, is folded into
+ * the state per (query, head) in increasing chunk order with the CPU's fold
+ * (attn.cuh attn_fold_w / attn_fold_o: libm's expf, each operation rounded;
+ * the first non-empty chunk taken as it stands, an empty one skipped). The
+ * state of the block's rows lives in registers from the first chunk to the
+ * last (read at the start, written once at the end), so one call over
+ * [a, c) and the calls [a, b), [b, c) do the same operations on the same
+ * values: bit-identical. A chunk's tiles, and so its partial, do not depend
+ * on the call: they start at the chunk's start and stop at its end or at the
+ * block's last query, never at the range's end.
  *
  * Data movement, per K/V tile (double-buffered, in flight during the previous
  * tile's products): each row is found in whichever segment holds it (one
  * search per lane pair) and copied with cp.async by its warp (16 lanes per
  * row slice), f16 straight into the padded f16 tile, q8_0 / q4_0 as raw blocks
  * into a staging area that is then dequantized to f16 (code * d, one f16
- * rounding). Rows held by no segment, or past the range, are zero-filled and
- * masked. Q is converted once into the f16 tile's second buffer and kept in
+ * rounding). Rows held by no segment, or past the tile's end (its chunk's end
+ * or the block's last query), are zero-filled and masked. Q is converted once into the f16 tile's second buffer and kept in
  * registers as mma A fragments.
  *
  * Rounding (why it agrees with the CPU to ~1e-3 and not better): the query
@@ -33,8 +47,8 @@
  * rounded to f16 (2^-12 relative); scores and sums are f32; the probabilities
  * exp2((s - m) * scale * log2 e) (ex2.approx, ~2 ulp) are rounded to f16 as
  * the P operand and l sums those rounded values, so O / l is normalised
- * consistently. Unlike the CPU, the softmax spans the whole chunk range rather
- * than one chunk: the same value up to rounding.
+ * consistently. Within a chunk the softmax runs across its tiles (a running
+ * max); the CPU takes the chunk at once: the same value up to rounding.
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16 .f16, g = lane >> 2, t = lane & 3;
  * the byte-for-byte same as mmq.cu's m16n8k32 .s8, which the hardware test
@@ -57,6 +71,7 @@
  */
 #include <limits.h>
 
+#include "attn.cuh"   /* the CPU's fold: attn_fold_w / attn_fold_o */
 #include "attn_mma.cuh"
 
 enum { AM_BM = 64, AM_BN = 64, AM_WARPS = 4, AM_THREADS = 32 * AM_WARPS };
@@ -90,6 +105,7 @@ template <int TK, int TV, int D> struct am_smem {
 struct am_geom {
     int G;               /* heads per KV head */
     int P0, P1;          /* the range's positions before causality: [chunk_lo, chunk_hi) * chunk */
+    int tpc;             /* K/V tiles per chunk: ceil(chunk / AM_BN) */
     float c2;            /* scale * log2(e): scores to exp2 exponents */
     size_t rbk, rbv;     /* KV row bytes (all KV heads) */
     int gk, gv;          /* cp.async piece bytes for quantized K / V (4, 8 or 16) */
@@ -201,6 +217,23 @@ static __device__ __forceinline__ int am_find(const lkv_attn_desc &d, int p) {
     return -1;
 }
 
+/* Tile j of a call: tile j % tpc of chunk chunk_lo + j / tpc, rows [p0, pe).
+ * Tiles start at their chunk's start and are clipped at its end (and at the
+ * block's last visible position Pend), so a tile never holds rows of two
+ * chunks and a chunk's tiles are the same whatever range the call covers.
+ * last: the chunk's last tile (its partial is complete after it). */
+struct am_tile { int p0, pe; bool last; };
+
+static __device__ __forceinline__ am_tile am_tile_of(const lkv_attn_desc &d, const am_geom &ge, int j, int Pend,
+                                                     int n_tiles) {
+    const int cj = j / ge.tpc, t = j - cj * ge.tpc, cs = (d.chunk_lo + cj) * d.chunk;
+    am_tile r;
+    r.p0 = cs + AM_BN * t;
+    r.pe = min(min(r.p0 + AM_BN, cs + d.chunk), Pend);
+    r.last = t == ge.tpc - 1 || j == n_tiles - 1;
+    return r;
+}
+
 // ---------------------------------------------------------------- kernel
 
 /* grid (M tiles of 64 (query, head) rows, n_head_kv); the heaviest tiles
@@ -222,7 +255,9 @@ attn_mma_kernel(float *st, const float *__restrict__ q, const __grid_constant__ 
     const int qi_last = min(d.n_q - 1, (f0 + AM_BM - 1) / G);
     const int Pend = min(ge.P1, d.q_pos0 + qi_last + 1);
     if (Pend <= ge.P0) return;   /* nothing visible: every state stays as it is */
-    const int n_tiles = (Pend - ge.P0 + AM_BN - 1) / AM_BN;
+    /* the whole chunks before the one holding Pend - 1, then that one's tiles up to Pend */
+    const int c_last = (Pend - 1) / d.chunk;
+    const int n_tiles = (c_last - d.chunk_lo) * ge.tpc + (Pend - c_last * d.chunk + AM_BN - 1) / AM_BN;
 
     /* the rows of this thread's C fragments: e = 0 (row g), 1 (row g + 8) */
     int qpos[2];
@@ -235,9 +270,10 @@ attn_mma_kernel(float *st, const float *__restrict__ q, const __grid_constant__ 
     // -- issue the copies of tile j into buffer j & 1: the lane pair 2i, 2i+1 of
     //    warp w locates row 16w + i; the warp then copies its 16 rows
     auto issue = [&](int j) {
-        const int buf = j & 1, r = tid >> 1, p = ge.P0 + j * AM_BN + r;
+        const am_tile tl = am_tile_of(d, ge, j, Pend, n_tiles);
+        const int buf = j & 1, r = tid >> 1, p = tl.p0 + r;
         const uint8_t *kr = NULL, *vr = NULL;
-        if (p < Pend) {
+        if (p < tl.pe) {   /* rows past the chunk's end (or Pend) stay zero and masked */
             const int s = am_find(d, p);
             if (s >= 0) {
                 const size_t row = (size_t)(p - d.segs[s].pos0);
@@ -306,8 +342,28 @@ attn_mma_kernel(float *st, const float *__restrict__ q, const __grid_constant__ 
         __syncthreads();
     }
 
-    /* running state of the thread's two rows: max of the raw scores q.k, the
-     * partial l of this thread's columns (summed over the quad at the end), O */
+    /* the state of the thread's two rows (attn.cu's layout: m, l, o normalised),
+     * its columns of o only: read here, folded chunk by chunk in registers,
+     * written once at the end. Rows past n_rows see nothing (never folded). */
+    float *sp[2], ms[2], ls[2], os[NO][4];
+    bool changed[2] = {false, false};   /* some chunk was folded into the row */
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int f = f0 + 16 * warp + (lane >> 2) + 8 * e;
+        sp[e] = f < n_rows ? st + ((size_t)(f / G) * d.n_head + kh * G + f % G) * (D + 2) : NULL;
+        ms[e] = sp[e] ? sp[e][0] : -INFINITY;
+        ls[e] = sp[e] ? sp[e][1] : 0.f;
+#pragma unroll
+        for (int n = 0; n < NO; n++) {
+            const float2 v = sp[e] ? *(const float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) : make_float2(0.f, 0.f);
+            os[n][2 * e] = v.x;
+            os[n][2 * e + 1] = v.y;
+        }
+    }
+
+    /* the current chunk's partial of the two rows: max of the raw scores q.k,
+     * the partial l of this thread's columns (summed over the quad at the
+     * chunk's end), O unnormalised */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     float o[NO][4];
 #pragma unroll
@@ -318,7 +374,8 @@ attn_mma_kernel(float *st, const float *__restrict__ q, const __grid_constant__ 
     const int vrow = (lane & 7) + 8 * ((lane >> 3) & 1), vcol = 8 * (lane >> 4);
 
     for (int j = 0; j < n_tiles; j++) {
-        const int buf = j & 1, tp0 = ge.P0 + j * AM_BN;
+        const am_tile tl = am_tile_of(d, ge, j, Pend, n_tiles);
+        const int buf = j & 1, tp0 = tl.p0;
         if (j + 1 < n_tiles) issue(j + 1);
 
         // -- S = Q K^T: 16 x 64 per warp
@@ -396,6 +453,33 @@ attn_mma_kernel(float *st, const float *__restrict__ q, const __grid_constant__ 
                 am_mma(o[2 * dp + 1], pa[k], b2, b3);
             }
 
+        // -- the chunk is complete: its partial (m_c, l_c, O / l_c) of each row
+        //    is folded into the state by the CPU's rule (attn.cuh: M = max,
+        //    W = l e^(m - M) with libm's expf, o = (o W_a + o_c W_b) / (W_a + W_b);
+        //    the first non-empty chunk as it stands, an empty one skipped), then
+        //    the partial restarts. Chunk after chunk, in order, exactly as a
+        //    call per chunk would: the split of the range into calls is invisible
+        if (tl.last) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                /* the quad's sum; every lane of the quad gets the same bits */
+                float lc = __fadd_rn(l[e], __shfl_xor_sync(0xffffffffu, l[e], 1));
+                lc = __fadd_rn(lc, __shfl_xor_sync(0xffffffffu, lc, 2));
+                const float mc = __fmul_rn(m[e], d.scale);   /* scale > 0: -inf (empty) stays -inf */
+                const attn_fw fw = attn_fold_w(ms[e], ls[e], mc, lc);
+                const float ic = __frcp_rn(lc);   /* unused when the chunk is empty */
+                changed[e] = changed[e] || fw.kind != 0;
+#pragma unroll
+                for (int n = 0; n < NO; n++) {
+                    os[n][2 * e] = attn_fold_o(os[n][2 * e], __fmul_rn(o[n][2 * e], ic), fw);
+                    os[n][2 * e + 1] = attn_fold_o(os[n][2 * e + 1], __fmul_rn(o[n][2 * e + 1], ic), fw);
+                    o[n][2 * e] = o[n][2 * e + 1] = 0.f;
+                }
+                m[e] = -INFINITY;
+                l[e] = 0.f;
+            }
+        }
+
         // -- tile j + 1: landed, then (quantized) dequantized into buffers (j + 1) & 1
         am_cp_wait();
         __syncthreads();   /* also: every warp is done reading buffers j & 1 */
@@ -407,50 +491,15 @@ attn_mma_kernel(float *st, const float *__restrict__ q, const __grid_constant__ 
         }
     }
 
-    // -- fold (m_b, l_b, O / l_b) of each row into the state (attn.cuh's rule):
-    //    M = max(m_a, m_b), W_x = l_x e^(m_x - M), o = (o_a W_a + o_b W_b) / (W_a + W_b)
-    float ma[2], la[2];
-    float *sp[2];
+    // -- the state of each row that some chunk changed; the loop's barriers
+    //    order these stores after every lane's reads at the start
 #pragma unroll
     for (int e = 0; e < 2; e++) {
-        l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
-        l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
-        const int f = f0 + 16 * warp + (lane >> 2) + 8 * e;
-        sp[e] = NULL;
-        ma[e] = la[e] = 0.f;
-        if (f < n_rows && m[e] != -INFINITY) {
-            sp[e] = st + ((size_t)(f / G) * d.n_head + kh * G + f % G) * (D + 2);
-            ma[e] = sp[e][0];
-            la[e] = sp[e][1];
-        }
-    }
-    __syncwarp();   /* the quad has read (m, l) before its lane 0 rewrites them */
+        if (!sp[e] || !changed[e]) continue;
 #pragma unroll
-    for (int e = 0; e < 2; e++) {
-        if (!sp[e]) continue;
-        const float mb = __fmul_rn(m[e], d.scale), lb = l[e], ib = __frcp_rn(lb);
-        float wa = 0.f, wb = 1.f, il = 1.f, mn = mb, ln = lb;
-        if (ma[e] != -INFINITY) {   /* else: the state was empty, it becomes this pass */
-            mn = fmaxf(ma[e], mb);
-            wa = __fmul_rn(la[e], expf(__fsub_rn(ma[e], mn)));
-            wb = __fmul_rn(lb, expf(__fsub_rn(mb, mn)));
-            ln = __fadd_rn(wa, wb);
-            il = __frcp_rn(ln);
-        }
-#pragma unroll
-        for (int n = 0; n < NO; n++) {
-            float2 *p2 = (float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3));
-            const float2 oa = *p2;
-            const float b0 = __fmul_rn(o[n][2 * e], ib), b1 = __fmul_rn(o[n][2 * e + 1], ib);
-            float2 r;
-            if (ma[e] == -INFINITY) { r.x = b0; r.y = b1; }
-            else {
-                r.x = __fmul_rn(__fadd_rn(__fmul_rn(oa.x, wa), __fmul_rn(b0, wb)), il);
-                r.y = __fmul_rn(__fadd_rn(__fmul_rn(oa.y, wa), __fmul_rn(b1, wb)), il);
-            }
-            *p2 = r;
-        }
-        if ((lane & 3) == 0) { sp[e][0] = mn; sp[e][1] = ln; }
+        for (int n = 0; n < NO; n++)
+            *(float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) = make_float2(os[n][2 * e], os[n][2 * e + 1]);
+        if ((lane & 3) == 0) { sp[e][0] = ms[e]; sp[e][1] = ls[e]; }
     }
 }
 
@@ -537,6 +586,7 @@ extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const l
     ge.G = d->n_head / d->n_head_kv;
     ge.P0 = d->chunk_lo * d->chunk;
     ge.P1 = (int)P1;
+    ge.tpc = (d->chunk + AM_BN - 1) / AM_BN;
     ge.c2 = d->scale * 1.4426950408889634f;
     ge.rbk = (size_t)d->n_head_kv * (hd / 32) * gbk;
     ge.rbv = (size_t)d->n_head_kv * (hd / 32) * gbv;

@@ -3,12 +3,16 @@
  *
  * lkv_cuda_attn_mma does what lkv_cuda_attn_accum does (backend.h: fold the
  * chunks [chunk_lo, chunk_hi) into the running state st, causal per query),
- * for the shapes it covers, with f16 tensor-core products: the chunk range is
- * one flash-attention pass per tile of 64 (query, head) rows, folded into the
- * state once. The state's layout and meaning are attn.cu's ((m, l, o) per
- * (query, head), o normalised), so calls mix freely with attn.cu's kernels
- * and attn_finish. Not bit-identical with the CPU: the query, K, V and the
- * probabilities are rounded to f16 (relative error ~1e-3).
+ * for the shapes it covers, with f16 tensor-core products: one flash-attention
+ * pass per chunk and tile of 64 (query, head) rows, each chunk's partial
+ * folded into the state with the CPU's fold, chunk after chunk. The state's
+ * layout and meaning are attn.cu's ((m, l, o) per (query, head), o
+ * normalised), so calls mix freely with attn.cu's kernels and attn_finish.
+ * Not bit-identical with the CPU: the query, K, V and the probabilities are
+ * rounded to f16 (relative error ~1e-3). Bit-identical with itself however
+ * the range is split into calls: chunks [a, c) in one call give the state
+ * that [a, b) then [b, c) give (same inputs, same segments' contents), which
+ * is what keeps a streaming KV pool's logits equal to the all-resident run's.
  *
  * Returns true when the work was enqueued on b->stream (a launch error is
  * recorded in b as for every op, and sync reports it), or when there was
