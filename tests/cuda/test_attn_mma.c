@@ -90,12 +90,12 @@ static lkv_bctx *gb, *cb;
 static void *dev_buf(size_t n) {
     void *d = NULL;
     if (cudaMalloc(&d, n ? n : 16) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(2); }
-    cudaMemset(d, 0xff, n);   /* poison: NaN floats */
+    cudaMemset(d, 0xff, n); cudaDeviceSynchronize();   /* poison: NaN floats */
     return d;
 }
 static void *dup_dev(const void *h, size_t n) {
     void *d = dev_buf(n);
-    cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+    cudaMemcpy(d, h, n, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
     return d;
 }
 static void get(void *h, const void *d, size_t n) {
@@ -248,7 +248,7 @@ static void run_case(const acase *c) {
     /* (3) incoming state from the CPU */
     {
         cpu_run(&x, NULL, 0, x.cut, 0);
-        cudaMemcpy(x.dst, x.cst, x.SB, cudaMemcpyHostToDevice);
+        cudaMemcpy(x.dst, x.cst, x.SB, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
         lkv_attn_desc d = desc_of(&x, x.cut, x.n_chunks, 1, 1);
         const bool took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d);
         gpu_finish(&x);
@@ -317,10 +317,10 @@ static void test_refusals(void) {
     const int nh = 8, nkv = 2, hd = 128, n_ctx = 300, n_q = 32;
     const size_t rb = (size_t)nkv * hd * 4 * 2;   /* room for any type tried below */
     uint8_t *dk = dev_buf(rb * n_ctx), *dv = dev_buf(rb * n_ctx);
-    cudaMemset(dk, 0, rb * n_ctx);
-    cudaMemset(dv, 0, rb * n_ctx);
+    cudaMemset(dk, 0, rb * n_ctx); cudaDeviceSynchronize();
+    cudaMemset(dv, 0, rb * n_ctx); cudaDeviceSynchronize();
     float *dq = dev_buf(sizeof(float) * n_q * nh * 256);
-    cudaMemset(dq, 0, sizeof(float) * n_q * nh * 256);
+    cudaMemset(dq, 0, sizeof(float) * n_q * nh * 256); cudaDeviceSynchronize();
     const size_t SB = G->attn_state_bytes(n_q, nh, 256);
     void *dst = dev_buf(SB);
     uint8_t *s0 = malloc(SB), *s1 = malloc(SB);
@@ -339,7 +339,7 @@ static void test_refusals(void) {
     cases[n++].dyn = 0;
     cases[n].what = "captured step (dyn_pos)"; cases[n].d = base; cases[n++].dyn = 1;
     int32_t *dpos = dev_buf(sizeof(int32_t));
-    cudaMemset(dpos, 0, sizeof(int32_t));
+    cudaMemset(dpos, 0, sizeof(int32_t)); cudaDeviceSynchronize();
     for (int i = 0; i < n; i++) {
         if (cases[i].dyn) lkv_cuda_attn_test_dyn(gb, dpos, cases[i].d.q_pos0);
         const bool took = lkv_cuda_attn_mma(gb, dst, dq, &cases[i].d);
@@ -370,7 +370,7 @@ static void time_8b(void) {
         float *f = malloc(sizeof(float) * E);
         for (int r = 0; r < R; r++) { fill(f, E, 2.f); T->from_float(f, h + r * rb, E); }
         uint8_t *dk = dev_buf(rb * depth);
-        for (int r = 0; r < depth; r += R) cudaMemcpy(dk + r * rb, h, rb * R, cudaMemcpyHostToDevice);
+        for (int r = 0; r < depth; r += R) cudaMemcpy(dk + r * rb, h, rb * R, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
         const size_t QN = (size_t)n_q * nh * hd;
         float *q = malloc(sizeof(float) * QN);
         fill(q, QN, 1.f);

@@ -71,13 +71,13 @@ static lkv_bctx *gb, *cb;
 static void *dup_dev(const void *h, size_t n) {
     void *d = NULL;
     if (cudaMalloc(&d, n ? n : 16) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(2); }
-    if (n) cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+    if (n) cudaMemcpy(d, h, n, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
     return d;
 }
 static void *dev_buf(size_t n) {
     void *d = NULL;
     if (cudaMalloc(&d, n ? n : 16) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(2); }
-    cudaMemset(d, 0xff, n);   /* poison: NaN floats */
+    cudaMemset(d, 0xff, n); cudaDeviceSynchronize();   /* poison: NaN floats */
     return d;
 }
 static void get(void *h, const void *d, size_t n) {
@@ -195,7 +195,7 @@ static void test_matmul_exact(int rows, int cols) {
                   t->name, rows, cols, n, n <= 8 ? "mat-vec" : "gemm", nd, no, rel_err_f(out, cout, no));
             if (n <= 8) {
                 setenv("LKV_CUDA_MVX", "old", 1);
-                cudaMemset(dout, 0xff, sizeof(float) * no);
+                cudaMemset(dout, 0xff, sizeof(float) * no); cudaDeviceSynchronize();
                 G->matmul(gb, outs, dx, ws, 1, n);
                 unsetenv("LKV_CUDA_MVX");
                 get(out, dout, sizeof(float) * no);
@@ -341,7 +341,7 @@ static void test_matmul_set(void) {
             /* a 3-token set call, with the default and the earlier mat-vec (LKV_CUDA_MVX=old) */
             for (int old = 0; old < 2; old++) {
                 if (old) setenv("LKV_CUDA_MVX", "old", 1);
-                for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * 3 * rows[i]);
+                for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * 3 * rows[i]); cudaDeviceSynchronize();
                 G->matmul(gb, dout, dx, ws, 3, 3);
                 unsetenv("LKV_CUDA_MVX");
                 nd3 = no3 = 0;
@@ -363,7 +363,7 @@ static void test_matmul_set(void) {
             const int exact = b == 2;
             if (!exact) setenv("LKV_CUDA_MMQ_BN", bns[b], 1);
             if (legacy && !exact) setenv("LKV_CUDA_GEMM", "fast", 1);
-            for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * n * rows[i]);
+            for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * n * rows[i]); cudaDeviceSynchronize();
             G->matmul(gb, dout, dx, ws, 3, n);
             unsetenv("LKV_CUDA_GEMM");
             double eg = 0, ec = 0, egc = 0, egm = 0;
@@ -430,7 +430,7 @@ static void test_gemm_exact_variants(void) {
                 C->matmul(cb, couts, x, ws, 1, n);
                 for (int old = 0; old < 2; old++) {
                     if (old) setenv("LKV_CUDA_GEMM", "mmx-old", 1);
-                    cudaMemset(dout, 0xff, sizeof(float) * no);   /* NaN: an output not written shows */
+                    cudaMemset(dout, 0xff, sizeof(float) * no); cudaDeviceSynchronize();   /* NaN: an output not written shows */
                     G->matmul(gb, outs, dx, ws, 1, n);
                     unsetenv("LKV_CUDA_GEMM");
                     get(out, dout, sizeof(float) * no);
@@ -493,7 +493,7 @@ static void test_elementwise(void) {
         G->add(gb, ds, dy, N);
         G->rmsnorm(gb, dn, ds, &w, n, dim, 1e-5f);
         get(s1, ds, sizeof(float) * N); get(n1, dn, sizeof(float) * N);
-        cudaMemcpy(ds, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice);
+        cudaMemcpy(ds, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice); cudaDeviceSynchronize();
         G->add_rmsnorm(gb, ds, dy, dn, &w, n, dim, 1e-5f);
         get(hg, ds, sizeof(float) * N); get(hc, dn, sizeof(float) * N);
         check(!memcmp(s1, hg, sizeof(float) * N) && !memcmp(n1, hc, sizeof(float) * N),
@@ -507,7 +507,7 @@ static void test_elementwise(void) {
           n_diff(hg, hc, N), N, rel_err_f(hg, hc, N));
 
     memcpy(hc, x, sizeof(float) * N);
-    cudaMemcpy(dout, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice);
+    cudaMemcpy(dout, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice); cudaDeviceSynchronize();
     G->add(gb, dout, dy, N); get(hg, dout, sizeof(float) * N);
     C->add(cb, hc, y, N);
     check(memcmp(hg, hc, sizeof(float) * N) == 0, "add bit-exact");
@@ -523,7 +523,7 @@ static void test_elementwise(void) {
         for (int variant = 0; variant < 3; variant++) {
             lkv_rope_desc r = {nh, hd, variant == 1 ? 32 : hd, 10000.f, variant == 2 ? 0.25f : 1.f, neox, NULL};
             const int32_t pos0 = variant == 2 ? 100000 : 5;
-            cudaMemcpy(dout, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice);
+            cudaMemcpy(dout, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice); cudaDeviceSynchronize();
             memcpy(hc, x, sizeof(float) * N);
             r.freq_factors = variant == 1 ? dff : NULL;
             G->rope(gb, dout, n, pos0, &r);
@@ -538,7 +538,7 @@ static void test_elementwise(void) {
      * halves after scaling (amax 127: q8_0 scales by 1), where a rounding rule
      * other than the CPU's (half to even) shows */
     for (int j = 0; j < 32; j++) x[j] = j == 31 ? 127.f : (float)(j - 16) + 0.5f;
-    cudaMemcpy(dx, x, sizeof(float) * 32, cudaMemcpyHostToDevice);
+    cudaMemcpy(dx, x, sizeof(float) * 32, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
     for (int ti = 0; ti < NELEM(KVTYPES); ti++) {
         const lkv_traits *t = lkv_type_traits(KVTYPES[ti]);
         const size_t rb = (size_t)lkv_type_row_bytes(t, dim);

@@ -110,6 +110,14 @@ static lkv_status cuda_model_init(struct lkv_model *m) {
         cuda_model_free(m);
         return st;
     }
+    /* cudaMemcpy from pageable memory may return before its DMA has landed, and
+     * the contexts' streams do not wait for the legacy stream: wait here */
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cuda_model_free(m);
+        return lkv_fail(LKV_ERR_DEVICE, "copying the weights to the GPU: %s", cudaGetErrorString(e));
+    }
     return LKV_OK;
 }
 
