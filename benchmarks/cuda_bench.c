@@ -129,15 +129,15 @@ int main(int argc, char **argv) {
      * default; BENCH_VARIANTS=n measures the first n (default 2; 0 = 1). Columns:
      * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_GRAPH,
      * LKV_CUDA_GEMM and LKV_CUDA_MV ("fast": the kernels that are not bit-identical
-     * with the CPU; "" = the default, exact ones), LKV_CUDA_MVX, LKV_CUDA_ATTN for
+     * with the CPU; "" = the default, exact ones), LKV_CUDA_ATTN for
      * decode. BENCH_DEPTH_VARIANTS=n: the first n also at depth (default 1) */
-    const char *vars[][9] = {{"CPU-exact kernels, decode step as a replayed graph (default)", "1", "2", "4", "1", "", "", "", "1"},
+    const char *vars[][8] = {{"CPU-exact kernels, decode step as a replayed graph (default)", "1", "2", "4", "1", "", "", "1"},
                              {"fast kernels (LKV_CUDA_GEMM=fast LKV_CUDA_MV=fast; not bit-identical with the CPU)",
-                              "1", "2", "4", "1", "fast", "fast", "", "1"},
-                             {"the first exact kernels (LKV_CUDA_GEMM=mmx-old LKV_CUDA_MVX=old LKV_CUDA_ATTN=dec-old)",
-                              "1", "2", "4", "1", "mmx-old", "", "old", "dec-old"},
-                             {"the default, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "", "", "", "1"},
-                             {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1", "", "", "", "1"}};
+                              "1", "2", "4", "1", "fast", "fast", "1"},
+                             {"the previous decode attention (LKV_CUDA_ATTN=dec-old)",
+                              "1", "2", "4", "1", "", "", "dec-old"},
+                             {"the default, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "", "", "1"},
+                             {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1", "", "", "1"}};
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
     if (n_var > 5) n_var = 5;
     const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
@@ -151,7 +151,6 @@ int main(int argc, char **argv) {
         setenv("LKV_CUDA_GRAPH", vars[vi][4], 1);
         setenv("LKV_CUDA_GEMM", vars[vi][5], 1);
         setenv("LKV_CUDA_MV", vars[vi][6], 1);
-        setenv("LKV_CUDA_MVX", vars[vi][7], 1);
         if (depth == 0 || n_dvar > 1) printf("-- %s\n", vars[vi][0]);
         lkv_context_params cp;
         lkv_context_params_init(&cp);
@@ -207,7 +206,7 @@ int main(int argc, char **argv) {
         /* decode: 5 runs of 32 tokens (after a warm-up run); at depth, also with
          * the previous decode kernel (LKV_CUDA_ATTN=dec-old, read per call) */
         for (int av = 0; av < (depth > 0 && getenv("BENCH_ATTN_OLD") ? 2 : 1); av++) {
-            setenv("LKV_CUDA_ATTN", av ? "dec-old" : vars[vi][8], 1);
+            setenv("LKV_CUDA_ATTN", av ? "dec-old" : vars[vi][7], 1);
             double tg[6];
             int ok = 1;
             for (int r = 0; r < 6 && ok; r++) {

@@ -370,7 +370,8 @@ static void time_8b(void) {
         float *f = malloc(sizeof(float) * E);
         for (int r = 0; r < R; r++) { fill(f, E, 2.f); T->from_float(f, h + r * rb, E); }
         uint8_t *dk = dev_buf(rb * depth);
-        for (int r = 0; r < depth; r += R) cudaMemcpy(dk + r * rb, h, rb * R, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
+        for (int r = 0; r < depth; r += R) cudaMemcpy(dk + r * rb, h, rb * R, cudaMemcpyHostToDevice);
+        cudaDeviceSynchronize();
         const size_t QN = (size_t)n_q * nh * hd;
         float *q = malloc(sizeof(float) * QN);
         fill(q, QN, 1.f);

@@ -71,7 +71,8 @@ static lkv_bctx *gb, *cb;
 static void *dup_dev(const void *h, size_t n) {
     void *d = NULL;
     if (cudaMalloc(&d, n ? n : 16) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(2); }
-    if (n) cudaMemcpy(d, h, n, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
+    if (n) cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
     return d;
 }
 static void *dev_buf(size_t n) {
@@ -170,8 +171,7 @@ static size_t mm_bits_differ(const float *a, const float *b, size_t n) {
  * backend bit for bit (mvx.cu for n <= 8, mmx.cu above): the CPU's 8 lane
  * chains in block order. Fresh random weights and activations per call; no
  * f64 reference (test_matmul_shape has it), so large n stays cheap. Every
- * n <= 8 (the mat-vec's 1/2/4/8-token variants, tokens past n repeated)
- * also runs the earlier kernel (LKV_CUDA_MVX=old, mvx_warp.cu). */
+ * n <= 8 (the mat-vec's 1/2/4/8-token variants, tokens past n repeated). */
 static void test_matmul_exact(int rows, int cols) {
     const int types[] = {LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1, LKV_TYPE_Q8_0, LKV_TYPE_IQ4_NL};
     const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 32, 100, 509};
@@ -193,16 +193,6 @@ static void test_matmul_exact(int rows, int cols) {
             const size_t nd = mm_bits_differ(out, cout, no);
             check(nd == 0, "matmul %-7s %dx%d n=%-3d %s: %zu of %zu outputs differ from the CPU (rel err %.2e)",
                   t->name, rows, cols, n, n <= 8 ? "mat-vec" : "gemm", nd, no, rel_err_f(out, cout, no));
-            if (n <= 8) {
-                setenv("LKV_CUDA_MVX", "old", 1);
-                cudaMemset(dout, 0xff, sizeof(float) * no); cudaDeviceSynchronize();
-                G->matmul(gb, outs, dx, ws, 1, n);
-                unsetenv("LKV_CUDA_MVX");
-                get(out, dout, sizeof(float) * no);
-                const size_t ndo = mm_bits_differ(out, cout, no);
-                check(ndo == 0, "matmul %-7s %dx%d n=%-3d mat-vec (LKV_CUDA_MVX=old): %zu of %zu outputs differ from the CPU",
-                      t->name, rows, cols, n, ndo, no);
-            }
             free(x); free(out); free(cout); cudaFree(dx); cudaFree(dout);
         }
         free_weight(&w);
@@ -338,21 +328,17 @@ static void test_matmul_set(void) {
             for (int i = 0; i < 3; i++) nd += mm_bits_differ(mv[i], cout[i], (size_t)n * rows[i]);
             check(nd == 0, "matmul set %-7s 300+100+37x%d n=%d mat-vec: %zu outputs differ from the CPU", t->name,
                   cols, n, nd);
-            /* a 3-token set call, with the default and the earlier mat-vec (LKV_CUDA_MVX=old) */
-            for (int old = 0; old < 2; old++) {
-                if (old) setenv("LKV_CUDA_MVX", "old", 1);
-                for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * 3 * rows[i]); cudaDeviceSynchronize();
-                G->matmul(gb, dout, dx, ws, 3, 3);
-                unsetenv("LKV_CUDA_MVX");
-                nd3 = no3 = 0;
-                for (int i = 0; i < 3; i++) {
-                    get(mv[i], dout[i], sizeof(float) * 3 * rows[i]);
-                    nd3 += mm_bits_differ(mv[i], cout[i], (size_t)3 * rows[i]);
-                    no3 += (size_t)3 * rows[i];
-                }
-                check(nd3 == 0, "matmul set %-7s 300+100+37x%d n=3 mat-vec%s: %zu of %zu outputs differ from the CPU",
-                      t->name, cols, old ? " (LKV_CUDA_MVX=old)" : "", nd3, no3);
+            /* a 3-token set call */
+            for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * 3 * rows[i]);
+            cudaDeviceSynchronize();
+            G->matmul(gb, dout, dx, ws, 3, 3);
+            for (int i = 0; i < 3; i++) {
+                get(mv[i], dout[i], sizeof(float) * 3 * rows[i]);
+                nd3 += mm_bits_differ(mv[i], cout[i], (size_t)3 * rows[i]);
+                no3 += (size_t)3 * rows[i];
             }
+            check(nd3 == 0, "matmul set %-7s 300+100+37x%d n=3 mat-vec: %zu of %zu outputs differ from the CPU",
+                  t->name, cols, nd3, no3);
             gpu_matvec_chunks(dout, dx, ws, 3, n);   /* mv again: the n = 3 call overwrote it */
             for (int i = 0; i < 3; i++) get(mv[i], dout[i], sizeof(float) * n * rows[i]);
         }
@@ -363,7 +349,8 @@ static void test_matmul_set(void) {
             const int exact = b == 2;
             if (!exact) setenv("LKV_CUDA_MMQ_BN", bns[b], 1);
             if (legacy && !exact) setenv("LKV_CUDA_GEMM", "fast", 1);
-            for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * n * rows[i]); cudaDeviceSynchronize();
+            for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * n * rows[i]);
+            cudaDeviceSynchronize();
             G->matmul(gb, dout, dx, ws, 3, n);
             unsetenv("LKV_CUDA_GEMM");
             double eg = 0, ec = 0, egc = 0, egm = 0;
@@ -406,9 +393,8 @@ static void test_matmul_set(void) {
  * (127 blocks: the last 4-block stage holds 3, and the stage spans start at
  * every offset mod 16), 576 (18 blocks), row counts that are not multiples
  * of the 64-row tile, token counts that are not multiples of the 64-token
- * tile; for the default kernel (mmx.cu) and the earlier one
- * (LKV_CUDA_GEMM=mmx-old, mmx_tf32.cu). Both must give the CPU's bits. */
-static void test_gemm_exact_variants(void) {
+ * tile (mmx.cu). It must give the CPU's bits. */
+static void test_gemm_exact_tails(void) {
     const int types[] = {LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1, LKV_TYPE_Q8_0, LKV_TYPE_IQ4_NL};
     const int shapes[][2] = {{45, 4064}, {130, 576}, {64, 1536}};
     const int ns[] = {9, 100, 509};
@@ -428,16 +414,11 @@ static void test_gemm_exact_variants(void) {
                 float *dx = dup_dev(x, sizeof(float) * n * cols), *dout = dev_buf(sizeof(float) * no);
                 float *outs[1] = {dout}, *couts[1] = {cout};
                 C->matmul(cb, couts, x, ws, 1, n);
-                for (int old = 0; old < 2; old++) {
-                    if (old) setenv("LKV_CUDA_GEMM", "mmx-old", 1);
-                    cudaMemset(dout, 0xff, sizeof(float) * no); cudaDeviceSynchronize();   /* NaN: an output not written shows */
-                    G->matmul(gb, outs, dx, ws, 1, n);
-                    unsetenv("LKV_CUDA_GEMM");
-                    get(out, dout, sizeof(float) * no);
-                    const size_t nd = mm_bits_differ(out, cout, no);
-                    check(nd == 0, "gemm exact %-7s %dx%d n=%-3d %s: %zu of %zu outputs differ from the CPU (rel err %.2e)",
-                          t->name, rows, cols, n, old ? "mmx-old" : "mmx", nd, no, rel_err_f(out, cout, no));
-                }
+                G->matmul(gb, outs, dx, ws, 1, n);   /* into NaN: an output not written shows */
+                get(out, dout, sizeof(float) * no);
+                const size_t nd = mm_bits_differ(out, cout, no);
+                check(nd == 0, "gemm exact %-7s %dx%d n=%-3d: %zu of %zu outputs differ from the CPU (rel err %.2e)",
+                      t->name, rows, cols, n, nd, no, rel_err_f(out, cout, no));
                 free(x); free(out); free(cout); cudaFree(dx); cudaFree(dout);
             }
             free_weight(&w);
@@ -453,7 +434,7 @@ static void test_matmul(void) {
     test_matmul_exact(21, 4096);
     test_matmul_exact(19, 14336);
     test_matmul_set();
-    test_gemm_exact_variants();
+    test_gemm_exact_tails();
 }
 
 // ---------------------------------------------------------------- elementwise ops vs the CPU backend

@@ -87,25 +87,6 @@ static __device__ __forceinline__ float attn_reduce8_shfl(float v) {
     return __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
 }
 
-/* cpu/expf.h's ggml_like_expf, operation for operation */
-static __device__ __forceinline__ float attn_exp(float x) {
-    const float r = 0x1.8p23f;
-    const float z = fmaf(x, 0x1.715476p+0f, r);
-    const float n = __fsub_rn(z, r);
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    const uint32_t e = __float_as_uint(z) << 23;
-    const float k = __uint_as_float(e + 0x3f800000u);
-    const float u = __fmul_rn(b, b);
-    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                              fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                         u, __fmul_rn(0x1.ffffecp-1f, b));
-    if (!(fabsf(n) > 126.0f)) return fmaf(j, k, k);
-    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
-    const float s1 = __uint_as_float(g + 0x7f000000u), s2 = __uint_as_float(e - g);
-    if (fabsf(n) > 192.0f) return __fmul_rn(s1, s1);
-    return __fmul_rn(fmaf(s2, j, s2), s1);
-}
-
 /* 2^(i/32) rounded to double, minus i << 47 (i.e. i/32 off the exponent):
  * the table of glibc's expf (computed here with mpmath, not copied) */
 __device__ __constant__ static const uint64_t attn_exp2_tab[32] = {
@@ -158,7 +139,7 @@ static __device__ __forceinline__ float attn_chunk_softmax(float *s, int stride,
         float w = 0.f;
         if (r < n) {
             const float v = s[r * stride];
-            w = v == -INFINITY ? 0.f : attn_exp(__fsub_rn(v, mx));   /* -inf: a row in no segment */
+            w = v == -INFINITY ? 0.f : lkv_expf_cpu(__fsub_rn(v, mx));   /* -inf: a row in no segment */
             s[r * stride] = w;
         }
         const float gs = attn_reduce8_shfl(w);

@@ -106,13 +106,8 @@ static __host__ __device__ __forceinline__ float ex_m(const uint8_t *b) { return
 /* CPU-exact mat-vec (mvx.cu), n <= MV_MAX_TOK, activations already quantized
  * in b->xq / b->xd / b->xs; false for the other types */
 bool lkv_cuda_mvx(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
-/* the same with the earlier warp-ring kernel (mvx_warp.cu): LKV_CUDA_MVX=old */
-bool lkv_cuda_mvx_warp(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
 /* CPU-exact GEMM (mmx.cu), any n up to b->xq_rows, activations already
  * quantized; false for the other types */
 bool lkv_cuda_mmx(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
-/* the first version of it (mmx_tf32.cu, tf32 mma), same results, slower;
- * chosen by LKV_CUDA_GEMM=mmx-old for comparison */
-bool lkv_cuda_mmx_tf32(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
 
 #endif

@@ -29,8 +29,7 @@
  *     128: the 8 rows of each 8x16-byte ldmatrix phase hit distinct banks).
  * Grid: x over the row tiles of all weights of the set (tile0 / mm_pick), y
  * over token tiles. By default the legacy types (q4_0 ... iq4_nl) go to
- * mmx.cu, whose sums are the CPU's bit for bit (LKV_CUDA_GEMM=mmx-old: its
- * first version, mmx_tf32.cu); LKV_CUDA_GEMM=fast or LKV_CUDA_EXACT=0 brings
+ * mmx.cu, whose sums are the CPU's bit for bit; LKV_CUDA_GEMM=fast or LKV_CUDA_EXACT=0 brings
  * them here (~1 ulp off the CPU, 2.7x faster). LKV_CUDA_GEMM=wmma keeps matmul.cu's f16 gemm_kernel;
  * LKV_CUDA_MMQ_BN=64|128 forces the token tile (default: by grid size).
  */
@@ -375,9 +374,8 @@ bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, i
     default: break;
     }
     if (exact && !mq_fast) {
-        const bool old = lkv_cuda_env_is("LKV_CUDA_GEMM", "mmx-old");   /* the tf32 version, for comparison */
         if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
-        if (!(old ? lkv_cuda_mmx_tf32 : lkv_cuda_mmx)(b, type, ms, cols, n)) return false;
+        if (!lkv_cuda_mmx(b, type, ms, cols, n)) return false;
         LKV_CUDA_LAUNCHED(b, "matmul (mmx)");
         return true;
     }

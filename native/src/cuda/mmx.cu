@@ -15,8 +15,8 @@
  * of its outputs (row g, tokens 2c, 2c + 1), i.e. over p = 0..3 all 8 lanes
  * of 16 outputs: the hsum stays in registers.
  *
- * Why this replaces mmx_tf32.cu (the tf32 m16n8k4 kernel, LKV_CUDA_GEMM=
- * mmx-old; 202 ms for pp512 on 8B): that one kept both operands as f32
+ * Why this replaced the first version (a tf32 m16n8k4 kernel, 202 ms for
+ * pp512 on 8B against 164 ms here, H200 run 15; removed): that one kept both operands as f32
  * codes in shared memory (12 bytes read per (row, token, block) with its
  * 32 x 16 warp tiles, plus 4 bytes per code written by a block-wide unpack
  * phase): shared-memory bound above the FFMA floor, and one block per SM
