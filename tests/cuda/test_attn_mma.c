@@ -44,64 +44,11 @@
 #include "backend.h"
 #include "model.h"
 #include "quant/types.h"
+#include "harness.h"
 
 /* attn_mma.cu (attn_mma.cuh) and attn.cu (test only) */
 bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
 void lkv_cuda_attn_test_dyn(lkv_bctx *b, const int32_t *dyn_pos, int32_t cap_pos0);
-
-static int n_fail = 0, n_pass = 0;
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-static uint32_t rnd32(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
-static float rndf(void) { return (rnd32() & 0xffffff) / (float)0x1000000 * 2.f - 1.f; }   /* [-1, 1) */
-static void fill(float *x, size_t n, float s) { for (size_t i = 0; i < n; i++) x[i] = rndf() * s; }
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    fflush(stdout);
-    if (ok) n_pass++; else n_fail++;
-}
-
-/* L2 relative error of a against b; NaN anywhere: infinite */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
-// ---------------------------------------------------------------- device helpers
-
-static const lkv_backend *G = &lkv_backend_cuda, *C = &lkv_backend_cpu;
-static lkv_bctx *gb, *cb;
-
-static void *dev_buf(size_t n) {
-    void *d = NULL;
-    if (cudaMalloc(&d, n ? n : 16) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(2); }
-    cudaMemset(d, 0xff, n); cudaDeviceSynchronize();   /* poison: NaN floats */
-    return d;
-}
-static void *dup_dev(const void *h, size_t n) {
-    void *d = dev_buf(n);
-    cudaMemcpy(d, h, n, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
-    return d;
-}
-static void get(void *h, const void *d, size_t n) {
-    if (G->sync(gb) != LKV_OK) printf("device error: %s\n", lkv_last_error());
-    cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
-}
 
 // ---------------------------------------------------------------- one geometry
 
@@ -228,7 +175,7 @@ static void run_case(const acase *c) {
         G->attn_reset(gb, x.dst, c->n_q, c->nh, c->hd);
         const bool took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d);
         gpu_finish(&x);
-        const double e = rel_err(x.out, x.ref, x.QN);
+        const double e = rel_err_f(x.out, x.ref, x.QN);
         check(took && e < tol, "attn_mma %s: one call: %s, rel err vs cpu %.2e (tol %.0e)", tag,
               took ? "taken" : "REFUSED", e, tol);
     }
@@ -241,7 +188,7 @@ static void run_case(const acase *c) {
         d.chunk_hi = x.n_chunks;
         took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d) && took;
         gpu_finish(&x);
-        const double e = rel_err(x.out, x.ref, x.QN);
+        const double e = rel_err_f(x.out, x.ref, x.QN);
         check(took && e < tol, "attn_mma %s: chunks [0,%d) + [%d,%d), 3 segments: rel err %.2e", tag, x.cut,
               x.cut, x.n_chunks, e);
     }
@@ -252,7 +199,7 @@ static void run_case(const acase *c) {
         lkv_attn_desc d = desc_of(&x, x.cut, x.n_chunks, 1, 1);
         const bool took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d);
         gpu_finish(&x);
-        const double e = rel_err(x.out, x.ref, x.QN);
+        const double e = rel_err_f(x.out, x.ref, x.QN);
         check(took && e < tol, "attn_mma %s: CPU state of [0,%d) in, [%d,%d) on the GPU: rel err %.2e", tag,
               x.cut, x.cut, x.n_chunks, e);
     }
@@ -269,7 +216,7 @@ static void run_case(const acase *c) {
             G->attn_accum(gb, x.dst, x.dq, &d2);
         }
         gpu_finish(&x);
-        const double e = rel_err(x.out, x.ref, x.QN);
+        const double e = rel_err_f(x.out, x.ref, x.QN);
         check(took && e < tol, "attn_mma %s: %s: rel err %.2e", tag,
               order == 0 ? "attn.cu then attn_mma" : "attn_mma then attn.cu", e);
     }
@@ -408,6 +355,7 @@ static void time_8b(void) {
 
 int main(int argc, char **argv) {
     if (lkv_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 0; }
+    seed_rng();
     struct lkv_model fake;
     memset(&fake, 0, sizeof fake);
     fake.hp.n_embd = 1024; fake.hp.n_ff = 4096; fake.hp.n_head = 32; fake.hp.head_dim = 128;

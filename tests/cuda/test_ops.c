@@ -21,28 +21,7 @@
 #include "backend.h"
 #include "model.h"
 #include "quant/types.h"
-
-static int n_fail = 0, n_pass = 0;
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint32_t rnd32(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
-static float rndf(void) { return (rnd32() & 0xffffff) / (float)0x1000000 * 2.f - 1.f; }   /* [-1, 1) */
-static void fill(float *x, size_t n, float s) { for (size_t i = 0; i < n; i++) x[i] = rndf() * s; }
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) n_pass++; else n_fail++;
-}
+#include "harness.h"
 
 static double rel_err(const float *a, const double *ref, size_t n) {
     double num = 0, den = 0;
@@ -53,38 +32,8 @@ static double rel_err(const float *a, const double *ref, size_t n) {
     }
     return sqrt(num / (den > 0 ? den : 1));
 }
-static double rel_err_f(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
 
-// ---------------------------------------------------------------- device helpers
-
-static const lkv_backend *G = &lkv_backend_cuda, *C = &lkv_backend_cpu;
-static lkv_bctx *gb, *cb;
-
-static void *dup_dev(const void *h, size_t n) {
-    void *d = NULL;
-    if (cudaMalloc(&d, n ? n : 16) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(2); }
-    if (n) cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
-    cudaDeviceSynchronize();
-    return d;
-}
-static void *dev_buf(size_t n) {
-    void *d = NULL;
-    if (cudaMalloc(&d, n ? n : 16) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(2); }
-    cudaMemset(d, 0xff, n); cudaDeviceSynchronize();   /* poison: NaN floats */
-    return d;
-}
-static void get(void *h, const void *d, size_t n) {
-    if (G->sync(gb) != LKV_OK) printf("device error: %s\n", lkv_last_error());
-    cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
-}
+// ---------------------------------------------------------------- weights
 
 /* random weight matrix of `type`; K-quants (no quantizer) get random bytes
  * with small f16 scales patched in */
@@ -1040,6 +989,7 @@ static void test_graph(void) {
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : "";
     if (lkv_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 0; }
+    seed_rng();
     struct lkv_model fake;
     memset(&fake, 0, sizeof fake);
     /* n_ff: the widest matmul input tested (the integer paths size their buffers by it) */
