@@ -243,14 +243,7 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
 #pragma unroll
             for (int i = 0; i < ND; i++) o[g][i] = fmaf(v[i], pr[g], o[g][i]);
     }
-#pragma unroll
-    for (int g = 0; g < G; g++)
-#pragma unroll
-        for (int i = 0; i < ND; i++) {
-            const float x = attn_reduce8_shfl(o[g][i]);
-            if (l8 == 0) wbase[g * wstride + 2 + dg * ND + i] = x;
-        }
-    if (tid < G) { wbase[tid * wstride] = pm[tid]; wbase[tid * wstride + 1] = pl[tid]; }
+    attn_store_partial<G, ND>(o, wbase, wstride, dg, l8, tid, pm, pl);
 }
 
 /* grid (n_head, n_q), min(hd, 128) threads: fold nc partials in chunk order

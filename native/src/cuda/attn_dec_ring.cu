@@ -279,14 +279,7 @@ attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_des
         }
     }
     cp_wait<0>();   /* (only empty groups are left) */
-#pragma unroll
-    for (int g = 0; g < G; g++)
-#pragma unroll
-        for (int i = 0; i < ND; i++) {
-            const float y = attn_reduce8_shfl(o[g][i]);
-            if (l8 == 0) wbase[g * wstride + 2 + dg * ND + i] = y;
-        }
-    if (tid < G) { wbase[tid * wstride] = pm[tid]; wbase[tid * wstride + 1] = pl[tid]; }
+    attn_store_partial<G, ND>(o, wbase, wstride, dg, l8, tid, pm, pl);
 }
 
 // ---------------------------------------------------------------- launcher

@@ -175,6 +175,23 @@ static __device__ __forceinline__ float kblock(const uint8_t *row, int j, uint32
     return dk;
 }
 
+/* The end of a decode block: its chunk partial of G heads into the
+ * workspace. o[g][i] holds lane l8 (= lane & 7: positions l8, l8 + 8, ...)
+ * of dims dg * ND + i; the CPU's reduce8 across the 8 lanes, then m and l. */
+template <int G, int ND>
+static __device__ __forceinline__ void attn_store_partial(const float (&o)[G][ND], float *wbase,
+                                                          size_t wstride, int dg, int l8, int tid,
+                                                          const float *pm, const float *pl) {
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int i = 0; i < ND; i++) {
+            const float y = attn_reduce8_shfl(o[g][i]);
+            if (l8 == 0) wbase[g * wstride + 2 + dg * ND + i] = y;
+        }
+    if (tid < G) { wbase[tid * wstride] = pm[tid]; wbase[tid * wstride + 1] = pl[tid]; }
+}
+
 /* attn_dec.cu: folds the nc partials of the workspace (layout of attn.cu's
  * split kernel) into the state in chunk order, attn_fold_w / attn_fold_o's
  * operations */
