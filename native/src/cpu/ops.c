@@ -124,9 +124,13 @@ static void cpu_rope(lkv_bctx *b, float *x, int n, int32_t pos0, const lkv_rope_
             float *v = x + ((size_t)t * r->n_head + h) * r->head_dim;
             for (int i = 0; i < half; i++) {
                 const int i0 = r->neox ? i : 2 * i, i1 = r->neox ? i + half : 2 * i + 1;
+                /* llama.cpp's compiled rotation: the first product fused with
+                 * the second (GCC contracts it so, and vectorizes it as a
+                 * complex multiply with fmaddsub): written out, so that no
+                 * compiler choice can change it */
                 const float a = v[i0], c = v[i1];
-                v[i0] = a * cs[2 * i] - c * cs[2 * i + 1];
-                v[i1] = a * cs[2 * i + 1] + c * cs[2 * i];
+                v[i0] = fmaf(a, cs[2 * i], -(c * cs[2 * i + 1]));
+                v[i1] = fmaf(a, cs[2 * i + 1], c * cs[2 * i]);
             }
         }
     }

@@ -4,7 +4,7 @@
  * pos * freq_scale * base^(-2j/rope_dim) / freq_factors[j]; the pair is
  * (2j, 2j+1) in the normal (llama) style and (j, j + rope_dim/2) in the neox
  * style. theta is formed as the CPU forms it (the power by repeated f32
- * multiplication, no contraction), the rotation too.
+ * multiplication), the rotation as the CPU rotates.
  */
 #ifndef LKV_CUDA_ROPE_CUH
 #define LKV_CUDA_ROPE_CUH
@@ -36,8 +36,9 @@ static __device__ __forceinline__ void rope_pair(float *h, int j, int rope_dim, 
     const int i0 = neox ? j : 2 * j;
     const int i1 = neox ? j + half : 2 * j + 1;
     const float a = h[i0], bb = h[i1];
-    h[i0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, s));
-    h[i1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(bb, c));
+    /* the CPU's rotation (cpu/ops.c): the first product fused with the second */
+    h[i0] = __fmaf_rn(a, c, -__fmul_rn(bb, s));
+    h[i1] = __fmaf_rn(a, s, __fmul_rn(bb, c));
 }
 
 /* base^(-2/rope_dim), computed on the host with the C library's powf as the
