@@ -178,7 +178,7 @@ class Context:
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
                  n_threads: int | None = None, type_k: str | int = "f16",
                  type_v: str | int = "f16", kv_chunk: int = 0, logits_all: bool = False,
-                 kv_pool_bytes: int | None = None):
+                 kv_pool_bytes: int | None = None, gpu_kernels: str = "exact"):
         self._ptr = None
         self.model = model
         p = ffi.new("lkv_context_params *")
@@ -198,6 +198,9 @@ class Context:
         if kv_pool_bytes is not None and kv_pool_bytes < 0:
             raise ValueError(f"kv_pool_bytes must be >= 0 (got {kv_pool_bytes})")
         p.kv_pool_bytes = -1 if kv_pool_bytes is None else int(kv_pool_bytes)
+        if gpu_kernels not in ("exact", "fast"):
+            raise ValueError(f"gpu_kernels must be 'exact' or 'fast', got {gpu_kernels!r}")
+        p.gpu_kernels = int(gpu_kernels == "fast")
         self.logits_all = bool(logits_all)
         out = ffi.new("lkv_context **")
         _check(lib.lkv_context_create(model.ptr, p, out), "creating the context")

@@ -47,18 +47,21 @@ def _model_options(f):
         click.option("--kv-pool-mib", "--kv-stream-stage-mib", "kv_pool_mib", default=None,
                      callback=_pool, help="device KV pool in MiB, or 'auto' (default: all resident)"),
         click.option("--threads", "n_threads", type=int, default=None, help="CPU threads"),
+        click.option("--gpu-kernels", type=click.Choice(["exact", "fast"]), default="exact",
+                     show_default=True,
+                     help="CUDA kernels: bit-identical with the CPU, or faster prefill"),
     ]):
         f = opt(f)
     return f
 
 
-def _load(model, n_ctx, type_k, type_v, device, kv_pool_mib, n_threads, **extra):
+def _load(model, n_ctx, type_k, type_v, device, kv_pool_mib, n_threads, gpu_kernels, **extra):
     from .llama import Llama
     path = model or default_model_path()
     click.echo(f"loading {path} ...", err=True, nl=False)
     t0 = time.perf_counter()
     llm = Llama(path, n_ctx=n_ctx, type_k=type_k, type_v=type_v, device=device,
-                kv_pool_mib=kv_pool_mib, n_threads=n_threads, **extra)
+                kv_pool_mib=kv_pool_mib, n_threads=n_threads, gpu_kernels=gpu_kernels, **extra)
     click.echo(f" {time.perf_counter() - t0:.1f} s on {llm.device}", err=True)
     return llm
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from .errors import UnsupportedError
 
 DEVICES = ("auto", "cpu", "cuda")
+GPU_KERNELS = ("exact", "fast")
 MIB = 1 << 20
 
 
@@ -32,6 +33,7 @@ class LlamaConfig:
     seed: int = -1                    # -1 (or 0xFFFFFFFF): random
     logits_all: bool = False
     n_gpu_layers: int | None = None   # llama-cpp-python's spelling of the device choice
+    gpu_kernels: str = "exact"        # CUDA: "exact" (the CPU's bits) | "fast"
 
     def __post_init__(self) -> None:
         for name in ("n_ctx", "n_batch", "n_ubatch"):
@@ -50,6 +52,9 @@ class LlamaConfig:
                                               or self.n_gpu_layers < -1):
             raise ValueError(f"n_gpu_layers must be None, -1 (all) or an int >= 0, "
                              f"got {self.n_gpu_layers!r}")
+        if self.gpu_kernels not in GPU_KERNELS:
+            raise ValueError(f"gpu_kernels must be 'exact' (bit-identical with the CPU) or "
+                             f"'fast', got {self.gpu_kernels!r}")
         p = self.kv_pool_mib
         if isinstance(p, str):
             if p != "auto":

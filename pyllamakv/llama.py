@@ -36,11 +36,13 @@ class Llama:
                  kv_pool_mib: float | str | None = None, seed: int = -1,
                  logits_all: bool = False, verbose: bool = False,
                  n_gpu_layers: int | None = None, chat_format: str | None = None,
-                 flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False):
+                 flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
+                 gpu_kernels: str = "exact"):
         self._ctx = self._model = None
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
-                                        type_v, kv_pool_mib, seed, bool(logits_all), n_gpu_layers)
+                                        type_v, kv_pool_mib, seed, bool(logits_all), n_gpu_layers,
+                                        gpu_kernels)
         if chat_format not in (None, "chatml"):
             raise ValueError(f"chat_format {chat_format!r} is not supported; use None (the "
                              "model's own template) or 'chatml'")
@@ -63,7 +65,8 @@ class Llama:
                         n_ubatch=min(n_ubatch, n_batch))
         self.kv_pool_bytes = pool
         self._ctx = _native.Context(self._model, self._n_ctx, n_batch, min(n_ubatch, n_batch),
-                                    n_threads, type_k, type_v, 0, cfg.logits_all, pool)
+                                    n_threads, type_k, type_v, 0, cfg.logits_all, pool,
+                                    cfg.gpu_kernels)
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
         self.chat_format = chat_format
         self._chat = ChatFormatter.from_metadata(

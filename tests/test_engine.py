@@ -82,6 +82,17 @@ def test_batch_equals_token_by_token(tmp_path, rng, arch):
     np.testing.assert_array_equal(batch, np.stack(rows))
 
 
+def test_gpu_kernels_do_not_change_the_cpu(tmp_path, rng):
+    """gpu_kernels chooses among CUDA kernels; the CPU has one kind: the same
+    bits either way."""
+    path = _model(tmp_path, "llama", T.Q4_0)
+    tokens = rng.integers(0, 320, 20).tolist()
+    with Model(path, device="cpu") as m:
+        exact = _decode_all(m, tokens, n_ctx=64, gpu_kernels="exact")
+        fast = _decode_all(m, tokens, n_ctx=64, gpu_kernels="fast")
+    np.testing.assert_array_equal(exact, fast)
+
+
 def test_truncate_then_decode_equals_fresh(tmp_path, rng):
     path = _model(tmp_path, "llama", T.Q4_0)
     a, b = rng.integers(0, 320, 40).tolist(), rng.integers(0, 320, 12).tolist()

@@ -135,10 +135,26 @@ def test_too_many_tokens(model):
     (dict(type_k="q4_K"), "not a supported KV cache type"),
     (dict(type_v="zz"), "unknown element type"),
     (dict(n_threads=-3), "n_threads"),
+    (dict(gpu_kernels="turbo"), "gpu_kernels"),
 ])
 def test_invalid_params(model, kw, match):
     with pytest.raises((ValueError, TypeError), match=match):
         Context(model, **kw)
+    _still_works(model)
+
+
+def test_gpu_kernels_checked_by_the_core(model):
+    """The core refuses a gpu_kernels value other than 0 / 1 itself (not only
+    the Python layer), and the model stays usable."""
+    from pyllamakv._ffi import ffi, lib
+    p = ffi.new("lkv_context_params *")
+    lib.lkv_context_params_init(p)
+    assert p.gpu_kernels == 0
+    p.n_ctx = 64
+    p.gpu_kernels = 2
+    out = ffi.new("lkv_context **")
+    assert lib.lkv_context_create(model.ptr, p, out) != 0
+    assert "gpu_kernels" in ffi.string(lib.lkv_last_error()).decode()
     _still_works(model)
 
 

@@ -154,6 +154,8 @@ def test_kv_stats(llm):
     (dict(n_ctx=-1), ValueError, "n_ctx"),
     (dict(device="tpu"), ValueError, "device"),
     (dict(chat_format="vicuna"), ValueError, "chat_format"),
+    (dict(gpu_kernels="turbo"), ValueError, "gpu_kernels"),
+    (dict(gpu_kernels=1), ValueError, "gpu_kernels"),
 ])
 def test_bad_arguments(kw, exc, match):
     path = model_path()

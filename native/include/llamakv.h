@@ -155,6 +155,8 @@ typedef struct lkv_context_params {
     int32_t kv_chunk;        /* positions per KV chunk (0: default 256) */
     int32_t logits_all;      /* keep logits of every token of a decode */
     int64_t kv_pool_bytes;   /* device KV pool; < 0: unbounded, all resident */
+    int32_t gpu_kernels;     /* CUDA: 0 the kernels bit-identical with the CPU (default),
+                                1 the fast ones (int8 GEMM, tensor-core prefill attention) */
 } lkv_context_params;
 
 typedef struct lkv_context lkv_context;

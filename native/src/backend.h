@@ -166,6 +166,10 @@ struct lkv_backend {
      * dst + i*dpitch, as one copy; optional (NULL: the caller loops) */
     uint64_t (*copy_async_2d)(lkv_bctx *b, void *dst, size_t dpitch, const void *src,
                               size_t spitch, size_t width, size_t height, int h2d);
+
+    /* kernels that are not bit-identical with the CPU backend, where faster
+     * (lkv_context_params.gpu_kernels); optional (NULL: there is one kind) */
+    void (*set_fast)(lkv_bctx *b, int fast);
 };
 
 extern const lkv_backend lkv_backend_cpu;

@@ -27,6 +27,9 @@ static lkv_status check_params(const lkv_model *m, const lkv_context_params *p) 
     if (p->kv_chunk < 0 || p->kv_chunk > 4096)
         return lkv_fail(LKV_ERR_INVALID_ARG, "kv_chunk must be in [1, 4096] or 0 for the default "
                         "(got %d)", p->kv_chunk);
+    if (p->gpu_kernels != 0 && p->gpu_kernels != 1)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "gpu_kernels must be 0 (exact) or 1 (fast) (got %d)",
+                        p->gpu_kernels);
     const int32_t types[2] = {p->type_k, p->type_v};
     for (int i = 0; i < 2; i++) {
         const lkv_traits *t = lkv_type_traits(types[i]);
@@ -65,6 +68,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     const int logit_rows_dev = p.logits_all ? U : 1;
     lkv_status st = c->be->ctx_init(&c->b, m, p.n_threads, U);
     if (st) { free(c); return st; }
+    if (c->be->set_fast) c->be->set_fast(c->b, p.gpu_kernels);
 
 #define ALLOC(ptr, bytes) \
     do { if (!st && !((ptr) = c->be->alloc(c->b, (bytes)))) \

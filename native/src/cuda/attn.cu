@@ -28,9 +28,10 @@
  * range and the shape.
  *
  * attn_seq re-reads K/V once per query: fine at short depth, slow at long
- * depth. LKV_CUDA_ATTN=mma (or LKV_CUDA_EXACT=0; read per call) sends prefill
- * to the tensor-core flash attention of attn_mma.cu instead, which is not
- * bit-identical with the CPU (f16 products).
+ * depth. The fast kernels (gpu_kernels = 1, LKV_CUDA_ATTN=mma or
+ * LKV_CUDA_EXACT=0; common.cuh lkv_cuda_fast) send prefill to the tensor-core
+ * flash attention of attn_mma.cu instead, which is not bit-identical with the
+ * CPU (f16 products).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -554,7 +555,7 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
         lkv_cuda_note(b, cudaErrorInvalidValue, "attn: unsupported KV type");
         return;
     }
-    if (lkv_cuda_fast("LKV_CUDA_ATTN", "mma") && lkv_cuda_attn_mma(b, st, q, d)) return;
+    if (lkv_cuda_fast(b, "LKV_CUDA_ATTN", "mma") && lkv_cuda_attn_mma(b, st, q, d)) return;
     const attn_dyn dy = attn_dyn_of(b, d);
     if (d->type_k == d->type_v) {
         switch (d->type_k) {

@@ -365,6 +365,8 @@ static int cuda_step_end(lkv_bctx *b) {
     return 0;
 }
 
+static void cuda_set_fast(lkv_bctx *b, int fast) { b->fast = fast; }
+
 // ---------------------------------------------------------------- table
 
 extern "C" const lkv_backend lkv_backend_cuda = {
@@ -404,4 +406,5 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* copy_wait_compute */ lkv_cuda_copy_wait_compute,
     /* copy_sync */ lkv_cuda_copy_sync,
     /* copy_async_2d */ lkv_cuda_copy_async_2d,
+    /* set_fast */ cuda_set_fast,
 };

@@ -69,6 +69,7 @@ struct lkv_bctx {
     int32_t cap_pos0;
     int32_t *h_pos, *d_pos;      /* the step's position: pinned, and its device copy */
     int graph_on;                /* LKV_CUDA_GRAPH != 0, and no capture has failed */
+    int fast;                    /* the fast kernels (lkv_context_params.gpu_kernels = 1) */
     int capturing;
     uint64_t cap_key, graph_key; /* key being captured; key of graph_exec */
     cudaGraphExec_t graph_exec;
@@ -105,18 +106,21 @@ uint64_t lkv_cuda_compute_mark(lkv_bctx *b);
 void lkv_cuda_copy_wait_compute(lkv_bctx *b, uint64_t t);
 lkv_status lkv_cuda_copy_sync(lkv_bctx *b);
 
-/* Kernel choice by environment, read per call (tests switch it): `var` set to
- * `value` selects the alternative; unset, LKV_CUDA_EXACT=0 selects the fast
- * kernels (the int8 GEMM and mat-vec, the tensor-core prefill attention),
- * which are not bit-identical with the CPU backend. */
+/* Kernel choice: the context's gpu_kernels (b->fast: the int8 GEMM and mat-vec,
+ * the tensor-core prefill attention, which are not bit-identical with the CPU
+ * backend), overridden by the environment, read per call (tests switch it):
+ * `var` set to `fast_value` selects the fast kernel, set to anything else the
+ * exact one; LKV_CUDA_EXACT=0 / 1 selects all fast / all exact kernels. */
 static inline bool lkv_cuda_env_is(const char *var, const char *value) {
     const char *e = getenv(var);
     return e && !strcmp(e, value);
 }
-static inline bool lkv_cuda_fast(const char *var, const char *fast_value) {
+static inline bool lkv_cuda_fast(const lkv_bctx *b, const char *var, const char *fast_value) {
     const char *e = getenv(var);
     if (e && *e) return !strcmp(e, fast_value);
-    return lkv_cuda_env_is("LKV_CUDA_EXACT", "0");
+    e = getenv("LKV_CUDA_EXACT");
+    if (e && *e) return !strcmp(e, "0");
+    return b->fast != 0;
 }
 
 /* rope angles (rope_table.cu). table: rows of (cos, sin) for tokens 0..n-1 at

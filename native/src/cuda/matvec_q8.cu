@@ -184,8 +184,8 @@ bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int c
     if (!ok) return false;
     if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
     /* the legacy types take the CPU-exact kernel (mvx.cu) unless LKV_CUDA_MV=fast
-     * (or LKV_CUDA_EXACT=0) */
-    if (!lkv_cuda_fast("LKV_CUDA_MV", "fast") && lkv_cuda_mvx(b, type, ms, cols, n)) {
+     * (or LKV_CUDA_EXACT=0, or the context's gpu_kernels = 1: common.cuh) */
+    if (!lkv_cuda_fast(b, "LKV_CUDA_MV", "fast") && lkv_cuda_mvx(b, type, ms, cols, n)) {
         LKV_CUDA_LAUNCHED(b, "matmul (mvx)");
         return true;
     }

@@ -29,9 +29,11 @@
  *     128: the 8 rows of each 8x16-byte ldmatrix phase hit distinct banks).
  * Grid: x over the row tiles of all weights of the set (tile0 / mm_pick), y
  * over token tiles. By default the legacy types (q4_0 ... iq4_nl) go to
- * mmx.cu, whose sums are the CPU's bit for bit; LKV_CUDA_GEMM=fast or LKV_CUDA_EXACT=0 brings
- * them here (~1 ulp off the CPU, 2.7x faster). LKV_CUDA_GEMM=wmma keeps matmul.cu's f16 gemm_kernel;
- * LKV_CUDA_MMQ_BN=64|128 forces the token tile (default: by grid size).
+ * mmx.cu, whose sums are the CPU's bit for bit; the fast kernels (common.cuh
+ * lkv_cuda_fast: gpu_kernels = 1, LKV_CUDA_GEMM=fast, LKV_CUDA_EXACT=0) bring
+ * them here (~1 ulp off the CPU, 2.7x faster). LKV_CUDA_GEMM=wmma keeps
+ * matmul.cu's f16 gemm_kernel; LKV_CUDA_MMQ_BN=64|128 forces the token tile
+ * (default: by grid size).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -318,8 +320,8 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 
 // ---------------------------------------------------------------- launcher
 
-/* LKV_CUDA_GEMM=wmma turns this kernel off; =fast (or LKV_CUDA_EXACT=0) gives
- * it the legacy types too (otherwise on mmx.cu, CPU-exact); read per call */
+/* LKV_CUDA_GEMM=wmma turns this kernel off; the fast kernels (lkv_cuda_fast)
+ * give it the legacy types too (otherwise on mmx.cu, CPU-exact); per call */
 
 template <int T, int BN>
 static void mmq_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
@@ -363,7 +365,7 @@ static bool mmq_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n, bo
 bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n, bool quantize) {
     /* per call: tests switch it; a GEMM costs far more than the lookup */
     const bool mq_off = lkv_cuda_env_is("LKV_CUDA_GEMM", "wmma");
-    const bool mq_fast = lkv_cuda_fast("LKV_CUDA_GEMM", "fast");
+    const bool mq_fast = lkv_cuda_fast(b, "LKV_CUDA_GEMM", "fast");
     if (mq_off || !b->mmq || !b->xq || n > b->xq_rows || cols > b->xq_cols || cols % 32) return false;
     /* the legacy types: the CPU-exact GEMM (mmx.cu) unless LKV_CUDA_GEMM=fast */
     bool exact = false;
