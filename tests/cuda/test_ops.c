@@ -121,22 +121,21 @@ static size_t mm_bits_differ(const float *a, const float *b, size_t n) {
  * chains in block order. Fresh random weights and activations per call; no
  * f64 reference (test_matmul_shape has it), so large n stays cheap. Every
  * n <= 8 (the mat-vec's 1/2/4/8-token variants, tokens past n repeated). */
-static void test_matmul_exact(int rows, int cols) {
+static void test_matmul_exact_ns(int rows, int cols, const int *ns, int n_ns) {
     const int types[] = {LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1, LKV_TYPE_Q8_0, LKV_TYPE_IQ4_NL};
-    const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 32, 100, 509};
     for (int ti = 0; ti < NELEM(types); ti++) {
         const lkv_traits *t = lkv_type_traits(types[ti]);
         lkv_weight w = {0};
         make_weight(&w, types[ti], rows, cols);
         const lkv_weight *ws[1] = {&w};
-        for (int ni = 0; ni < NELEM(ns); ni++) {
+        for (int ni = 0; ni < n_ns; ni++) {
             const int n = ns[ni];
             const size_t no = (size_t)n * rows;
             float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * no), *cout = malloc(sizeof(float) * no);
             fill(x, (size_t)n * cols, 2.f);
             float *dx = dup_dev(x, sizeof(float) * n * cols), *dout = dev_buf(sizeof(float) * no);
             float *outs[1] = {dout}, *couts[1] = {cout};
-            G->matmul(gb, outs, dx, ws, 1, n);
+            G->matmul(gb, outs, dx, ws, 1, n);   /* into NaN: an output not written shows */
             get(out, dout, sizeof(float) * no);
             C->matmul(cb, couts, x, ws, 1, n);
             const size_t nd = mm_bits_differ(out, cout, no);
@@ -146,6 +145,11 @@ static void test_matmul_exact(int rows, int cols) {
         }
         free_weight(&w);
     }
+}
+
+static void test_matmul_exact(int rows, int cols) {
+    const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 32, 100, 509};
+    test_matmul_exact_ns(rows, cols, ns, NELEM(ns));
 }
 
 /* only >= 0: that weight type alone, decode sizes only (n <= 8) */
@@ -344,34 +348,9 @@ static void test_matmul_set(void) {
  * of the 64-row tile, token counts that are not multiples of the 64-token
  * tile (mmx.cu). It must give the CPU's bits. */
 static void test_gemm_exact_tails(void) {
-    const int types[] = {LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1, LKV_TYPE_Q8_0, LKV_TYPE_IQ4_NL};
     const int shapes[][2] = {{45, 4064}, {130, 576}, {64, 1536}};
     const int ns[] = {9, 100, 509};
-    for (int ti = 0; ti < NELEM(types); ti++)
-        for (int si = 0; si < NELEM(shapes); si++) {
-            const int rows = shapes[si][0], cols = shapes[si][1];
-            const lkv_traits *t = lkv_type_traits(types[ti]);
-            lkv_weight w = {0};
-            make_weight(&w, types[ti], rows, cols);
-            const lkv_weight *ws[1] = {&w};
-            for (int ni = 0; ni < NELEM(ns); ni++) {
-                const int n = ns[ni];
-                const size_t no = (size_t)n * rows;
-                float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * no),
-                      *cout = malloc(sizeof(float) * no);
-                fill(x, (size_t)n * cols, 2.f);
-                float *dx = dup_dev(x, sizeof(float) * n * cols), *dout = dev_buf(sizeof(float) * no);
-                float *outs[1] = {dout}, *couts[1] = {cout};
-                C->matmul(cb, couts, x, ws, 1, n);
-                G->matmul(gb, outs, dx, ws, 1, n);   /* into NaN: an output not written shows */
-                get(out, dout, sizeof(float) * no);
-                const size_t nd = mm_bits_differ(out, cout, no);
-                check(nd == 0, "gemm exact %-7s %dx%d n=%-3d: %zu of %zu outputs differ from the CPU (rel err %.2e)",
-                      t->name, rows, cols, n, nd, no, rel_err_f(out, cout, no));
-                free(x); free(out); free(cout); cudaFree(dx); cudaFree(dout);
-            }
-            free_weight(&w);
-        }
+    for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
 }
 
 static void test_matmul(void) {
