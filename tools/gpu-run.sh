@@ -69,7 +69,7 @@ fi
 if [[ $STAGES == *bench* ]]; then
     stamp "benchmark (8B shape, q4_0 weights)"
     {
-        echo "== q8_0 KV";  LKV_CUDA_PROFILE=1 BENCH_VARIANTS=${BENCH_VARIANTS:-3} \
+        echo "== q8_0 KV";  LKV_CUDA_PROFILE=1 BENCH_VARIANTS=${BENCH_VARIANTS:-2} \
             BENCH_DEPTH_VARIANTS=${BENCH_DEPTH_VARIANTS:-1} timeout "$(cap 200)" /tmp/cuda_bench 2 8 ${DEPTHS:-0,32768,131072}
         echo "== f16 KV";   LKV_CUDA_PROFILE=1 BENCH_VARIANTS=0 timeout "$(cap 45)" /tmp/cuda_bench 2 1 0
         echo "== q8_0 KV, WMMA f16 GEMM for prefill (LKV_CUDA_GEMM=wmma)"
