@@ -141,6 +141,8 @@ int main(int argc, char **argv) {
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
     if (n_var > 5) n_var = 5;
     const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
+    char *gemm0 = strdup(getenv("LKV_CUDA_GEMM") ? getenv("LKV_CUDA_GEMM") : "");
+    char *mv0 = strdup(getenv("LKV_CUDA_MV") ? getenv("LKV_CUDA_MV") : "");
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
     for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : (n_dvar < n_var ? n_dvar : n_var)); vi++) {
@@ -149,8 +151,9 @@ int main(int argc, char **argv) {
         setenv("LKV_CUDA_MV_ROWS", vars[vi][2], 1);
         setenv("LKV_CUDA_MV_SPLIT", vars[vi][3], 1);
         setenv("LKV_CUDA_GRAPH", vars[vi][4], 1);
-        setenv("LKV_CUDA_GEMM", vars[vi][5], 1);
-        setenv("LKV_CUDA_MV", vars[vi][6], 1);
+        /* "" keeps what the caller set (e.g. LKV_CUDA_GEMM=wmma for the whole run) */
+        setenv("LKV_CUDA_GEMM", *vars[vi][5] ? vars[vi][5] : gemm0, 1);
+        setenv("LKV_CUDA_MV", *vars[vi][6] ? vars[vi][6] : mv0, 1);
         if (depth == 0 || n_dvar > 1) printf("-- %s\n", vars[vi][0]);
         lkv_context_params cp;
         lkv_context_params_init(&cp);
@@ -229,6 +232,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         lkv_context_free(c);
     }
+    free(gemm0); free(mv0); free(dcopy);
     lkv_model_free(m);
     return 0;
 }
