@@ -18,11 +18,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <cuda_runtime_api.h>
 
 #include "llamakv.h"
 #include "backend.h"
+#include "model.h"
 
 static int n_fail = 0, n_pass = 0;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -86,6 +88,34 @@ static void *dup_dev(const void *h, size_t n) {
 static void get(void *h, const void *d, size_t n) {
     if (G->sync(gb) != LKV_OK) printf("device error: %s\n", lkv_last_error());
     cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
+}
+
+// ---------------------------------------------------------------- program frame
+
+/* 1: no device (the caller exits 0, skipped); 2: set-up failed; 0: gb / cb are
+ * contexts of both backends over a fake model of this shape (the integer paths
+ * size their buffers by n_ff, attention by head_dim) */
+static int harness_open(int n_embd, int n_ff, int n_head, int head_dim, int cpu_threads) {
+    if (lkv_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 1; }
+    seed_rng();
+    static struct lkv_model fake;
+    memset(&fake, 0, sizeof fake);
+    fake.hp.n_embd = n_embd; fake.hp.n_ff = n_ff; fake.hp.n_head = n_head; fake.hp.head_dim = head_dim;
+    if (G->ctx_init(&gb, &fake, 1, 512) || C->ctx_init(&cb, &fake, cpu_threads, 512)) {
+        printf("ctx_init: %s\n", lkv_last_error());
+        return 2;
+    }
+    return 0;
+}
+
+/* the last check (no device error left behind), the counts; the exit status */
+static int harness_close(void) {
+    const lkv_status st = G->sync(gb);
+    check(st == LKV_OK, "no device error at the end (%s)", st ? lkv_last_error() : "");
+    G->ctx_free(gb);
+    C->ctx_free(cb);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
 }
 
 #endif

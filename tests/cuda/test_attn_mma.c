@@ -354,15 +354,8 @@ static void time_8b(void) {
 }
 
 int main(int argc, char **argv) {
-    if (lkv_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 0; }
-    seed_rng();
-    struct lkv_model fake;
-    memset(&fake, 0, sizeof fake);
-    fake.hp.n_embd = 1024; fake.hp.n_ff = 4096; fake.hp.n_head = 32; fake.hp.head_dim = 128;
-    if (G->ctx_init(&gb, &fake, 1, 512) || C->ctx_init(&cb, &fake, 8, 512)) {
-        printf("ctx_init: %s\n", lkv_last_error());
-        return 2;
-    }
+    const int op = harness_open(1024, 4096, 32, 128, 8);
+    if (op) return op == 1 ? 0 : op;
     const acase cases[] = {
         /* GQA 3, head_dim 64 (SmolLM2-like); chunk 96: tiles start off the 64-grid */
         {9, 3, 64, 256, 1000, 16, LKV_TYPE_F16, LKV_TYPE_F16},
@@ -398,10 +391,5 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     test_refusals();
     if (argc > 1 && !strcmp(argv[1], "time")) time_8b();
-    const lkv_status st = G->sync(gb);
-    check(st == LKV_OK, "no device error at the end (%s)", st ? lkv_last_error() : "");
-    G->ctx_free(gb);
-    C->ctx_free(cb);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return harness_close();
 }

@@ -967,26 +967,14 @@ static void test_graph(void) {
 
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : "";
-    if (lkv_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 0; }
-    seed_rng();
-    struct lkv_model fake;
-    memset(&fake, 0, sizeof fake);
-    /* n_ff: the widest matmul input tested (the integer paths size their buffers by it) */
-    fake.hp.n_embd = 1024; fake.hp.n_ff = 36864; fake.hp.n_head = 16; fake.hp.head_dim = 256;
-    if (G->ctx_init(&gb, &fake, 1, 512) || C->ctx_init(&cb, &fake, 2, 512)) {
-        printf("ctx_init: %s\n", lkv_last_error());
-        return 2;
-    }
+    /* n_ff: the widest matmul input tested */
+    const int op = harness_open(1024, 36864, 16, 256, 2);
+    if (op) return op == 1 ? 0 : op;
     if (!*only || strstr(only, "ew")) test_elementwise();
     if (!*only || strstr(only, "mm")) test_matmul();
     if (!*only || strstr(only, "attn")) test_attention();
     if (!*only || strstr(only, "graph")) test_graph();
     if (!*only || strstr(only, "rope")) test_rope_store();
     if (!*only || strstr(only, "model")) test_models();
-    lkv_status st = G->sync(gb);
-    check(st == LKV_OK, "no device error at the end (%s)", st ? lkv_last_error() : "");
-    G->ctx_free(gb);
-    C->ctx_free(cb);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return harness_close();
 }
