@@ -11,6 +11,9 @@
  * runs of 32 single-token decodes), with the implied weight+KV bandwidth.
  * BENCH_ATTN_OLD=1: at depth, decode also with the previous decode attention kernel (with
  * LKV_CUDA_GRAPH=0 only: a replayed graph keeps the kernel it was captured with).
+ * BENCH_NCU=tg|pp: instead of timing, mark one range for `ncu --profile-from-start
+ * off` per depth: 3 decode steps after 2 warm-up steps (tg), or one prefill of 512
+ * (pp).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +22,10 @@
 #include <time.h>
 
 #include "llamakv.h"
+
+/* cudart (linked statically); declared here so that this file needs no CUDA headers */
+extern int cudaProfilerStart(void);
+extern int cudaProfilerStop(void);
 
 static uint64_t rs = 88172645463325252ull;
 static void fill_random(uint8_t *p, size_t n) {
@@ -187,6 +194,24 @@ int main(int argc, char **argv) {
             }
             printf("depth %d: synthetic KV state %.2f GB loaded in %.1f s\n", depth, body / 1e9, now() - ts0);
             free(blob); free(hdr);
+        }
+        const char *ncu = getenv("BENCH_NCU");
+        if (ncu) {
+            int bad = 0;
+            if (!strcmp(ncu, "pp")) {
+                cudaProfilerStart();
+                bad = lkv_decode(c, toks, 512, depth);
+                cudaProfilerStop();
+            } else {
+                for (int i = 0; i < 5 && !bad; i++) {
+                    if (i == 2) cudaProfilerStart();
+                    bad = lkv_decode(c, toks + i, 1, depth + i);
+                }
+                cudaProfilerStop();
+            }
+            if (bad) printf("profiled range @%d: %s\n", depth, lkv_last_error());
+            lkv_context_free(c);
+            continue;
         }
         /* prefill of 512 at this depth; at depth also with the tensor-core
          * flash attention (LKV_CUDA_ATTN=mma, read per call) */

@@ -12,7 +12,7 @@
 # Here, once:  bash ../shared/tools/device-wheels.sh   (makes .whl/)
 #              python3 tools/truncate_gguf.py <SmolLM2 gguf> .models/smollm2-8l.gguf 8
 # Then:        device run, carry [".whl", ".models"], command "bash tools/gpu-run.sh"
-# Stages can be chosen: STAGES="build ops bench diag pystream pyrest golden kvstream" (default:
+# Stages can be chosen: STAGES="build ops bench prof diag pystream pyrest golden kvstream" (default:
 # all but golden, which needs the two halves of the full model: see its stage).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
@@ -76,6 +76,24 @@ if [[ $STAGES == *bench* ]]; then
         LKV_CUDA_GEMM=wmma BENCH_VARIANTS=0 timeout "$(cap 45)" /tmp/cuda_bench 2 8 0
     } > "$OUT/bench.log" 2>&1
     cat "$OUT/bench.log"
+fi
+
+# per-kernel GPU times (ncu, hardware timers; kernels serialised, so launch gaps are
+# not in them): 3 decode steps launched op by op at each depth, one prefill of 512
+if [[ $STAGES == *prof* ]]; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for d in ${PROF_DEPTHS:-0 32768}; do
+        stamp "ncu: decode steps at depth $d"
+        LKV_CUDA_GRAPH=0 BENCH_NCU=tg BENCH_VARIANTS=1 timeout "$(cap 120)" "$NCU" --clock-control none \
+            --profile-from-start off --metrics gpu__time_duration.sum --csv /tmp/cuda_bench 2 8 "$d" \
+            > "$OUT/ncu_tg_$d.csv" 2> "$OUT/ncu_tg_$d.err"
+        python3 tools/ncu_summary.py "$OUT/ncu_tg_$d.csv" 3 | tee "$OUT/ncu_tg_$d.txt" | head -30
+    done
+    stamp "ncu: prefill of 512 at depth 0"
+    BENCH_NCU=pp BENCH_VARIANTS=1 timeout "$(cap 120)" "$NCU" --clock-control none \
+        --profile-from-start off --metrics gpu__time_duration.sum --csv /tmp/cuda_bench 2 8 0 \
+        > "$OUT/ncu_pp.csv" 2> "$OUT/ncu_pp.err"
+    python3 tools/ncu_summary.py "$OUT/ncu_pp.csv" | tee "$OUT/ncu_pp.txt" | head -20
 fi
 
 if [[ $STAGES == *diag* ]]; then
