@@ -12,7 +12,7 @@
 # Here, once:  bash ../shared/tools/device-wheels.sh   (makes .whl/)
 #              python3 tools/truncate_gguf.py <SmolLM2 gguf> .models/smollm2-8l.gguf 8
 # Then:        device run, carry [".whl", ".models"], command "bash tools/gpu-run.sh"
-# Stages can be chosen: STAGES="build ops bench prof diag pystream pyrest golden kvstream" (default:
+# Stages can be chosen: STAGES="build ops bench prof detail diag pystream pyrest golden kvstream" (default:
 # all but golden, which needs the two halves of the full model: see its stage).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
@@ -94,6 +94,26 @@ if [[ $STAGES == *prof* ]]; then
         --profile-from-start off --metrics gpu__time_duration.sum --csv /tmp/cuda_bench 2 8 0 \
         > "$OUT/ncu_pp.csv" 2> "$OUT/ncu_pp.err"
     python3 tools/ncu_summary.py "$OUT/ncu_pp.csv" | tee "$OUT/ncu_pp.txt" | head -20
+fi
+
+# ncu's full section set on the decode step's kernels of one layer at depth
+# DETAIL_DEPTH (launched op by op) and on the prefill GEMMs of one layer
+if [[ $STAGES == *detail* ]]; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    stamp "ncu --set full: one decode layer at depth ${DETAIL_DEPTH:-32768}"
+    LKV_CUDA_GRAPH=0 BENCH_NCU=tg BENCH_VARIANTS=1 timeout "$(cap 150)" "$NCU" --clock-control none \
+        --profile-from-start off --set full -k "regex:${DETAIL_KERNELS:-mvx|attn_ring|fold2|add_rmsnorm}" \
+        --launch-count "${DETAIL_COUNT:-8}" /tmp/cuda_bench 2 8 "${DETAIL_DEPTH:-32768}" > "$OUT/ncu_detail_tg.txt" 2>&1
+    grep -E "^  [a-z_]+kernel|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|Theoretical Occ" \
+        "$OUT/ncu_detail_tg.txt" | head -80
+    if [[ -z ${DETAIL_NO_PP:-} ]]; then
+        stamp "ncu --set full: prefill GEMMs"
+        BENCH_NCU=pp BENCH_VARIANTS=1 timeout "$(cap 120)" "$NCU" --clock-control none \
+            --profile-from-start off --set full -k regex:mmx --launch-count 3 /tmp/cuda_bench 2 8 0 \
+            > "$OUT/ncu_detail_pp.txt" 2>&1
+        grep -E "^  [a-z_]+kernel|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots Busy" \
+            "$OUT/ncu_detail_pp.txt" | head -30
+    fi
 fi
 
 if [[ $STAGES == *diag* ]]; then
