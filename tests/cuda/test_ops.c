@@ -374,6 +374,63 @@ static size_t n_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
+/* add_rmsnorm and swiglu also write the 8-bit codes of their output, which the
+ * next matmul takes instead of quantizing (cuda/act_quant.cuh): a matmul right
+ * after them must equal the CPU's (which quantizes itself), also when an op in
+ * between changed the array (the codes must not be taken then). Row widths of
+ * the register norm kernel's 1, 4, 8 and 16 chunks per thread (4128: the
+ * last chunk round half empty). */
+static void test_fused_act_quant(void) {
+    const int dims[] = {576, 4096, 14336, 4128};
+    for (int di = 0; di < NELEM(dims); di++)
+        for (int n = 1; n <= 9; n += 8) {
+            const int dim = dims[di], rows = 48;
+            const size_t N = (size_t)n * dim;
+            float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N), *g = malloc(sizeof(float) * N);
+            float *nw = malloc(sizeof(float) * dim), *hn = malloc(sizeof(float) * N);
+            fill(x, N, 3.f); fill(y, N, 2.f); fill(nw, dim, 1.f);
+            lkv_weight w = {LKV_TYPE_F32, 1, dim, sizeof(float) * dim, nw, dup_dev(nw, sizeof(float) * dim)};
+            lkv_weight wq = {0};
+            make_weight(&wq, LKV_TYPE_Q4_0, rows, dim);
+            const lkv_weight *ws[1] = {&wq};
+            float *dx = dup_dev(x, sizeof(float) * N), *dy = dup_dev(y, sizeof(float) * N), *dn = dev_buf(sizeof(float) * N);
+            float *dout = dev_buf(sizeof(float) * n * rows), *outs[1] = {dout};
+            float *go = malloc(sizeof(float) * n * rows), *co = malloc(sizeof(float) * n * rows), *couts[1] = {co};
+            for (int between = 0; between < 2; between++) {
+                cudaMemcpy(dx, x, sizeof(float) * N, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
+                G->add_rmsnorm(gb, dx, dy, dn, &w, n, dim, 1e-5f);
+                if (between) G->add(gb, dn, dy, N);           /* changes the norm's output */
+                G->matmul(gb, outs, dn, ws, 1, n);
+                get(go, dout, sizeof(float) * n * rows);
+                get(hn, dn, sizeof(float) * N);
+                C->matmul(cb, couts, hn, ws, 1, n);
+                check(mm_bits_differ(go, co, (size_t)n * rows) == 0,
+                      "add_rmsnorm%s then matmul q4_0, dim %d, n %d: equals the CPU bit for bit",
+                      between ? ", add" : "", dim, n);
+                G->swiglu(gb, dn, dx, dy, N);
+                if (between) G->add(gb, dn, dy, N);
+                G->matmul(gb, outs, dn, ws, 1, n);
+                get(go, dout, sizeof(float) * n * rows);
+                get(hn, dn, sizeof(float) * N);
+                C->matmul(cb, couts, hn, ws, 1, n);
+                check(mm_bits_differ(go, co, (size_t)n * rows) == 0,
+                      "swiglu%s then matmul q4_0, dim %d, n %d: equals the CPU bit for bit",
+                      between ? ", add" : "", dim, n);
+            }
+            /* the norm itself against the CPU at this width */
+            cudaMemcpy(dx, x, sizeof(float) * N, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
+            G->add_rmsnorm(gb, dx, dy, dn, &w, n, dim, 1e-5f);
+            get(hn, dn, sizeof(float) * N);
+            for (size_t i = 0; i < N; i++) g[i] = x[i] + y[i];
+            C->rmsnorm(cb, x, g, &w, n, dim, 1e-5f);
+            check(n_diff(hn, x, N) == 0, "add_rmsnorm dim %d n %d: %zu of %zu values differ from the CPU", dim, n,
+                  n_diff(hn, x, N), N);
+            free(x); free(y); free(g); free(nw); free(hn); free(go); free(co);
+            cudaFree(dx); cudaFree(dy); cudaFree(dn); cudaFree(dout); cudaFree(w.dev);
+            free_weight(&wq);
+        }
+}
+
 /* rmsnorm, swiglu, rope, the adds: bit for bit the CPU's (same operations,
  * no contraction, the CPU's exp, f64 sum of squares, f64 sin/cos rounded) */
 static void test_elementwise(void) {
@@ -971,6 +1028,7 @@ int main(int argc, char **argv) {
     const int op = harness_open(1024, 36864, 16, 256, 2);
     if (op) return op == 1 ? 0 : op;
     if (!*only || strstr(only, "ew")) test_elementwise();
+    if (!*only || strstr(only, "ew")) test_fused_act_quant();
     if (!*only || strstr(only, "mm")) test_matmul();
     if (!*only || strstr(only, "attn")) test_attention();
     if (!*only || strstr(only, "graph")) test_graph();

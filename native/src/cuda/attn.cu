@@ -38,6 +38,7 @@
 
 #include "attn_kv.cuh"
 #include "attn_mma.cuh"
+#include "act_quant.cuh"
 
 // ---------------------------------------------------------------- scores
 
@@ -458,6 +459,18 @@ __global__ void attn_finish_kernel(float *out, const float *st, int64_t n_states
     out[i] = sp[1] > 0.f ? sp[2 + i % hd] : 0.f;
 }
 
+/* the same, and the 8-bit codes of out for the o matmul (act_quant.cuh);
+ * n_states * hd % 32 == 0: whole warps leave together, a warp is one block */
+__global__ void attn_finish_q_kernel(float *out, const float *st, int64_t n_states, int hd,
+                                     int8_t *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n_states * hd) return;
+    const float *sp = st + (i / hd) * (hd + 2);
+    const float o = sp[1] > 0.f ? sp[2 + i % hd] : 0.f;
+    out[i] = o;
+    act_q8_warp(o, true, xq + (i & ~(int64_t)31), xd + i / 32, xs + i / 32);
+}
+
 // ---------------------------------------------------------------- launchers
 
 template <int TK, int TV>
@@ -530,9 +543,15 @@ void lkv_cuda_attn_reset(lkv_bctx *b, void *st, int n_q, int n_head, int head_di
 void lkv_cuda_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n_head, int head_dim) {
     const int64_t n = (int64_t)n_q * n_head * head_dim;
     if (n <= 0) return;
-    attn_finish_kernel<<<lkv_cdiv(n, 256), 256, 0, b->stream>>>(out, (const float *)st,
-                                                                (int64_t)n_q * n_head, head_dim);
+    const bool q = lkv_act_fits(b, n_q, (int64_t)n_head * head_dim);
+    if (q)
+        attn_finish_q_kernel<<<lkv_cdiv(n, 256), 256, 0, b->stream>>>(out, (const float *)st, (int64_t)n_q * n_head,
+                                                                      head_dim, b->xq, b->xd, b->xs);
+    else
+        attn_finish_kernel<<<lkv_cdiv(n, 256), 256, 0, b->stream>>>(out, (const float *)st,
+                                                                    (int64_t)n_q * n_head, head_dim);
     LKV_CUDA_LAUNCHED(b, "attn_finish");
+    if (q) lkv_act_tag_set(b, out, n);
 }
 
 void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d) {

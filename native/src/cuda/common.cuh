@@ -50,6 +50,11 @@ struct lkv_bctx {
     float *xs;                   /* (xq_rows, xq_cols / 32) block sums times scale */
     int xq_cols;
     int xq_rows;                 /* max(MV_MAX_TOK, max_tokens) */
+    /* xq holds the codes of this float array (act_quant.cuh), valid while
+     * op_seq == xq_seq; op_seq counts every launch and call (lkv_cuda_note) */
+    const float *xq_src;
+    int64_t xq_src_total;
+    uint64_t xq_seq, op_seq;
     int mmq;                     /* integer mat-vec on (LKV_CUDA_MMQ != 0) */
     int mv_rows;                 /* rows per warp: 1 or 2 (LKV_CUDA_MV_ROWS) */
     int mv_split;                /* warps per row group: 1 or 4 (LKV_CUDA_MV_SPLIT) */
@@ -134,8 +139,10 @@ void lkv_cuda_rope_capture_end(lkv_bctx *b, bool kept);
 void lkv_cuda_rope_replay(lkv_bctx *b, int32_t pos0, int n);
 void lkv_cuda_rope_replayed(lkv_bctx *b);
 
-/* Keeps the first error (later ones are usually its consequences). */
+/* Keeps the first error (later ones are usually its consequences); counts
+ * every launch and call in op_seq. */
 static inline void lkv_cuda_note(lkv_bctx *b, cudaError_t e, const char *where) {
+    b->op_seq++;
     if (e != cudaSuccess && b->err == cudaSuccess) {
         b->err = e;
         b->err_where = where;

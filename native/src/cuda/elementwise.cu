@@ -1,8 +1,9 @@
 /*
  * cuda/elementwise.cu: swiglu, residual add, bias add. Memory-bound one-pass
- * kernels, one element per thread, grid-stride.
+ * kernels, one element per thread, grid-stride. swiglu also writes the 8-bit
+ * codes of its output for the down matmul (act_quant.cuh).
  */
-#include "common.cuh"
+#include "act_quant.cuh"
 
 // ---------------------------------------------------------------- kernels
 
@@ -15,6 +16,19 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *up, in
          i += (int64_t)gridDim.x * blockDim.x) {
         const float g = gate[i];
         out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.f, lkv_expf_cpu(__fsub_rn(0.f, g)))), up[i]);
+    }
+}
+
+/* the same, and the 8-bit codes of out for the next matmul (act_quant.cuh);
+ * n % 32 == 0, so a warp's 32 lanes hold one whole block in every pass */
+__global__ void swiglu_q_kernel(float *out, const float *gate, const float *up, int64_t n,
+                                int8_t *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float g = gate[i];
+        const float o = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.f, lkv_expf_cpu(__fsub_rn(0.f, g)))), up[i]);
+        out[i] = o;
+        act_q8_warp(o, true, xq + (i & ~(int64_t)31), xd + i / 32, xs + i / 32);
     }
 }
 
@@ -41,8 +55,11 @@ static unsigned ew_grid(int64_t n) {
 
 void lkv_cuda_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n) {
     if (n <= 0) return;
-    swiglu_kernel<<<ew_grid(n), EW_THREADS, 0, b->stream>>>(out, gate, up, n);
+    const bool q = b->xq && n % 32 == 0 && n <= (int64_t)b->xq_rows * b->xq_cols;
+    if (q) swiglu_q_kernel<<<ew_grid(n), EW_THREADS, 0, b->stream>>>(out, gate, up, n, b->xq, b->xd, b->xs);
+    else swiglu_kernel<<<ew_grid(n), EW_THREADS, 0, b->stream>>>(out, gate, up, n);
     LKV_CUDA_LAUNCHED(b, "swiglu");
+    if (q) lkv_act_tag_set(b, out, n);
 }
 
 void lkv_cuda_add(lkv_bctx *b, float *x, const float *y, int64_t n) {

@@ -26,7 +26,7 @@
  */
 #include <mma.h>
 
-#include "common.cuh"
+#include "act_quant.cuh"
 
 using namespace nvcuda;
 
@@ -233,7 +233,8 @@ static void matmul_set(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n,
 void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
                      const lkv_weight *const *ws, int n_w, int n) {
     if (n <= 0) return;
-    int quantized = ACT_NONE;
+    /* a norm or swiglu just wrote the q8 codes of x (act_quant.cuh) */
+    int quantized = n_w > 0 && lkv_act_tag_take(b, x, n, (int)ws[0]->cols) ? ACT_Q8 : ACT_NONE;
     for (int i = 0; i < n_w;) {
         /* a run of up to 3 weights of one type */
         mm_set ms = {};

@@ -1,0 +1,81 @@
+/*
+ * cuda/act_quant.cuh: the 8-bit activation quantization (q8_0 / q8_1 blocks of
+ * 32, the CPU's quantize8: d = amax / 127, codes round-half-even(x * (127 /
+ * amax)), scale and sum(codes) * d rounded to f16) done inside the kernel that
+ * produces the activations, and the tag that lets the next matmul skip its own
+ * quantize launch.
+ *
+ * The tag: a producer that wrote b->xq / xd / xs for the float array `src` of
+ * `total` elements records it with lkv_act_tag_set right after its launch; the
+ * next matmul takes it (lkv_act_tag_take) only if nothing was launched or
+ * copied in between (b->op_seq, counted by lkv_cuda_note) and its input is that
+ * array. The codes are the same bits matvec_q8.cu's quantize_q8_kernel writes.
+ */
+#ifndef LKV_CUDA_ACT_QUANT_CUH
+#define LKV_CUDA_ACT_QUANT_CUH
+
+#include "common.cuh"
+
+/* 8 consecutive lanes (lane % 8 == 0 first) hold the 32 elements of one block,
+ * 4 each in order; every lane of the warp must call it (idle groups with
+ * store = false). Writes the block's 32 codes, scale and sum term. */
+static __device__ __forceinline__ void act_q8_group8(const float v[4], bool store, int8_t *q32,
+                                                     float *d_out, float *s_out) {
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = __fdiv_rn(amax, 127.f);
+    const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
+    int q[4], sum = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        q[i] = __float2int_rn(__fmul_rn(v[i], id));
+        sum += q[i];
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!store) return;
+    const int lane8 = threadIdx.x & 7;
+    char4 c;
+    c.x = (signed char)q[0]; c.y = (signed char)q[1]; c.z = (signed char)q[2]; c.w = (signed char)q[3];
+    *(char4 *)(q32 + 4 * lane8) = c;
+    if (lane8 == 0) {
+        *d_out = __half2float(__float2half_rn(d));
+        *s_out = __half2float(__float2half_rn(__fmul_rn((float)sum, d)));
+    }
+}
+
+/* one element per lane, the warp's 32 lanes one block (all lanes call it) */
+static __device__ __forceinline__ void act_q8_warp(float v, bool store, int8_t *q32, float *d_out,
+                                                   float *s_out) {
+    const float amax = lkv_warp_max(fabsf(v));
+    const float d = __fdiv_rn(amax, 127.f);
+    const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
+    const int q = __float2int_rn(__fmul_rn(v, id));
+    const int sum = __reduce_add_sync(0xffffffffu, q);
+    if (!store) return;
+    const int lane = threadIdx.x & 31;
+    q32[lane] = (int8_t)q;
+    if (lane == 0) {
+        *d_out = __half2float(__float2half_rn(d));
+        *s_out = __half2float(__float2half_rn(__fmul_rn((float)sum, d)));
+    }
+}
+
+/* whether a producer of `total` floats (rows of `cols`) may write the codes */
+static inline bool lkv_act_fits(const lkv_bctx *b, int64_t rows, int64_t cols) {
+    return b->xq && cols % 32 == 0 && cols <= b->xq_cols && rows <= b->xq_rows;
+}
+static inline void lkv_act_tag_set(lkv_bctx *b, const float *src, int64_t total) {
+    b->xq_src = src;
+    b->xq_src_total = total;
+    b->xq_seq = b->op_seq;
+}
+/* true when b->xq holds the q8 codes of x (n, cols); the tag is used up */
+static inline bool lkv_act_tag_take(lkv_bctx *b, const float *x, int n, int cols) {
+    const bool ok = b->xq_src == x && b->xq_seq == b->op_seq && b->xq_src_total == (int64_t)n * cols;
+    b->xq_src = NULL;
+    return ok;
+}
+
+#endif
