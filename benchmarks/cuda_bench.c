@@ -13,7 +13,7 @@
  * LKV_CUDA_GRAPH=0 only: a replayed graph keeps the kernel it was captured with).
  * BENCH_NCU=tg|pp: instead of timing, mark one range for `ncu --profile-from-start
  * off` per depth: 3 decode steps after 2 warm-up steps (tg), or one prefill of 512
- * (pp).
+ * (pp). BENCH_NO_PP=1: decode only.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -215,7 +215,8 @@ int main(int argc, char **argv) {
         }
         /* prefill of 512 at this depth; at depth also with the tensor-core
          * flash attention (LKV_CUDA_ATTN=mma, read per call) */
-        for (int am = 0; am < (depth > 0 ? 2 : 1); am++) {
+        /* BENCH_NO_PP=1: decode only */
+        for (int am = 0; am < (getenv("BENCH_NO_PP") ? 0 : depth > 0 ? 2 : 1); am++) {
             setenv("LKV_CUDA_ATTN", am ? "mma" : "1", 1);
             /* at depth an exact pass can take seconds: 2 runs there */
             double pp[4] = {0, 1e9, 1e9, 1e9};
