@@ -42,14 +42,11 @@
  */
 #include "attn_kv.cuh"
 
-enum { RG_SMEM_MAX = 200 * 1024 };
+enum { RG_NS = 4, RG_SMEM_MAX = 200 * 1024 };
 
-/* compile-time shape of a (type, head_dim, G) kernel with NS ring slots:
- * 4 slots, 6 blocks of 4 warps per SM; 3 slots, 8 (LKV_CUDA_RING=3: a 32K
- * decode's 8 x 129 blocks fit one wave instead of 1.3) */
-template <int T, int HD, int G, int NS_ = 4>
+/* compile-time shape of a (type, head_dim, G) kernel */
+template <int T, int HD, int G>
 struct rg_shape {
-    static constexpr int NS = NS_;
     static constexpr int NT = (G == 8 && HD == 128) ? 256 : 128;   /* threads */
     static constexpr int NW = NT / 32;
     static constexpr int R = G >= 3 ? 32 : 64;                     /* rows per stage */
@@ -62,8 +59,7 @@ struct rg_shape {
     static constexpr int PITCH = ((SLICE + 15) & ~15) % 32 == 0 ? ((SLICE + 15) & ~15) + 16 : ((SLICE + 15) & ~15);
     static constexpr int SLOT = R * PITCH;
     static constexpr int ND = HD * 8 / NT;                         /* dims per thread in the V pass */
-    /* blocks per SM: 6 x 4 warps or 3 x 8 (<= 85 registers); NS 3: 8 x 4 (<= 64) */
-    static constexpr int MINB = (NS == 3 ? 1024 : 768) / NT;
+    static constexpr int MINB = 768 / NT;                          /* blocks per SM: 6 x 4 warps or 3 x 8 (<= 85 registers) */
     static_assert(ND == 4 || ND == 8, "V pass: 4 or 8 dims per thread, inside one 32-block");
     static_assert(U <= NT, "a row's units fit the block");
 };
@@ -72,10 +68,10 @@ struct rg_shape {
 static __host__ __device__ __forceinline__ int rg_psn(int G, int C) { return (G * C + 3) & ~3; }
 
 /* host: bytes of dynamic shared memory (layout in the kernel) */
-template <int T, int HD, int G, int NS>
+template <int T, int HD, int G>
 static size_t rg_smem(int C) {
-    using S = rg_shape<T, HD, G, NS>;
-    return (size_t)S::NS * S::SLOT + (size_t)G * HD * sizeof(float) + 32 * sizeof(float) +
+    using S = rg_shape<T, HD, G>;
+    return (size_t)RG_NS * S::SLOT + (size_t)G * HD * sizeof(float) + 32 * sizeof(float) +
            (size_t)rg_psn(G, C) * sizeof(float) + 16 * sizeof(float) + 2 * (size_t)C * sizeof(void *) + C + 16;
 }
 
@@ -139,11 +135,11 @@ static __device__ __forceinline__ void rg_vdims(const uint8_t *row, int k0, floa
 /* grid (n_q * n_head_kv, chunks of this batch): block (qi + n_q kh, x) writes
  * the partial of chunk c_first + x, heads kh G.. kh G + G - 1, query qi into
  * ws[((qi * n_head + h) * nc + x) * (HD + 2)] (attn.cu's workspace layout) */
-template <int T, int HD, int G, int NS>
-__global__ void __launch_bounds__(rg_shape<T, HD, G, NS>::NT, rg_shape<T, HD, G, NS>::MINB)
+template <int T, int HD, int G>
+__global__ void __launch_bounds__(rg_shape<T, HD, G>::NT, rg_shape<T, HD, G>::MINB)
 attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d, attn_dyn dy, size_t rbk,
                  size_t rbv, int c_first, int nc) {
-    using S = rg_shape<T, HD, G, NS>;
+    using S = rg_shape<T, HD, G>;
     constexpr int NT = S::NT, R = S::R, NG = HD / 32, ND = S::ND;
     extern __shared__ __align__(16) uint8_t sm[];
     const int delta = attn_delta(dy);
@@ -163,7 +159,7 @@ attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_des
      * per (head, 32-group) | ps (G, C): scores, then p | pm, pl (8 each) |
      * kptr, vptr (C) | valid (C) */
     uint8_t *ring = sm;
-    float *qs = (float *)(sm + NS * S::SLOT), *qdm = qs + G * HD, *ps = qdm + 32;
+    float *qs = (float *)(sm + RG_NS * S::SLOT), *qdm = qs + G * HD, *ps = qdm + 32;
     float *pm = ps + rg_psn(G, C), *pl = pm + 8;
     const uint8_t **kptr = (const uint8_t **)(pl + 8), **vptr = kptr + C;
     uint8_t *valid = (uint8_t *)(vptr + C);
@@ -182,13 +178,13 @@ attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_des
         if (s < 2 * nst) {
             const bool v = s >= nst;
             const int r0 = (v ? s - nst : s) * R;
-            rg_copy<S::CU, S::U, NT, S::PITCH>(ring + (s % NS) * S::SLOT, v ? vptr : kptr,
+            rg_copy<S::CU, S::U, NT, S::PITCH>(ring + (s % RG_NS) * S::SLOT, v ? vptr : kptr,
                                                (size_t)kh * S::SLICE, r0, min(nv, r0 + R));
         }
         cp_commit();
     };
 #pragma unroll
-    for (int s = 0; s < NS - 1; s++) issue(s);
+    for (int s = 0; s < RG_NS - 1; s++) issue(s);
 
     /* the query in K's dot type (one warp per 32-group), under the first copies */
     for (int t = warp; t < G * NG; t += S::NW) {
@@ -208,10 +204,10 @@ attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_des
         for (int i = 0; i < ND; i++) o[g][i] = 0.f;
 
     for (int s = 0; s < 2 * nst; s++) {
-        cp_wait<NS - 2>();   /* stage s has landed (this thread's copies) */
+        cp_wait<RG_NS - 2>();   /* stage s has landed (this thread's copies) */
         __syncthreads();        /* ... everyone's; and slot (s - 1) % NS is consumed */
-        issue(s + NS - 1);
-        const uint8_t *slot = ring + (s % NS) * S::SLOT;
+        issue(s + RG_NS - 1);
+        const uint8_t *slot = ring + (s % RG_NS) * S::SLOT;
         if (s < nst) {
             // -- scores of rows [r0, r1): thread per (row, head), the CPU's 8
             //    lanes: f16 an FMA chain per lane (elements l, l + 8, ...),
@@ -288,18 +284,18 @@ attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_des
 
 // ---------------------------------------------------------------- launcher
 
-template <int T, int HD, int G, int NS>
+template <int T, int HD, int G>
 static bool launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
-    using S = rg_shape<T, HD, G, NS>;
+    using S = rg_shape<T, HD, G>;
     /* every row slice must be aligned to the copy unit (else attn_dec.cu's kernel) */
     if (rbk % S::CU || rbv % S::CU) return false;
     for (int i = 0; i < d->n_segs; i++)
         if (((uintptr_t)d->segs[i].k | (uintptr_t)d->segs[i].v) % S::CU) return false;
-    const size_t smem = rg_smem<T, HD, G, NS>(d->chunk);
+    const size_t smem = rg_smem<T, HD, G>(d->chunk);
     if (smem > RG_SMEM_MAX) return false;
     static bool attr = false;
     if (!attr) {
-        cudaFuncSetAttribute(attn_ring_kernel<T, HD, G, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, RG_SMEM_MAX);
+        cudaFuncSetAttribute(attn_ring_kernel<T, HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, RG_SMEM_MAX);
         attr = true;
     }
     const size_t per_chunk = (size_t)d->n_q * d->n_head * (HD + 2) * sizeof(float);
@@ -308,7 +304,7 @@ static bool launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *
     const attn_dyn dy = attn_dyn_of(b, d);
     for (int c0 = d->chunk_lo; c0 < d->chunk_hi; c0 += batch) {
         const int nc = min(batch, d->chunk_hi - c0);
-        attn_ring_kernel<T, HD, G, NS><<<dim3(d->n_q * d->n_head_kv, nc), S::NT, smem, b->stream>>>(
+        attn_ring_kernel<T, HD, G><<<dim3(d->n_q * d->n_head_kv, nc), S::NT, smem, b->stream>>>(
             b->attn_ws, q, *d, dy, rbk, rbv, c0, nc);
         LKV_CUDA_LAUNCHED(b, "attn_ring");
         attn_dec_fold(b, st, d->n_head, HD, d->n_q, nc);
@@ -318,14 +314,12 @@ static bool launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *
 
 template <int T, int HD>
 static bool launch_g(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
-    const char *env = getenv("LKV_CUDA_RING");
-    const bool ns3 = env && env[0] == '3';
     switch (d->n_head / d->n_head_kv) {
-    case 1: return ns3 ? launch<T, HD, 1, 3>(b, st, q, d, rbk, rbv) : launch<T, HD, 1, 4>(b, st, q, d, rbk, rbv);
-    case 2: return ns3 ? launch<T, HD, 2, 3>(b, st, q, d, rbk, rbv) : launch<T, HD, 2, 4>(b, st, q, d, rbk, rbv);
-    case 3: return ns3 ? launch<T, HD, 3, 3>(b, st, q, d, rbk, rbv) : launch<T, HD, 3, 4>(b, st, q, d, rbk, rbv);
-    case 4: return ns3 ? launch<T, HD, 4, 3>(b, st, q, d, rbk, rbv) : launch<T, HD, 4, 4>(b, st, q, d, rbk, rbv);
-    case 8: return launch<T, HD, 8, 4>(b, st, q, d, rbk, rbv);
+    case 1: return launch<T, HD, 1>(b, st, q, d, rbk, rbv);
+    case 2: return launch<T, HD, 2>(b, st, q, d, rbk, rbv);
+    case 3: return launch<T, HD, 3>(b, st, q, d, rbk, rbv);
+    case 4: return launch<T, HD, 4>(b, st, q, d, rbk, rbv);
+    case 8: return launch<T, HD, 8>(b, st, q, d, rbk, rbv);
     default: return false;
     }
 }
