@@ -139,14 +139,15 @@ int main(int argc, char **argv) {
      * with the CPU; "" = the default, exact ones), LKV_CUDA_ATTN for
      * decode. BENCH_DEPTH_VARIANTS=n: the first n also at depth (default 1) */
     const char *vars[][8] = {{"CPU-exact kernels, decode step as a replayed graph (default)", "1", "2", "4", "1", "", "", "1"},
-                             {"fast kernels (LKV_CUDA_GEMM=fast LKV_CUDA_MV=fast; not bit-identical with the CPU)",
-                              "1", "2", "4", "1", "fast", "fast", "1"},
+                             {"fast kernels (gpu_kernels=\"fast\": LKV_CUDA_GEMM=fast; not bit-identical with the CPU)",
+                              "1", "2", "4", "1", "fast", "", "1"},
+                             {"int8 mat-vec for decode (LKV_CUDA_MV=fast)", "1", "2", "4", "1", "", "fast", "1"},
                              {"the previous decode attention (LKV_CUDA_ATTN=dec-old)",
                               "1", "2", "4", "1", "", "", "dec-old"},
                              {"the default, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "", "", "1"},
                              {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1", "", "", "1"}};
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
-    if (n_var > 5) n_var = 5;
+    if (n_var > 6) n_var = 6;
     const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
     char *gemm0 = strdup(getenv("LKV_CUDA_GEMM") ? getenv("LKV_CUDA_GEMM") : "");
     char *mv0 = strdup(getenv("LKV_CUDA_MV") ? getenv("LKV_CUDA_MV") : "");

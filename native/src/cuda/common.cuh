@@ -111,9 +111,10 @@ uint64_t lkv_cuda_compute_mark(lkv_bctx *b);
 void lkv_cuda_copy_wait_compute(lkv_bctx *b, uint64_t t);
 lkv_status lkv_cuda_copy_sync(lkv_bctx *b);
 
-/* Kernel choice: the context's gpu_kernels (b->fast: the int8 GEMM and mat-vec,
- * the tensor-core prefill attention, which are not bit-identical with the CPU
- * backend), overridden by the environment, read per call (tests switch it):
+/* Kernel choice: the context's gpu_kernels (b->fast: the int8 GEMM and the
+ * tensor-core prefill attention, which are not bit-identical with the CPU
+ * backend; decode keeps the exact mat-vec, the faster one), overridden by the
+ * environment, read per call (tests switch it):
  * `var` set to `fast_value` selects the fast kernel, set to anything else the
  * exact one; LKV_CUDA_EXACT=0 / 1 selects all fast / all exact kernels. */
 static inline bool lkv_cuda_env_is(const char *var, const char *value) {
