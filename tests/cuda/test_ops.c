@@ -396,27 +396,23 @@ static void test_fused_act_quant(void) {
             float *dx = dup_dev(x, sizeof(float) * N), *dy = dup_dev(y, sizeof(float) * N), *dn = dev_buf(sizeof(float) * N);
             float *dout = dev_buf(sizeof(float) * n * rows), *outs[1] = {dout};
             float *go = malloc(sizeof(float) * n * rows), *co = malloc(sizeof(float) * n * rows), *couts[1] = {co};
-            for (int between = 0; between < 2; between++) {
-                cudaMemcpy(dx, x, sizeof(float) * N, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
-                G->add_rmsnorm(gb, dx, dy, dn, &w, n, dim, 1e-5f);
-                if (between) G->add(gb, dn, dy, N);           /* changes the norm's output */
-                G->matmul(gb, outs, dn, ws, 1, n);
-                get(go, dout, sizeof(float) * n * rows);
-                get(hn, dn, sizeof(float) * N);
-                C->matmul(cb, couts, hn, ws, 1, n);
-                check(mm_bits_differ(go, co, (size_t)n * rows) == 0,
-                      "add_rmsnorm%s then matmul q4_0, dim %d, n %d: equals the CPU bit for bit",
-                      between ? ", add" : "", dim, n);
-                G->swiglu(gb, dn, dx, dy, N);
-                if (between) G->add(gb, dn, dy, N);
-                G->matmul(gb, outs, dn, ws, 1, n);
-                get(go, dout, sizeof(float) * n * rows);
-                get(hn, dn, sizeof(float) * N);
-                C->matmul(cb, couts, hn, ws, 1, n);
-                check(mm_bits_differ(go, co, (size_t)n * rows) == 0,
-                      "swiglu%s then matmul q4_0, dim %d, n %d: equals the CPU bit for bit",
-                      between ? ", add" : "", dim, n);
-            }
+            for (int between = 0; between < 2; between++)
+                for (int prod = 0; prod < 2; prod++) {   /* the producer: add_rmsnorm, swiglu */
+                    if (prod == 0) {
+                        cudaMemcpy(dx, x, sizeof(float) * N, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
+                        G->add_rmsnorm(gb, dx, dy, dn, &w, n, dim, 1e-5f);
+                    } else {
+                        G->swiglu(gb, dn, dx, dy, N);
+                    }
+                    if (between) G->add(gb, dn, dy, N);   /* changes the producer's output */
+                    G->matmul(gb, outs, dn, ws, 1, n);
+                    get(go, dout, sizeof(float) * n * rows);
+                    get(hn, dn, sizeof(float) * N);
+                    C->matmul(cb, couts, hn, ws, 1, n);
+                    check(mm_bits_differ(go, co, (size_t)n * rows) == 0,
+                          "%s%s then matmul q4_0, dim %d, n %d: equals the CPU bit for bit",
+                          prod ? "swiglu" : "add_rmsnorm", between ? ", add" : "", dim, n);
+                }
             /* the norm itself against the CPU at this width */
             cudaMemcpy(dx, x, sizeof(float) * N, cudaMemcpyHostToDevice); cudaDeviceSynchronize();
             G->add_rmsnorm(gb, dx, dy, dn, &w, n, dim, 1e-5f);
