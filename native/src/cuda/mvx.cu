@@ -14,11 +14,10 @@
  *     thread (thread = row k, lane l): 16 rows per block gives 256 blocks
  *     on a 4096-row matrix and 64 on the 1024-row k/v weights;
  *   - the block streams its rows through a ring of stages of KC blocks
- *     per row in shared memory, filled with 16-byte cp.async;
- *     all but one stage are in flight while one is computed (q4_0: ~58 KB
- *     per block, 2-3 blocks per SM: 120-170 KB per SM in flight, against
- *     ~27 KB with the first version's warp-private rings: 153 -> 200 t/s
- *     for the 8B decode step, H200 run 15);
+ *     per row in shared memory, filled with 16-byte cp.async; all but one
+ *     stage are in flight while one is computed (a first version with
+ *     warp-private rings, ~27 KB in flight per SM, was 153 against 200 t/s
+ *     for the 8B decode step, H200 run 15 of the third session);
  *   - per block and token a thread does, from shared memory, a dp4a of the
  *     codes and the activations started at EX_MAGIC (the bits of 12582912 +
  *     p, made (float)p exactly by one operation) and the CPU's fmadd
@@ -41,7 +40,7 @@
 
 #include "exact.cuh"
 
-enum { MT_THREADS = 128, MT_ROWS = 16, MT_LANES = 8, MT_RING_MAX = 72 * 1024 };
+enum { MT_THREADS = 128, MT_ROWS = 16 };
 
 template <int T> struct mt_geom {
     static constexpr int bytes = cblk<T>::bytes;
@@ -53,14 +52,7 @@ template <int T> struct mt_geom {
     static constexpr int rs = rs_min % 128 <= 32 ? rs_min - rs_min % 128 + 32
                             : rs_min % 128 <= 96 ? rs_min - rs_min % 128 + 96
                                                  : rs_min - rs_min % 128 + 160;
-    static constexpr int stage = MT_ROWS * rs;
-    /* 3 blocks per SM fit (227 KB): enough for the 384 blocks of a q/k/v set */
-    static constexpr int st = MT_RING_MAX / stage < 8 ? MT_RING_MAX / stage : 8;
-    static constexpr int ring = st * stage;
-    static constexpr int chunks = MT_ROWS * nch;            /* chunk slots per stage */
-    static constexpr int cit = (chunks + MT_THREADS - 1) / MT_THREADS;   /* per thread */
     static_assert(span % 16 == 0 && (rs % 128 == 32 || rs % 128 == 96) && rs >= rs_min, "mt_geom");
-    static_assert(st >= 3, "mt_geom: ring too shallow");
 };
 
 // ================================================================ the kernel
@@ -209,7 +201,7 @@ template <int T, int NT> struct mw_geom {
     static constexpr bool MIN = ex_min<T>::v;
     static constexpr int bytes = M::bytes, kc = M::kc, span = M::span, nch = M::nch, rs = M::rs;
     static constexpr int ci = (nch + 7) / 8;             /* weight chunks per thread and stage */
-    static constexpr int ys = kc * 4 + 16;               /* bytes per (token, lane) of y: 16 mod 128 */
+    static constexpr int ys = kc * 4 + 16;               /* bytes per (token, lane) of y: 16 mod 32 */
     static constexpr int yoff = MT_ROWS * rs;            /* y codes: [NT][8 lanes][kc] words */
     static constexpr int doff = yoff + NT * 8 * ys;      /* scales: [NT][kc] floats */
     static constexpr int soff = doff + NT * kc * 4;      /* sums (q4_1 / q5_1): [NT][kc] floats */
@@ -697,6 +689,9 @@ static bool mw_run(lkv_bctx *b, mm_set &ms, int cols, int n) {
 /* matvec_q8.cu comes here unless LKV_CUDA_MV=fast */
 bool lkv_cuda_mvx(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
     if (n < 1 || n > MV_MAX_TOK) return false;
+    /* rows must start on 2 bytes (the two alignment classes, 0 and 2 mod 4) */
+    for (int i = 0; i < ms.n_w; i++)
+        if (((uintptr_t)ms.w[i] | (uintptr_t)ms.row_bytes[i]) & 1) return false;
     switch (type) {
 #define X(T) case T: return mw_run<T>(b, ms, cols, n);
         LKV_CUDA_WEIGHT_TYPES(X)
