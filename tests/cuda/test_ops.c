@@ -683,7 +683,7 @@ static void test_attention(void) {
         {6, 2, 128, 256, 5000, 1},  {6, 2, 128, 256, 5000, 1},
         {64, 8, 128, 64, 1400, 8},  {64, 8, 128, 64, 1400, 8},
         {4, 4, 64, 128, 2600, 2},   {4, 4, 64, 128, 2600, 2},
-        /* attn_dec.cu's fold (attn_fold2) over 32-chunk tiles of merged
+        /* attn_fold.cu's fold (attn_fold2) over 32-chunk tiles of merged
          * partials and its vector ring past the first tiles (chunk 16: 132 and
          * 107 chunks, hd 128 / 64), and over two pieces (1063 chunks) */
         {4, 4, 128, 16, 2100, 1},   {4, 4, 128, 16, 2100, 1},

@@ -5,7 +5,7 @@
  * The work is attn_dec.cu's: one block per (query, KV head, chunk) computes
  * the chunk's partial (m, l, normalised o) for the G query heads of that KV
  * head, every float operation cpu/attention.c's in its order (attn.cuh,
- * attn_kv.cuh), and attn_dec.cu's fold2 folds the partials in chunk order.
+ * attn_kv.cuh), and attn_fold.cu's attn_fold2 folds the partials in chunk order.
  * What differs is how the bytes come in and how threads share the work:
  *  - a chunk is read as a sequence of stages of R rows, K stages then V
  *    stages, each one KV head's slice of R rows. Stage s is copied (cp.async,

@@ -192,7 +192,7 @@ static __device__ __forceinline__ void attn_store_partial(const float (&o)[G][ND
     if (tid < G) { wbase[tid * wstride] = pm[tid]; wbase[tid * wstride + 1] = pl[tid]; }
 }
 
-/* attn_dec.cu: folds the nc partials of the workspace (layout of attn.cu's
+/* attn_fold.cu: folds the nc partials of the workspace (layout of attn.cu's
  * split kernel) into the state in chunk order, attn_fold_w / attn_fold_o's
  * operations */
 void attn_dec_fold(lkv_bctx *b, float *st, int n_head, int hd, int n_q, int nc);
