@@ -143,11 +143,14 @@ static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.comm
 template <int N>
 static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-/* 4 bytes at a 2-byte aligned shared address */
+/* 4 bytes at a 2-byte aligned shared address. The aligned word is reached by
+ * pointer arithmetic on p, not through an integer: a pointer rebuilt from an
+ * integer loses its shared address space, and the loads become generic ones
+ * (LD instead of LDS, with 64-bit address arithmetic) */
 static __device__ __forceinline__ uint32_t lds4_2(const uint8_t *p) {
-    const uintptr_t a = (uintptr_t)p;
-    const uint32_t *w = (const uint32_t *)(a & ~(uintptr_t)3);
-    return (a & 2) ? __funnelshift_r(w[0], w[1], 16) : w[0];
+    const int mis = (int)((uintptr_t)p & 3);
+    const uint32_t *w = (const uint32_t *)(p - mis);
+    return mis ? __funnelshift_r(w[0], w[1], 16) : w[0];
 }
 
 /* f(b) of attn_kwords for a staged block: its bytes from 8-byte aligned
