@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "exact.cuh"
+#include "mvx_twins.cuh"
 
 enum { MT_THREADS = 128, MT_ROWS = 16 };
 
@@ -90,111 +91,6 @@ template <int T> struct mt_geom {
 // mod 4: 18 / 22 / 34-byte blocks, odd blocks per row) the block's 16 rows
 // are taken even rows first. Rows of a warp that still differ (the clamped
 // tail rows) run both paths, correct but slower.
-
-/* unrolling hints for the helpers below, which a host program may compile
- * (the host compiler does not know the pragma) */
-#ifdef __CUDA_ARCH__
-#define MW_UNROLL _Pragma("unroll")
-#define MW_UNROLL1 _Pragma("unroll 1")
-#define MW_PRAGMA(x) _Pragma(#x)
-#define MW_UNROLLN(n) MW_PRAGMA(unroll(n))
-#else
-#define MW_UNROLL
-#define MW_UNROLL1
-#define MW_UNROLLN(n)
-#endif
-
-/* host twins of the intrinsics, so that a host program can run the index
- * math and the decoding of a thread (MVX_EMU_TRACE: the operands of every
- * step of a chain) */
-static __host__ __device__ __forceinline__ uint32_t mw_ld32(const uint8_t *p) { return *(const uint32_t *)p; }
-static __host__ __device__ __forceinline__ float mw_h(const uint8_t *p) { return __half2float(*(const __half *)p); }
-static __host__ __device__ __forceinline__ float mw_hlo(uint32_t w) {
-    return __half2float(__ushort_as_half((unsigned short)(w & 0xFFFFu)));
-}
-static __host__ __device__ __forceinline__ float mw_hhi(uint32_t w) {
-    return __half2float(__ushort_as_half((unsigned short)(w >> 16)));
-}
-/* bits s..s+31 of hi:lo (s < 32) */
-static __host__ __device__ __forceinline__ uint32_t mw_fsr(uint32_t lo, uint32_t hi, int s) {
-#ifdef __CUDA_ARCH__
-    return __funnelshift_r(lo, hi, s);
-#else
-    return (uint32_t)((((uint64_t)hi << 32) | lo) >> (s & 31));
-#endif
-}
-/* w rotated left by s (s < 32) */
-static __host__ __device__ __forceinline__ uint32_t mw_rotl(uint32_t w, int s) {
-#ifdef __CUDA_ARCH__
-    return __funnelshift_l(w, w, s);
-#else
-    s &= 31;
-    return s ? (w << s) | (w >> (32 - s)) : w;
-#endif
-}
-/* c + dot of 4 bytes: a signed (ss) or unsigned (us), b signed */
-static __host__ __device__ __forceinline__ int mw_dp4a_ss(uint32_t a, uint32_t b, int c) {
-#ifdef __CUDA_ARCH__
-    return __dp4a((int)a, (int)b, c);
-#else
-    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> 8 * i) * (int)(int8_t)(b >> 8 * i);
-    return c;
-#endif
-}
-static __host__ __device__ __forceinline__ int mw_dp4a_us(uint32_t a, uint32_t b, int c) {
-#ifdef __CUDA_ARCH__
-    int d;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-#else
-    for (int i = 0; i < 4; i++) c += (int)(uint8_t)(a >> 8 * i) * (int)(int8_t)(b >> 8 * i);
-    return c;
-#endif
-}
-static __host__ __device__ __forceinline__ float mw_mul(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    volatile float r = a * b;
-    return r;
-#endif
-}
-static __host__ __device__ __forceinline__ float mw_add(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fadd_rn(a, b);
-#else
-    volatile float r = a + b;
-    return r;
-#endif
-}
-static __host__ __device__ __forceinline__ float mw_fma(float a, float b, float c) {
-#ifdef __CUDA_ARCH__
-    return __fmaf_rn(a, b, c);
-#else
-    return fmaf(a, b, c);
-#endif
-}
-static __host__ __device__ __forceinline__ float mw_i2f_bits(int p) {
-#ifdef __CUDA_ARCH__
-    return __int_as_float(p);
-#else
-    float f;
-    memcpy(&f, &p, 4);
-    return f;
-#endif
-}
-
-/* (a & b) ^ c in one LOP3 (the compiler splits it in two with two
- * immediates; c comes in a register) */
-static __host__ __device__ __forceinline__ uint32_t mw_andxor(uint32_t a, uint32_t b, uint32_t c) {
-#ifdef __CUDA_ARCH__
-    uint32_t d;
-    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-#else
-    return (a & b) ^ c;
-#endif
-}
 
 template <int T, int NT> struct mw_geom {
     using M = mt_geom<T>;
