@@ -154,6 +154,20 @@ template <int X> static __host__ __device__ __forceinline__ uint32_t mw_word_u(c
 /* The block whose first byte is wa + O (wa 4-aligned, O compile-time): the
  * lane's 4 codes x as SC times the CPU's expanded codes (bytes), its scale
  * and minimum. */
+/* the f16 scale and minimum of a q4_1 / q5_1 block O bytes into the row:
+ * one 32-bit load when they share an aligned word */
+template <int O>
+static __host__ __device__ __forceinline__ void mw_dm(const uint8_t *wa, float &dw, float &mw) {
+    if constexpr (O % 4 == 0) {
+        const uint32_t dm = mw_ld32(wa + O);
+        dw = mw_hlo(dm);
+        mw = mw_hhi(dm);
+    } else {
+        dw = mw_h(wa + O);
+        mw = mw_h(wa + O + 2);
+    }
+}
+
 template <int T, int O>
 static __host__ __device__ __forceinline__ void mw_block(const uint8_t *wa, const mw_lane &c, uint32_t &x, float &dw,
                                                          float &mw) {
@@ -169,14 +183,7 @@ static __host__ __device__ __forceinline__ void mw_block(const uint8_t *wa, cons
             dw = mw_h(wa + O);
         } else {
             x = v & 0xF0F0F0F0u;  /* 16 * code, unsigned */
-            if constexpr (O % 4 == 0) {
-                const uint32_t dm = mw_ld32(wa + O);
-                dw = mw_hlo(dm);
-                mw = mw_hhi(dm);
-            } else {
-                dw = mw_h(wa + O);
-                mw = mw_h(wa + O + 2);
-            }
+            mw_dm<O>(wa, dw, mw);
         }
     } else if constexpr (T == LKV_TYPE_Q5_0 || T == LKV_TYPE_Q5_1) {
         constexpr bool Q1 = T == LKV_TYPE_Q5_1;
@@ -194,13 +201,8 @@ static __host__ __device__ __forceinline__ void mw_block(const uint8_t *wa, cons
         if constexpr (!Q1) {
             x ^= 0x80808080u;                           /* 8 * (code + 16 h - 16), signed */
             dw = mw_h(wa + O);
-        } else if constexpr (O % 4 == 0) {
-            const uint32_t dm = mw_ld32(wa + O);
-            dw = mw_hlo(dm);
-            mw = mw_hhi(dm);
         } else {
-            dw = mw_h(wa + O);
-            mw = mw_h(wa + O + 2);
+            mw_dm<O>(wa, dw, mw);
         }
     } else if constexpr (T == LKV_TYPE_IQ4_NL) {
         constexpr int X = O + 2;
