@@ -29,29 +29,18 @@
 
 #include "exact.cuh"
 #include "quant_i8.cuh"
+#include "act_quant.cuh"
 
 // ---------------------------------------------------------------- quantize
 
 /* one warp per 32-element block, exactly the CPU's quantize8 (quant/legacy.c):
- * d = amax / 127, codes round-half-even(x * (127 / amax)), then the scale and
- * sum(codes) * d rounded to f16 as in a q8_0 / q8_1 block */
+ * act_quant.cuh's act_q8_warp, which the fused producers use too */
 __global__ void quantize_q8_kernel(const float *__restrict__ x, int8_t *__restrict__ xq,
                                    float *__restrict__ xd, float *__restrict__ xs,
                                    int64_t nblocks) {
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= nblocks) return;
-    const int lane = threadIdx.x & 31;
-    const float v = x[blk * 32 + lane];
-    const float amax = lkv_warp_max(fabsf(v));
-    const float d = amax / 127.f;
-    const float id = amax != 0.f ? 127.f / amax : 0.f;
-    const int q = __float2int_rn(__fmul_rn(v, id));
-    xq[blk * 32 + lane] = (int8_t)q;
-    const int sum = __reduce_add_sync(0xffffffffu, q);
-    if (lane == 0) {
-        xd[blk] = __half2float(__float2half_rn(d));
-        xs[blk] = __half2float(__float2half_rn(__fmul_rn((float)sum, d)));
-    }
+    act_q8_warp(x[blk * 32 + (threadIdx.x & 31)], true, xq + blk * 32, xd + blk, xs + blk);
 }
 
 void lkv_cuda_quantize_act(lkv_bctx *b, const float *x, int n, int cols, int type) {
