@@ -203,5 +203,9 @@ void attn_dec_fold(lkv_bctx *b, float *st, int n_head, int hd, int n_q, int nc);
  * false (nothing enqueued) when the shape, types or alignment are not covered */
 bool lkv_cuda_attn_dec_ring(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
                             size_t rbv);
+/* attn_dec_ring2.cu: the same for q8_0 K and V with cheaper loads and copies
+ * (LKV_CUDA_ATTN=ring2); false (nothing enqueued) for anything else */
+bool lkv_cuda_attn_dec_ring2(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
+                             size_t rbv);
 
 #endif
