@@ -737,9 +737,9 @@ static void test_attention(void) {
             get(o4, dout, sizeof(float) * QN);
             if (env0) setenv("LKV_CUDA_ATTN", env0, 1); else unsetenv("LKV_CUDA_ATTN");
             const int same_old = memcmp(o1, o4, sizeof(float) * QN) == 0;
-            /* (1c) the same through attn_dec_ring2.cu (LKV_CUDA_ATTN=ring2: q8_0
-             * K and V; the other types go on to attn_dec_ring.cu): the same bits */
-            setenv("LKV_CUDA_ATTN", "ring2", 1);
+            /* (1c) the same through attn_dec_ring.cu alone (LKV_CUDA_ATTN=ring:
+             * skips attn_dec_ring2.cu, the default for q8_0 K and V): the same bits */
+            setenv("LKV_CUDA_ATTN", "ring", 1);
             G->attn_reset(gb, dst, n_q, nh, hd);
             G->attn_accum(gb, dst, dq, &d);
             G->attn_finish(gb, dout, dst, n_q, nh, hd);
@@ -798,7 +798,7 @@ static void test_attention(void) {
             check(eg < tol && egc < tol && same_cpu && inv && same_dyn != 0 && same_old && same_ring2,
                   "attn nh=%d nkv=%d hd=%d chunk=%d ctx=%d nq=%d k=%s v=%s: rel err %.2e (cpu %.2e), "
                   "gpu vs cpu %.2e (tol %.0e), bit-identical to the cpu: %s (%zu of %zu differ), "
-                  "split/segment invariant: %s, replay at +%d: %s, dec-old: %s, ring2: %s", nh, nkv, hd, chunk, n_ctx, n_q,
+                  "split/segment invariant: %s, replay at +%d: %s, dec-old: %s, ring (vs ring2): %s", nh, nkv, hd, chunk, n_ctx, n_q,
                   TK->name, TV->name, eg, ec, egc, tol, same_cpu ? "yes" : "NO", n_diff, QN, inv ? "yes" : "NO",
                   delta, same_dyn < 0 ? "-" : same_dyn ? "same" : "DIFFERS", same_old ? "same" : "DIFFERS",
                   same_ring2 ? "same" : "DIFFERS");

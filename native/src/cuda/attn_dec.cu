@@ -31,8 +31,9 @@
  * attn_dec_ring.cu (same partials, same bits; K/V streamed through a small
  * ring of stages, more blocks per SM), and runs the kernel below when that
  * one declines (copy-unit alignment) or LKV_CUDA_ATTN=dec-old (read per
- * call) asks for it. LKV_CUDA_ATTN=ring2 tries attn_dec_ring2.cu (q8_0) first.
- * attn_fold.cu's fold serves all three.
+ * call) asks for it. For q8_0 K and V attn_dec_ring2.cu comes first (1.03x
+ * the ring kernel at 32K, H200 run 1 of 2026-11-30's fifth session);
+ * LKV_CUDA_ATTN=ring skips it. attn_fold.cu's fold serves all three.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -298,8 +299,9 @@ bool lkv_cuda_attn_dec(lkv_bctx *b, float *st, const float *q, const lkv_attn_de
                        size_t rbk, size_t rbv) {
     const char *env = getenv("LKV_CUDA_ATTN");   /* read per call: tests switch it */
     if (env && env[0] == '0') return false;
-    if (env && !strcmp(env, "ring2") && lkv_cuda_attn_dec_ring2(b, st, q, d, rbk, rbv)) return true;
-    if (!(env && !strcmp(env, "dec-old")) && lkv_cuda_attn_dec_ring(b, st, q, d, rbk, rbv)) return true;
+    const bool old = env && !strcmp(env, "dec-old");
+    if (!old && !(env && !strcmp(env, "ring")) && lkv_cuda_attn_dec_ring2(b, st, q, d, rbk, rbv)) return true;
+    if (!old && lkv_cuda_attn_dec_ring(b, st, q, d, rbk, rbv)) return true;
     const int hd = d->head_dim, T = d->type_k;
     if (d->type_v != T || (T != LKV_TYPE_F16 && T != LKV_TYPE_Q8_0 && T != LKV_TYPE_Q4_0)) return false;
     if (hd != 64 && hd != 128) return false;
