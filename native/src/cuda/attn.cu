@@ -39,6 +39,7 @@
 #include "attn_kv.cuh"
 #include "attn_mma.cuh"
 #include "act_quant.cuh"
+#include "pdl.cuh"
 
 // ---------------------------------------------------------------- scores
 
@@ -445,6 +446,8 @@ __global__ void attn_fold_kernel(float *st, const float *ws, int n_head, int hd,
 }
 
 __global__ void attn_reset_kernel(float *st, int64_t n_states, int hd) {
+    pdl_trigger();
+    pdl_wait();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n_states * (hd + 2)) return;
     st[i] = (i % (hd + 2)) == 0 ? -INFINITY : 0.f;
@@ -452,6 +455,8 @@ __global__ void attn_reset_kernel(float *st, int64_t n_states, int hd) {
 
 /* the state's o is already normalised */
 __global__ void attn_finish_kernel(float *out, const float *st, int64_t n_states, int hd) {
+    pdl_trigger();
+    pdl_wait();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n_states * hd) return;
     const int64_t sidx = i / hd;
@@ -463,6 +468,8 @@ __global__ void attn_finish_kernel(float *out, const float *st, int64_t n_states
  * n_states * hd % 32 == 0: whole warps leave together, a warp is one block */
 __global__ void attn_finish_q_kernel(float *out, const float *st, int64_t n_states, int hd,
                                      int8_t *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs) {
+    pdl_trigger();
+    pdl_wait();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n_states * hd) return;
     const float *sp = st + (i / hd) * (hd + 2);
@@ -536,7 +543,7 @@ size_t lkv_cuda_attn_state_bytes(int n_q, int n_head, int head_dim) {
 void lkv_cuda_attn_reset(lkv_bctx *b, void *st, int n_q, int n_head, int head_dim) {
     const int64_t n = (int64_t)n_q * n_head * (head_dim + 2);
     if (n <= 0) return;
-    attn_reset_kernel<<<lkv_cdiv(n, 256), 256, 0, b->stream>>>((float *)st, (int64_t)n_q * n_head, head_dim);
+    lkv_launch(b, attn_reset_kernel, lkv_cdiv(n, 256), 256, 0, (float *)st, (int64_t)n_q * n_head, head_dim);
     LKV_CUDA_LAUNCHED(b, "attn_reset");
 }
 
@@ -545,11 +552,11 @@ void lkv_cuda_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int 
     if (n <= 0) return;
     const bool q = lkv_act_fits(b, n_q, (int64_t)n_head * head_dim);
     if (q)
-        attn_finish_q_kernel<<<lkv_cdiv(n, 256), 256, 0, b->stream>>>(out, (const float *)st, (int64_t)n_q * n_head,
-                                                                      head_dim, b->xq, b->xd, b->xs);
+        lkv_launch(b, attn_finish_q_kernel, lkv_cdiv(n, 256), 256, 0, out, (const float *)st, (int64_t)n_q * n_head,
+                   head_dim, b->xq, b->xd, b->xs);
     else
-        attn_finish_kernel<<<lkv_cdiv(n, 256), 256, 0, b->stream>>>(out, (const float *)st,
-                                                                    (int64_t)n_q * n_head, head_dim);
+        lkv_launch(b, attn_finish_kernel, lkv_cdiv(n, 256), 256, 0, out, (const float *)st,
+                   (int64_t)n_q * n_head, head_dim);
     LKV_CUDA_LAUNCHED(b, "attn_finish");
     if (q) lkv_act_tag_set(b, out, n);
 }

@@ -28,6 +28,7 @@
  * attn_dec_ring.cu's per-thread code.
  */
 #include "attn_kv.cuh"
+#include "pdl.cuh"
 
 /* unrolling hints the host compiler does not know (as mvx.cu) */
 #ifdef __CUDA_ARCH__
@@ -300,6 +301,8 @@ attn_ring2_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
     using S = r2_shape<HD, G>;
     constexpr int NT = S::NT, R = S::R, NG = S::NG, ND = S::ND;
     extern __shared__ __align__(16) uint8_t sm[];
+    pdl_trigger();
+    pdl_wait();
     const int delta = attn_delta(dy);
     const int qi = blockIdx.x % d.n_q, kh = blockIdx.x / d.n_q, x = blockIdx.y;
     const int qpos = d.q_pos0 + delta + qi;
@@ -403,8 +406,8 @@ static bool launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *
     const attn_dyn dy = attn_dyn_of(b, d);
     for (int c0 = d->chunk_lo; c0 < d->chunk_hi; c0 += batch) {
         const int nc = min(batch, d->chunk_hi - c0);
-        attn_ring2_kernel<HD, G><<<dim3(d->n_q * d->n_head_kv, nc), S::NT, smem, b->stream>>>(
-            b->attn_ws, q, *d, dy, rbk, rbv, c0, nc);
+        lkv_launch(b, attn_ring2_kernel<HD, G>, dim3(d->n_q * d->n_head_kv, nc), S::NT, smem, b->attn_ws, q, *d, dy,
+                   rbk, rbv, c0, nc);
         LKV_CUDA_LAUNCHED(b, "attn_ring2");
         attn_dec_fold(b, st, d->n_head, HD, d->n_q, nc);
     }

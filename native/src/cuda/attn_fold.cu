@@ -9,6 +9,7 @@
  * vector chain, its partials' vectors coming through a shared-memory ring.
  */
 #include "attn_kv.cuh"
+#include "pdl.cuh"
 
 enum { AD_FOLD_PIECE = 1024 };
 
@@ -122,6 +123,8 @@ attn_fold2_kernel(float *st, const float *ws, int n_head, int hd_, int nc) {
     __shared__ int prod, last_ns;                /* chunks published (whole call); last non-empty in the piece */
     extern __shared__ __align__(16) float VB[];  /* FD_NSV tiles of FD_T chunks x NC * NV */
     const int hd = HDC ? HDC : hd_;
+    pdl_trigger();
+    pdl_wait();
     const int h = blockIdx.x, qi = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
     const bool producer = tid >= NC;
     float *sp = st + ((size_t)qi * n_head + h) * (hd + 2);
@@ -313,7 +316,8 @@ static void fold_launch(lkv_bctx *b, float *st, int n_head, int hd, int n_q, int
                       "attn_fold2: shared memory limit");
         if (b->device < 32) configured |= 1u << b->device;
     }
-    attn_fold2_kernel<NC, NV, HDC><<<dim3(n_head, n_q), NC + 32, bytes, b->stream>>>(st, b->attn_ws, n_head, hd, nc);
+    lkv_launch(b, attn_fold2_kernel<NC, NV, HDC>, dim3(n_head, n_q), NC + 32, bytes, st, (const float *)b->attn_ws,
+               n_head, hd, nc);
     LKV_CUDA_LAUNCHED(b, "attn_fold2");
 }
 

@@ -215,6 +215,10 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
         b->mv_split = env && atoi(env) == 1 ? 1 : 4;
         env = getenv("LKV_CUDA_GRAPH");
         b->graph_on = !(env && env[0] == '0');
+        int major = 0;
+        env = getenv("LKV_CUDA_PDL");
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, b->device);
+        b->pdl = major >= 9 && !(env && env[0] == '0');
         b->xq_rows = b->max_tokens > 8 ? b->max_tokens : 8;
         const size_t nq = (size_t)b->xq_rows * b->xq_cols;
         if (e == cudaSuccess) e = cudaMalloc((void **)&b->xq, nq);

@@ -75,6 +75,7 @@ struct lkv_bctx {
     int32_t *h_pos, *d_pos;      /* the step's position: pinned, and its device copy */
     int graph_on;                /* LKV_CUDA_GRAPH != 0, and no capture has failed */
     int fast;                    /* the fast kernels (lkv_context_params.gpu_kernels = 1) */
+    int pdl;                     /* programmatic dependent launch (pdl.cuh): sm_90+, LKV_CUDA_PDL != 0 */
     int capturing;
     uint64_t cap_key, graph_key; /* key being captured; key of graph_exec */
     cudaGraphExec_t graph_exec;

@@ -4,6 +4,7 @@
  * codes of its output for the down matmul (act_quant.cuh).
  */
 #include "act_quant.cuh"
+#include "pdl.cuh"
 
 // ---------------------------------------------------------------- kernels
 
@@ -23,6 +24,8 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *up, in
  * n % 32 == 0, so a warp's 32 lanes hold one whole block in every pass */
 __global__ void swiglu_q_kernel(float *out, const float *gate, const float *up, int64_t n,
                                 int8_t *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs) {
+    pdl_trigger();
+    pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float g = gate[i];
@@ -34,6 +37,8 @@ __global__ void swiglu_q_kernel(float *out, const float *gate, const float *up, 
 
 /* x (n) += y */
 __global__ void add_kernel(float *x, const float *y, int64_t n) {
+    pdl_trigger();
+    pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         x[i] = __fadd_rn(x[i], y[i]);
@@ -56,7 +61,7 @@ static unsigned ew_grid(int64_t n) {
 void lkv_cuda_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n) {
     if (n <= 0) return;
     const bool q = b->xq && n % 32 == 0 && n <= (int64_t)b->xq_rows * b->xq_cols;
-    if (q) swiglu_q_kernel<<<ew_grid(n), EW_THREADS, 0, b->stream>>>(out, gate, up, n, b->xq, b->xd, b->xs);
+    if (q) lkv_launch(b, swiglu_q_kernel, ew_grid(n), EW_THREADS, 0, out, gate, up, n, b->xq, b->xd, b->xs);
     else swiglu_kernel<<<ew_grid(n), EW_THREADS, 0, b->stream>>>(out, gate, up, n);
     LKV_CUDA_LAUNCHED(b, "swiglu");
     if (q) lkv_act_tag_set(b, out, n);
@@ -64,7 +69,7 @@ void lkv_cuda_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up
 
 void lkv_cuda_add(lkv_bctx *b, float *x, const float *y, int64_t n) {
     if (n <= 0) return;
-    add_kernel<<<ew_grid(n), EW_THREADS, 0, b->stream>>>(x, y, n);
+    lkv_launch(b, add_kernel, ew_grid(n), EW_THREADS, 0, x, y, n);
     LKV_CUDA_LAUNCHED(b, "add");
 }
 

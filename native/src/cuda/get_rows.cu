@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "pdl.cuh"
 
 // ---------------------------------------------------------------- kernel
 
@@ -17,6 +18,8 @@ template <int T>
 __global__ void get_rows_kernel(float *__restrict__ out, const uint8_t *__restrict__ w,
                                 size_t row_bytes, const int32_t *__restrict__ tokens, int cols,
                                 int64_t n_rows) {
+    pdl_trigger();
+    pdl_wait();
     const int g = blockIdx.x * GR_THREADS + threadIdx.x;
     if (g >= cols / 32) return;
     const int i = blockIdx.y;
@@ -34,8 +37,8 @@ __global__ void get_rows_kernel(float *__restrict__ out, const uint8_t *__restri
 template <int T>
 static void get_rows_launch(lkv_bctx *b, float *out, const lkv_weight *w, int n) {
     const dim3 grid(lkv_cdiv(w->cols / 32, GR_THREADS), n);
-    get_rows_kernel<T><<<grid, GR_THREADS, 0, b->stream>>>(out, (const uint8_t *)w->dev, w->row_bytes,
-                                                           b->d_tokens, (int)w->cols, w->rows);
+    lkv_launch(b, get_rows_kernel<T>, grid, GR_THREADS, 0, out, (const uint8_t *)w->dev, w->row_bytes,
+               (const int32_t *)b->d_tokens, (int)w->cols, w->rows);
     LKV_CUDA_LAUNCHED(b, "get_rows");
 }
 

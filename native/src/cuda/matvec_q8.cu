@@ -30,6 +30,7 @@
 #include "exact.cuh"
 #include "quant_i8.cuh"
 #include "act_quant.cuh"
+#include "pdl.cuh"
 
 // ---------------------------------------------------------------- quantize
 
@@ -38,6 +39,8 @@
 __global__ void quantize_q8_kernel(const float *__restrict__ x, int8_t *__restrict__ xq,
                                    float *__restrict__ xd, float *__restrict__ xs,
                                    int64_t nblocks) {
+    pdl_trigger();
+    pdl_wait();
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= nblocks) return;
     act_q8_warp(x[blk * 32 + (threadIdx.x & 31)], true, xq + blk * 32, xd + blk, xs + blk);
@@ -46,7 +49,7 @@ __global__ void quantize_q8_kernel(const float *__restrict__ x, int8_t *__restri
 void lkv_cuda_quantize_act(lkv_bctx *b, const float *x, int n, int cols, int type) {
     if (lkv_act_format(type, cols) == ACT_Q8K && lkv_cuda_quantize_q8k(b, x, n, cols)) return;
     const int64_t nb = (int64_t)n * cols / 32;
-    quantize_q8_kernel<<<lkv_cdiv(nb, 8), 256, 0, b->stream>>>(x, b->xq, b->xd, b->xs, nb);
+    lkv_launch(b, quantize_q8_kernel, lkv_cdiv(nb, 8), 256, 0, x, b->xq, b->xd, b->xs, nb);
     LKV_CUDA_LAUNCHED(b, "matmul: quantize activations");
 }
 

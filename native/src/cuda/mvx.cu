@@ -40,6 +40,7 @@
 
 #include "exact.cuh"
 #include "mvx_twins.cuh"
+#include "pdl.cuh"
 
 enum { MT_THREADS = 128, MT_ROWS = 16 };
 
@@ -301,6 +302,10 @@ MW_UNROLL
     /* copies of stage s (its nb blocks) into the slot; CP: cp.async on the
      * device, memcpy in a host check. FULL: nb = kc. */
     template <bool FULL, class CP> __host__ __device__ __forceinline__ void issue(int s, int nb, CP &cp) const {
+        issue_w<FULL>(s, nb, cp);
+        issue_x<FULL>(s, nb, cp);
+    }
+    template <bool FULL, class CP> __host__ __device__ __forceinline__ void issue_w(int s, int nb, CP &cp) const {
         /* weights: chunks l + 8i of the row from its stage's first chunk,
          * those holding a byte of the stage's blocks, whole (the bytes past
          * the stage are the row's next ones or the next row's) except at the
@@ -322,6 +327,8 @@ MW_UNROLL
                 if (128 * i < e && 128 * i < el)
                     cp.c16n(wdst + 128 * i, ws + 128 * i, el - 128 * i < 16 ? el - 128 * i : 16);
         }
+    }
+    template <bool FULL, class CP> __host__ __device__ __forceinline__ void issue_x(int s, int nb, CP &cp) const {
         /* y: word tid + 128 i of the stage's codes (block tid / 8 + 16 i,
          * lane l) to [t][l][block] */
         const int ydst = G::yoff + l * G::ys + 4 * (tid >> 3);
@@ -349,6 +356,17 @@ MW_UNROLL
         const int nb = ngb - s * G::kc;
         if (nb >= G::kc) issue<true>(s, G::kc, cp);
         else issue<false>(s, nb, cp);
+    }
+    /* the two halves: weights (no earlier kernel writes them), activations */
+    template <class CP> __host__ __device__ __forceinline__ void issue_w_any(int s, int ngb, CP &cp) const {
+        const int nb = ngb - s * G::kc;
+        if (nb >= G::kc) issue_w<true>(s, G::kc, cp);
+        else issue_w<false>(s, nb, cp);
+    }
+    template <class CP> __host__ __device__ __forceinline__ void issue_x_any(int s, int ngb, CP &cp) const {
+        const int nb = ngb - s * G::kc;
+        if (nb >= G::kc) issue_x<true>(s, G::kc, cp);
+        else issue_x<false>(s, nb, cp);
     }
 };
 
@@ -462,12 +480,21 @@ mvx2_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, co
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = summ[t] = 0.f;
 
+    /* the first stages' weights before waiting for the previous kernel
+     * (pdl.cuh), their activations after: the first group holds them all */
+    pdl_trigger();
+#pragma unroll 1
+    for (int s = 0; s < st - 1 && s < nst; s++) {
+        cp.base = ring_s + s * G::stage;
+        th.issue_w_any(s, ng, cp);
+    }
+    pdl_wait();
     int si = 0;   /* slot of the next stage issued */
 #pragma unroll 1
     for (int s = 0; s < st - 1; s++) {
         if (s < nst) {
             cp.base = ring_s + si * G::stage;
-            th.issue_any(s, ng, cp);
+            th.issue_x_any(s, ng, cp);
         }
         asm volatile("cp.async.commit_group;\n" ::: "memory");
         si++;
@@ -567,7 +594,8 @@ static void mw_launch(lkv_bctx *b, mm_set &ms, int cols, int n) {
     for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MT_ROWS);
     const int grid = ms.tile0[ms.n_w];
     const int st = mw_depth(b, G::stage, grid);
-    mvx2_kernel<T, NT><<<grid, MT_THREADS, (size_t)st * G::stage, b->stream>>>(ms, b->xq, b->xd, b->xs, cols, n, st);
+    lkv_launch(b, mvx2_kernel<T, NT>, grid, MT_THREADS, (size_t)st * G::stage, ms, (const int8_t *)b->xq,
+               (const float *)b->xd, (const float *)b->xs, cols, n, st);
 }
 
 template <int T>

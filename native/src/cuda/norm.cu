@@ -17,6 +17,7 @@
  * ~15 us on the H200). Other rows take the loop kernels.
  */
 #include "act_quant.cuh"
+#include "pdl.cuh"
 
 // ---------------------------------------------------------------- kernels
 
@@ -70,6 +71,8 @@ norm_reg_kernel(float *x, const float *__restrict__ y, float *out, const float *
                 int dim, float eps, int8_t *__restrict__ xq, float *__restrict__ xd,
                 float *__restrict__ xs) {
     __shared__ double red[32];
+    pdl_trigger();
+    pdl_wait();
     const int tid = threadIdx.x, n4 = dim / 4;
     float4 *xr = (float4 *)(x + (size_t)blockIdx.x * dim);
     float4 v[PER];
@@ -138,8 +141,8 @@ template <bool ADD, bool Q>
 static void norm_reg_launch(lkv_bctx *b, int per, float *x, const float *y, float *out,
                             const float *w, int n, int dim, float eps) {
     switch (per) {
-#define P(N) case N: norm_reg_kernel<N, ADD, Q><<<n, NORM_THREADS, 0, b->stream>>>(x, y, out, w, dim, eps, \
-                                                                             b->xq, b->xd, b->xs); break;
+#define P(N) case N: lkv_launch(b, norm_reg_kernel<N, ADD, Q>, n, NORM_THREADS, 0, x, y, out, w, dim, eps, \
+                                 b->xq, b->xd, b->xs); break;
         P(1) P(2) P(4) P(8) P(16)
 #undef P
     }

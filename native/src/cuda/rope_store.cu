@@ -8,6 +8,7 @@
  */
 #include "kv_quant.cuh"
 #include "rope.cuh"
+#include "pdl.cuh"
 
 /* one block per (token, head) over the n_head q heads then the n_kv k heads;
  * a k head's block also converts that head's k and v slices, one thread per
@@ -20,6 +21,8 @@ __global__ void rope_store_kernel(float *q, float *k, const float *v, int n_head
                                   const float2 *tab,
                                   uint8_t *kdst, uint8_t *vdst, const int32_t *dpos,
                                   int32_t cap_pos0) {
+    pdl_trigger();
+    pdl_wait();
     const int32_t delta = dpos ? *dpos - cap_pos0 : 0;
     const int nh = n_head + n_kv;
     const int tok = blockIdx.x / nh, h = blockIdx.x % nh;
@@ -52,7 +55,7 @@ static void launch(lkv_bctx *b, float *q, float *k, const float *v, int n, int32
     const int half = rq->rope_dim / 2;
     int threads = half >= 128 ? 128 : ((half + 31) / 32) * 32;
     if (threads < 2 * (rq->head_dim / 32)) threads = 2 * (rq->head_dim / 32);
-    rope_store_kernel<T><<<(unsigned)(n * (rq->n_head + rk->n_head)), threads, 0, b->stream>>>(
+    lkv_launch(b, rope_store_kernel<T>, (unsigned)(n * (rq->n_head + rk->n_head)), threads, 0,
         q, k, v, rq->n_head, rk->n_head, rq->head_dim, rq->rope_dim, pos0, rope_theta_scale(rq),
         rq->freq_scale, rq->neox, rq->freq_factors, lkv_cuda_rope_table(b, rq, pos0, n),
         (uint8_t *)kdst, (uint8_t *)vdst, b->dyn_pos,
