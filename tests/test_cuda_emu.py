@@ -1,4 +1,4 @@
-"""The CUDA decode mat-vec's thread code, run on the CPU (no GPU needed).
+"""The CUDA decode kernels' thread code, run on the CPU (no GPU needed).
 
 tests/cuda/emu_mvx.cu includes native/src/cuda/mvx.cu, whose helpers are
 __host__ __device__, and runs mvx2_kernel's per-thread code (the thread
@@ -23,6 +23,11 @@ run ~3-6 s. The library is not needed.
 - LKV_TEST_SEED=n: the same random inputs as a run that printed seed n.
 - LKV_EMU_MVX_INCLUDE=dir: searched before native/src/cuda, e.g. a directory
   holding a modified copy of mvx.cu to check.
+
+tests/cuda/emu_attn_ring.cu does the same for the q8_0 decode attention
+(attn_dec_ring2.cu): one block's copies, scores and V pass thread by thread,
+bit for bit against a transcription of attn_dec_ring.cu's per-thread code,
+head_dim 64 / 128 and G 1, 2, 3, 4, 8 (~5 s to compile and run).
 """
 from __future__ import annotations
 
@@ -50,7 +55,7 @@ def find_nvcc() -> str | None:
 NVCC = find_nvcc()
 pytestmark = pytest.mark.skipif(
     NVCC is None, reason="nvcc not found (NVCC, PATH, CUDA_PATH/CUDA_HOME/CUDA_ROOT, "
-                         "/usr/local/cuda): the mvx emulator needs it to compile")
+                         "/usr/local/cuda): the emulators need it to compile")
 
 
 def _report(out: str, keep: int = 60) -> str:
@@ -62,14 +67,10 @@ def _report(out: str, keep: int = 60) -> str:
     return "\n".join(head + bad + ["...", *lines[-keep:]])
 
 
-def test_mvx_thread_code_on_host(tmp_path):
-    exe = tmp_path / "emu_mvx"
-    incs = [os.path.join(ROOT, d) for d in ("native/include", "native/src", "native/src/cuda")]
-    extra = os.environ.get("LKV_EMU_MVX_INCLUDE")
-    if extra:
-        incs.insert(0, os.path.abspath(extra))
+def _compile_and_run(tmp_path, name: str, src: str, incs: list[str]) -> None:
+    exe = tmp_path / name
     cmd = [NVCC, "-std=c++17", "--fmad=false", "-DLKV_HAVE_CUDA=1", "-arch=sm_90", "-O1",
-           "-Xcompiler", "-ffp-contract=off", *[f"-I{d}" for d in incs], SRC, "-o", str(exe)]
+           "-Xcompiler", "-ffp-contract=off", *[f"-I{d}" for d in incs], src, "-o", str(exe)]
     b = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert b.returncode == 0, ("nvcc failed (rc %d):\n%s\n%s\n%s" %
                                (b.returncode, " ".join(cmd), b.stdout[-4000:], b.stderr[-8000:]))
@@ -77,4 +78,18 @@ def test_mvx_thread_code_on_host(tmp_path):
                        text=True, timeout=900)
     last = r.stdout.strip().splitlines()[-1:] or ["(no output)"]
     print(last[0])
-    assert r.returncode == 0, "emu_mvx: rc %d\n%s" % (r.returncode, _report(r.stdout))
+    assert r.returncode == 0, "%s: rc %d\n%s" % (name, r.returncode, _report(r.stdout))
+
+
+INCS = [os.path.join(ROOT, d) for d in ("native/include", "native/src", "native/src/cuda")]
+
+
+def test_mvx_thread_code_on_host(tmp_path):
+    extra = os.environ.get("LKV_EMU_MVX_INCLUDE")
+    incs = ([os.path.abspath(extra)] if extra else []) + INCS
+    _compile_and_run(tmp_path, "emu_mvx", SRC, incs)
+
+
+def test_attn_ring2_thread_code_on_host(tmp_path):
+    _compile_and_run(tmp_path, "emu_attn_ring",
+                     os.path.join(ROOT, "tests", "cuda", "emu_attn_ring.cu"), INCS)

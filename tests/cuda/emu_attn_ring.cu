@@ -184,6 +184,9 @@ static int run(int C, int nv, int kh, int nullrows, bool verbose) {
     int8_t *qs = (int8_t *)malloc(G * HD);
     float qdm[32];
     for (int i = 0; i < G * HD; i++) qs[i] = (int8_t)((int)(rnd32() % 255) - 127);
+    /* the same codes with ring2's row pitch (S::QP bytes per head) */
+    int8_t *qs2 = (int8_t *)calloc(G * S::QP, 1);
+    for (int g = 0; g < G; g++) memcpy(qs2 + g * S::QP, qs + g * HD, HD);
     for (int i = 0; i < G * S::NG; i++) qdm[i] = hround((float)(rnd32() % 10000 + 1) / 1e6f);
     const float scale = 1.f / sqrtf((float)HD);
     const size_t off = (size_t)kh * S::SLICE;
@@ -210,7 +213,7 @@ static int run(int C, int nv, int kh, int nullrows, bool verbose) {
             if (s < nst) {
                 const int r0 = s * R, r1 = std::min(nv, r0 + R);
                 for (int t = 0; t < NT; t++)
-                    if (side) r2_scores<HD, G>(t, slot, qs, qdm, valid, scale, ps, r0, r1);
+                    if (side) r2_scores<HD, G>(t, slot, qs2, qdm, valid, scale, ps, r0, r1);
                     else old_scores<HD, G>(t, slot, qs, qdm, valid, scale, ps, C, r0, r1);
             } else {
                 if (s == nst)
@@ -246,7 +249,7 @@ static int run(int C, int nv, int kh, int nullrows, bool verbose) {
            bad ? "FAIL" : "ok  ", HD, G, C, nv, kh, nullrows, bad ? "DIFFERS" : "bit-identical", bad, G * (HD + 2),
            mag / (G * HD), res[1].m[0], res[1].l[0]);
     (void)verbose;
-    free(kd); free(vd); free(kptr); free(vptr); free(valid); free(qs);
+    free(kd); free(vd); free(kptr); free(vptr); free(valid); free(qs); free(qs2);
     return bad != 0;
 }
 

@@ -43,6 +43,17 @@ enum { R2_NS = 4, R2_SMEM_MAX = 200 * 1024 };
 
 /* host twins of the intrinsics */
 static __host__ __device__ __forceinline__ uint32_t r2_ld32(const uint8_t *p) { return *(const uint32_t *)p; }
+/* two words at an 8-aligned address (one 64-bit shared load) */
+static __host__ __device__ __forceinline__ void r2_ld64(const uint8_t *p, uint32_t &a, uint32_t &b) {
+#ifdef __CUDA_ARCH__
+    const uint2 u = *(const uint2 *)p;
+    a = u.x;
+    b = u.y;
+#else
+    a = r2_ld32(p);
+    b = r2_ld32(p + 4);
+#endif
+}
 static __host__ __device__ __forceinline__ float r2_h(const uint8_t *p) {
     return __half2float(*(const __half *)p);
 }
@@ -157,11 +168,17 @@ struct r2_shape {
     static constexpr int ND = HD * 8 / NT;                         /* dims per thread in the V pass */
     static constexpr int NWV = ND / 4 + 1;                         /* aligned words read per V row */
     static constexpr int GP = G == 3 ? 4 : G;                      /* score row pitch (floats) */
+    /* q code row pitch (bytes): the G heads' rows 16 bytes apart modulo 128,
+     * so that a quarter warp's 16-byte loads of G heads fall in distinct banks
+     * (at HD bytes they were all in the same four: 4-way conflicts, ~40% of
+     * the kernel's shared wavefronts in ncu, H200 run 3 of the fifth session) */
+    static constexpr int QP = HD + 16;
     static constexpr int MINB = 768 / NT;
     static_assert(ND == 4 || ND == 8, "V pass: 4 or 8 dims per thread, inside one 32-block");
     static_assert(NT % R == 0, "whole threads per row");
     /* the V pass reads up to 4 bytes past the slice (unused): inside the pitch */
     static_assert(SLICE + 4 <= PITCH, "V words inside the row pitch");
+    static_assert(PITCH % 8 == 0, "rows 8-aligned (the V pass's 64-bit loads)");
 };
 
 /* host: bytes of dynamic shared memory (layout in the kernel) */
@@ -235,10 +252,10 @@ static __host__ __device__ __forceinline__ void r2_scores(int tid, const uint8_t
             uint32_t kw[8], qw[8];
             const float dkq = r2_mul(r2_kblock(row, j, kw), qdm[g * S::NG + j]);
 #ifdef __CUDA_ARCH__
-            const uint4 qa = *(const uint4 *)(qs + g * HD + 32 * j), qb = *(const uint4 *)(qs + g * HD + 32 * j + 16);
+            const uint4 qa = *(const uint4 *)(qs + g * S::QP + 32 * j), qb = *(const uint4 *)(qs + g * S::QP + 32 * j + 16);
             qw[0] = qa.x; qw[1] = qa.y; qw[2] = qa.z; qw[3] = qa.w; qw[4] = qb.x; qw[5] = qb.y; qw[6] = qb.z; qw[7] = qb.w;
 #else
-            memcpy(qw, qs + g * HD + 32 * j, 32);
+            memcpy(qw, qs + g * S::QP + 32 * j, 32);
 #endif
             /* |dot| < 2^22: 0x4B400000 + dot is the float 1.5 * 2^23 + dot, the subtraction exact */
             R2_UNROLL
@@ -272,9 +289,20 @@ static __host__ __device__ __forceinline__ void r2_vpass(int tid, const uint8_t 
         const uint8_t *row = slot + (r - r0) * S::PITCH;
         const float d = r2_h(row + sb);
         const float nd = r2_mul(-32896.f, d);   /* exact */
+        /* the words wa.. in 64-bit loads from the first 8-aligned one: a
+         * half warp's 16 threads then cover 32 distinct banks (as 32-bit
+         * loads, rows 36 words apart and dim groups 2 apart met 2-way) */
         uint32_t w[S::NWV];
-        R2_UNROLL
-        for (int i = 0; i < S::NWV; i++) w[i] = r2_ld32(row + wa + 4 * i);
+        if ((wa & 7) == 0) {
+            R2_UNROLL
+            for (int i = 0; i + 1 < S::NWV; i += 2) r2_ld64(row + wa + 4 * i, w[i], w[i + 1]);
+            if (S::NWV & 1) w[S::NWV - 1] = r2_ld32(row + wa + 4 * (S::NWV - 1));
+        } else {
+            w[0] = r2_ld32(row + wa);
+            R2_UNROLL
+            for (int i = 1; i + 1 < S::NWV; i += 2) r2_ld64(row + wa + 4 * i, w[i], w[i + 1]);
+            if (!(S::NWV & 1)) w[S::NWV - 1] = r2_ld32(row + wa + 4 * (S::NWV - 1));
+        }
         float v[ND];
         R2_UNROLL
         for (int i = 0; i < ND / 4; i++) {
@@ -316,7 +344,7 @@ attn_ring2_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
     }
     const int nv = min(C, qpos - p0 + 1), nst = (nv + R - 1) / R;   /* rows; stages per plane */
 
-    /* ring (NS slots) | qs (G, HD): q8 codes | qdm (<= 32): d_q per (head,
+    /* ring (NS slots) | qs (G, HD) floats: q8 codes, rows S::QP bytes apart | qdm (<= 32): d_q per (head,
      * 32-group) | ps (C, GP): scores, then p | pm, pl (8 each) | kptr, vptr
      * (C) | valid (C) */
     uint8_t *ring = sm;
@@ -349,7 +377,7 @@ attn_ring2_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
         const int g = t / NG, e = (t % NG) * 32 + lane;
         float qd, qsum;
         const float c = attn_qconv(3, q[((size_t)qi * d.n_head + h0 + g) * HD + e], qd, qsum);
-        ((int8_t *)qs)[g * HD + e] = (int8_t)c;
+        ((int8_t *)qs)[g * S::QP + e] = (int8_t)c;
         if (lane == 0) qdm[t] = qd;
     }
 
