@@ -151,6 +151,10 @@ int main(int argc, char **argv) {
     const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
     char *gemm0 = strdup(getenv("LKV_CUDA_GEMM") ? getenv("LKV_CUDA_GEMM") : "");
     char *mv0 = strdup(getenv("LKV_CUDA_MV") ? getenv("LKV_CUDA_MV") : "");
+    /* the caller's LKV_CUDA_ATTN (e.g. ring) stands wherever a variant says "1"
+     * (until the fifth session's run 10 it was overwritten: runs that set it
+     * measured the default kernel) */
+    char *attn0 = strdup(getenv("LKV_CUDA_ATTN") && *getenv("LKV_CUDA_ATTN") ? getenv("LKV_CUDA_ATTN") : "1");
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
     for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : (n_dvar < n_var ? n_dvar : n_var)); vi++) {
@@ -218,7 +222,7 @@ int main(int argc, char **argv) {
          * flash attention (LKV_CUDA_ATTN=mma, read per call) */
         /* BENCH_NO_PP=1: decode only */
         for (int am = 0; am < (getenv("BENCH_NO_PP") ? 0 : depth > 0 ? 2 : 1); am++) {
-            setenv("LKV_CUDA_ATTN", am ? "mma" : "1", 1);
+            setenv("LKV_CUDA_ATTN", am ? "mma" : attn0, 1);
             /* at depth an exact pass can take seconds: 2 runs there */
             double pp[4] = {0, 1e9, 1e9, 1e9};
             for (int r = 0; r < (depth > 0 ? 2 : 4); r++) {
@@ -232,11 +236,11 @@ int main(int argc, char **argv) {
             printf("pp512 @%-6d %8.1f t/s  (%.1f ms)%s\n", depth, 512 / tp, tp * 1e3,
                    am ? "  [LKV_CUDA_ATTN=mma: tensor-core attention]" : "");
         }
-        setenv("LKV_CUDA_ATTN", "1", 1);
+        setenv("LKV_CUDA_ATTN", attn0, 1);
         /* decode: 5 runs of 32 tokens (after a warm-up run); at depth, also with
          * the previous decode kernel (LKV_CUDA_ATTN=dec-old, read per call) */
         for (int av = 0; av < (depth > 0 && getenv("BENCH_ATTN_OLD") ? 2 : 1); av++) {
-            setenv("LKV_CUDA_ATTN", av ? "dec-old" : vars[vi][7], 1);
+            setenv("LKV_CUDA_ATTN", av ? "dec-old" : strcmp(vars[vi][7], "1") ? vars[vi][7] : attn0, 1);
             double tg[6];
             int ok = 1;
             for (int r = 0; r < 6 && ok; r++) {
@@ -255,11 +259,11 @@ int main(int argc, char **argv) {
                        av ? "  [LKV_CUDA_ATTN=dec-old: the previous decode kernel]" : "");
             }
         }
-        setenv("LKV_CUDA_ATTN", "1", 1);
+        setenv("LKV_CUDA_ATTN", attn0, 1);
         fflush(stdout);
         lkv_context_free(c);
     }
-    free(gemm0); free(mv0); free(dcopy);
+    free(gemm0); free(mv0); free(attn0); free(dcopy);
     lkv_model_free(m);
     return 0;
 }
