@@ -33,8 +33,8 @@ static float hround(float x) { return __half2float(__float2half_rn(x)); }
 /* attn_chunk_softmax's operations (shared by both sides): m, w = exp(s - m),
  * l = f64 sum over groups of 8 of reduce8(w), p = w * (float)(1 / l) */
 static float red8(const float *a) {   /* attn_reduce8 / attn_reduce8_shfl at lane 0 */
-    const float t0 = r2_add(a[4], a[0]), t1 = r2_add(a[5], a[1]), t2 = r2_add(a[6], a[2]), t3 = r2_add(a[7], a[3]);
-    return r2_add(r2_add(t0, t2), r2_add(t1, t3));
+    const float t0 = tw_add(a[4], a[0]), t1 = tw_add(a[5], a[1]), t2 = tw_add(a[6], a[2]), t3 = tw_add(a[7], a[3]);
+    return tw_add(tw_add(t0, t2), tw_add(t1, t3));
 }
 static float softmax(float *s, int stride, int n, float *l) {
     float mx = -INFINITY;
@@ -47,14 +47,14 @@ static float softmax(float *s, int stride, int n, float *l) {
             w[i] = 0.f;
             if (r < n) {
                 const float v = s[r * stride];
-                w[i] = v == -INFINITY ? 0.f : expf(r2_sub(v, mx));
+                w[i] = v == -INFINITY ? 0.f : expf(tw_sub(v, mx));
                 s[r * stride] = w[i];
             }
         }
         sum += (double)red8(w);
     }
     const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.f;
-    for (int r = 0; r < n; r++) s[r * stride] = r2_mul(s[r * stride], inv);
+    for (int r = 0; r < n; r++) s[r * stride] = tw_mul(s[r * stride], inv);
     *l = (float)sum;
     return mx;
 }
@@ -92,11 +92,11 @@ static void old_copy(int t, uint8_t *slot, const uint8_t *const *ptr, size_t off
 static float old_kblock(const uint8_t *row, int j, uint32_t *kw) {
     const int base = 34 * j, a0 = base & ~7, o = base - a0;
     uint32_t w[10];
-    for (int i = 0; i < 10; i++) w[i] = r2_ld32(row + a0 + 4 * i);
-    auto f = [&](int b) { const int x = o + b; return (x & 2) ? r2_fsr(w[x >> 2], w[(x >> 2) + 1], 16) : w[x >> 2]; };
+    for (int i = 0; i < 10; i++) w[i] = tw_ld32(row + a0 + 4 * i);
+    auto f = [&](int b) { const int x = o + b; return (x & 2) ? tw_fsr(w[x >> 2], w[(x >> 2) + 1], 16) : w[x >> 2]; };
     const uint32_t h0 = f(0);
     for (int l = 0; l < 8; l++) kw[l] = f(2 + 4 * l);
-    return r2_hlo(h0);
+    return tw_hlo(h0);
 }
 
 template <int HD, int G>
@@ -109,21 +109,21 @@ static void old_scores(int tid, const uint8_t *slot, const int8_t *qs, const flo
         float lanes[8] = {0};
         for (int j = 0; j < S::NG; j++) {
             uint32_t kw[8], qw[8];
-            const float dkq = r2_mul(old_kblock(row, j, kw), qdm[g * S::NG + j]);
+            const float dkq = tw_mul(old_kblock(row, j, kw), qdm[g * S::NG + j]);
             memcpy(qw, qs + g * HD + 32 * j, 32);
             for (int l = 0; l < 8; l++) {
-                const float dot = r2_sub(r2_bits((uint32_t)r2_dp4a(kw[l], qw[l], 0x4B400000)), 12582912.f);
-                lanes[l] = r2_fma(dkq, dot, lanes[l]);
+                const float dot = tw_sub(tw_i2f_bits(tw_dp4a_ss(kw[l], qw[l], 0x4B400000)), 12582912.f);
+                lanes[l] = tw_fma(dkq, dot, lanes[l]);
             }
         }
-        ps[g * C + r] = valid[r] ? r2_mul(red8(lanes), scale) : -INFINITY;
+        ps[g * C + r] = valid[r] ? tw_mul(red8(lanes), scale) : -INFINITY;
     }
 }
 
 static uint32_t old_lds4_2(const uint8_t *p) {   /* 4 bytes at a 2-byte aligned address */
     const uintptr_t a = (uintptr_t)p;
     const uint8_t *w = (const uint8_t *)(a & ~(uintptr_t)3);
-    return (a & 2) ? r2_fsr(r2_ld32(w), r2_ld32(w + 4), 16) : r2_ld32(w);
+    return (a & 2) ? tw_fsr(tw_ld32(w), tw_ld32(w + 4), 16) : tw_ld32(w);
 }
 
 template <int HD, int G>
@@ -137,16 +137,16 @@ static void old_vpass(int tid, const uint8_t *slot, const float *ps, int C, int 
         const int k0 = dg * ND;
         const uint8_t *gb = row + 34 * (k0 >> 5);
         const int e = k0 & 31;
-        const float d = r2_h(gb);
-        const float nd = r2_mul(-32896.f, d);
+        const float d = tw_h(gb);
+        const float nd = tw_mul(-32896.f, d);
         float v[ND];
         for (int i = 0; i < ND; i += 4) {
             const uint32_t w = old_lds4_2(gb + 2 + e + i) ^ 0x80808080u;
-            for (int b = 0; b < 4; b++) v[i + b] = r2_fma(r2_f(w, b), d, nd);
+            for (int b = 0; b < 4; b++) v[i + b] = tw_fma(r2_f(w, b), d, nd);
         }
         for (int g = 0; g < G; g++) {
             const float p = ps[g * C + r];
-            for (int i = 0; i < ND; i++) o[g][i] = r2_fma(v[i], p, o[g][i]);
+            for (int i = 0; i < ND; i++) o[g][i] = tw_fma(v[i], p, o[g][i]);
         }
     }
 }

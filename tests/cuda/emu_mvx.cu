@@ -307,8 +307,8 @@ static void emulate_block(int bid, std::vector<uint8_t> &ring, float *out[3]) {
         for (int t = 0; t < r.n; t++) {
             float a[8];
             for (int l = 0; l < 8; l++) a[l] = acc[tid + l][t];
-            float v = mw_add(mw_add(mw_add(a[0], a[4]), mw_add(a[2], a[6])), mw_add(mw_add(a[1], a[5]), mw_add(a[3], a[7])));
-            if (G::MIN) v = mw_add(v, summ[tid][t]);
+            float v = tw_add(tw_add(tw_add(a[0], a[4]), tw_add(a[2], a[6])), tw_add(tw_add(a[1], a[5]), tw_add(a[3], a[7])));
+            if (G::MIN) v = tw_add(v, summ[tid][t]);
             out[j][(size_t)t * th[tid].rows + th[tid].rout] = v;
         }
     }
@@ -328,12 +328,12 @@ static float ref_out(int T, const uint8_t *row, const int8_t *xq, const float *x
             memcpy(&y, xq + b * 32 + 4 * l, 4);
             int p = 0;
             for (int i = 0; i < 4; i++) p += (int)(int8_t)(x >> 8 * i) * (int)(int8_t)(y >> 8 * i);
-            a[l] = fmaf(mw_mul(dw, xd[b]), (float)p, a[l]);
+            a[l] = fmaf(tw_mul(dw, xd[b]), (float)p, a[l]);
         }
-        if (min_of(T)) sm = mw_add(sm, mw_mul(ex_m(bp), xs[b]));
+        if (min_of(T)) sm = tw_add(sm, tw_mul(ex_m(bp), xs[b]));
     }
-    float v = mw_add(mw_add(mw_add(a[0], a[4]), mw_add(a[2], a[6])), mw_add(mw_add(a[1], a[5]), mw_add(a[3], a[7])));
-    if (min_of(T)) v = mw_add(v, sm);
+    float v = tw_add(tw_add(tw_add(a[0], a[4]), tw_add(a[2], a[6])), tw_add(tw_add(a[1], a[5]), tw_add(a[3], a[7])));
+    if (min_of(T)) v = tw_add(v, sm);
     return v;
 }
 

@@ -29,20 +29,11 @@
  */
 #include "attn_kv.cuh"
 #include "pdl.cuh"
-
-/* unrolling hints the host compiler does not know (as mvx.cu) */
-#ifdef __CUDA_ARCH__
-#define R2_UNROLL _Pragma("unroll")
-#define R2_UNROLL2 _Pragma("unroll 2")
-#else
-#define R2_UNROLL
-#define R2_UNROLL2
-#endif
+#include "twins.cuh"
 
 enum { R2_NS = 4, R2_SMEM_MAX = 200 * 1024 };
 
-/* host twins of the intrinsics */
-static __host__ __device__ __forceinline__ uint32_t r2_ld32(const uint8_t *p) { return *(const uint32_t *)p; }
+/* host twins of the intrinsics ring2 alone uses (the rest: twins.cuh) */
 /* two words at an 8-aligned address (one 64-bit shared load) */
 static __host__ __device__ __forceinline__ void r2_ld64(const uint8_t *p, uint32_t &a, uint32_t &b) {
 #ifdef __CUDA_ARCH__
@@ -50,70 +41,8 @@ static __host__ __device__ __forceinline__ void r2_ld64(const uint8_t *p, uint32
     a = u.x;
     b = u.y;
 #else
-    a = r2_ld32(p);
-    b = r2_ld32(p + 4);
-#endif
-}
-static __host__ __device__ __forceinline__ float r2_h(const uint8_t *p) {
-    return __half2float(*(const __half *)p);
-}
-static __host__ __device__ __forceinline__ float r2_hlo(uint32_t w) {
-    return __half2float(__ushort_as_half((unsigned short)(w & 0xFFFFu)));
-}
-/* bits s..s+31 of hi:lo (s < 32) */
-static __host__ __device__ __forceinline__ uint32_t r2_fsr(uint32_t lo, uint32_t hi, int s) {
-#ifdef __CUDA_ARCH__
-    return __funnelshift_r(lo, hi, s);
-#else
-    return (uint32_t)((((uint64_t)hi << 32) | lo) >> (s & 31));
-#endif
-}
-static __host__ __device__ __forceinline__ int r2_dp4a(uint32_t a, uint32_t b, int c) {
-#ifdef __CUDA_ARCH__
-    return __dp4a((int)a, (int)b, c);
-#else
-    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> 8 * i) * (int)(int8_t)(b >> 8 * i);
-    return c;
-#endif
-}
-static __host__ __device__ __forceinline__ float r2_mul(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    volatile float r = a * b;
-    return r;
-#endif
-}
-static __host__ __device__ __forceinline__ float r2_sub(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fsub_rn(a, b);
-#else
-    volatile float r = a - b;
-    return r;
-#endif
-}
-static __host__ __device__ __forceinline__ float r2_add(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fadd_rn(a, b);
-#else
-    volatile float r = a + b;
-    return r;
-#endif
-}
-static __host__ __device__ __forceinline__ float r2_fma(float a, float b, float c) {
-#ifdef __CUDA_ARCH__
-    return __fmaf_rn(a, b, c);
-#else
-    return fmaf(a, b, c);
-#endif
-}
-static __host__ __device__ __forceinline__ float r2_bits(uint32_t u) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    a = tw_ld32(p);
+    b = tw_ld32(p + 4);
 #endif
 }
 /* 0x4700XX00 = 2^15 + XX, XX byte i of w (rg_f's __byte_perm(w, 0x47000000, 0x7504 | i << 4)) */
@@ -121,7 +50,7 @@ static __host__ __device__ __forceinline__ float r2_f(uint32_t w, int i) {
 #ifdef __CUDA_ARCH__
     return __int_as_float(__byte_perm(w, 0x47000000u, 0x7504 | (i << 4)));
 #else
-    return r2_bits(0x47000000u | ((w >> 8 * i) & 0xFFu) << 8);
+    return tw_i2f_bits((int)(0x47000000u | ((w >> 8 * i) & 0xFFu) << 8));
 #endif
 }
 /* cp.async of N bytes; the host copies at once */
@@ -204,14 +133,14 @@ static __host__ __device__ __forceinline__ void r2_copy(int tid, uint8_t *slot, 
     uint8_t *dst = slot + rl * S::PITCH + q * S::CU;
     if (src) {
         src += off + q * S::CU;
-        R2_UNROLL
+        TW_UNROLL
         for (int i = 0; i < S::UI; i++)
             if (S::UI * S::TPR == S::U || q + S::TPR * i < S::U) r2_cp<S::CU>(dst + S::TPR * S::CU * i, src + S::TPR * S::CU * i);
     } else {
-        R2_UNROLL
+        TW_UNROLL
         for (int i = 0; i < S::UI; i++)
             if (S::UI * S::TPR == S::U || q + S::TPR * i < S::U)
-                R2_UNROLL
+                TW_UNROLL
                 for (int b = 0; b < S::CU; b += 4) *(uint32_t *)(dst + S::TPR * S::CU * i + b) = 0;
     }
 }
@@ -221,17 +150,17 @@ static __host__ __device__ __forceinline__ void r2_copy(int tid, uint8_t *slot, 
 static __host__ __device__ __forceinline__ float r2_kblock(const uint8_t *row, int j, uint32_t *kw) {
     const int base = 34 * j;
     if (j & 1) {
-        R2_UNROLL
-        for (int l = 0; l < 8; l++) kw[l] = r2_ld32(row + base + 2 + 4 * l);
+        TW_UNROLL
+        for (int l = 0; l < 8; l++) kw[l] = tw_ld32(row + base + 2 + 4 * l);
     } else {
         uint32_t w[9];
-        R2_UNROLL
-        for (int i = 0; i < 9; i++) w[i] = r2_ld32(row + base + 4 * i);
-        R2_UNROLL
-        for (int l = 0; l < 8; l++) kw[l] = r2_fsr(w[l], w[l + 1], 16);
-        return r2_hlo(w[0]);
+        TW_UNROLL
+        for (int i = 0; i < 9; i++) w[i] = tw_ld32(row + base + 4 * i);
+        TW_UNROLL
+        for (int l = 0; l < 8; l++) kw[l] = tw_fsr(w[l], w[l + 1], 16);
+        return tw_hlo(w[0]);
     }
-    return r2_h(row + base);
+    return tw_h(row + base);
 }
 
 /* thread tid's scores of rows [r0, r1) (thread per (row, head), the CPU's 8
@@ -245,12 +174,12 @@ static __host__ __device__ __forceinline__ void r2_scores(int tid, const uint8_t
         const int rl = t / G, g = t - rl * G, r = r0 + rl;
         const uint8_t *row = slot + rl * S::PITCH;
         float lanes[8];
-        R2_UNROLL
+        TW_UNROLL
         for (int l = 0; l < 8; l++) lanes[l] = 0.f;
-        R2_UNROLL
+        TW_UNROLL
         for (int j = 0; j < S::NG; j++) {
             uint32_t kw[8], qw[8];
-            const float dkq = r2_mul(r2_kblock(row, j, kw), qdm[g * S::NG + j]);
+            const float dkq = tw_mul(r2_kblock(row, j, kw), qdm[g * S::NG + j]);
 #ifdef __CUDA_ARCH__
             const uint4 qa = *(const uint4 *)(qs + g * S::QP + 32 * j), qb = *(const uint4 *)(qs + g * S::QP + 32 * j + 16);
             qw[0] = qa.x; qw[1] = qa.y; qw[2] = qa.z; qw[3] = qa.w; qw[4] = qb.x; qw[5] = qb.y; qw[6] = qb.z; qw[7] = qb.w;
@@ -258,17 +187,17 @@ static __host__ __device__ __forceinline__ void r2_scores(int tid, const uint8_t
             memcpy(qw, qs + g * S::QP + 32 * j, 32);
 #endif
             /* |dot| < 2^22: 0x4B400000 + dot is the float 1.5 * 2^23 + dot, the subtraction exact */
-            R2_UNROLL
+            TW_UNROLL
             for (int l = 0; l < 8; l++) {
-                const float dot = r2_sub(r2_bits((uint32_t)r2_dp4a(kw[l], qw[l], 0x4B400000)), 12582912.f);
-                lanes[l] = r2_fma(dkq, dot, lanes[l]);
+                const float dot = tw_sub(tw_i2f_bits(tw_dp4a_ss(kw[l], qw[l], 0x4B400000)), 12582912.f);
+                lanes[l] = tw_fma(dkq, dot, lanes[l]);
             }
         }
         /* reduce8 (attn_reduce8) */
-        const float t0 = r2_add(lanes[4], lanes[0]), t1 = r2_add(lanes[5], lanes[1]);
-        const float t2 = r2_add(lanes[6], lanes[2]), t3 = r2_add(lanes[7], lanes[3]);
-        const float s = r2_add(r2_add(t0, t2), r2_add(t1, t3));
-        ps[r * S::GP + g] = valid[r] ? r2_mul(s, scale) : -INFINITY;
+        const float t0 = tw_add(lanes[4], lanes[0]), t1 = tw_add(lanes[5], lanes[1]);
+        const float t2 = tw_add(lanes[6], lanes[2]), t3 = tw_add(lanes[7], lanes[3]);
+        const float s = tw_add(tw_add(t0, t2), tw_add(t1, t3));
+        ps[r * S::GP + g] = valid[r] ? tw_mul(s, scale) : -INFINITY;
     }
 }
 
@@ -284,38 +213,38 @@ static __host__ __device__ __forceinline__ void r2_vpass(int tid, const uint8_t 
     const int k0 = dg * ND, sb = 34 * (k0 >> 5);   /* this thread's 32-block */
     const int co = sb + 2 + (k0 & 31);             /* its first code */
     const int wa = co & ~3, sh = (co & 2) * 8;
-    R2_UNROLL2
+    TW_UNROLLN(2)
     for (int r = r0 + l8; r < r1; r += 8) {
         const uint8_t *row = slot + (r - r0) * S::PITCH;
-        const float d = r2_h(row + sb);
-        const float nd = r2_mul(-32896.f, d);   /* exact */
+        const float d = tw_h(row + sb);
+        const float nd = tw_mul(-32896.f, d);   /* exact */
         /* the words wa.. in 64-bit loads from the first 8-aligned one: a
          * half warp's 16 threads then cover 32 distinct banks (as 32-bit
          * loads, rows 36 words apart and dim groups 2 apart met 2-way) */
         uint32_t w[S::NWV];
         if ((wa & 7) == 0) {
-            R2_UNROLL
+            TW_UNROLL
             for (int i = 0; i + 1 < S::NWV; i += 2) r2_ld64(row + wa + 4 * i, w[i], w[i + 1]);
-            if (S::NWV & 1) w[S::NWV - 1] = r2_ld32(row + wa + 4 * (S::NWV - 1));
+            if (S::NWV & 1) w[S::NWV - 1] = tw_ld32(row + wa + 4 * (S::NWV - 1));
         } else {
-            w[0] = r2_ld32(row + wa);
-            R2_UNROLL
+            w[0] = tw_ld32(row + wa);
+            TW_UNROLL
             for (int i = 1; i + 1 < S::NWV; i += 2) r2_ld64(row + wa + 4 * i, w[i], w[i + 1]);
-            if (!(S::NWV & 1)) w[S::NWV - 1] = r2_ld32(row + wa + 4 * (S::NWV - 1));
+            if (!(S::NWV & 1)) w[S::NWV - 1] = tw_ld32(row + wa + 4 * (S::NWV - 1));
         }
         float v[ND];
-        R2_UNROLL
+        TW_UNROLL
         for (int i = 0; i < ND / 4; i++) {
-            const uint32_t c = r2_fsr(w[i], w[i + 1], sh) ^ 0x80808080u;   /* code + 128 */
-            R2_UNROLL
-            for (int b = 0; b < 4; b++) v[4 * i + b] = r2_fma(r2_f(c, b), d, nd);
+            const uint32_t c = tw_fsr(w[i], w[i + 1], sh) ^ 0x80808080u;   /* code + 128 */
+            TW_UNROLL
+            for (int b = 0; b < 4; b++) v[4 * i + b] = tw_fma(r2_f(c, b), d, nd);
         }
         float p[S::GP];
         r2_ldp<S::GP>(ps + r * S::GP, p);
-        R2_UNROLL
+        TW_UNROLL
         for (int g = 0; g < G; g++)
-            R2_UNROLL
-            for (int i = 0; i < ND; i++) o[g][i] = r2_fma(v[i], p[g], o[g][i]);
+            TW_UNROLL
+            for (int i = 0; i < ND; i++) o[g][i] = tw_fma(v[i], p[g], o[g][i]);
     }
 }
 

@@ -39,7 +39,7 @@
 #include <string.h>
 
 #include "exact.cuh"
-#include "mvx_twins.cuh"
+#include "twins.cuh"
 #include "mvx_decode.cuh"
 #include "pdl.cuh"
 
@@ -160,7 +160,7 @@ template <int T, int NT> struct mw_thr {
         xsrc = xq + 4 * tid;
         xd = xd_;
         xs = xs_;
-MW_UNROLL
+TW_UNROLL
         for (int i = 0; i < G::di; i++) {
             /* entry f = tid + 128 i of a stage's scales: token f / kc, block f % kc */
             const int t = tid / G::kc + MT_THREADS / G::kc * i;
@@ -185,14 +185,14 @@ MW_UNROLL
         const int e = mis + nb * G::bytes - 16 * l;   /* chunk i needed: 128 i < e */
         const int wdst = k * G::rs + 16 * l;
         if (wlim - so >= mis + nb * G::bytes + 16) {
-MW_UNROLL
+TW_UNROLL
             for (int i = 0; i < G::ci; i++)
                 /* full stage: all but the last chunk of a row are needed */
                 if ((FULL && i + 1 < G::ci) || 128 * i < e) cp.c16(wdst + 128 * i, ws + 128 * i);
         } else {
             /* the matrix's last row: copies cut at its end */
             const int el = wlim - so - 16 * l;
-MW_UNROLL
+TW_UNROLL
             for (int i = 0; i < G::ci; i++)
                 if (128 * i < e && 128 * i < el)
                     cp.c16n(wdst + 128 * i, ws + 128 * i, el - 128 * i < 16 ? el - 128 * i : 16);
@@ -202,17 +202,17 @@ MW_UNROLL
         /* y: word tid + 128 i of the stage's codes (block tid / 8 + 16 i,
          * lane l) to [t][l][block] */
         const int ydst = G::yoff + l * G::ys + 4 * (tid >> 3);
-MW_UNROLL
+TW_UNROLL
         for (int t = 0; t < NT; t++) {
             if (t >= n) break;
             const int8_t *src = xsrc + (unsigned)(s * G::kc * 32 + t * cols);
-MW_UNROLL
+TW_UNROLL
             for (int i = 0; i < G::yi; i++)
                 if (FULL || (tid >> 3) + 16 * i < nb) cp.c4(ydst + t * 8 * G::ys + 64 * i, src + 512 * i);
         }
         /* scales and sums */
         if (FULL || tid % G::kc < nb) {
-MW_UNROLL
+TW_UNROLL
             for (int i = 0; i < G::di; i++) {
                 if (dof[i] >= 0) {
                     const unsigned o = (unsigned)(dof[i] + s * G::kc);
@@ -248,16 +248,16 @@ static __host__ __device__ __forceinline__ void mw_step(const uint8_t *wg, const
     uint32_t x;
     float dw, mw = 0.f;
     mw_block<T, O>(wg, c, x, dw, mw);
-MW_UNROLL
+TW_UNROLL
     for (int t = 0; t < NT; t++) {
         const int yv = mw_cmp<J>(y[t]);
         const float dy = mw_cmp<J>(d[t]);
-        const float f = mw_mul(dw, dy);
-        const int p = G::MIN ? mw_dp4a_us(x, (uint32_t)yv, EX_MAGIC) : mw_dp4a_ss(x, (uint32_t)yv, EX_MAGIC);
+        const float f = tw_mul(dw, dy);
+        const int p = G::MIN ? tw_dp4a_us(x, (uint32_t)yv, EX_MAGIC) : tw_dp4a_ss(x, (uint32_t)yv, EX_MAGIC);
         /* (12582912 + SC p) / SC - 12582912 / SC = p, exact */
-        const float pf = mw_fma(mw_i2f_bits(p), 1.f / G::sc, -12582912.f / G::sc);
-        acc[t] = mw_fma(f, pf, acc[t]);
-        if constexpr (G::MIN) summ[t] = mw_add(summ[t], mw_mul(mw, mw_cmp<J>(sy[t])));
+        const float pf = tw_fma(tw_i2f_bits(p), 1.f / G::sc, -12582912.f / G::sc);
+        acc[t] = tw_fma(f, pf, acc[t]);
+        if constexpr (G::MIN) summ[t] = tw_add(summ[t], tw_mul(mw, mw_cmp<J>(sy[t])));
 #if defined(MVX_EMU_TRACE) && !defined(__CUDA_ARCH__)
         MVX_EMU_TRACE(t, x, yv, dw, dy, mw, G::MIN ? mw_cmp<J>(sy[t]) : 0.f, p);
 #endif
@@ -273,7 +273,7 @@ static __host__ __device__ __forceinline__ void mw_group(const uint8_t *wg, cons
     using G = mw_geom<T, NT>;
     int4 y[NT];
     float4 d[NT], sy[NT];
-MW_UNROLL
+TW_UNROLL
     for (int t = 0; t < NT; t++) {
         y[t] = *(const int4 *)(ya + t * 8 * G::ys);
         d[t] = *(const float4 *)(da + t * G::kc * 4);
@@ -296,12 +296,12 @@ static __host__ __device__ __forceinline__ void mw_stage(const uint8_t *slot, in
     constexpr int GB = 4 * G::bytes;
     if (nb == G::kc) {
         /* fewer tokens: more of the stage unrolled */
-MW_UNROLLN(NT <= 2 ? G::kc / 4 : 2)
+TW_UNROLLN(NT <= 2 ? G::kc / 4 : 2)
         for (int g = 0; g < G::kc / 4; g++)
             mw_group<T, NT, A, true>(wa + GB * g, ya + 16 * g, da + 16 * g, 4, th.c, acc, summ);
     } else {
         int g = 0;
-MW_UNROLL1
+TW_UNROLL1
         for (; g < nb / 4; g++) mw_group<T, NT, A, true>(wa + GB * g, ya + 16 * g, da + 16 * g, 4, th.c, acc, summ);
         if (nb & 3) mw_group<T, NT, A, false>(wa + GB * g, ya + 16 * g, da + 16 * g, nb & 3, th.c, acc, summ);
     }

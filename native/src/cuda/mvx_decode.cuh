@@ -10,7 +10,7 @@
 #define LKV_CUDA_MVX_DECODE_CUH
 
 #include "exact.cuh"
-#include "mvx_twins.cuh"
+#include "twins.cuh"
 
 /* the per-lane constants of the decoding */
 struct mw_lane {
@@ -49,7 +49,7 @@ template <int T> static __host__ __device__ __forceinline__ mw_lane mw_lane_make
  * shift by s (16, or 16 - k to also move bits up by k) */
 template <int X> static __host__ __device__ __forceinline__ uint32_t mw_word_u(const uint8_t *wl, int s) {
     static_assert(X % 4 == 2, "mw_word_u");
-    return mw_fsr(mw_ld32(wl + X - 2), mw_ld32(wl + X + 2), s);
+    return tw_fsr(tw_ld32(wl + X - 2), tw_ld32(wl + X + 2), s);
 }
 
 /* The block whose first byte is wa + O (wa 4-aligned, O compile-time): the
@@ -60,12 +60,12 @@ template <int X> static __host__ __device__ __forceinline__ uint32_t mw_word_u(c
 template <int O>
 static __host__ __device__ __forceinline__ void mw_dm(const uint8_t *wa, float &dw, float &mw) {
     if constexpr (O % 4 == 0) {
-        const uint32_t dm = mw_ld32(wa + O);
-        dw = mw_hlo(dm);
-        mw = mw_hhi(dm);
+        const uint32_t dm = tw_ld32(wa + O);
+        dw = tw_hlo(dm);
+        mw = tw_hhi(dm);
     } else {
-        dw = mw_h(wa + O);
-        mw = mw_h(wa + O + 2);
+        dw = tw_h(wa + O);
+        mw = tw_h(wa + O + 2);
     }
 }
 
@@ -76,12 +76,12 @@ static __host__ __device__ __forceinline__ void mw_block(const uint8_t *wa, cons
     if constexpr (T == LKV_TYPE_Q4_0 || T == LKV_TYPE_Q4_1) {
         constexpr int X = O + (T == LKV_TYPE_Q4_0 ? 2 : 4);
         uint32_t v;
-        if constexpr (X % 4 == 0) v = mw_ld32(wl + X) << c.sa;
+        if constexpr (X % 4 == 0) v = tw_ld32(wl + X) << c.sa;
         else v = mw_word_u<X>(wl, c.su);
         if constexpr (T == LKV_TYPE_Q4_0) {
             /* 16 * (code - 8) as a signed byte: the top nibble with bit 7 flipped */
-            x = mw_andxor(v, 0xF0F0F0F0u, 0x80808080u);
-            dw = mw_h(wa + O);
+            x = tw_andxor(v, 0xF0F0F0F0u, 0x80808080u);
+            dw = tw_h(wa + O);
         } else {
             x = v & 0xF0F0F0F0u;  /* 16 * code, unsigned */
             mw_dm<O>(wa, dw, mw);
@@ -90,18 +90,18 @@ static __host__ __device__ __forceinline__ void mw_block(const uint8_t *wa, cons
         constexpr bool Q1 = T == LKV_TYPE_Q5_1;
         constexpr int X = O + (Q1 ? 8 : 6), H = O + (Q1 ? 4 : 2);   /* codes, qh */
         uint32_t v, h;
-        if constexpr (X % 4 == 0) v = mw_rotl(mw_ld32(wl + X), c.sa);
+        if constexpr (X % 4 == 0) v = tw_rotl(tw_ld32(wl + X), c.sa);
         else v = mw_word_u<X>(wl, c.su);
         /* the lane's 4 fifth bits: qh bits 4l..4l+3 at bits 0..3 */
-        if constexpr (H % 4 == 0) h = mw_ld32(wa + H) >> c.qa;
-        else h = mw_ld32(wa + c.qo + H - 2) >> c.qu;
+        if constexpr (H % 4 == 0) h = tw_ld32(wa + H) >> c.qa;
+        else h = tw_ld32(wa + c.qo + H - 2) >> c.qu;
         /* bit i -> bit 8i + 7: the products i + 7m (m = 1..4) land on
          * 8i' + 7 only for m = i + 1, and do not overlap (no carries) */
         const uint32_t z = (h & 0xFu) * 0x10204080u;
         x = (v & 0x78787878u) | (z & 0x80808080u);   /* 8 * (code + 16 h) */
         if constexpr (!Q1) {
             x ^= 0x80808080u;                           /* 8 * (code + 16 h - 16), signed */
-            dw = mw_h(wa + O);
+            dw = tw_h(wa + O);
         } else {
             mw_dm<O>(wa, dw, mw);
         }
@@ -109,13 +109,13 @@ static __host__ __device__ __forceinline__ void mw_block(const uint8_t *wa, cons
         constexpr int X = O + 2;
         uint32_t a, b2;   /* the lane's nibbles at bits 0..3 (a) and 4..7 (b2) of every byte, after >> 4 more */
         if constexpr (X % 4 == 0) {
-            const uint32_t w = mw_ld32(wl + X);
+            const uint32_t w = tw_ld32(wl + X);
             a = w >> c.sa;
             b2 = w >> (c.sa + 4);
         } else {
-            const uint32_t w0 = mw_ld32(wl + X - 2), w1 = mw_ld32(wl + X + 2);
-            a = mw_fsr(w0, w1, c.su);
-            b2 = mw_fsr(w0, w1, c.su + 4);
+            const uint32_t w0 = tw_ld32(wl + X - 2), w1 = tw_ld32(wl + X + 2);
+            a = tw_fsr(w0, w1, c.su);
+            b2 = tw_fsr(w0, w1, c.su + 4);
         }
         /* nibbles n0..n3 of the lane: byte 0 = n0 | n1 << 4, byte 2 = n2 | n3 << 4 */
         const uint32_t u = (a & 0x0F0F0F0Fu) | (b2 & 0xF0F0F0F0u);
@@ -126,13 +126,13 @@ static __host__ __device__ __forceinline__ void mw_block(const uint8_t *wa, cons
         const uint32_t sel = p & 0x7777u;
         const uint32_t lo = ex_perm(t0, t1, sel), hi = ex_perm(t2, t3, sel);
         x = ex_perm(lo, hi, ((p >> 1) & 0x4444u) | 0x3210u);
-        dw = mw_h(wa + O);
+        dw = tw_h(wa + O);
     } else {
         static_assert(T == LKV_TYPE_Q8_0, "mw_block: legacy types only");
         constexpr int X = O + 2;
-        if constexpr (X % 4 == 0) x = mw_ld32(wl + X);
+        if constexpr (X % 4 == 0) x = tw_ld32(wl + X);
         else x = mw_word_u<X>(wl, 16);
-        dw = mw_h(wa + O);
+        dw = tw_h(wa + O);
     }
 }
 

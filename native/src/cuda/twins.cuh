@@ -1,11 +1,12 @@
 /*
- * cuda/mvx_twins.cuh: the device intrinsics mvx.cu's thread code uses, each
- * with a host version of the same result, and its unrolling hints, so that a
- * host program (tests/cuda/emu_mvx.cu) can run that thread code: the index
- * math, the decoding and every chain step, bit for bit.
+ * cuda/twins.cuh: the device intrinsics that mvx.cu's and attn_dec_ring2.cu's
+ * thread code use, each with a host version of the same result, and the
+ * unrolling hints, so that a host program (tests/cuda/emu_mvx.cu,
+ * emu_attn_ring.cu) can run that thread code: the index math, the decoding
+ * and every float operation, bit for bit.
  */
-#ifndef LKV_CUDA_MVX_TWINS_CUH
-#define LKV_CUDA_MVX_TWINS_CUH
+#ifndef LKV_CUDA_TWINS_CUH
+#define LKV_CUDA_TWINS_CUH
 
 #include <stdint.h>
 #include <string.h>
@@ -15,29 +16,29 @@
 /* unrolling hints for the helpers below, which a host program may compile
  * (the host compiler does not know the pragma) */
 #ifdef __CUDA_ARCH__
-#define MW_UNROLL _Pragma("unroll")
-#define MW_UNROLL1 _Pragma("unroll 1")
-#define MW_PRAGMA(x) _Pragma(#x)
-#define MW_UNROLLN(n) MW_PRAGMA(unroll(n))
+#define TW_UNROLL _Pragma("unroll")
+#define TW_UNROLL1 _Pragma("unroll 1")
+#define TW_PRAGMA(x) _Pragma(#x)
+#define TW_UNROLLN(n) TW_PRAGMA(unroll(n))
 #else
-#define MW_UNROLL
-#define MW_UNROLL1
-#define MW_UNROLLN(n)
+#define TW_UNROLL
+#define TW_UNROLL1
+#define TW_UNROLLN(n)
 #endif
 
 /* host twins of the intrinsics, so that a host program can run the index
  * math and the decoding of a thread (MVX_EMU_TRACE: the operands of every
  * step of a chain) */
-static __host__ __device__ __forceinline__ uint32_t mw_ld32(const uint8_t *p) { return *(const uint32_t *)p; }
-static __host__ __device__ __forceinline__ float mw_h(const uint8_t *p) { return __half2float(*(const __half *)p); }
-static __host__ __device__ __forceinline__ float mw_hlo(uint32_t w) {
+static __host__ __device__ __forceinline__ uint32_t tw_ld32(const uint8_t *p) { return *(const uint32_t *)p; }
+static __host__ __device__ __forceinline__ float tw_h(const uint8_t *p) { return __half2float(*(const __half *)p); }
+static __host__ __device__ __forceinline__ float tw_hlo(uint32_t w) {
     return __half2float(__ushort_as_half((unsigned short)(w & 0xFFFFu)));
 }
-static __host__ __device__ __forceinline__ float mw_hhi(uint32_t w) {
+static __host__ __device__ __forceinline__ float tw_hhi(uint32_t w) {
     return __half2float(__ushort_as_half((unsigned short)(w >> 16)));
 }
 /* bits s..s+31 of hi:lo (s < 32) */
-static __host__ __device__ __forceinline__ uint32_t mw_fsr(uint32_t lo, uint32_t hi, int s) {
+static __host__ __device__ __forceinline__ uint32_t tw_fsr(uint32_t lo, uint32_t hi, int s) {
 #ifdef __CUDA_ARCH__
     return __funnelshift_r(lo, hi, s);
 #else
@@ -45,7 +46,7 @@ static __host__ __device__ __forceinline__ uint32_t mw_fsr(uint32_t lo, uint32_t
 #endif
 }
 /* w rotated left by s (s < 32) */
-static __host__ __device__ __forceinline__ uint32_t mw_rotl(uint32_t w, int s) {
+static __host__ __device__ __forceinline__ uint32_t tw_rotl(uint32_t w, int s) {
 #ifdef __CUDA_ARCH__
     return __funnelshift_l(w, w, s);
 #else
@@ -54,7 +55,7 @@ static __host__ __device__ __forceinline__ uint32_t mw_rotl(uint32_t w, int s) {
 #endif
 }
 /* c + dot of 4 bytes: a signed (ss) or unsigned (us), b signed */
-static __host__ __device__ __forceinline__ int mw_dp4a_ss(uint32_t a, uint32_t b, int c) {
+static __host__ __device__ __forceinline__ int tw_dp4a_ss(uint32_t a, uint32_t b, int c) {
 #ifdef __CUDA_ARCH__
     return __dp4a((int)a, (int)b, c);
 #else
@@ -62,7 +63,7 @@ static __host__ __device__ __forceinline__ int mw_dp4a_ss(uint32_t a, uint32_t b
     return c;
 #endif
 }
-static __host__ __device__ __forceinline__ int mw_dp4a_us(uint32_t a, uint32_t b, int c) {
+static __host__ __device__ __forceinline__ int tw_dp4a_us(uint32_t a, uint32_t b, int c) {
 #ifdef __CUDA_ARCH__
     int d;
     asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
@@ -72,7 +73,7 @@ static __host__ __device__ __forceinline__ int mw_dp4a_us(uint32_t a, uint32_t b
     return c;
 #endif
 }
-static __host__ __device__ __forceinline__ float mw_mul(float a, float b) {
+static __host__ __device__ __forceinline__ float tw_mul(float a, float b) {
 #ifdef __CUDA_ARCH__
     return __fmul_rn(a, b);
 #else
@@ -80,7 +81,7 @@ static __host__ __device__ __forceinline__ float mw_mul(float a, float b) {
     return r;
 #endif
 }
-static __host__ __device__ __forceinline__ float mw_add(float a, float b) {
+static __host__ __device__ __forceinline__ float tw_add(float a, float b) {
 #ifdef __CUDA_ARCH__
     return __fadd_rn(a, b);
 #else
@@ -88,14 +89,22 @@ static __host__ __device__ __forceinline__ float mw_add(float a, float b) {
     return r;
 #endif
 }
-static __host__ __device__ __forceinline__ float mw_fma(float a, float b, float c) {
+static __host__ __device__ __forceinline__ float tw_sub(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    volatile float r = a - b;
+    return r;
+#endif
+}
+static __host__ __device__ __forceinline__ float tw_fma(float a, float b, float c) {
 #ifdef __CUDA_ARCH__
     return __fmaf_rn(a, b, c);
 #else
     return fmaf(a, b, c);
 #endif
 }
-static __host__ __device__ __forceinline__ float mw_i2f_bits(int p) {
+static __host__ __device__ __forceinline__ float tw_i2f_bits(int p) {
 #ifdef __CUDA_ARCH__
     return __int_as_float(p);
 #else
@@ -107,7 +116,7 @@ static __host__ __device__ __forceinline__ float mw_i2f_bits(int p) {
 
 /* (a & b) ^ c in one LOP3 (the compiler splits it in two with two
  * immediates; c comes in a register) */
-static __host__ __device__ __forceinline__ uint32_t mw_andxor(uint32_t a, uint32_t b, uint32_t c) {
+static __host__ __device__ __forceinline__ uint32_t tw_andxor(uint32_t a, uint32_t b, uint32_t c) {
 #ifdef __CUDA_ARCH__
     uint32_t d;
     asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
