@@ -68,6 +68,33 @@ static __device__ __forceinline__ bool attn_locate(const lkv_attn_desc &d, const
     return false;
 }
 
+/* a decode block's rows [p0, p0 + nv): valid[r] and the K / V row pointers
+ * (NULL where no segment holds the row), rows strided over NT threads */
+template <int NT>
+static __device__ __forceinline__ void attn_locate_rows(int tid, const lkv_attn_desc &d, const attn_dyn &dy, int delta,
+                                                        int p0, int nv, size_t rbk, size_t rbv, uint8_t *valid,
+                                                        const uint8_t **kptr, const uint8_t **vptr) {
+    for (int r = tid; r < nv; r += NT) {
+        const uint8_t *kr, *vr;
+        valid[r] = attn_locate(d, dy, delta, p0 + r, rbk, rbv, kr, vr);
+        kptr[r] = kr;
+        vptr[r] = vr;
+    }
+}
+
+/* a decode block's G partials go to wbase[g * wstride] (ws layout: attn.cu);
+ * a chunk that starts past the query gets empty partials (m = -inf) and the
+ * block has nothing more to do: false */
+template <int HD, int G>
+static __device__ __forceinline__ bool attn_chunk_slot(int tid, float *ws, const lkv_attn_desc &d, int qi, int h0, int x,
+                                                       int nc, int p0, int qpos, float *&wbase, size_t &wstride) {
+    wbase = ws + (((size_t)qi * d.n_head + h0) * nc + x) * (HD + 2);
+    wstride = (size_t)nc * (HD + 2);
+    if (p0 <= qpos) return true;
+    if (tid < G) wbase[tid * wstride] = -INFINITY;
+    return false;
+}
+
 static __device__ __forceinline__ float attn_f16r(float x) { return __half2float(__float2half_rn(x)); }
 
 /* the CPU's 8-lane horizontal sum (cpu/attention.c reduce8, quant/simd.h

@@ -117,12 +117,9 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     const int x = blockIdx.x, kh = blockIdx.y, qi = blockIdx.z, qpos = d.q_pos0 + delta + qi;
     const int h0 = kh * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int C = d.chunk, p0 = (c_first + x) * C;
-    float *const wbase = ws + (((size_t)qi * d.n_head + h0) * nc + x) * (HD + 2);
-    const size_t wstride = (size_t)nc * (HD + 2);
-    if (p0 > qpos) {   /* past the query: empty partial */
-        if (tid < G) wbase[tid * wstride] = -INFINITY;
-        return;
-    }
+    float *wbase;
+    size_t wstride;
+    if (!attn_chunk_slot<HD, G>(tid, ws, d, qi, h0, x, nc, p0, qpos, wbase, wstride)) return;   /* past the query */
     const int nv = min(C, qpos - p0 + 1), half = (nv + 1) >> 1;
     uint8_t *Ks = sm, *Vs = sm + ge.region0;
     float *qs = (float *)(Vs + (((size_t)C * ge.pitch_v + 15) & ~(size_t)15));   /* (G, HD) */
@@ -133,12 +130,7 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
 
     // -- 1. where each row lives, then copies: K rows [0, half), K rows [half, nv), V rows [0, nv)
     const uint8_t **kptr = (const uint8_t **)(valid + ((C + 15) & ~15)), **vptr = kptr + C;
-    for (int r = tid; r < nv; r += AD_THREADS) {
-        const uint8_t *kr, *vr;
-        valid[r] = attn_locate(d, dy, delta, p0 + r, ge.rbk, ge.rbv, kr, vr);
-        kptr[r] = kr;
-        vptr[r] = vr;
-    }
+    attn_locate_rows<AD_THREADS>(tid, d, dy, delta, p0, nv, ge.rbk, ge.rbv, valid, kptr, vptr);
     __syncthreads();
     block_copy<CU>(Ks, ge.pitch_k, kptr, (size_t)kh * ge.slice_k, ge.slice_k, 0, half);
     cp_commit();

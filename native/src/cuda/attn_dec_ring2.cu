@@ -265,12 +265,9 @@ attn_ring2_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
     const int qpos = d.q_pos0 + delta + qi;
     const int h0 = kh * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int C = d.chunk, p0 = (c_first + x) * C;
-    float *const wbase = ws + (((size_t)qi * d.n_head + h0) * nc + x) * (HD + 2);
-    const size_t wstride = (size_t)nc * (HD + 2);
-    if (p0 > qpos) {   /* past the query: empty partial */
-        if (tid < G) wbase[tid * wstride] = -INFINITY;
-        return;
-    }
+    float *wbase;
+    size_t wstride;
+    if (!attn_chunk_slot<HD, G>(tid, ws, d, qi, h0, x, nc, p0, qpos, wbase, wstride)) return;   /* past the query */
     const int nv = min(C, qpos - p0 + 1), nst = (nv + R - 1) / R;   /* rows; stages per plane */
 
     /* ring (NS slots) | qs (G, HD) floats: q8 codes, rows S::QP bytes apart | qdm (<= 32): d_q per (head,
@@ -282,12 +279,7 @@ attn_ring2_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
     const uint8_t **kptr = (const uint8_t **)(pl + 8), **vptr = kptr + C;
     uint8_t *valid = (uint8_t *)(vptr + C);
 
-    for (int r = tid; r < nv; r += NT) {
-        const uint8_t *kr, *vr;
-        valid[r] = attn_locate(d, dy, delta, p0 + r, rbk, rbv, kr, vr);
-        kptr[r] = kr;
-        vptr[r] = vr;
-    }
+    attn_locate_rows<NT>(tid, d, dy, delta, p0, nv, rbk, rbv, valid, kptr, vptr);
     __syncthreads();
 
     auto issue = [&](int s) {
