@@ -143,8 +143,7 @@ attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_des
     using S = rg_shape<T, HD, G>;
     constexpr int NT = S::NT, R = S::R, NG = HD / 32, ND = S::ND;
     extern __shared__ __align__(16) uint8_t sm[];
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     const int delta = attn_delta(dy);
     const int qi = blockIdx.x % d.n_q, kh = blockIdx.x / d.n_q, x = blockIdx.y;
     const int qpos = d.q_pos0 + delta + qi;

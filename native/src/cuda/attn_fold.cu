@@ -123,8 +123,7 @@ attn_fold2_kernel(float *st, const float *ws, int n_head, int hd_, int nc) {
     __shared__ int prod, last_ns;                /* chunks published (whole call); last non-empty in the piece */
     extern __shared__ __align__(16) float VB[];  /* FD_NSV tiles of FD_T chunks x NC * NV */
     const int hd = HDC ? HDC : hd_;
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     const int h = blockIdx.x, qi = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
     const bool producer = tid >= NC;
     float *sp = st + ((size_t)qi * n_head + h) * (hd + 2);

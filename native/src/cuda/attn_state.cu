@@ -12,8 +12,7 @@
 // ---------------------------------------------------------------- kernels
 
 __global__ void attn_reset_kernel(float *st, int64_t n_states, int hd) {
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n_states * (hd + 2)) return;
     st[i] = (i % (hd + 2)) == 0 ? -INFINITY : 0.f;
@@ -21,8 +20,7 @@ __global__ void attn_reset_kernel(float *st, int64_t n_states, int hd) {
 
 /* the state's o is already normalised */
 __global__ void attn_finish_kernel(float *out, const float *st, int64_t n_states, int hd) {
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n_states * hd) return;
     const int64_t sidx = i / hd;
@@ -34,8 +32,7 @@ __global__ void attn_finish_kernel(float *out, const float *st, int64_t n_states
  * n_states * hd % 32 == 0: whole warps leave together, a warp is one block */
 __global__ void attn_finish_q_kernel(float *out, const float *st, int64_t n_states, int hd,
                                      int8_t *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs) {
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n_states * hd) return;
     const float *sp = st + (i / hd) * (hd + 2);

@@ -24,8 +24,7 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *up, in
  * n % 32 == 0, so a warp's 32 lanes hold one whole block in every pass */
 __global__ void swiglu_q_kernel(float *out, const float *gate, const float *up, int64_t n,
                                 int8_t *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs) {
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float g = gate[i];
@@ -37,8 +36,7 @@ __global__ void swiglu_q_kernel(float *out, const float *gate, const float *up, 
 
 /* x (n) += y */
 __global__ void add_kernel(float *x, const float *y, int64_t n) {
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         x[i] = __fadd_rn(x[i], y[i]);

@@ -18,8 +18,7 @@ template <int T>
 __global__ void get_rows_kernel(float *__restrict__ out, const uint8_t *__restrict__ w,
                                 size_t row_bytes, const int32_t *__restrict__ tokens, int cols,
                                 int64_t n_rows) {
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     const int g = blockIdx.x * GR_THREADS + threadIdx.x;
     if (g >= cols / 32) return;
     const int i = blockIdx.y;

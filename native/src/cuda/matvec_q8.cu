@@ -39,8 +39,7 @@
 __global__ void quantize_q8_kernel(const float *__restrict__ x, int8_t *__restrict__ xq,
                                    float *__restrict__ xd, float *__restrict__ xs,
                                    int64_t nblocks) {
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= nblocks) return;
     act_q8_warp(x[blk * 32 + (threadIdx.x & 31)], true, xq + blk * 32, xd + blk, xs + blk);

@@ -71,8 +71,7 @@ norm_reg_kernel(float *x, const float *__restrict__ y, float *out, const float *
                 int dim, float eps, int8_t *__restrict__ xq, float *__restrict__ xd,
                 float *__restrict__ xs) {
     __shared__ double red[32];
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     const int tid = threadIdx.x, n4 = dim / 4;
     float4 *xr = (float4 *)(x + (size_t)blockIdx.x * dim);
     float4 v[PER];

@@ -8,7 +8,8 @@
  * previous kernel has completed and its writes are visible, and since that
  * kernel waited in turn, all earlier work is done too. pdl_trigger lets the
  * next kernel be scheduled once every block of this one has called it (or
- * exited). Both are no-ops in a kernel launched plainly, and below sm_90.
+ * exited); pdl_enter is both, for kernels with nothing to do before the wait.
+ * All are no-ops in a kernel launched plainly, and below sm_90.
  *
  * lkv_launch uses the attribute when b->pdl (compute capability 9.0 or more,
  * LKV_CUDA_PDL not 0) and the context streams no KV (a copier's cross-stream
@@ -31,6 +32,12 @@ static __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+}
+
+/* both, first thing in a kernel that has nothing to do before it waits */
+static __device__ __forceinline__ void pdl_enter() {
+    pdl_trigger();
+    pdl_wait();
 }
 
 template <typename... P, typename... A>

@@ -21,8 +21,7 @@ __global__ void rope_store_kernel(float *q, float *k, const float *v, int n_head
                                   const float2 *tab,
                                   uint8_t *kdst, uint8_t *vdst, const int32_t *dpos,
                                   int32_t cap_pos0) {
-    pdl_trigger();
-    pdl_wait();
+    pdl_enter();
     const int32_t delta = dpos ? *dpos - cap_pos0 : 0;
     const int nh = n_head + n_kv;
     const int tok = blockIdx.x / nh, h = blockIdx.x % nh;
