@@ -214,6 +214,23 @@ static __device__ __forceinline__ float attn_qconv(int kind, float x, float &qd,
     return c;
 }
 
+/* a decode block's G query heads h0.. of query qi in K's dot type (T: f16
+ * as floats, else q8_0 codes as bytes, QP bytes apart) with their scales
+ * qdm[g * (HD / 32) + group]: one warp per 32-group, NW warps */
+template <int T, int HD, int G, int NW, int QP>
+static __device__ __forceinline__ void attn_stage_query(int warp, int lane, const float *q, const lkv_attn_desc &d,
+                                                        int qi, int h0, float *qs, float *qdm) {
+    constexpr int NG = HD / 32;
+    for (int t = warp; t < G * NG; t += NW) {
+        const int g = t / NG, e = (t % NG) * 32 + lane;
+        float qd, qsum;
+        const float c = attn_qconv(T == LKV_TYPE_F16 ? 1 : 3, q[((size_t)qi * d.n_head + h0 + g) * HD + e], qd, qsum);
+        if constexpr (T == LKV_TYPE_F16) qs[g * HD + e] = c;
+        else ((int8_t *)qs)[g * QP + e] = (int8_t)c;
+        if (lane == 0) qdm[t] = qd;
+    }
+}
+
 /* The CPU's fold of a chunk's (mc, lc, oc) into the state (m, l, o), in two
  * steps that every fold kernel shares (the same bits in each): the factors,
  * which also update (m, l), then per element of o. kind 0: an empty chunk

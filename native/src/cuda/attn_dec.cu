@@ -140,14 +140,7 @@ attn_dec_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc
     cp_commit();
     /* the query in K's dot type (one warp per 32-group): f16 values as
      * floats, or q8_0 codes as bytes with their scales */
-    for (int t = warp; t < G * NG; t += AD_THREADS / 32) {
-        const int g = t / NG, e = (t % NG) * 32 + lane;
-        float qd, qsum;
-        const float c = attn_qconv(T == LKV_TYPE_F16 ? 1 : 3, q[((size_t)qi * d.n_head + h0 + g) * HD + e], qd, qsum);
-        if constexpr (T == LKV_TYPE_F16) qs[g * HD + e] = c;
-        else ((int8_t *)qs)[g * HD + e] = (int8_t)c;
-        if (lane == 0) qdm[t] = qd;
-    }
+    attn_stage_query<T, HD, G, AD_THREADS / 32, HD>(warp, lane, q, d, qi, h0, qs, qdm);
 
     // -- 2. scores, one thread per row (first half, then second), the CPU's
     //    8 lanes per head: f16 an FMA chain per lane (elements l, l + 8, ...),

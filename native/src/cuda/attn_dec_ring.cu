@@ -181,14 +181,7 @@ attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_des
     for (int s = 0; s < RG_NS - 1; s++) issue(s);
 
     /* the query in K's dot type (one warp per 32-group), under the first copies */
-    for (int t = warp; t < G * NG; t += S::NW) {
-        const int g = t / NG, e = (t % NG) * 32 + lane;
-        float qd, qsum;
-        const float c = attn_qconv(T == LKV_TYPE_F16 ? 1 : 3, q[((size_t)qi * d.n_head + h0 + g) * HD + e], qd, qsum);
-        if constexpr (T == LKV_TYPE_F16) qs[g * HD + e] = c;
-        else ((int8_t *)qs)[g * HD + e] = (int8_t)c;
-        if (lane == 0) qdm[t] = qd;
-    }
+    attn_stage_query<T, HD, G, S::NW, HD>(warp, lane, q, d, qi, h0, qs, qdm);
 
     const int l8 = tid & 7, dg = tid >> 3;   /* V pass: position lane, dim group */
     float o[G][ND];

@@ -293,13 +293,7 @@ attn_ring2_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
 #pragma unroll
     for (int s = 0; s < R2_NS - 1; s++) issue(s);
 
-    for (int t = warp; t < G * NG; t += S::NW) {
-        const int g = t / NG, e = (t % NG) * 32 + lane;
-        float qd, qsum;
-        const float c = attn_qconv(3, q[((size_t)qi * d.n_head + h0 + g) * HD + e], qd, qsum);
-        ((int8_t *)qs)[g * S::QP + e] = (int8_t)c;
-        if (lane == 0) qdm[t] = qd;
-    }
+    attn_stage_query<LKV_TYPE_Q8_0, HD, G, S::NW, S::QP>(warp, lane, q, d, qi, h0, qs, qdm);
 
     float o[G][ND];
 #pragma unroll
