@@ -27,6 +27,12 @@
 extern int cudaProfilerStart(void);
 extern int cudaProfilerStop(void);
 
+/* a copy of the caller's value of an environment variable, dflt when unset or empty */
+static char *env_dup(const char *name, const char *dflt) {
+    const char *v = getenv(name);
+    return strdup(v && *v ? v : dflt);
+}
+
 static uint64_t rs = 88172645463325252ull;
 static void fill_random(uint8_t *p, size_t n) {
     uint64_t x = rs;
@@ -136,25 +142,24 @@ int main(int argc, char **argv) {
      * default; BENCH_VARIANTS=n measures the first n (default 2; 0 = 1). Columns:
      * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_GRAPH,
      * LKV_CUDA_GEMM and LKV_CUDA_MV ("fast": the kernels that are not bit-identical
-     * with the CPU; "" = the default, exact ones), LKV_CUDA_ATTN for
-     * decode. BENCH_DEPTH_VARIANTS=n: the first n also at depth (default 1) */
-    const char *vars[][8] = {{"CPU-exact kernels, decode step as a replayed graph (default)", "1", "2", "4", "1", "", "", "1"},
+     * with the CPU), LKV_CUDA_ATTN for decode; "" in the last three keeps the
+     * caller's value (else the default). BENCH_DEPTH_VARIANTS=n: the first n
+     * also at depth (default 1) */
+    const char *vars[][8] = {{"CPU-exact kernels, decode step as a replayed graph (default)", "1", "2", "4", "1", "", "", ""},
                              {"fast kernels (gpu_kernels=\"fast\": LKV_CUDA_GEMM=fast; not bit-identical with the CPU)",
-                              "1", "2", "4", "1", "fast", "", "1"},
-                             {"int8 mat-vec for decode (LKV_CUDA_MV=fast)", "1", "2", "4", "1", "", "fast", "1"},
+                              "1", "2", "4", "1", "fast", "", ""},
+                             {"int8 mat-vec for decode (LKV_CUDA_MV=fast)", "1", "2", "4", "1", "", "fast", ""},
                              {"the previous decode attention (LKV_CUDA_ATTN=dec-old)",
                               "1", "2", "4", "1", "", "", "dec-old"},
-                             {"the default, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "", "", "1"},
-                             {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1", "", "", "1"}};
+                             {"the default, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "", "", ""},
+                             {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1", "", "", ""}};
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
     if (n_var > 6) n_var = 6;
     const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
-    char *gemm0 = strdup(getenv("LKV_CUDA_GEMM") ? getenv("LKV_CUDA_GEMM") : "");
-    char *mv0 = strdup(getenv("LKV_CUDA_MV") ? getenv("LKV_CUDA_MV") : "");
-    /* the caller's LKV_CUDA_ATTN (e.g. ring) stands wherever a variant says "1"
-     * (until the fifth session's run 10 it was overwritten: runs that set it
-     * measured the default kernel) */
-    char *attn0 = strdup(getenv("LKV_CUDA_ATTN") && *getenv("LKV_CUDA_ATTN") ? getenv("LKV_CUDA_ATTN") : "1");
+    /* the caller's values (until the fifth session's run 10 LKV_CUDA_ATTN was
+     * overwritten: runs that set it measured the default kernel) */
+    char *gemm0 = env_dup("LKV_CUDA_GEMM", ""), *mv0 = env_dup("LKV_CUDA_MV", "");
+    char *attn0 = env_dup("LKV_CUDA_ATTN", "1");
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
     for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : (n_dvar < n_var ? n_dvar : n_var)); vi++) {
@@ -163,7 +168,6 @@ int main(int argc, char **argv) {
         setenv("LKV_CUDA_MV_ROWS", vars[vi][2], 1);
         setenv("LKV_CUDA_MV_SPLIT", vars[vi][3], 1);
         setenv("LKV_CUDA_GRAPH", vars[vi][4], 1);
-        /* "" keeps what the caller set (e.g. LKV_CUDA_GEMM=wmma for the whole run) */
         setenv("LKV_CUDA_GEMM", *vars[vi][5] ? vars[vi][5] : gemm0, 1);
         setenv("LKV_CUDA_MV", *vars[vi][6] ? vars[vi][6] : mv0, 1);
         if (depth == 0 || n_dvar > 1) printf("-- %s\n", vars[vi][0]);
@@ -240,7 +244,7 @@ int main(int argc, char **argv) {
         /* decode: 5 runs of 32 tokens (after a warm-up run); at depth, also with
          * the previous decode kernel (LKV_CUDA_ATTN=dec-old, read per call) */
         for (int av = 0; av < (depth > 0 && getenv("BENCH_ATTN_OLD") ? 2 : 1); av++) {
-            setenv("LKV_CUDA_ATTN", av ? "dec-old" : strcmp(vars[vi][7], "1") ? vars[vi][7] : attn0, 1);
+            setenv("LKV_CUDA_ATTN", av ? "dec-old" : *vars[vi][7] ? vars[vi][7] : attn0, 1);
             double tg[6];
             int ok = 1;
             for (int r = 0; r < 6 && ok; r++) {
