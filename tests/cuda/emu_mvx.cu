@@ -77,6 +77,8 @@
 
 static void emu_trace(int t, uint32_t x, int y, float dw, float dy, float mw, float sy, int p) __attribute__((unused));
 #define MVX_EMU_TRACE(t, x, y, dw, dy, mw, sy, p) emu_trace(t, x, y, dw, dy, mw, sy, p)
+static void emu_trace_block(int t, int b, float dw, float dy, int p) __attribute__((unused));
+#define MVX_EMU_TRACE_BLOCK(t, b, dw, dy, p) emu_trace_block(t, b, dw, dy, p)
 #include "mvx.cu"
 
 // ---------------------------------------------------------------- one case's state
@@ -91,6 +93,7 @@ struct Run {
     size_t xq_len, xd_len;
     /* trace context: the chain whose steps mw_stage is running */
     int cur_w, cur_row, cur_lane;
+    int cur_b0;              /* first block of the stage being computed (block order's trace) */
     std::vector<int> step;   /* per (weight, row, lane, token): steps seen so far */
     size_t steps = 0, errors = 0;
     size_t copies16 = 0, copies16n = 0, copies4 = 0;
@@ -192,6 +195,31 @@ static void emu_trace(int t, uint32_t x, int y, float dw, float dy, float mw, fl
     int po = 0;
     for (int i = 0; i < 4; i++) po += (int)(int8_t)(xo >> 8 * i) * (int)(int8_t)(yo >> 8 * i);
     if (p - EX_MAGIC != r.nsc * po) mismatch("dot", t, b);
+}
+
+/* q4_0 (block order, mvx_blocks.cuh): one block of the chain (cur_row,
+ * cur_lane, t): it must be the chain's next block (lane, lane + 8, ...), with
+ * the block's scale, the activation scale and 16 times the block's whole dot */
+static void emu_trace_block(int t, int bs, float dw, float dy, int p) {
+    Run &r = *R;
+    if (t >= r.n || r.cur_row < 0) return;
+    const int b = r.cur_b0 + bs;   /* the hook gets the block within the stage */
+    const int k = r.chain(r.cur_w, r.cur_row, r.cur_lane, t)++;
+    r.steps++;
+    if (b != r.cur_lane + 8 * k || b >= r.ng) { mismatch("block of the chain", t, b); return; }
+    const uint8_t *bp = r.ms.w[r.cur_w] + (size_t)r.cur_row * r.ms.row_bytes[r.cur_w] + (size_t)b * bytes_of(r.T);
+    const float dwo = ex_d(bp);
+    if (memcmp(&dw, &dwo, 4)) mismatch("weight scale", t, b);
+    const float dyo = r.xd[(size_t)t * r.ng + b];
+    if (memcmp(&dy, &dyo, 4)) mismatch("activation scale", t, b);
+    int po = 0;
+    for (int l = 0; l < 8; l++) {
+        const uint32_t xo = ref_word(r.T, bp, l);
+        int yo;
+        memcpy(&yo, r.xq + (size_t)t * r.cols + (size_t)b * 32 + 4 * l, 4);
+        for (int i = 0; i < 4; i++) po += (int)(int8_t)(xo >> 8 * i) * (int)(int8_t)(yo >> 8 * i);
+    }
+    if (p - EX_MAGIC != 16 * po) mismatch("block dot", t, b);
 }
 
 // ---------------------------------------------------------------- the host copier
@@ -296,7 +324,11 @@ static void emulate_block(int bid, std::vector<uint8_t> &ring, float *out[3]) {
             r.cur_w = j;
             r.cur_row = th[tid].rout < th[tid].rows ? th[tid].rout : -1;
             r.cur_lane = th[tid].l;
-            if ((th[tid].mis & 3) == 0) mw_stage<T, NT, 0>(slot, nb, th[tid], acc[tid], summ[tid]);
+            r.cur_b0 = s * G::kc;
+            if constexpr (T == LKV_TYPE_Q4_0)
+                mb_stage_q4_0<NT, G::kc, G::rs, G::yoff, G::ys, G::doff>(slot, nb, th[tid].k, th[tid].l,
+                                                                          th[tid].mis, acc[tid]);
+            else if ((th[tid].mis & 3) == 0) mw_stage<T, NT, 0>(slot, nb, th[tid], acc[tid], summ[tid]);
             else mw_stage<T, NT, 2>(slot, nb, th[tid], acc[tid], summ[tid]);
         }
         sc = sc + 1 == st ? 0 : sc + 1;
@@ -319,6 +351,21 @@ static void emulate_block(int bid, std::vector<uint8_t> &ring, float *out[3]) {
 /* one output as the CPU computes it, from exact.cuh's addressing */
 static float ref_out(int T, const uint8_t *row, const int8_t *xq, const float *xd, const float *xs, int ng) {
     float a[8] = {0}, sm = 0.f;
+    if (T == LKV_TYPE_Q4_0) {
+        /* quant/dot_blocks.c: chain b % 8 takes the block's whole dot */
+        for (int b = 0; b < ng; b++) {
+            const uint8_t *bp = row + (size_t)b * bytes_of(T);
+            int p = 0;
+            for (int l = 0; l < 8; l++) {
+                const uint32_t x = ref_word(T, bp, l);
+                int y;
+                memcpy(&y, xq + b * 32 + 4 * l, 4);
+                for (int i = 0; i < 4; i++) p += (int)(int8_t)(x >> 8 * i) * (int)(int8_t)(y >> 8 * i);
+            }
+            a[b % 8] = fmaf(tw_mul(ex_d(bp), xd[b]), (float)p, a[b % 8]);
+        }
+        return tw_add(tw_add(tw_add(a[0], a[4]), tw_add(a[2], a[6])), tw_add(tw_add(a[1], a[5]), tw_add(a[3], a[7])));
+    }
     for (int b = 0; b < ng; b++) {
         const uint8_t *bp = row + (size_t)b * bytes_of(T);
         const float dw = ex_d(bp);
@@ -436,7 +483,10 @@ static bool run_case(const int *rows, int n_w, int cols, int n, int woff, int st
                 for (int l = 0; l < 8; l++) {
                     nchain++;
                     const int got = r.chain(j, rr, l, t);
-                    if (got != ng) error("chain weight %d row %d lane %d token %d: %d steps of %d", j, rr, l, t, got, ng);
+                    /* q4_0: chain l has blocks l, l + 8, ... */
+                    const int want = T == LKV_TYPE_Q4_0 ? (ng - l + 7) / 8 : ng;
+                    if (got != want)
+                        error("chain weight %d row %d lane %d token %d: %d steps of %d", j, rr, l, t, got, want);
                 }
                 const float ref = ref_out(T, r.ms.w[j] + (size_t)rr * r.ms.row_bytes[j], xq.data() + (size_t)t * cols,
                                           xd.data() + (size_t)t * ng, xs.data() + (size_t)t * ng, ng);

@@ -117,8 +117,8 @@ static size_t mm_bits_differ(const float *a, const float *b, size_t n) {
 }
 
 /* The legacy types (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl) must equal the CPU
- * backend bit for bit (mvx.cu for n <= 8, mmx.cu above): the CPU's 8 lane
- * chains in block order. Fresh random weights and activations per call; no
+ * backend bit for bit (mvx.cu for n <= 8, mmx.cu / mmb.cu above): the CPU's 8
+ * lane chains in block order (q4_0: its 8 chains of whole blocks). Fresh random weights and activations per call; no
  * f64 reference (test_matmul_shape has it), so large n stays cheap. Every
  * n <= 8 (the mat-vec's 1/2/4/8-token variants, tokens past n repeated). */
 static void test_matmul_exact_ns(int rows, int cols, const int *ns, int n_ns) {
@@ -351,6 +351,10 @@ static void test_gemm_exact_tails(void) {
     const int shapes[][2] = {{45, 4064}, {130, 576}, {64, 1536}};
     const int ns[] = {9, 100, 509};
     for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
+    /* q4_0's GEMM (mmb.cu) with its 64-token tile too (32 by default) */
+    setenv("LKV_CUDA_MMB_BN", "64", 1);
+    for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
+    unsetenv("LKV_CUDA_MMB_BN");
 }
 
 static void test_matmul(void) {

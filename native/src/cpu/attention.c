@@ -138,6 +138,7 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
     const int kvh = h / (d->n_head / d->n_head_kv);
     const lkv_traits *tk = lkv_type_traits(d->type_k), *tv = lkv_type_traits(d->type_v);
     const lkv_traits *tq = lkv_type_traits(tk->vec_dot_type);
+    const lkv_vec_dot_fn kdot = lkv_type_kv_dot(tk);
     const size_t rbk = (size_t)lkv_type_row_bytes(tk, (int64_t)d->n_head_kv * hd);
     const size_t rbv = (size_t)lkv_type_row_bytes(tv, (int64_t)d->n_head_kv * hd);
     const size_t hk = (size_t)lkv_type_row_bytes(tk, hd) * kvh;   /* head offset in a row */
@@ -167,7 +168,7 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
             const char *krow = (const char *)s->k + (size_t)(p0 + r - s->pos0) * rbk + hk;
             float sc;
             if (f16k) sc = dot8_f16((const uint16_t *)krow, (const uint16_t *)qc, hd);
-            else tk->vec_dot(hd, &sc, krow, qc);
+            else kdot(hd, &sc, krow, qc);
             sc *= d->scale;
             scores[r] = sc;
             if (sc > mj) mj = sc;

@@ -9,7 +9,10 @@
  * ((a1+a5)+(a3+a7)); q4_1/q5_1 add summ = sum over blocks of m * s (plain
  * float adds in block order) after that. Reproducing those chains bit for bit
  * is what makes the GPU agree with the CPU: a 1-ulp difference flips 8-bit
- * activation roundings further down the model.
+ * activation roundings further down the model. q4_0 weights are the
+ * exception: their CPU dot is in block order (quant/dot_blocks.c: chain
+ * b % 8 takes block b's whole integer dot), computed by mvx_blocks.cuh for
+ * decode and mmb.cu for prefill.
  *
  *   ex_word<T>(blk, k)  elements 4k..4k+3 (k = 0..7) of a block as 4 signed
  *                       bytes (q4_1/q5_1: unsigned codes 0..31, also valid
@@ -109,5 +112,7 @@ bool lkv_cuda_mvx(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
 /* CPU-exact GEMM (mmx.cu), any n up to b->xq_rows, activations already
  * quantized; false for the other types */
 bool lkv_cuda_mmx(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
+/* the same for q4_0 weights, whose CPU dot is in block order (mmb.cu) */
+bool lkv_cuda_mmb(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
 
 #endif

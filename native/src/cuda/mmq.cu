@@ -29,7 +29,7 @@
  *     128: the 8 rows of each 8x16-byte ldmatrix phase hit distinct banks).
  * Grid: x over the row tiles of all weights of the set (tile0 / mm_pick), y
  * over token tiles. By default the legacy types (q4_0 ... iq4_nl) go to
- * mmx.cu, whose sums are the CPU's bit for bit; the fast kernels (common.cuh
+ * mmb.cu (q4_0) and mmx.cu (the others), whose sums are the CPU's bit for bit; the fast kernels (common.cuh
  * lkv_cuda_fast: gpu_kernels = 1, LKV_CUDA_GEMM=fast, LKV_CUDA_EXACT=0) bring
  * them here (~1 ulp off the CPU, 2.7x faster). LKV_CUDA_GEMM=wmma keeps
  * matmul.cu's f16 gemm_kernel; LKV_CUDA_MMQ_BN=64|128 forces the token tile
@@ -377,6 +377,12 @@ bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, i
     }
     if (exact && !mq_fast) {
         if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
+        /* q4_0: the CPU's block order (mmb.cu); the others: the 8-lane order */
+        if (type == LKV_TYPE_Q4_0) {
+            if (!lkv_cuda_mmb(b, type, ms, cols, n)) return false;
+            LKV_CUDA_LAUNCHED(b, "matmul (mmb)");
+            return true;
+        }
         if (!lkv_cuda_mmx(b, type, ms, cols, n)) return false;
         LKV_CUDA_LAUNCHED(b, "matmul (mmx)");
         return true;

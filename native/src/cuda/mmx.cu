@@ -276,7 +276,7 @@ mmx_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 
 template <int T>
 static bool mmx_run(lkv_bctx *b, mm_set &ms, int cols, int n) {
-    if constexpr (ex_ok<T>::v) {
+    if constexpr (ex_ok<T>::v && T != LKV_TYPE_Q4_0) {   /* q4_0: block order, mmb.cu */
         constexpr int bytes = xh_smem<T>::bytes;
         static unsigned configured = 0;   /* one bit per device: shared-memory limit raised */
         if (b->device >= 32 || !(configured >> b->device & 1u)) {

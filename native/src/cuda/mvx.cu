@@ -1,6 +1,8 @@
 /*
  * cuda/mvx.cu: decode mat-vec (n <= MV_MAX_TOK) for the legacy weight types,
- * bit-identical to the CPU backend (exact.cuh: the CPU's 8 lane chains).
+ * bit-identical to the CPU backend (exact.cuh: the CPU's 8 lane chains; for
+ * q4_0 its 8 chains of whole blocks, computed by mvx_blocks.cuh in the same
+ * frame).
  *
  * The arithmetic is fixed by the CPU: per output (row, token) and lane
  * l = 0..7, acc_l = fmaf(dx * dy, (float)p_l, acc_l) over the row's blocks in
@@ -41,6 +43,7 @@
 #include "exact.cuh"
 #include "twins.cuh"
 #include "mvx_decode.cuh"
+#include "mvx_blocks.cuh"
 #include "pdl.cuh"
 
 enum { MT_THREADS = 128, MT_ROWS = 16 };
@@ -384,13 +387,16 @@ mvx2_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, co
         si = si + 1 == st ? 0 : si + 1;
         const uint8_t *slot = sm + sc * G::stage;
         const int nb = min(G::kc, ng - s * G::kc);
-        if ((th.mis & 3) == 0) mw_stage<T, NT, 0>(slot, nb, th, acc, summ);
+        if constexpr (T == LKV_TYPE_Q4_0)   /* block order: mvx_blocks.cuh */
+            mb_stage_q4_0<NT, G::kc, G::rs, G::yoff, G::ys, G::doff>(slot, nb, th.k, th.l, th.mis, acc);
+        else if ((th.mis & 3) == 0) mw_stage<T, NT, 0>(slot, nb, th, acc, summ);
         else mw_stage<T, NT, 2>(slot, nb, th, acc, summ);
         sc = sc + 1 == st ? 0 : sc + 1;
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
-    /* the CPU's hsum over the row's 8 threads (xor 4, 2, 1) */
+    /* the CPU's hsum over the row's 8 threads (xor 4, 2, 1); q4_0's block
+     * order ends its 8 chains in the same tree */
     int j = 0;
     while (j + 1 < ms.n_w && (int)blockIdx.x >= ms.tile0[j + 1]) j++;
     float *out = ms.out[j];

@@ -1,7 +1,8 @@
 /*
  * quant/dot_legacy.c: dot products of the 32-element block formats against
  * their activation format: q4_0, q5_0, q8_0, iq4_nl with q8_0; q4_1, q5_1
- * with q8_1.
+ * with q8_1. (q4_0 here is the KV cache rows' dot, lkv_q4_0_kv_dot; q4_0
+ * weights use dot_blocks.c's block order.)
  *
  * Per block the integer dot sum(qx * qy) is exact; it is scaled by dx * dy in
  * f32 and accumulated (formats with a minimum add m * s, where s = dy *
@@ -188,7 +189,8 @@ KERNEL_U8_Q8_1(k_q5_1, block_q5_1, code_q5_1)
 
 // ---------------------------------------------------------------- entry points
 
-DOT_ENTRIES(q4_0, k_q4_0)
+/* q4_0 weights take dot_blocks.c's block order; this 8-lane one is the KV rows' */
+void lkv_q4_0_kv_dot(int n, float *s, const void *x, const void *y) { k_q4_0(n, s, x, y, 0, 1); }
 DOT_ENTRIES(q4_1, k_q4_1)
 DOT_ENTRIES(q5_0, k_q5_0)
 DOT_ENTRIES(q5_1, k_q5_1)

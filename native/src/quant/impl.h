@@ -37,6 +37,10 @@ LKV_DECL_TYPE(q8_K)
 
 #undef LKV_DECL_TYPE
 
+/* dot_legacy.c: q4_0 against q8_0 in the 8-lane order, for KV cache rows
+ * (the weights' lkv_q4_0_vec_dot is dot_blocks.c's block order) */
+void lkv_q4_0_kv_dot(int n, float *s, const void *x, const void *y);
+
 /* The iq4_nl table of non-linear levels (int8, ascending). */
 extern const int8_t lkv_iq4nl_values[16];
 

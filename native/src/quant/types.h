@@ -58,7 +58,15 @@ typedef struct lkv_traits {
     lkv_from_float_fn from_float; /* quantize n elements; NULL if not quantizable */
     lkv_vec_dot_fn vec_dot;       /* NULL for pure activation formats */
     lkv_vec_dot_rows_fn vec_dot_rows; /* optional (NULL: call vec_dot per row) */
+    /* the dot of a KV cache row (attention scores) where it differs from the
+     * weights' vec_dot (q4_0: dot_blocks.c's block order is for weights, the
+     * KV rows keep the 8-lane order the GPU attention kernels reproduce) */
+    lkv_vec_dot_fn kv_dot;
 } lkv_traits;
+
+static inline lkv_vec_dot_fn lkv_type_kv_dot(const lkv_traits *t) {
+    return t->kv_dot ? t->kv_dot : t->vec_dot;
+}
 
 /* NULL for an unknown or unsupported id. */
 const lkv_traits *lkv_type_traits(int32_t type);

@@ -1,0 +1,243 @@
+/*
+ * cuda/mmb.cu: prefill GEMM (n > MV_MAX_TOK) for q4_0 weights, bit-identical
+ * to the CPU's block-order dot (quant/dot_blocks.c): per 32-block b the whole
+ * integer dot p_b, chain b % 8 takes c = fmaf(dw * dy, (float)p_b, c), and the
+ * output is ((c0 + c4) + (c2 + c6)) + ((c1 + c5) + (c3 + c7)).
+ *
+ * One block of 8 warps computes MB_BM = 64 weight rows x BN tokens; warp w is
+ * chain w: K advances 8 blocks (256 elements) per stage and warp w takes
+ * block w of every stage, for the whole tile. So each output costs one int8
+ * mma.m16n8k32 share, one subtraction (the mma's C input is EX_MAGIC, which
+ * makes the int32 result the bits of 12582912 + p_b), one multiply and one
+ * fma per block, against mmx.cu's 8 fmas for the 8-lane order; at the end
+ * the 8 warps' chains meet in shared memory in the tree's order (warps 4..7
+ * into 0..3, then 2, 3 into 0, 1, then 1 into 0).
+ *
+ * Per stage (as mmq.cu): cp.async of stage s + 1 (raw weight bytes: the
+ * 16-byte chunks covering each row's 8 blocks; int8 activations; their
+ * scales) into buffers (s + 1) & 1 while stage s is unpacked (raw q4_0 ->
+ * int8 tile and scales, one thread per block) and multiplied (ldmatrix from
+ * the int8 tiles, rows 272 bytes apart: 16 mod 128, conflict-free).
+ * Fragments (PTX, mma.m16n8k32 .s8; g = lane >> 2, q = lane & 3): A (16 x 32)
+ * = activations (token x k), B (32 x 8) = weights (k x row), C = tokens x
+ * rows: c0 = (g, 2q), c1 = (g, 2q + 1), c2 = (g + 8, 2q), c3 = (g + 8, 2q + 1).
+ * LKV_CUDA_MMB_BN=32|64 forces the token tile (default 32: two blocks per SM).
+ */
+#include <stdlib.h>
+
+#include "exact.cuh"
+
+enum { MB_BM = 64, MB_KB = 8, MB_BK = 256, MB_THREADS = 256, MB_LD = MB_BK + 16 };
+enum { MB_SPAN = MB_KB * 18, MB_NCH = (MB_SPAN + 15 + 15) / 16, MB_RS = MB_NCH * 16 };
+
+template <int BN> struct mb_smem {
+    static constexpr int x = 0;                               /* int8 [2][BN][MB_LD] */
+    static constexpr int w = x + 2 * BN * MB_LD;              /* int8 [MB_BM][MB_LD] */
+    static constexpr int raw = w + MB_BM * MB_LD;             /* [2][MB_BM][MB_RS] */
+    static constexpr int dw = raw + 2 * MB_BM * MB_RS;        /* float [MB_KB][MB_BM] */
+    static constexpr int xd = dw + MB_KB * MB_BM * 4;         /* float [2][MB_KB][BN] */
+    static constexpr int bytes = xd + 2 * MB_KB * BN * 4;
+    /* the fold's exchange at the end: 4 warps' accumulators */
+    static constexpr int red = 4 * (BN / 16) * 8 * 4 * 32 * 4;
+    static_assert(red <= bytes, "mb_smem");
+};
+
+static __device__ __forceinline__ void mb_cp16(uint32_t dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mb_cp4(uint32_t dst, const void *src, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mb_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+/* d = a * b + EX_MAGIC in int32: the bits of 12582912 + p (|p| < 2^22) */
+static __device__ __forceinline__ void mb_mma(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(EX_MAGIC));
+}
+static __device__ __forceinline__ float mb_isum(int d) { return __fsub_rn(__int_as_float(d), 12582912.f); }
+
+template <int BN>
+__global__ void __launch_bounds__(MB_THREADS, BN == 32 ? 2 : 1)
+mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd, int cols,
+           int ntok) {
+    using L = mb_smem<BN>;
+    constexpr int MT = BN / 16;   /* m-tiles (16 tokens) */
+    extern __shared__ __align__(16) uint8_t sm[];
+    const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int j = mm_pick(ms, blockIdx.x);
+    const int rows = ms.rows[j], r0 = (blockIdx.x - ms.tile0[j]) * MB_BM, t0 = blockIdx.y * BN;
+    const int ng = cols / 32, nst = (ng + MB_KB - 1) / MB_KB;
+    __shared__ const uint8_t *s_rowp[MB_BM];   /* rows past the end read the last one */
+    if (tid < MB_BM) s_rowp[tid] = ms.w[j] + (size_t)min(r0 + tid, rows - 1) * ms.row_bytes[j];
+    const uint8_t *wend = ms.w[j] + (size_t)rows * ms.row_bytes[j];
+    __syncthreads();
+
+    auto issue = [&](int s) {
+        const int buf = s & 1;
+#pragma unroll 1
+        for (int c = tid; c < BN * (MB_BK / 16); c += MB_THREADS) {
+            const int tk = c >> 4, ch = c & 15, k = s * MB_BK + ch * 16, t = t0 + tk;
+            const bool ok = t < ntok && k < cols;
+            mb_cp16(sb + L::x + (buf * BN + tk) * MB_LD + ch * 16, ok ? xq + (size_t)t * cols + k : xq, ok ? 16 : 0);
+        }
+#pragma unroll 1
+        for (int c = tid; c < BN * MB_KB; c += MB_THREADS) {
+            const int tk = c >> 3, kb = c & 7, g = s * MB_KB + kb, t = t0 + tk;
+            const bool ok = t < ntok && g < ng;
+            mb_cp4(sb + L::xd + 4 * ((buf * MB_KB + kb) * BN + tk), ok ? xd + (size_t)t * ng + g : xd, ok ? 4 : 0);
+        }
+#pragma unroll 1
+        for (int c = tid; c < MB_BM * MB_NCH; c += MB_THREADS) {
+            const int row = c / MB_NCH, ch = c % MB_NCH;
+            const uint8_t *rp = s_rowp[row];
+            const uint8_t *src = (const uint8_t *)((uintptr_t)(rp + (size_t)s * MB_SPAN) & ~(uintptr_t)15) + 16 * ch;
+            const ptrdiff_t left = wend - src;
+            const int nb = left >= 16 ? 16 : left > 0 ? (int)left : 0;
+            mb_cp16(sb + L::raw + (buf * MB_BM + row) * MB_RS + 16 * ch, nb ? src : rp, nb);
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+
+    /* raw q4_0 of stage s -> int8 codes - 8 (element order) and the scales */
+    auto unpack = [&](int s) {
+        const int buf = s & 1;
+#pragma unroll 1
+        for (int c = tid; c < MB_BM * MB_KB; c += MB_THREADS) {
+            const int row = c >> 3, kb = c & 7;
+            if (s * MB_KB + kb >= ng) continue;
+            const uint8_t *raw = sm + L::raw + (buf * MB_BM + row) * MB_RS +
+                                 ((uintptr_t)(s_rowp[row] + (size_t)s * MB_SPAN) & 15) + 18 * kb;
+            const uint16_t *h = (const uint16_t *)raw;
+            uint32_t q[8];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t v = h[1 + 2 * i] | ((uint32_t)h[2 + 2 * i] << 16);   /* qs[4i..4i+3] */
+                q[i] = ((v & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;            /* elements 4i.. */
+                q[4 + i] = (((v >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u; /* 16 + 4i.. */
+            }
+            uint4 *dst = (uint4 *)(sm + L::w + row * MB_LD + kb * 32);
+            dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+            dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+            ((float *)(sm + L::dw))[kb * MB_BM + row] = __half2float(__ushort_as_half(h[0]));
+        }
+    };
+
+    const int g = lane >> 2, q = lane & 3;
+    float acc[MT][8][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[m][nt][i] = 0.f;
+
+    issue(0);
+#pragma unroll 1
+    for (int s = 0; s < nst; s++) {
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads();   /* stage s landed; everyone is done with stage s - 1 */
+        if (s + 1 < nst) issue(s + 1);
+        unpack(s);
+        __syncthreads();
+        if (s * MB_KB + warp >= ng) continue;   /* this chain has no block here */
+        const int buf = s & 1, kb = warp;
+        /* B: weight rows 16 np + (lane & 7) + 8 (lane >> 4), k bytes 16 ((lane >> 3) & 1) */
+        uint32_t bf[8][2];
+#pragma unroll
+        for (int np = 0; np < 4; np++)
+            mb_ldsm4(sb + L::w + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * MB_LD + ((lane >> 3) & 1) * 16 + 32 * kb,
+                     bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1]);
+        float2 dw2[8];
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) dw2[nt] = *(const float2 *)(sm + L::dw + 4 * (kb * MB_BM + 8 * nt + 2 * q));
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            /* A: tokens 16 m + (lane & 15), k bytes 16 (lane >> 4) */
+            uint32_t a[4];
+            mb_ldsm4(sb + L::x + (buf * BN + 16 * m + (lane & 15)) * MB_LD + (lane >> 4) * 16 + 32 * kb, a[0], a[1],
+                     a[2], a[3]);
+            const float *xds = (const float *)(sm + L::xd) + (buf * MB_KB + kb) * BN + 16 * m + g;
+            const float x0 = xds[0], x1 = xds[8];
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                int d[4];
+                mb_mma(d, a, bf[nt][0], bf[nt][1]);
+                float *c = acc[m][nt];
+                c[0] = __fmaf_rn(__fmul_rn(dw2[nt].x, x0), mb_isum(d[0]), c[0]);
+                c[1] = __fmaf_rn(__fmul_rn(dw2[nt].y, x0), mb_isum(d[1]), c[1]);
+                c[2] = __fmaf_rn(__fmul_rn(dw2[nt].x, x1), mb_isum(d[2]), c[2]);
+                c[3] = __fmaf_rn(__fmul_rn(dw2[nt].y, x1), mb_isum(d[3]), c[3]);
+            }
+        }
+    }
+
+    /* the tree: (w, w + 4) for w < 4, then (w, w + 2) for w < 2, then (0, 1);
+     * each thread exchanges its own elements (value e of lane at e * 32 + lane) */
+    constexpr int NE = MT * 8 * 4;
+    float *red = (float *)sm;
+#pragma unroll 1
+    for (int half = 4; half >= 1; half >>= 1) {
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads();   /* the previous round's reads (or the main loop's) are done */
+        if (warp >= half && warp < 2 * half) {
+            float *dst = red + (size_t)(warp - half) * NE * 32 + lane;
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) dst[((m * 8 + nt) * 4 + i) * 32] = acc[m][nt][i];
+        }
+        __syncthreads();
+        if (warp < half) {
+            const float *src = red + (size_t)warp * NE * 32 + lane;
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        acc[m][nt][i] = __fadd_rn(acc[m][nt][i], src[((m * 8 + nt) * 4 + i) * 32]);
+        }
+    }
+    if (warp != 0) return;
+    float *out = ms.out[j];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int t = t0 + 16 * m + g + 8 * (i >> 1), r = r0 + 8 * nt + 2 * q + (i & 1);
+                if (t < ntok && r < rows) out[(size_t)t * rows + r] = acc[m][nt][i];
+            }
+}
+
+template <int BN> static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
+    constexpr int bytes = mb_smem<BN>::bytes;
+    static unsigned configured = 0;   /* one bit per device: shared-memory limit raised */
+    if (b->device >= 32 || !(configured >> b->device & 1u)) {
+        LKV_CUDA_CALL(b, cudaFuncSetAttribute(mmb_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                      "matmul (mmb): shared memory limit");
+        if (b->device < 32) configured |= 1u << b->device;
+    }
+    const dim3 grid(ms.tile0[ms.n_w], lkv_cdiv(n, BN));
+    mmb_kernel<BN><<<grid, MB_THREADS, bytes, b->stream>>>(ms, b->xq, b->xd, cols, n);
+}
+
+bool lkv_cuda_mmb(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
+    if (type != LKV_TYPE_Q4_0) return false;
+    ms.tile0[0] = 0;
+    for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MB_BM);
+    const char *e = getenv("LKV_CUDA_MMB_BN");   /* per call: tests use both */
+    if (e && atoi(e) == 64) mmb_launch<64>(b, ms, cols, n);
+    else mmb_launch<32>(b, ms, cols, n);
+    return true;
+}

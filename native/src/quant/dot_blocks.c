@@ -1,0 +1,109 @@
+/*
+ * quant/dot_blocks.c: the q4_0 weight dot in block order.
+ *
+ * Per 32-block b the integer dot p_b = sum(qx * qy) over all 32 elements
+ * (exact), then 8 float chains interleaved over the blocks,
+ *     c[b % 8] = fmaf(dx_b * dy_b, (float)p_b, c[b % 8])   (b ascending),
+ * and the result ((c0 + c4) + (c2 + c6)) + ((c1 + c5) + (c3 + c7)).
+ *
+ * Why not dot_legacy.c's 8-lane order (lane l = elements 4l..4l+3 of every
+ * block): that order costs 8 fused multiply-adds per (row, token, block),
+ * which caps an exact GPU prefill GEMM at ~0.4x llama.cpp on an H200
+ * (cuda/NOTES.md); here a block is one tensor-core integer dot and one
+ * multiply-add, and a decode mat-vec keeps 8 threads per row (one chain
+ * each). The types that llama.cpp's golden data pins (the test model's q4_1
+ * and q8_0) keep its AVX2 order; q4_0 weights are not pinned by it. KV cache
+ * rows of q4_0 keep the 8-lane order (lkv_q4_0_kv_dot): the GPU attention
+ * kernels reproduce that one.
+ *
+ * The AVX2 path and the portable path give the same bits: both do exactly
+ * these float operations (the portable one with fmaf).
+ */
+#include <math.h>
+
+#include "quant/blocks.h"
+#include "quant/impl.h"
+#include "quant/simd.h"
+
+#define YROW(vy, stride, r) ((const block_q8_0 *)((const char *)(vy) + (size_t)(r) * (stride)))
+
+/* the tree that both paths and the GPU end with */
+LKV_INLINE float fold8(const float c[8]) {
+    return ((c[0] + c[4]) + (c[2] + c[6])) + ((c[1] + c[5]) + (c[3] + c[7]));
+}
+
+#ifdef __AVX2__
+/* 8 vectors of 8 int32 -> their 8 sums, vector k's in lane k (exact) */
+LKV_INLINE __m256i hsum8_epi32(const __m256i v[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    /* lanes 0..3: vectors 0..3 (4..7 in the high half), each a half's sum */
+    const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* the f16 scales of blocks i0 .. i0 + 7 (those < nb; 0 past it) as floats */
+LKV_INLINE __m256 scales_q4_0(const block_q4_0 *x, int i0, int nb) {
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++) h[k] = i0 + k < nb ? x[i0 + k].d : 0;
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+LKV_INLINE __m256 scales_q8_0(const block_q8_0 *y, int i0, int nb) {
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++) h[k] = i0 + k < nb ? y[i0 + k].d : 0;
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+LKV_INLINE void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, size_t stride, int ny) {
+    const block_q4_0 *x = vx;
+    const int nb = n / 32;
+    __m256 acc[4];
+    for (int r = 0; r < ny; r++) acc[r] = _mm256_setzero_ps();
+    for (int i0 = 0; i0 < nb; i0 += 8) {
+        const int m = nb - i0 < 8 ? nb - i0 : 8;   /* blocks in this group */
+        __m256i qx[8];
+        for (int k = 0; k < m; k++) qx[k] = _mm256_sub_epi8(unpack_nibbles16(x[i0 + k].qs), _mm256_set1_epi8(8));
+        const __m256 dx = scales_q4_0(x, i0, nb);
+        /* lanes of chains that have no block in this group keep their value */
+        const __m256 on = _mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+        for (int r = 0; r < ny; r++) {
+            const block_q8_0 *y = YROW(vy, stride, r);
+            __m256i v[8];
+            for (int k = 0; k < 8; k++)
+                v[k] = k < m ? dot_s8s8(qx[k], _mm256_loadu_si256((const __m256i *)y[i0 + k].qs))
+                             : _mm256_setzero_si256();
+            const __m256 p = _mm256_cvtepi32_ps(hsum8_epi32(v));
+            const __m256 d = _mm256_mul_ps(dx, scales_q8_0(y, i0, nb));
+            acc[r] = _mm256_blendv_ps(acc[r], _mm256_fmadd_ps(d, p, acc[r]), on);
+        }
+    }
+    for (int r = 0; r < ny; r++) {
+        float c[8];
+        _mm256_storeu_ps(c, acc[r]);
+        s[r] = fold8(c);
+    }
+}
+
+#else
+static void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, size_t stride, int ny) {
+    const block_q4_0 *x = vx;
+    for (int r = 0; r < ny; r++) {
+        const block_q8_0 *y = YROW(vy, stride, r);
+        float c[8] = {0};
+        for (int i = 0; i < n / 32; i++) {
+            int sumi = 0;
+            for (int j = 0; j < 16; j++)
+                sumi += ((x[i].qs[j] & 15) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+            c[i & 7] = fmaf(h2f(x[i].d) * h2f(y[i].d), (float)sumi, c[i & 7]);
+        }
+        s[r] = fold8(c);
+    }
+}
+#endif
+
+void lkv_q4_0_vec_dot(int n, float *s, const void *x, const void *y) { k_q4_0_blocks(n, s, x, y, 0, 1); }
+
+void lkv_q4_0_vec_dot_rows(int n, float *s, const void *x, const void *y, size_t stride, int ny) {
+    LKV_ROWS_DISPATCH(k_q4_0_blocks, n, s, x, y, stride, ny);
+}
