@@ -351,6 +351,10 @@ static void test_gemm_exact_tails(void) {
     const int shapes[][2] = {{45, 4064}, {130, 576}, {64, 1536}};
     const int ns[] = {9, 100, 509};
     for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
+    /* q4_0's GEMM (mmb.cu) with its 64-token tile too (32 by default) */
+    setenv("LKV_CUDA_MMB_BN", "64", 1);
+    for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
+    unsetenv("LKV_CUDA_MMB_BN");
 }
 
 static void test_matmul(void) {

@@ -4,40 +4,41 @@
  * integer dot p_b, chain b % 8 takes c = fmaf(dw * dy, (float)p_b, c), and the
  * output is ((c0 + c4) + (c2 + c6)) + ((c1 + c5) + (c3 + c7)).
  *
- * One block of 8 warps computes MB_BM = 64 weight rows x MB_BN = 32 tokens;
- * warp w is chain w: it takes blocks w, w + 8, ... for the whole tile. So
- * each output costs one int8 mma.m16n8k32 share, one subtraction (the mma's
- * C input is EX_MAGIC, which makes the int32 result the bits of 12582912 +
- * p_b), one multiply and one fma per block, against mmx.cu's 8 fmas for the
- * 8-lane order. The warps share nothing until the end: each has its own
- * double-buffered cp.async copies (per block: the two aligned 16-byte chunks
- * holding each row's 18 bytes, the tokens' 32 codes and scales), unpacks its
- * block to an int8 tile (codes - 8) and multiplies it (ldmatrix, rows 48
- * bytes apart: conflict-free), with __syncwarp only. At the end the 8 warps'
- * chains meet in shared memory in the tree's order (warps 4..7 into 0..3,
- * then 2, 3 into 0, 1, then 1 into 0). (A first version had block-wide
- * stages of 8 blocks with two barriers each: 6026 t/s for pp512 on the 8B
- * shape, H200 run 2 of 2026-11-30's sixth session.)
+ * One block of 8 warps computes MB_BM = 64 weight rows x BN tokens; warp w is
+ * chain w: K advances 8 blocks (256 elements) per stage and warp w takes
+ * block w of every stage, for the whole tile. So each output costs one int8
+ * mma.m16n8k32 share, one subtraction (the mma's C input is EX_MAGIC, which
+ * makes the int32 result the bits of 12582912 + p_b), one multiply and one
+ * fma per block, against mmx.cu's 8 fmas for the 8-lane order; at the end
+ * the 8 warps' chains meet in shared memory in the tree's order (warps 4..7
+ * into 0..3, then 2, 3 into 0, 1, then 1 into 0).
+ *
+ * Per stage (as mmq.cu): cp.async of stage s + 1 (raw weight bytes: the
+ * 16-byte chunks covering each row's 8 blocks; int8 activations; their
+ * scales) into buffers (s + 1) & 1 while stage s is unpacked (raw q4_0 ->
+ * int8 tile and scales, one thread per block) and multiplied (ldmatrix from
+ * the int8 tiles, rows 272 bytes apart: 16 mod 128, conflict-free).
  * Fragments (PTX, mma.m16n8k32 .s8; g = lane >> 2, q = lane & 3): A (16 x 32)
  * = activations (token x k), B (32 x 8) = weights (k x row), C = tokens x
  * rows: c0 = (g, 2q), c1 = (g, 2q + 1), c2 = (g + 8, 2q), c3 = (g + 8, 2q + 1).
+ * LKV_CUDA_MMB_BN=32|64 forces the token tile (default 32: two blocks per SM).
  */
+#include <stdlib.h>
+
 #include "exact.cuh"
 
-enum { MB_BM = 64, MB_BN = 32, MB_MT = MB_BN / 16, MB_THREADS = 256, MB_LD = 48 };
+enum { MB_BM = 64, MB_KB = 8, MB_BK = 256, MB_THREADS = 256, MB_LD = MB_BK + 16 };
+enum { MB_SPAN = MB_KB * 18, MB_NCH = (MB_SPAN + 15 + 15) / 16, MB_RS = MB_NCH * 16 };
 
-/* shared memory, byte offsets: per warp (chain) w its own double-buffered
- * copies and its unpacked tile; rows MB_LD = 48 bytes apart (12 words: the 8
- * rows of an ldmatrix phase hit distinct banks) */
-struct mb_smem {
-    static constexpr int raw = 0;                               /* [2][8][MB_BM][32]: the block's 2 chunks */
-    static constexpr int x = raw + 2 * 8 * MB_BM * 32;          /* int8 [2][8][MB_BN][MB_LD] */
-    static constexpr int xd = x + 2 * 8 * MB_BN * MB_LD;        /* float [2][8][MB_BN] */
-    static constexpr int w = xd + 2 * 8 * MB_BN * 4;            /* int8 [8][MB_BM][MB_LD] */
-    static constexpr int dw = w + 8 * MB_BM * MB_LD;            /* float [8][MB_BM] */
-    static constexpr int bytes = dw + 8 * MB_BM * 4;
+template <int BN> struct mb_smem {
+    static constexpr int x = 0;                               /* int8 [2][BN][MB_LD] */
+    static constexpr int w = x + 2 * BN * MB_LD;              /* int8 [MB_BM][MB_LD] */
+    static constexpr int raw = w + MB_BM * MB_LD;             /* [2][MB_BM][MB_RS] */
+    static constexpr int dw = raw + 2 * MB_BM * MB_RS;        /* float [MB_KB][MB_BM] */
+    static constexpr int xd = dw + MB_KB * MB_BM * 4;         /* float [2][MB_KB][BN] */
+    static constexpr int bytes = xd + 2 * MB_KB * BN * 4;
     /* the fold's exchange at the end: 4 warps' accumulators */
-    static constexpr int red = 4 * MB_MT * 8 * 4 * 32 * 4;
+    static constexpr int red = 4 * (BN / 16) * 8 * 4 * 32 * 4;
     static_assert(red <= bytes, "mb_smem");
 };
 
@@ -61,57 +62,58 @@ static __device__ __forceinline__ void mb_mma(int (&d)[4], const uint32_t (&a)[4
 }
 static __device__ __forceinline__ float mb_isum(int d) { return __fsub_rn(__int_as_float(d), 12582912.f); }
 
-__global__ void __launch_bounds__(MB_THREADS, 2)
+template <int BN>
+__global__ void __launch_bounds__(MB_THREADS, BN == 32 ? 2 : 1)
 mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd, int cols,
            int ntok) {
-    using L = mb_smem;
-    constexpr int MT = MB_MT, BN = MB_BN;
+    using L = mb_smem<BN>;
+    constexpr int MT = BN / 16;   /* m-tiles (16 tokens) */
     extern __shared__ __align__(16) uint8_t sm[];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int j = mm_pick(ms, blockIdx.x);
     const int rows = ms.rows[j], r0 = (blockIdx.x - ms.tile0[j]) * MB_BM, t0 = blockIdx.y * BN;
-    const int ng = cols / 32;
+    const int ng = cols / 32, nst = (ng + MB_KB - 1) / MB_KB;
     __shared__ const uint8_t *s_rowp[MB_BM];   /* rows past the end read the last one */
     if (tid < MB_BM) s_rowp[tid] = ms.w[j] + (size_t)min(r0 + tid, rows - 1) * ms.row_bytes[j];
     const uint8_t *wend = ms.w[j] + (size_t)rows * ms.row_bytes[j];
     __syncthreads();
 
-    /* this warp's copies of its block b into buffer buf: the 2 aligned chunks
-     * holding each row's 18 bytes, the 32 activation codes of each token, the
-     * tokens' scales */
-    auto issue = [&](int b, int buf) {
-        const int wb = buf * 8 + warp;
-#pragma unroll
-        for (int i = lane; i < MB_BM * 2; i += 32) {
-            const int row = i >> 1, ch = i & 1;
+    auto issue = [&](int s) {
+        const int buf = s & 1;
+#pragma unroll 1
+        for (int c = tid; c < BN * (MB_BK / 16); c += MB_THREADS) {
+            const int tk = c >> 4, ch = c & 15, k = s * MB_BK + ch * 16, t = t0 + tk;
+            const bool ok = t < ntok && k < cols;
+            mb_cp16(sb + L::x + (buf * BN + tk) * MB_LD + ch * 16, ok ? xq + (size_t)t * cols + k : xq, ok ? 16 : 0);
+        }
+#pragma unroll 1
+        for (int c = tid; c < BN * MB_KB; c += MB_THREADS) {
+            const int tk = c >> 3, kb = c & 7, g = s * MB_KB + kb, t = t0 + tk;
+            const bool ok = t < ntok && g < ng;
+            mb_cp4(sb + L::xd + 4 * ((buf * MB_KB + kb) * BN + tk), ok ? xd + (size_t)t * ng + g : xd, ok ? 4 : 0);
+        }
+#pragma unroll 1
+        for (int c = tid; c < MB_BM * MB_NCH; c += MB_THREADS) {
+            const int row = c / MB_NCH, ch = c % MB_NCH;
             const uint8_t *rp = s_rowp[row];
-            const uint8_t *src = (const uint8_t *)((uintptr_t)(rp + (size_t)b * 18) & ~(uintptr_t)15) + 16 * ch;
+            const uint8_t *src = (const uint8_t *)((uintptr_t)(rp + (size_t)s * MB_SPAN) & ~(uintptr_t)15) + 16 * ch;
             const ptrdiff_t left = wend - src;
             const int nb = left >= 16 ? 16 : left > 0 ? (int)left : 0;
-            mb_cp16(sb + L::raw + (wb * MB_BM + row) * 32 + 16 * ch, nb ? src : rp, nb);
-        }
-#pragma unroll
-        for (int i = lane; i < BN * 2; i += 32) {
-            const int tk = i >> 1, ch = i & 1, t = t0 + tk;
-            const bool ok = t < ntok;
-            mb_cp16(sb + L::x + (wb * BN + tk) * MB_LD + 16 * ch, ok ? xq + (size_t)t * cols + b * 32 + 16 * ch : xq,
-                    ok ? 16 : 0);
-        }
-        {
-            const int t = t0 + lane;
-            const bool ok = t < ntok;
-            mb_cp4(sb + L::xd + 4 * (wb * BN + lane), ok ? xd + (size_t)t * ng + b : xd, ok ? 4 : 0);
+            mb_cp16(sb + L::raw + (buf * MB_BM + row) * MB_RS + 16 * ch, nb ? src : rp, nb);
         }
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
 
-    /* raw q4_0 of block b (buffer buf) -> int8 codes - 8 (element order), scales */
-    auto unpack = [&](int b, int buf) {
-        const int wb = buf * 8 + warp;
-#pragma unroll
-        for (int row = lane; row < MB_BM; row += 32) {
-            const uint8_t *raw = sm + L::raw + (wb * MB_BM + row) * 32 + ((uintptr_t)(s_rowp[row] + (size_t)b * 18) & 15);
+    /* raw q4_0 of stage s -> int8 codes - 8 (element order) and the scales */
+    auto unpack = [&](int s) {
+        const int buf = s & 1;
+#pragma unroll 1
+        for (int c = tid; c < MB_BM * MB_KB; c += MB_THREADS) {
+            const int row = c >> 3, kb = c & 7;
+            if (s * MB_KB + kb >= ng) continue;
+            const uint8_t *raw = sm + L::raw + (buf * MB_BM + row) * MB_RS +
+                                 ((uintptr_t)(s_rowp[row] + (size_t)s * MB_SPAN) & 15) + 18 * kb;
             const uint16_t *h = (const uint16_t *)raw;
             uint32_t q[8];
 #pragma unroll
@@ -120,10 +122,10 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
                 q[i] = ((v & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;            /* elements 4i.. */
                 q[4 + i] = (((v >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u; /* 16 + 4i.. */
             }
-            uint4 *dst = (uint4 *)(sm + L::w + (warp * MB_BM + row) * MB_LD);
+            uint4 *dst = (uint4 *)(sm + L::w + row * MB_LD + kb * 32);
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
-            ((float *)(sm + L::dw))[warp * MB_BM + row] = __half2float(__ushort_as_half(h[0]));
+            ((float *)(sm + L::dw))[kb * MB_BM + row] = __half2float(__ushort_as_half(h[0]));
         }
     };
 
@@ -136,34 +138,32 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][nt][i] = 0.f;
 
-    /* chain warp: blocks warp, warp + 8, ...; no barrier with the other warps
-     * until the fold (each warp's buffers are its own) */
-    if (warp < ng) issue(warp, 0);
+    issue(0);
 #pragma unroll 1
-    for (int it = 0, b = warp; b < ng; it++, b += 8) {
-        const int buf = it & 1;
-        if (b + 8 < ng) issue(b + 8, buf ^ 1);
-        else asm volatile("cp.async.commit_group;\n" ::: "memory");
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-        __syncwarp();   /* block b's copies landed for every lane */
-        unpack(b, buf);
-        __syncwarp();
+    for (int s = 0; s < nst; s++) {
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads();   /* stage s landed; everyone is done with stage s - 1 */
+        if (s + 1 < nst) issue(s + 1);
+        unpack(s);
+        __syncthreads();
+        if (s * MB_KB + warp >= ng) continue;   /* this chain has no block here */
+        const int buf = s & 1, kb = warp;
         /* B: weight rows 16 np + (lane & 7) + 8 (lane >> 4), k bytes 16 ((lane >> 3) & 1) */
         uint32_t bf[8][2];
 #pragma unroll
         for (int np = 0; np < 4; np++)
-            mb_ldsm4(sb + L::w + (warp * MB_BM + 16 * np + (lane & 7) + ((lane >> 4) << 3)) * MB_LD + ((lane >> 3) & 1) * 16,
+            mb_ldsm4(sb + L::w + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * MB_LD + ((lane >> 3) & 1) * 16 + 32 * kb,
                      bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1]);
         float2 dw2[8];
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++) dw2[nt] = *(const float2 *)(sm + L::dw + 4 * (warp * MB_BM + 8 * nt + 2 * q));
-        const int wb = buf * 8 + warp;
+        for (int nt = 0; nt < 8; nt++) dw2[nt] = *(const float2 *)(sm + L::dw + 4 * (kb * MB_BM + 8 * nt + 2 * q));
 #pragma unroll
         for (int m = 0; m < MT; m++) {
             /* A: tokens 16 m + (lane & 15), k bytes 16 (lane >> 4) */
             uint32_t a[4];
-            mb_ldsm4(sb + L::x + (wb * BN + 16 * m + (lane & 15)) * MB_LD + (lane >> 4) * 16, a[0], a[1], a[2], a[3]);
-            const float *xds = (const float *)(sm + L::xd) + wb * BN + 16 * m + g;
+            mb_ldsm4(sb + L::x + (buf * BN + 16 * m + (lane & 15)) * MB_LD + (lane >> 4) * 16 + 32 * kb, a[0], a[1],
+                     a[2], a[3]);
+            const float *xds = (const float *)(sm + L::xd) + (buf * MB_KB + kb) * BN + 16 * m + g;
             const float x0 = xds[0], x1 = xds[8];
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
@@ -176,7 +176,6 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
                 c[3] = __fmaf_rn(__fmul_rn(dw2[nt].y, x1), mb_isum(d[3]), c[3]);
             }
         }
-        __syncwarp();   /* every lane is done with buffer buf before it is refilled */
     }
 
     /* the tree: (w, w + 4) for w < 4, then (w, w + 2) for w < 2, then (0, 1);
@@ -221,18 +220,24 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             }
 }
 
-bool lkv_cuda_mmb(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
-    if (type != LKV_TYPE_Q4_0) return false;
-    constexpr int bytes = mb_smem::bytes;
+template <int BN> static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
+    constexpr int bytes = mb_smem<BN>::bytes;
     static unsigned configured = 0;   /* one bit per device: shared-memory limit raised */
     if (b->device >= 32 || !(configured >> b->device & 1u)) {
-        LKV_CUDA_CALL(b, cudaFuncSetAttribute(mmb_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+        LKV_CUDA_CALL(b, cudaFuncSetAttribute(mmb_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                       "matmul (mmb): shared memory limit");
         if (b->device < 32) configured |= 1u << b->device;
     }
+    const dim3 grid(ms.tile0[ms.n_w], lkv_cdiv(n, BN));
+    mmb_kernel<BN><<<grid, MB_THREADS, bytes, b->stream>>>(ms, b->xq, b->xd, cols, n);
+}
+
+bool lkv_cuda_mmb(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
+    if (type != LKV_TYPE_Q4_0) return false;
     ms.tile0[0] = 0;
     for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MB_BM);
-    const dim3 grid(ms.tile0[ms.n_w], lkv_cdiv(n, MB_BN));
-    mmb_kernel<<<grid, MB_THREADS, bytes, b->stream>>>(ms, b->xq, b->xd, cols, n);
+    const char *e = getenv("LKV_CUDA_MMB_BN");   /* per call: tests use both */
+    if (e && atoi(e) == 64) mmb_launch<64>(b, ms, cols, n);
+    else mmb_launch<32>(b, ms, cols, n);
     return true;
 }
