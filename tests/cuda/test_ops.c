@@ -351,10 +351,13 @@ static void test_gemm_exact_tails(void) {
     const int shapes[][2] = {{45, 4064}, {130, 576}, {64, 1536}};
     const int ns[] = {9, 100, 509};
     for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
-    /* q4_0's GEMM (mmb.cu) with its 64-token tile too (32 by default) */
-    setenv("LKV_CUDA_MMB_BN", "64", 1);
-    for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
-    unsetenv("LKV_CUDA_MMB_BN");
+    /* q4_0's GEMM (mmb.cu) in its other variants: 64-token tile, 3-stage ring */
+    const char *vars[][2] = {{"LKV_CUDA_MMB_BN", "64"}, {"LKV_CUDA_MMB_ST", "3"}};
+    for (int v = 0; v < NELEM(vars); v++) {
+        setenv(vars[v][0], vars[v][1], 1);
+        for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
+        unsetenv(vars[v][0]);
+    }
 }
 
 static void test_matmul(void) {

@@ -21,7 +21,8 @@
  * Fragments (PTX, mma.m16n8k32 .s8; g = lane >> 2, q = lane & 3): A (16 x 32)
  * = activations (token x k), B (32 x 8) = weights (k x row), C = tokens x
  * rows: c0 = (g, 2q), c1 = (g, 2q + 1), c2 = (g + 8, 2q), c3 = (g + 8, 2q + 1).
- * LKV_CUDA_MMB_BN=32|64 forces the token tile (default 32: two blocks per SM).
+ * LKV_CUDA_MMB_BN=32|64 forces the token tile (default 32: two blocks per SM),
+ * LKV_CUDA_MMB_ST=2|3 the stages of the copy ring (default 2).
  */
 #include <stdlib.h>
 
@@ -30,13 +31,13 @@
 enum { MB_BM = 64, MB_KB = 8, MB_BK = 256, MB_THREADS = 256, MB_LD = MB_BK + 16 };
 enum { MB_SPAN = MB_KB * 18, MB_NCH = (MB_SPAN + 15 + 15) / 16, MB_RS = MB_NCH * 16 };
 
-template <int BN> struct mb_smem {
-    static constexpr int x = 0;                               /* int8 [2][BN][MB_LD] */
-    static constexpr int w = x + 2 * BN * MB_LD;              /* int8 [MB_BM][MB_LD] */
-    static constexpr int raw = w + MB_BM * MB_LD;             /* [2][MB_BM][MB_RS] */
-    static constexpr int dw = raw + 2 * MB_BM * MB_RS;        /* float [MB_KB][MB_BM] */
-    static constexpr int xd = dw + MB_KB * MB_BM * 4;         /* float [2][MB_KB][BN] */
-    static constexpr int bytes = xd + 2 * MB_KB * BN * 4;
+template <int BN, int NS> struct mb_smem {   /* NS: stages in the ring */
+    static constexpr int x = 0;                               /* int8 [NS][BN][MB_LD] */
+    static constexpr int w = x + NS * BN * MB_LD;             /* int8 [MB_BM][MB_LD] */
+    static constexpr int raw = w + MB_BM * MB_LD;             /* [NS][MB_BM][MB_RS] */
+    static constexpr int dw = raw + NS * MB_BM * MB_RS;       /* float [MB_KB][MB_BM] */
+    static constexpr int xd = dw + MB_KB * MB_BM * 4;         /* float [NS][MB_KB][BN] */
+    static constexpr int bytes = xd + NS * MB_KB * BN * 4;
     /* the fold's exchange at the end: 4 warps' accumulators */
     static constexpr int red = 4 * (BN / 16) * 8 * 4 * 32 * 4;
     static_assert(red <= bytes, "mb_smem");
@@ -62,11 +63,11 @@ static __device__ __forceinline__ void mb_mma(int (&d)[4], const uint32_t (&a)[4
 }
 static __device__ __forceinline__ float mb_isum(int d) { return __fsub_rn(__int_as_float(d), 12582912.f); }
 
-template <int BN>
+template <int BN, int NS>
 __global__ void __launch_bounds__(MB_THREADS, BN == 32 ? 2 : 1)
 mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd, int cols,
            int ntok) {
-    using L = mb_smem<BN>;
+    using L = mb_smem<BN, NS>;
     constexpr int MT = BN / 16;   /* m-tiles (16 tokens) */
     extern __shared__ __align__(16) uint8_t sm[];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
@@ -80,7 +81,7 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
     __syncthreads();
 
     auto issue = [&](int s) {
-        const int buf = s & 1;
+        const int buf = s % NS;
 #pragma unroll 1
         for (int c = tid; c < BN * (MB_BK / 16); c += MB_THREADS) {
             const int tk = c >> 4, ch = c & 15, k = s * MB_BK + ch * 16, t = t0 + tk;
@@ -107,7 +108,7 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 
     /* raw q4_0 of stage s -> int8 codes - 8 (element order) and the scales */
     auto unpack = [&](int s) {
-        const int buf = s & 1;
+        const int buf = s % NS;
 #pragma unroll 1
         for (int c = tid; c < MB_BM * MB_KB; c += MB_THREADS) {
             const int row = c >> 3, kb = c & 7;
@@ -138,16 +139,24 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][nt][i] = 0.f;
 
-    issue(0);
+    /* a ring of NS stages: NS - 1 in flight while one is unpacked and used;
+     * a stage past the end commits an empty group, so the count stays */
+#pragma unroll 1
+    for (int s = 0; s < NS - 1; s++) {
+        if (s < nst) issue(s);
+        else asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
 #pragma unroll 1
     for (int s = 0; s < nst; s++) {
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-        __syncthreads();   /* stage s landed; everyone is done with stage s - 1 */
-        if (s + 1 < nst) issue(s + 1);
+        if constexpr (NS == 2) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        else asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        __syncthreads();   /* stage s landed; everyone is done with stage s - 1, whose slot s + NS - 1 takes */
+        if (s + NS - 1 < nst) issue(s + NS - 1);
+        else asm volatile("cp.async.commit_group;\n" ::: "memory");
         unpack(s);
         __syncthreads();
         if (s * MB_KB + warp >= ng) continue;   /* this chain has no block here */
-        const int buf = s & 1, kb = warp;
+        const int buf = s % NS, kb = warp;
         /* B: weight rows 16 np + (lane & 7) + 8 (lane >> 4), k bytes 16 ((lane >> 3) & 1) */
         uint32_t bf[8][2];
 #pragma unroll
@@ -220,24 +229,27 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             }
 }
 
-template <int BN> static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
-    constexpr int bytes = mb_smem<BN>::bytes;
+template <int BN, int NS> static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
+    constexpr int bytes = mb_smem<BN, NS>::bytes;
     static unsigned configured = 0;   /* one bit per device: shared-memory limit raised */
     if (b->device >= 32 || !(configured >> b->device & 1u)) {
-        LKV_CUDA_CALL(b, cudaFuncSetAttribute(mmb_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+        LKV_CUDA_CALL(b, cudaFuncSetAttribute(mmb_kernel<BN, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                       "matmul (mmb): shared memory limit");
         if (b->device < 32) configured |= 1u << b->device;
     }
     const dim3 grid(ms.tile0[ms.n_w], lkv_cdiv(n, BN));
-    mmb_kernel<BN><<<grid, MB_THREADS, bytes, b->stream>>>(ms, b->xq, b->xd, cols, n);
+    mmb_kernel<BN, NS><<<grid, MB_THREADS, bytes, b->stream>>>(ms, b->xq, b->xd, cols, n);
 }
 
 bool lkv_cuda_mmb(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
     if (type != LKV_TYPE_Q4_0) return false;
     ms.tile0[0] = 0;
     for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MB_BM);
-    const char *e = getenv("LKV_CUDA_MMB_BN");   /* per call: tests use both */
-    if (e && atoi(e) == 64) mmb_launch<64>(b, ms, cols, n);
-    else mmb_launch<32>(b, ms, cols, n);
+    /* per call (tests use every variant): LKV_CUDA_MMB_BN=32|64 token tile,
+     * LKV_CUDA_MMB_ST=2|3 ring stages */
+    const char *e = getenv("LKV_CUDA_MMB_BN"), *st = getenv("LKV_CUDA_MMB_ST");
+    if (e && atoi(e) == 64) mmb_launch<64, 2>(b, ms, cols, n);
+    else if (st && atoi(st) == 3) mmb_launch<32, 3>(b, ms, cols, n);
+    else mmb_launch<32, 2>(b, ms, cols, n);
     return true;
 }
