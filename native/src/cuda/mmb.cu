@@ -28,7 +28,7 @@
 
 #include "exact.cuh"
 
-enum { MB_BM = 64, MB_KB = 8, MB_BK = 256, MB_THREADS = 256, MB_LD = MB_BK + 16 };
+enum { MB_BM = 64, MB_KB = 8, MB_BK = 256, MB_LD = MB_BK + 16 };
 enum { MB_SPAN = MB_KB * 18, MB_NCH = (MB_SPAN + 15 + 15) / 16, MB_RS = MB_NCH * 16 };
 
 template <int BN, int NS> struct mb_smem {   /* NS: stages in the ring */
@@ -39,7 +39,7 @@ template <int BN, int NS> struct mb_smem {   /* NS: stages in the ring */
     static constexpr int xd = dw + MB_KB * MB_BM * 4;         /* float [NS][MB_KB][BN] */
     static constexpr int bytes = xd + NS * MB_KB * BN * 4;
     /* the fold's exchange at the end: 4 warps' accumulators */
-    static constexpr int red = 4 * (BN / 16) * 8 * 4 * 32 * 4;
+    static constexpr int red = 4 * (BN / 32) * 2 * 8 * 4 * 32 * 4;
     static_assert(red <= bytes, "mb_smem");
 };
 
@@ -63,15 +63,21 @@ static __device__ __forceinline__ void mb_mma(int (&d)[4], const uint32_t (&a)[4
 }
 static __device__ __forceinline__ float mb_isum(int d) { return __fsub_rn(__int_as_float(d), 12582912.f); }
 
+/* BN / 32 warps per chain (the token tile split in 32-token parts): 256 or
+ * 512 threads */
+template <int BN> __host__ __device__ constexpr int mb_threads() { return 8 * BN; }
+
 template <int BN, int NS>
-__global__ void __launch_bounds__(MB_THREADS, BN == 32 ? 2 : 1)
+__global__ void __launch_bounds__(mb_threads<BN>(), BN == 32 ? 2 : 1)
 mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd, int cols,
            int ntok) {
     using L = mb_smem<BN, NS>;
-    constexpr int MT = BN / 16;   /* m-tiles (16 tokens) */
+    constexpr int MT = 2;                       /* m-tiles (16 tokens) per warp */
+    constexpr int WPC = BN / 32, NT = mb_threads<BN>();   /* warps per chain, threads */
     extern __shared__ __align__(16) uint8_t sm[];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int chain = warp & 7, part = warp >> 3;   /* chain: block of the stage; part: 32 tokens */
     const int j = mm_pick(ms, blockIdx.x);
     const int rows = ms.rows[j], r0 = (blockIdx.x - ms.tile0[j]) * MB_BM, t0 = blockIdx.y * BN;
     const int ng = cols / 32, nst = (ng + MB_KB - 1) / MB_KB;
@@ -83,19 +89,19 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
     auto issue = [&](int s) {
         const int buf = s % NS;
 #pragma unroll 1
-        for (int c = tid; c < BN * (MB_BK / 16); c += MB_THREADS) {
+        for (int c = tid; c < BN * (MB_BK / 16); c += NT) {
             const int tk = c >> 4, ch = c & 15, k = s * MB_BK + ch * 16, t = t0 + tk;
             const bool ok = t < ntok && k < cols;
             mb_cp16(sb + L::x + (buf * BN + tk) * MB_LD + ch * 16, ok ? xq + (size_t)t * cols + k : xq, ok ? 16 : 0);
         }
 #pragma unroll 1
-        for (int c = tid; c < BN * MB_KB; c += MB_THREADS) {
+        for (int c = tid; c < BN * MB_KB; c += NT) {
             const int tk = c >> 3, kb = c & 7, g = s * MB_KB + kb, t = t0 + tk;
             const bool ok = t < ntok && g < ng;
             mb_cp4(sb + L::xd + 4 * ((buf * MB_KB + kb) * BN + tk), ok ? xd + (size_t)t * ng + g : xd, ok ? 4 : 0);
         }
 #pragma unroll 1
-        for (int c = tid; c < MB_BM * MB_NCH; c += MB_THREADS) {
+        for (int c = tid; c < MB_BM * MB_NCH; c += NT) {
             const int row = c / MB_NCH, ch = c % MB_NCH;
             const uint8_t *rp = s_rowp[row];
             const uint8_t *src = (const uint8_t *)((uintptr_t)(rp + (size_t)s * MB_SPAN) & ~(uintptr_t)15) + 16 * ch;
@@ -106,13 +112,12 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
 
-    /* raw q4_0 of stage s -> int8 codes - 8 (element order) and the scales */
-    auto unpack = [&](int s) {
+    /* raw q4_0 of the chain's block kb of stage s -> int8 codes - 8 (element
+     * order) and the scales: the chain's warps share its 64 rows */
+    auto unpack = [&](int s, int kb) {
         const int buf = s % NS;
-#pragma unroll 1
-        for (int c = tid; c < MB_BM * MB_KB; c += MB_THREADS) {
-            const int row = c >> 3, kb = c & 7;
-            if (s * MB_KB + kb >= ng) continue;
+#pragma unroll
+        for (int row = part * (MB_BM / WPC) + lane; row < (part + 1) * (MB_BM / WPC); row += 32) {
             const uint8_t *raw = sm + L::raw + (buf * MB_BM + row) * MB_RS +
                                  ((uintptr_t)(s_rowp[row] + (size_t)s * MB_SPAN) & 15) + 18 * kb;
             const uint16_t *h = (const uint16_t *)raw;
@@ -153,10 +158,12 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         __syncthreads();   /* stage s landed; everyone is done with stage s - 1, whose slot s + NS - 1 takes */
         if (s + NS - 1 < nst) issue(s + NS - 1);
         else asm volatile("cp.async.commit_group;\n" ::: "memory");
-        unpack(s);
-        __syncthreads();
-        if (s * MB_KB + warp >= ng) continue;   /* this chain has no block here */
-        const int buf = s % NS, kb = warp;
+        const int buf = s % NS, kb = chain;
+        if (s * MB_KB + kb >= ng) continue;   /* this chain has no block here (all its warps) */
+        unpack(s, kb);
+        /* the chain's block is in: its warps only */
+        if constexpr (WPC == 1) __syncwarp();
+        else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + chain), "r"(32 * WPC) : "memory");
         /* B: weight rows 16 np + (lane & 7) + 8 (lane >> 4), k bytes 16 ((lane >> 3) & 1) */
         uint32_t bf[8][2];
 #pragma unroll
@@ -170,9 +177,9 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         for (int m = 0; m < MT; m++) {
             /* A: tokens 16 m + (lane & 15), k bytes 16 (lane >> 4) */
             uint32_t a[4];
-            mb_ldsm4(sb + L::x + (buf * BN + 16 * m + (lane & 15)) * MB_LD + (lane >> 4) * 16 + 32 * kb, a[0], a[1],
-                     a[2], a[3]);
-            const float *xds = (const float *)(sm + L::xd) + (buf * MB_KB + kb) * BN + 16 * m + g;
+            mb_ldsm4(sb + L::x + (buf * BN + 32 * part + 16 * m + (lane & 15)) * MB_LD + (lane >> 4) * 16 + 32 * kb,
+                     a[0], a[1], a[2], a[3]);
+            const float *xds = (const float *)(sm + L::xd) + (buf * MB_KB + kb) * BN + 32 * part + 16 * m + g;
             const float x0 = xds[0], x1 = xds[8];
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
@@ -195,8 +202,8 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
     for (int half = 4; half >= 1; half >>= 1) {
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         __syncthreads();   /* the previous round's reads (or the main loop's) are done */
-        if (warp >= half && warp < 2 * half) {
-            float *dst = red + (size_t)(warp - half) * NE * 32 + lane;
+        if (chain >= half && chain < 2 * half) {
+            float *dst = red + (size_t)(part * 4 + chain - half) * NE * 32 + lane;
 #pragma unroll
             for (int m = 0; m < MT; m++)
 #pragma unroll
@@ -205,8 +212,8 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
                     for (int i = 0; i < 4; i++) dst[((m * 8 + nt) * 4 + i) * 32] = acc[m][nt][i];
         }
         __syncthreads();
-        if (warp < half) {
-            const float *src = red + (size_t)warp * NE * 32 + lane;
+        if (chain < half) {
+            const float *src = red + (size_t)(part * 4 + chain) * NE * 32 + lane;
 #pragma unroll
             for (int m = 0; m < MT; m++)
 #pragma unroll
@@ -216,7 +223,7 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
                         acc[m][nt][i] = __fadd_rn(acc[m][nt][i], src[((m * 8 + nt) * 4 + i) * 32]);
         }
     }
-    if (warp != 0) return;
+    if (chain != 0) return;
     float *out = ms.out[j];
 #pragma unroll
     for (int m = 0; m < MT; m++)
@@ -224,7 +231,7 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const int t = t0 + 16 * m + g + 8 * (i >> 1), r = r0 + 8 * nt + 2 * q + (i & 1);
+                const int t = t0 + 32 * part + 16 * m + g + 8 * (i >> 1), r = r0 + 8 * nt + 2 * q + (i & 1);
                 if (t < ntok && r < rows) out[(size_t)t * rows + r] = acc[m][nt][i];
             }
 }
@@ -238,7 +245,7 @@ template <int BN, int NS> static void mmb_launch(lkv_bctx *b, const mm_set &ms, 
         if (b->device < 32) configured |= 1u << b->device;
     }
     const dim3 grid(ms.tile0[ms.n_w], lkv_cdiv(n, BN));
-    mmb_kernel<BN, NS><<<grid, MB_THREADS, bytes, b->stream>>>(ms, b->xq, b->xd, cols, n);
+    mmb_kernel<BN, NS><<<grid, mb_threads<BN>(), bytes, b->stream>>>(ms, b->xq, b->xd, cols, n);
 }
 
 bool lkv_cuda_mmb(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
