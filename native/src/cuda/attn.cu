@@ -107,7 +107,7 @@ static __device__ __forceinline__ void k16(const uint8_t *kr, int i, float *k) {
  *   elements l, l + 8, ...; reduce8;
  * - quantized: attn_kv.cuh's block lanes, reduce8 (+ the m_k s_q chain).
  */
-template <int T>
+template <int T, int GM = GMAX>
 static __device__ __forceinline__ void score_row(const uint8_t *kr, const attn_smem_ptrs &sp, int G, int hd,
                                                  float scale, int C, int r) {
     const int nb = hd / 32;
@@ -131,9 +131,9 @@ static __device__ __forceinline__ void score_row(const uint8_t *kr, const attn_s
             sp.s[g * C + r] = __fmul_rn(attn_reduce8(a0), scale);
         }
     } else {
-        float lanes[GMAX][8], summ[GMAX];
+        float lanes[GM][8], summ[GM];
 #pragma unroll
-        for (int g = 0; g < GMAX; g++) {
+        for (int g = 0; g < GM; g++) {
             summ[g] = 0.f;
 #pragma unroll
             for (int l = 0; l < 8; l++) lanes[g][l] = 0.f;
@@ -151,7 +151,7 @@ static __device__ __forceinline__ void score_row(const uint8_t *kr, const attn_s
                         k[2 * t] = f.x; k[2 * t + 1] = f.y;
                     }
 #pragma unroll
-                    for (int g = 0; g < GMAX; g++) {
+                    for (int g = 0; g < GM; g++) {
                         if (g >= G) break;
                         const float *q = sp.qf + g * hd + 32 * j + 8 * h;
 #pragma unroll
@@ -163,7 +163,7 @@ static __device__ __forceinline__ void score_row(const uint8_t *kr, const attn_s
                 float dk, mk;
                 attn_kwords<T>(attn_fetch2{(const uint16_t *)(kr + (size_t)j * cblk<T>::bytes)}, kw, dk, mk);
 #pragma unroll
-                for (int g = 0; g < GMAX; g++) {
+                for (int g = 0; g < GM; g++) {
                     if (g >= G) break;
                     const uint32_t *qw = (const uint32_t *)((const int8_t *)sp.qf + g * hd + 32 * j);
                     attn_q8_block(lanes[g], kw, qw, __fmul_rn(dk, sp.qd[g * nb + j]));
@@ -172,7 +172,7 @@ static __device__ __forceinline__ void score_row(const uint8_t *kr, const attn_s
             }
         }
 #pragma unroll
-        for (int g = 0; g < GMAX; g++) {
+        for (int g = 0; g < GM; g++) {
             if (g >= G) break;
             float sc = attn_reduce8(lanes[g]);
             if constexpr (attn_kq8<T>() == 2) sc = __fadd_rn(sc, summ[g]);
@@ -200,10 +200,10 @@ static __device__ __forceinline__ void v_pairs(const uint8_t *vr, int dg, int k0
  * pm[g], pl[g] hold m and l; the dim-owner threads (tid < hdT) hold the
  * normalised o for dims tid + k*128 in acc[g][k].
  */
-template <int TK, int TV>
+template <int TK, int TV, int GM = GMAX>
 static __device__ __forceinline__ void chunk_partial(
     const lkv_attn_desc &d, const attn_geom &ge, const attn_dyn &dy, int delta, int c, int qpos, int kh,
-    int G, const attn_smem_ptrs &sp, float (&acc)[GMAX][2]) {
+    int G, const attn_smem_ptrs &sp, float (&acc)[GM][2]) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int C = d.chunk, p0 = c * C, hd = d.head_dim;
     const int n_valid = max(0, min(C, qpos - p0 + 1));
@@ -225,10 +225,10 @@ static __device__ __forceinline__ void chunk_partial(
             continue;
         }
         kr += kh * ge.hbk;
-        if constexpr (TK >= 0) score_row<TK>(kr, sp, G, hd, d.scale, C, r);
+        if constexpr (TK >= 0) score_row<TK, GM>(kr, sp, G, hd, d.scale, C, r);
         else {
             switch (d.type_k) {
-#define X(TT) case TT: score_row<TT>(kr, sp, G, hd, d.scale, C, r); break;
+#define X(TT) case TT: score_row<TT, GM>(kr, sp, G, hd, d.scale, C, r); break;
                 LKV_CUDA_KV_TYPES(X)
 #undef X
             default: break;
@@ -250,16 +250,17 @@ static __device__ __forceinline__ void chunk_partial(
     const int l8 = tid & 7, dg = tid >> 3, np = hd / 32;
     for (int k0 = 0; k0 < np; k0 += 4) {
         const int kn = min(4, np - k0);
-        float o[GMAX][8];
+        float o[GM][8];
 #pragma unroll
-        for (int g = 0; g < GMAX; g++)
+        for (int g = 0; g < GM; g++)
 #pragma unroll
             for (int i = 0; i < 8; i++) o[g][i] = 0.f;
-        for (int r = l8; r < n_valid; r += 8) {
+        /* row r's V values (false: in no segment, p = 0); the next row's
+         * are loaded before this row's FMAs, so their latency overlaps */
+        auto fetch = [&](int r, float (&v)[8]) -> bool {
             const uint8_t *vr = sp.vptr[r];
-            if (!vr) continue;   /* p = 0 */
+            if (!vr) return false;
             vr += kh * ge.hbv;
-            float v[8];
             if constexpr (TV >= 0) v_pairs<TV>(vr, dg, k0, kn, v);
             else {
                 switch (d.type_v) {
@@ -271,17 +272,28 @@ static __device__ __forceinline__ void chunk_partial(
                     for (int i = 0; i < 8; i++) v[i] = 0.f;
                 }
             }
+            return true;
+        };
+        float v[8], vn[8];
+        bool have = l8 < n_valid && fetch(l8, v);
+        for (int r = l8; r < n_valid; r += 8) {
+            const bool hn = r + 8 < n_valid && fetch(r + 8, vn);
+            if (have) {
 #pragma unroll
-            for (int g = 0; g < GMAX; g++) {
-                if (g >= G) break;
-                const float pr = sp.s[g * C + r];
+                for (int g = 0; g < GM; g++) {
+                    if (g >= G) break;
+                    const float pr = sp.s[g * C + r];
 #pragma unroll
-                for (int i = 0; i < 8; i++)
-                    if (i < 2 * kn) o[g][i] = fmaf(v[i], pr, o[g][i]);
+                    for (int i = 0; i < 8; i++)
+                        if (i < 2 * kn) o[g][i] = fmaf(v[i], pr, o[g][i]);
+                }
             }
+            have = hn;
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = vn[i];
         }
 #pragma unroll
-        for (int g = 0; g < GMAX; g++) {
+        for (int g = 0; g < GM; g++) {
             if (g >= G) break;
 #pragma unroll
             for (int i = 0; i < 8; i++) {
@@ -293,7 +305,7 @@ static __device__ __forceinline__ void chunk_partial(
     }
     __syncthreads();
 #pragma unroll
-    for (int g = 0; g < GMAX; g++) {
+    for (int g = 0; g < GM; g++) {
         acc[g][0] = acc[g][1] = 0.f;
         if (g >= G) continue;
 #pragma unroll
@@ -328,13 +340,13 @@ static __device__ __forceinline__ void load_q(const float *q, const lkv_attn_des
 
 /* grid (head groups, n_q): chunks in order, folded as they come; thread g < G
  * keeps head g's (m, l) and the fold factors in shared memory */
-template <int TK, int TV>
-__global__ void __launch_bounds__(ATT_THREADS)
+template <int TK, int TV, int GM>
+__global__ void __launch_bounds__(ATT_THREADS, GM == 4 ? 5 : 1)
 attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc d, attn_geom ge,
                 attn_dyn dy) {
     extern __shared__ __align__(16) float sm[];
-    __shared__ float run_m[GMAX], run_l[GMAX];
-    __shared__ attn_fw fw[GMAX];
+    __shared__ float run_m[GM], run_l[GM];
+    __shared__ attn_fw fw[GM];
     const int delta = attn_delta(dy);
     const int gi = blockIdx.x, qi = blockIdx.y, qpos = d.q_pos0 + delta + qi;
     const int kh = gi / ge.n_sub, sub = gi % ge.n_sub;
@@ -344,9 +356,9 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
 
     const int hd = d.head_dim, tid = threadIdx.x;
     const bool owner = tid < ge.hdT;
-    float o[GMAX][2], acc[GMAX][2];
+    float o[GM][2], acc[GM][2];
 #pragma unroll
-    for (int g = 0; g < GMAX; g++) {
+    for (int g = 0; g < GM; g++) {
         if (g >= G) break;
         const float *sp = st + ((size_t)qi * d.n_head + h0 + g) * (hd + 2);
         o[g][0] = owner ? sp[2 + tid] : 0.f;
@@ -359,11 +371,11 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
     }
     const int c_end = min(d.chunk_hi, qpos / d.chunk + 1);
     for (int c = d.chunk_lo; c < c_end; c++) {
-        chunk_partial<TK, TV>(d, ge, dy, delta, c, qpos, kh, G, p, acc);
+        chunk_partial<TK, TV, GM>(d, ge, dy, delta, c, qpos, kh, G, p, acc);
         if (tid < G) fw[tid] = attn_fold_w(run_m[tid], run_l[tid], p.pm[tid], p.pl[tid]);
         __syncthreads();
 #pragma unroll
-        for (int g = 0; g < GMAX; g++) {
+        for (int g = 0; g < GM; g++) {
             if (g >= G) break;
             const attn_fw f = fw[g];
             o[g][0] = attn_fold_o(o[g][0], acc[g][0], f);
@@ -372,7 +384,7 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
         __syncthreads();
     }
 #pragma unroll
-    for (int g = 0; g < GMAX; g++) {
+    for (int g = 0; g < GM; g++) {
         if (g >= G) break;
         float *sp = st + ((size_t)qi * d.n_head + h0 + g) * (hd + 2);
         if (tid == g) { sp[0] = run_m[g]; sp[1] = run_l[g]; }
@@ -458,7 +470,9 @@ static void attn_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_d
     /* the kernel choice depends on the micro-batch shape only, never on the
      * chunk range, segments or position (both kernels give the same bits anyway) */
     if ((int64_t)d->n_q * n_groups >= 2 * b->n_sm || batch < 1) {
-        attn_seq_kernel<TK, TV><<<dim3(n_groups, d->n_q), ATT_THREADS, smem, b->stream>>>(st, q, *d, ge, dy);
+        /* GQA groups of <= 4 heads: a kernel with half the per-head registers */
+        if (Gmax <= 4) attn_seq_kernel<TK, TV, 4><<<dim3(n_groups, d->n_q), ATT_THREADS, smem, b->stream>>>(st, q, *d, ge, dy);
+        else attn_seq_kernel<TK, TV, GMAX><<<dim3(n_groups, d->n_q), ATT_THREADS, smem, b->stream>>>(st, q, *d, ge, dy);
         LKV_CUDA_LAUNCHED(b, "attn_seq");
         return;
     }
@@ -484,7 +498,8 @@ void lkv_cuda_attn_setup(void) {
     if (done) return;
     done = 1;
 #define X(T)                                                                                    \
-    cudaFuncSetAttribute(attn_seq_kernel<T, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX); \
+    cudaFuncSetAttribute(attn_seq_kernel<T, T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX); \
+    cudaFuncSetAttribute(attn_seq_kernel<T, T, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX); \
     cudaFuncSetAttribute(attn_split_kernel<T, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
     ATTN_INSTANCES(X)
     X(-1)

@@ -21,8 +21,8 @@
  * Fragments (PTX, mma.m16n8k32 .s8; g = lane >> 2, q = lane & 3): A (16 x 32)
  * = activations (token x k), B (32 x 8) = weights (k x row), C = tokens x
  * rows: c0 = (g, 2q), c1 = (g, 2q + 1), c2 = (g + 8, 2q), c3 = (g + 8, 2q + 1).
- * LKV_CUDA_MMB_BN=32|64 forces the token tile (default 32: two blocks per SM),
- * LKV_CUDA_MMB_ST=2|3 the stages of the copy ring (default 2).
+ * LKV_CUDA_MMB_BN=32|64 forces the token tile (default 64: 2 warps per chain,
+ * 512 threads), LKV_CUDA_MMB_ST=2|3 the stages of the copy ring (default 3).
  */
 #include <stdlib.h>
 
@@ -257,7 +257,7 @@ bool lkv_cuda_mmb(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
     /* per call (tests use every variant): LKV_CUDA_MMB_BN=32|64 token tile,
      * LKV_CUDA_MMB_ST=2|3 ring stages */
     const char *e = getenv("LKV_CUDA_MMB_BN"), *st = getenv("LKV_CUDA_MMB_ST");
-    const bool b64 = e && atoi(e) == 64, s3 = st && atoi(st) == 3;
+    const bool b64 = !(e && atoi(e) == 32), s3 = !(st && atoi(st) == 2);   /* default 64 x 3 */
     if (b64) s3 ? mmb_launch<64, 3>(b, ms, cols, n) : mmb_launch<64, 2>(b, ms, cols, n);
     else s3 ? mmb_launch<32, 3>(b, ms, cols, n) : mmb_launch<32, 2>(b, ms, cols, n);
     return true;
