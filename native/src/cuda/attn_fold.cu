@@ -308,13 +308,8 @@ attn_fold2_kernel(float *st, const float *ws, int n_head, int hd_, int nc) {
 template <int NC, int NV, int HDC>
 static void fold_launch(lkv_bctx *b, float *st, int n_head, int hd, int n_q, int nc) {
     constexpr int bytes = FD_NSV * FD_T * NC * NV * (int)sizeof(float);
-    static unsigned configured = 0;   /* one bit per device: shared-memory limit raised */
-    if (b->device >= 32 || !(configured >> b->device & 1u)) {
-        LKV_CUDA_CALL(b, cudaFuncSetAttribute(attn_fold2_kernel<NC, NV, HDC>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                      "attn_fold2: shared memory limit");
-        if (b->device < 32) configured |= 1u << b->device;
-    }
+    static unsigned configured = 0;
+    lkv_cuda_smem_limit(b, &configured, attn_fold2_kernel<NC, NV, HDC>, bytes, "attn_fold2: shared memory limit");
     lkv_launch(b, attn_fold2_kernel<NC, NV, HDC>, dim3(n_head, n_q), NC + 32, bytes, st, (const float *)b->attn_ws,
                n_head, hd, nc);
     LKV_CUDA_LAUNCHED(b, "attn_fold2");

@@ -157,6 +157,15 @@ static inline void lkv_cuda_note(lkv_bctx *b, cudaError_t e, const char *where) 
 
 static inline unsigned lkv_cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
+/* a kernel's dynamic shared-memory limit raised to bytes, once per device:
+ * *done keeps one bit per device (devices >= 32 ask every time) */
+template <class K>
+static inline void lkv_cuda_smem_limit(lkv_bctx *b, unsigned *done, K kernel, int bytes, const char *where) {
+    if (b->device < 32 && (*done >> b->device & 1u)) return;
+    LKV_CUDA_CALL(b, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), where);
+    if (b->device < 32) *done |= 1u << b->device;
+}
+
 // ---------------------------------------------------------------- device helpers
 
 static __device__ __forceinline__ float lkv_warp_sum(float v) {

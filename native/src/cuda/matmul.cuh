@@ -24,6 +24,14 @@ static __device__ __forceinline__ int mm_pick(const mm_set &ms, int tile) {
     return j;
 }
 
+/* a GEMM tile's weight rows r0 .. r0 + bm - 1 of weight j: their addresses into
+ * s_rowp (rows past the end read the last one); returns the weight's end */
+static __device__ __forceinline__ const uint8_t *mm_tile_rows(const mm_set &ms, int j, int r0, int rows, int bm,
+                                                              int tid, const uint8_t **s_rowp) {
+    if (tid < bm) s_rowp[tid] = ms.w[j] + (size_t)min(r0 + tid, rows - 1) * ms.row_bytes[j];
+    return ms.w[j] + (size_t)rows * ms.row_bytes[j];
+}
+
 enum { MV_MAX_TOK = 8, MV_ROWS = 2, MV_WARPS = 4 };
 
 /* The activation format the integer paths use for weight type T: the CPU's

@@ -82,8 +82,7 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
     const int rows = ms.rows[j], r0 = (blockIdx.x - ms.tile0[j]) * MB_BM, t0 = blockIdx.y * BN;
     const int ng = cols / 32, nst = (ng + MB_KB - 1) / MB_KB;
     __shared__ const uint8_t *s_rowp[MB_BM];   /* rows past the end read the last one */
-    if (tid < MB_BM) s_rowp[tid] = ms.w[j] + (size_t)min(r0 + tid, rows - 1) * ms.row_bytes[j];
-    const uint8_t *wend = ms.w[j] + (size_t)rows * ms.row_bytes[j];
+    const uint8_t *wend = mm_tile_rows(ms, j, r0, rows, MB_BM, tid, s_rowp);
     __syncthreads();
 
     auto issue = [&](int s) {
@@ -240,12 +239,8 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 
 template <int BN, int NS> static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
     constexpr int bytes = mb_smem<BN, NS>::bytes;
-    static unsigned configured = 0;   /* one bit per device: shared-memory limit raised */
-    if (b->device >= 32 || !(configured >> b->device & 1u)) {
-        LKV_CUDA_CALL(b, cudaFuncSetAttribute(mmb_kernel<BN, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                      "matmul (mmb): shared memory limit");
-        if (b->device < 32) configured |= 1u << b->device;
-    }
+    static unsigned configured = 0;
+    lkv_cuda_smem_limit(b, &configured, mmb_kernel<BN, NS>, bytes, "matmul (mmb): shared memory limit");
     const dim3 grid(ms.tile0[ms.n_w], lkv_cdiv(n, BN));
     mmb_kernel<BN, NS><<<grid, mb_threads<BN>(), bytes, b->stream>>>(ms, b->xq, b->xd, cols, n);
 }

@@ -326,12 +326,8 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 template <int T, int BN>
 static void mmq_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
     constexpr int bytes = mq_smem<T, BN>::bytes;
-    static unsigned configured = 0;   /* one bit per device: shared-memory limit raised */
-    if (b->device >= 32 || !(configured >> b->device & 1u)) {
-        LKV_CUDA_CALL(b, cudaFuncSetAttribute(mmq_kernel<T, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                      "matmul (mmq): shared memory limit");
-        if (b->device < 32) configured |= 1u << b->device;
-    }
+    static unsigned configured = 0;
+    lkv_cuda_smem_limit(b, &configured, mmq_kernel<T, BN>, bytes, "matmul (mmq): shared memory limit");
     const dim3 grid(ms.tile0[ms.n_w], lkv_cdiv(n, BN));
     mmq_kernel<T, BN><<<grid, MQ_THREADS, bytes, b->stream>>>(ms, b->xq, b->xd, b->xs, cols, n);
 }

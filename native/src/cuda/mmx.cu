@@ -117,8 +117,7 @@ mmx_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
     const int rows = ms.rows[j], r0 = (blockIdx.x - ms.tile0[j]) * XH_BM, t0 = blockIdx.y * XH_BN;
     const int ng = cols / 32, nst = (ng + XH_KB - 1) / XH_KB;
     __shared__ const uint8_t *s_rowp[XH_BM];   /* rows past the end read the last one */
-    if (tid < XH_BM) s_rowp[tid] = ms.w[j] + (size_t)min(r0 + tid, rows - 1) * ms.row_bytes[j];
-    const uint8_t *wend = ms.w[j] + (size_t)rows * ms.row_bytes[j];
+    const uint8_t *wend = mm_tile_rows(ms, j, r0, rows, XH_BM, tid, s_rowp);
     __syncthreads();
 
     /* cp.async of stage s into buffers s & 1 */
@@ -278,12 +277,8 @@ template <int T>
 static bool mmx_run(lkv_bctx *b, mm_set &ms, int cols, int n) {
     if constexpr (ex_ok<T>::v && T != LKV_TYPE_Q4_0) {   /* q4_0: block order, mmb.cu */
         constexpr int bytes = xh_smem<T>::bytes;
-        static unsigned configured = 0;   /* one bit per device: shared-memory limit raised */
-        if (b->device >= 32 || !(configured >> b->device & 1u)) {
-            LKV_CUDA_CALL(b, cudaFuncSetAttribute(mmx_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                          "matmul (mmx): shared memory limit");
-            if (b->device < 32) configured |= 1u << b->device;
-        }
+        static unsigned configured = 0;
+        lkv_cuda_smem_limit(b, &configured, mmx_kernel<T>, bytes, "matmul (mmx): shared memory limit");
         ms.tile0[0] = 0;
         for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], XH_BM);
         const dim3 grid(ms.tile0[ms.n_w], lkv_cdiv(n, XH_BN));
