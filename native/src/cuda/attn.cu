@@ -206,6 +206,34 @@ static __device__ __forceinline__ void v_pairs(const uint8_t *vr, int dg, int k0
         if (k < kn) attn_vpair<T>(vr, dg * 2 + 32 * (k0 + k), v[2 * k], v[2 * k + 1]);
 }
 
+/* q8_0 V: dims 32 k0 + 8 dg .. + 7 (block k0 + dg / 4, codes 8 (dg % 4) ..
+ * + 7) as to_float (code * d), when dg / 4 < kn; the codes by one or two
+ * 4-byte loads (2-byte ones at the ends when they sit 2 bytes off), never past
+ * the block */
+static __device__ __forceinline__ void v_oct_q8_0(const uint8_t *vr, int dg, int k0, int kn, float *v) {
+    if ((dg >> 2) >= kn) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = 0.f;
+        return;
+    }
+    const uint8_t *bp = vr + (size_t)(k0 + (dg >> 2)) * 34, *a = bp + 2 + 8 * (dg & 3);
+    const float d = __half2float(__ushort_as_half(*(const uint16_t *)bp));
+    uint32_t w0, w1;
+    if (((uintptr_t)a & 3) == 0) {
+        w0 = *(const uint32_t *)a;
+        w1 = *(const uint32_t *)(a + 4);
+    } else {
+        const uint32_t lo = *(const uint16_t *)a, mid = *(const uint32_t *)(a + 2), hi = *(const uint16_t *)(a + 6);
+        w0 = lo | mid << 16;
+        w1 = mid >> 16 | hi << 16;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[i] = __fmul_rn((float)(int8_t)(w0 >> 8 * i), d);
+        v[4 + i] = __fmul_rn((float)(int8_t)(w1 >> 8 * i), d);
+    }
+}
+
 /*
  * One chunk's partial for the query at qpos and heads h0 .. h0+G-1 (KV head
  * kh), delta: the replay offset (attn.cuh), in the CPU's order:
@@ -265,8 +293,13 @@ static __device__ __forceinline__ void chunk_partial(
 
     // -- o = sum p v in the CPU's 8 position lanes
     const int l8 = tid & 7, dg = tid >> 3, np = hd / 32;
+    /* OCT (q8_0 V): thread dg takes 8 consecutive dims 32 k0 + 8 dg .. + 7
+     * (v_oct_q8_0: 2-4 loads instead of 8); its warp's 4 dg share a block, so
+     * the dims in use ((dg >> 2) < kn) are the same for the whole warp */
+    constexpr bool OCT = TV == LKV_TYPE_Q8_0;
     for (int k0 = 0; k0 < np; k0 += 4) {
         const int kn = min(4, np - k0);
+        const bool oct_on = (dg >> 2) < kn;
         float o[GM][8];
 #pragma unroll
         for (int g = 0; g < GM; g++)
@@ -278,7 +311,8 @@ static __device__ __forceinline__ void chunk_partial(
             const uint8_t *vr = sp.vptr[r];
             if (!vr) return false;
             vr += kh * ge.hbv;
-            if constexpr (TV >= 0) v_pairs<TV>(vr, dg, k0, kn, v);
+            if constexpr (OCT) v_oct_q8_0(vr, dg, k0, kn, v);
+            else if constexpr (TV >= 0) v_pairs<TV>(vr, dg, k0, kn, v);
             else {
                 switch (d.type_v) {
 #define X(TT) case TT: v_pairs<TT>(vr, dg, k0, kn, v); break;
@@ -302,7 +336,7 @@ static __device__ __forceinline__ void chunk_partial(
                     const float pr = sp.s[g * C + r];
 #pragma unroll
                     for (int i = 0; i < 8; i++)
-                        if (i < 2 * kn) o[g][i] = fmaf(v[i], pr, o[g][i]);
+                        if (OCT ? oct_on : i < 2 * kn) o[g][i] = fmaf(v[i], pr, o[g][i]);
                 }
             }
             have = hn;
@@ -314,9 +348,10 @@ static __device__ __forceinline__ void chunk_partial(
             if (g >= G) break;
 #pragma unroll
             for (int i = 0; i < 8; i++) {
-                if (i >= 2 * kn) break;
+                if (OCT ? !oct_on : i >= 2 * kn) break;   /* uniform in the warp */
                 const float x = attn_reduce8_shfl(o[g][i]);
-                if (l8 == 0) sp.comb[g * hd + dg * 2 + 32 * (k0 + (i >> 1)) + (i & 1)] = x;
+                const int e = OCT ? 32 * k0 + 8 * dg + i : dg * 2 + 32 * (k0 + (i >> 1)) + (i & 1);
+                if (l8 == 0) sp.comb[g * hd + e] = x;
             }
         }
     }
