@@ -4,20 +4,24 @@
  * integer dot p_b, chain b % 8 takes c = fmaf(dw * dy, (float)p_b, c), and the
  * output is ((c0 + c4) + (c2 + c6)) + ((c1 + c5) + (c3 + c7)).
  *
- * One block of 8 warps computes MB_BM = 64 weight rows x BN tokens; warp w is
- * chain w: K advances 8 blocks (256 elements) per stage and warp w takes
- * block w of every stage, for the whole tile. So each output costs one int8
- * mma.m16n8k32 share, one subtraction (the mma's C input is EX_MAGIC, which
- * makes the int32 result the bits of 12582912 + p_b), one multiply and one
- * fma per block, against mmx.cu's 8 fmas for the 8-lane order; at the end
- * the 8 warps' chains meet in shared memory in the tree's order (warps 4..7
- * into 0..3, then 2, 3 into 0, 1, then 1 into 0).
+ * A block computes MB_BM = 64 weight rows x BN tokens with BN / 4 warps: warp
+ * w is chain w % 8 for tokens 32 (w / 8) .. + 31. K advances 8 blocks (256
+ * elements) per stage and chain c takes block c of every stage. So each output
+ * costs one int8 mma.m16n8k32 share, one subtraction (the mma's C input is
+ * EX_MAGIC, which makes the int32 result the bits of 12582912 + p_b), one
+ * multiply and one fma per block, against mmx.cu's 8 fmas for the 8-lane
+ * order. At the end the chains meet in shared memory in the tree's order
+ * (chains 4..7 into 0..3, then 2, 3 into 0, 1, then 1 into 0).
  *
- * Per stage (as mmq.cu): cp.async of stage s + 1 (raw weight bytes: the
+ * Per stage (as mmq.cu): cp.async of stage s + NS - 1 (raw weight bytes: the
  * 16-byte chunks covering each row's 8 blocks; int8 activations; their
- * scales) into buffers (s + 1) & 1 while stage s is unpacked (raw q4_0 ->
- * int8 tile and scales, one thread per block) and multiplied (ldmatrix from
- * the int8 tiles, rows 272 bytes apart: 16 mod 128, conflict-free).
+ * scales) into a ring of NS buffers while stage s is unpacked (raw q4_0 ->
+ * int8 tile and scales, thread c takes row c / 8, block c % 8) and multiplied
+ * (ldmatrix from the int8 tiles, rows 272 bytes apart: 16 mod 128,
+ * conflict-free); two block barriers per stage. Tried and slower (H200, pp512
+ * of the 8B shape, 2026-11-30 sixth session): warps with their own copies and
+ * __syncwarp only (5086 t/s against 6024), a block's 64 rows unpacked by its
+ * chain's warp (5165: the row stride put a warp's reads in 4 banks).
  * Fragments (PTX, mma.m16n8k32 .s8; g = lane >> 2, q = lane & 3): A (16 x 32)
  * = activations (token x k), B (32 x 8) = weights (k x row), C = tokens x
  * rows: c0 = (g, 2q), c1 = (g, 2q + 1), c2 = (g + 8, 2q), c3 = (g + 8, 2q + 1).
