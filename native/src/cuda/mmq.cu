@@ -29,9 +29,10 @@
  *     128: the 8 rows of each 8x16-byte ldmatrix phase hit distinct banks).
  * Grid: x over the row tiles of all weights of the set (tile0 / mm_pick), y
  * over token tiles. By default the legacy types (q4_0 ... iq4_nl) go to
- * mmb.cu (q4_0) and mmx.cu (the others), whose sums are the CPU's bit for bit; the fast kernels (common.cuh
- * lkv_cuda_fast: gpu_kernels = 1, LKV_CUDA_GEMM=fast, LKV_CUDA_EXACT=0) bring
- * them here (~1 ulp off the CPU, 2.7x faster). LKV_CUDA_GEMM=wmma keeps
+ * mmb.cu (q4_0) and mmx.cu (the others), whose sums are the CPU's bit for
+ * bit; the fast kernels (common.cuh lkv_cuda_fast: gpu_kernels = 1,
+ * LKV_CUDA_GEMM=fast, LKV_CUDA_EXACT=0) bring them here (~1 ulp off the CPU;
+ * pp512 of the 8B shape, q4_0: 1.4x mmb.cu, H200). LKV_CUDA_GEMM=wmma keeps
  * matmul.cu's f16 gemm_kernel; LKV_CUDA_MMQ_BN=64|128 forces the token tile
  * (default: by grid size).
  */

@@ -73,19 +73,14 @@ template <int T, int O>
 static __host__ __device__ __forceinline__ void mw_block(const uint8_t *wa, const mw_lane &c, uint32_t &x, float &dw,
                                                          float &mw) {
     const uint8_t *wl = wa + c.wo;
-    if constexpr (T == LKV_TYPE_Q4_0 || T == LKV_TYPE_Q4_1) {
-        constexpr int X = O + (T == LKV_TYPE_Q4_0 ? 2 : 4);
+    /* (q4_0 weights are in block order: mvx_blocks.cuh) */
+    if constexpr (T == LKV_TYPE_Q4_1) {
+        constexpr int X = O + 4;
         uint32_t v;
         if constexpr (X % 4 == 0) v = tw_ld32(wl + X) << c.sa;
         else v = mw_word_u<X>(wl, c.su);
-        if constexpr (T == LKV_TYPE_Q4_0) {
-            /* 16 * (code - 8) as a signed byte: the top nibble with bit 7 flipped */
-            x = tw_andxor(v, 0xF0F0F0F0u, 0x80808080u);
-            dw = tw_h(wa + O);
-        } else {
-            x = v & 0xF0F0F0F0u;  /* 16 * code, unsigned */
-            mw_dm<O>(wa, dw, mw);
-        }
+        x = v & 0xF0F0F0F0u;  /* 16 * code, unsigned */
+        mw_dm<O>(wa, dw, mw);
     } else if constexpr (T == LKV_TYPE_Q5_0 || T == LKV_TYPE_Q5_1) {
         constexpr bool Q1 = T == LKV_TYPE_Q5_1;
         constexpr int X = O + (Q1 ? 8 : 6), H = O + (Q1 ? 4 : 2);   /* codes, qh */
@@ -128,7 +123,7 @@ static __host__ __device__ __forceinline__ void mw_block(const uint8_t *wa, cons
         x = ex_perm(lo, hi, ((p >> 1) & 0x4444u) | 0x3210u);
         dw = tw_h(wa + O);
     } else {
-        static_assert(T == LKV_TYPE_Q8_0, "mw_block: legacy types only");
+        static_assert(T == LKV_TYPE_Q8_0, "mw_block: legacy types but q4_0 only");
         constexpr int X = O + 2;
         if constexpr (X % 4 == 0) x = tw_ld32(wl + X);
         else x = mw_word_u<X>(wl, 16);
