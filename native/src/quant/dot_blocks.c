@@ -20,6 +20,7 @@
  * these float operations (the portable one with fmaf).
  */
 #include <math.h>
+#include <string.h>
 
 #include "quant/blocks.h"
 #include "quant/impl.h"
@@ -42,15 +43,14 @@ LKV_INLINE __m256i hsum8_epi32(const __m256i v[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-/* the f16 scales of blocks i0 .. i0 + 7 (those < nb; 0 past it) as floats */
-LKV_INLINE __m256 scales_q4_0(const block_q4_0 *x, int i0, int nb) {
+/* the f16 scales (each block's first field) of blocks i0 .. i0 + 7 of an
+ * array of `size`-byte blocks, those < nb (0 past it), as floats */
+LKV_INLINE __m256 scales8(const void *blocks, size_t size, int i0, int nb) {
     uint16_t h[8];
-    for (int k = 0; k < 8; k++) h[k] = i0 + k < nb ? x[i0 + k].d : 0;
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
-}
-LKV_INLINE __m256 scales_q8_0(const block_q8_0 *y, int i0, int nb) {
-    uint16_t h[8];
-    for (int k = 0; k < 8; k++) h[k] = i0 + k < nb ? y[i0 + k].d : 0;
+    for (int k = 0; k < 8; k++) {
+        h[k] = 0;
+        if (i0 + k < nb) memcpy(&h[k], (const char *)blocks + (size_t)(i0 + k) * size, 2);
+    }
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
@@ -63,7 +63,7 @@ LKV_INLINE void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, s
         const int m = nb - i0 < 8 ? nb - i0 : 8;   /* blocks in this group */
         __m256i qx[8];
         for (int k = 0; k < m; k++) qx[k] = _mm256_sub_epi8(unpack_nibbles16(x[i0 + k].qs), _mm256_set1_epi8(8));
-        const __m256 dx = scales_q4_0(x, i0, nb);
+        const __m256 dx = scales8(x, sizeof(block_q4_0), i0, nb);
         /* lanes of chains that have no block in this group keep their value */
         const __m256 on = _mm256_castsi256_ps(
             _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
@@ -74,7 +74,7 @@ LKV_INLINE void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, s
                 v[k] = k < m ? dot_s8s8(qx[k], _mm256_loadu_si256((const __m256i *)y[i0 + k].qs))
                              : _mm256_setzero_si256();
             const __m256 p = _mm256_cvtepi32_ps(hsum8_epi32(v));
-            const __m256 d = _mm256_mul_ps(dx, scales_q8_0(y, i0, nb));
+            const __m256 d = _mm256_mul_ps(dx, scales8(y, sizeof(block_q8_0), i0, nb));
             acc[r] = _mm256_blendv_ps(acc[r], _mm256_fmadd_ps(d, p, acc[r]), on);
         }
     }
