@@ -164,10 +164,21 @@ struct ad_fetch {
     }
 };
 
+/* the 4-byte words kblock reads per block, from the 8-byte word holding its
+ * first byte */
+template <int T> __host__ __device__ constexpr int kblock_nw() { return T == LKV_TYPE_Q8_0 ? 10 : 6; }
+
+/* whether kblock may read a K head slice of nb blocks in place (global
+ * memory): 8-byte aligned, and the last block's words inside the slice */
+template <int T> static __device__ __forceinline__ bool kblock_fits(const uint8_t *row, int nb) {
+    constexpr int GB = cblk<T>::bytes;
+    return ((uintptr_t)row & 7) == 0 && ((GB * (nb - 1)) & ~7) + 4 * kblock_nw<T>() <= GB * nb;
+}
+
 /* 32-block j of a staged K slice (8-byte aligned): q8 code words and scale */
 template <int T>
 static __device__ __forceinline__ float kblock(const uint8_t *row, int j, uint32_t *kw) {
-    constexpr int GB = cblk<T>::bytes, NW = T == LKV_TYPE_Q8_0 ? 10 : 6;
+    constexpr int GB = cblk<T>::bytes, NW = kblock_nw<T>();
     const int base = GB * j, a0 = base & ~7;
     uint32_t w[NW];
     const uint2 *p = (const uint2 *)(row + a0);

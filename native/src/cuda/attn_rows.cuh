@@ -108,11 +108,10 @@ static __device__ __forceinline__ void score_row(const uint8_t *kr, const attn_s
 #pragma unroll
             for (int l = 0; l < 8; l++) lanes[g][l] = 0.f;
         }
+        /* q8_0 / q4_0: 8-byte loads (attn_kv.cuh kblock) where the slice
+         * allows, the same bytes as the 2-byte loads */
         bool k8 = false;
-        if constexpr (T == LKV_TYPE_Q8_0 || T == LKV_TYPE_Q4_0) {
-            constexpr int GB = cblk<T>::bytes, NW = T == LKV_TYPE_Q8_0 ? 10 : 6;
-            k8 = ((uintptr_t)kr & 7) == 0 && ((GB * (nb - 1)) & ~7) + 4 * NW <= GB * nb;
-        }
+        if constexpr (T == LKV_TYPE_Q8_0 || T == LKV_TYPE_Q4_0) k8 = kblock_fits<T>(kr, nb);
         for (int j = 0; j < nb; j++) {
             if constexpr (T == LKV_TYPE_F16) {
 #pragma unroll
@@ -136,16 +135,9 @@ static __device__ __forceinline__ void score_row(const uint8_t *kr, const attn_s
             } else {
                 uint32_t kw[8];
                 float dk, mk;
-                if constexpr (T == LKV_TYPE_Q8_0 || T == LKV_TYPE_Q4_0) {
-                    /* 8-byte loads (attn_kv.cuh kblock) where the slice allows:
-                     * 8-byte aligned, the last block's words inside it; the
-                     * same bytes as the 2-byte loads below */
-                    if (k8) {
-                        dk = kblock<T>(kr, j, kw);
-                        mk = 0.f;
-                    } else {
-                        attn_kwords<T>(attn_fetch2{(const uint16_t *)(kr + (size_t)j * cblk<T>::bytes)}, kw, dk, mk);
-                    }
+                if (k8) {   /* (false for the other types: kblock is q8_0 / q4_0 only) */
+                    if constexpr (T == LKV_TYPE_Q8_0 || T == LKV_TYPE_Q4_0) dk = kblock<T>(kr, j, kw);
+                    mk = 0.f;
                 } else {
                     attn_kwords<T>(attn_fetch2{(const uint16_t *)(kr + (size_t)j * cblk<T>::bytes)}, kw, dk, mk);
                 }

@@ -21,15 +21,6 @@
 #include "exact.cuh"
 #include "twins.cuh"
 
-/* bits s..s+31 of hi:lo for s in 0..32 (32: hi) */
-static __host__ __device__ __forceinline__ uint32_t mb_fsr(uint32_t lo, uint32_t hi, int s) {
-#ifdef __CUDA_ARCH__
-    return __funnelshift_rc(lo, hi, s);
-#else
-    return (uint32_t)((((uint64_t)hi << 32) | lo) >> (s > 32 ? 32 : s));
-#endif
-}
-
 /* block b (byte o of the staged row wr, wr 4-aligned): its scale and its
  * 8 code words as 16 * (code - 8), word j = elements 4j..4j+3 (j < 4: low
  * nibbles of qs[4j..], j >= 4: high nibbles of qs[4(j-4)..]) */
@@ -42,7 +33,7 @@ TW_UNROLL
     dw = tw_hlo(w[0] >> sh);
 TW_UNROLL
     for (int j = 0; j < 4; j++) {
-        const uint32_t q = mb_fsr(w[j], w[j + 1], sh + 16);
+        const uint32_t q = tw_fsrc(w[j], w[j + 1], sh + 16);
         x[j] = tw_andxor(q << 4, 0xF0F0F0F0u, 0x80808080u);
         x[j + 4] = tw_andxor(q, 0xF0F0F0F0u, 0x80808080u);
     }

@@ -45,6 +45,14 @@ static __host__ __device__ __forceinline__ uint32_t tw_fsr(uint32_t lo, uint32_t
     return (uint32_t)((((uint64_t)hi << 32) | lo) >> (s & 31));
 #endif
 }
+/* bits s..s+31 of hi:lo for s in 0..32 (32: hi) */
+static __host__ __device__ __forceinline__ uint32_t tw_fsrc(uint32_t lo, uint32_t hi, int s) {
+#ifdef __CUDA_ARCH__
+    return __funnelshift_rc(lo, hi, s);
+#else
+    return (uint32_t)((((uint64_t)hi << 32) | lo) >> (s > 32 ? 32 : s));
+#endif
+}
 /* w rotated left by s (s < 32) */
 static __host__ __device__ __forceinline__ uint32_t tw_rotl(uint32_t w, int s) {
 #ifdef __CUDA_ARCH__
