@@ -31,6 +31,7 @@
 #include <stdlib.h>
 
 #include "exact.cuh"
+#include "gemm_ptx.cuh"
 
 enum { MB_BM = 64, MB_KB = 8, MB_BK = 256, MB_LD = MB_BK + 16 };
 enum { MB_SPAN = MB_KB * 18, MB_NCH = (MB_SPAN + 15 + 15) / 16, MB_RS = MB_NCH * 16 };
@@ -47,24 +48,6 @@ template <int BN, int NS> struct mb_smem {   /* NS: stages in the ring */
     static_assert(red <= bytes, "mb_smem");
 };
 
-static __device__ __forceinline__ void mb_cp16(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void mb_cp4(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void mb_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-/* d = a * b + EX_MAGIC in int32: the bits of 12582912 + p (|p| < 2^22) */
-static __device__ __forceinline__ void mb_mma(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %10, %10, %10};\n"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(EX_MAGIC));
-}
 static __device__ __forceinline__ float mb_isum(int d) { return __fsub_rn(__int_as_float(d), 12582912.f); }
 
 /* BN / 32 warps per chain (the token tile split in 32-token parts): 256 or
@@ -95,13 +78,13 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         for (int c = tid; c < BN * (MB_BK / 16); c += NT) {
             const int tk = c >> 4, ch = c & 15, k = s * MB_BK + ch * 16, t = t0 + tk;
             const bool ok = t < ntok && k < cols;
-            mb_cp16(sb + L::x + (buf * BN + tk) * MB_LD + ch * 16, ok ? xq + (size_t)t * cols + k : xq, ok ? 16 : 0);
+            gm_cp16(sb + L::x + (buf * BN + tk) * MB_LD + ch * 16, ok ? xq + (size_t)t * cols + k : xq, ok ? 16 : 0);
         }
 #pragma unroll 1
         for (int c = tid; c < BN * MB_KB; c += NT) {
             const int tk = c >> 3, kb = c & 7, g = s * MB_KB + kb, t = t0 + tk;
             const bool ok = t < ntok && g < ng;
-            mb_cp4(sb + L::xd + 4 * ((buf * MB_KB + kb) * BN + tk), ok ? xd + (size_t)t * ng + g : xd, ok ? 4 : 0);
+            gm_cp4(sb + L::xd + 4 * ((buf * MB_KB + kb) * BN + tk), ok ? xd + (size_t)t * ng + g : xd, ok ? 4 : 0);
         }
 #pragma unroll 1
         for (int c = tid; c < MB_BM * MB_NCH; c += NT) {
@@ -110,7 +93,7 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             const uint8_t *src = (const uint8_t *)((uintptr_t)(rp + (size_t)s * MB_SPAN) & ~(uintptr_t)15) + 16 * ch;
             const ptrdiff_t left = wend - src;
             const int nb = left >= 16 ? 16 : left > 0 ? (int)left : 0;
-            mb_cp16(sb + L::raw + (buf * MB_BM + row) * MB_RS + 16 * ch, nb ? src : rp, nb);
+            gm_cp16(sb + L::raw + (buf * MB_BM + row) * MB_RS + 16 * ch, nb ? src : rp, nb);
         }
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
@@ -173,7 +156,7 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         uint32_t bf[8][2];
 #pragma unroll
         for (int np = 0; np < 4; np++)
-            mb_ldsm4(sb + L::w + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * MB_LD + ((lane >> 3) & 1) * 16 + 32 * kb,
+            gm_ldsm4(sb + L::w + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * MB_LD + ((lane >> 3) & 1) * 16 + 32 * kb,
                      bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1]);
         float2 dw2[8];
 #pragma unroll
@@ -182,14 +165,14 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         for (int m = 0; m < MT; m++) {
             /* A: tokens 16 m + (lane & 15), k bytes 16 (lane >> 4) */
             uint32_t a[4];
-            mb_ldsm4(sb + L::x + (buf * BN + 32 * part + 16 * m + (lane & 15)) * MB_LD + (lane >> 4) * 16 + 32 * kb,
+            gm_ldsm4(sb + L::x + (buf * BN + 32 * part + 16 * m + (lane & 15)) * MB_LD + (lane >> 4) * 16 + 32 * kb,
                      a[0], a[1], a[2], a[3]);
             const float *xds = (const float *)(sm + L::xd) + (buf * MB_KB + kb) * BN + 32 * part + 16 * m + g;
             const float x0 = xds[0], x1 = xds[8];
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
                 int d[4];
-                mb_mma(d, a, bf[nt][0], bf[nt][1]);
+                gm_mma_s8(d, a, bf[nt][0], bf[nt][1], EX_MAGIC);
                 float *c = acc[m][nt];
                 c[0] = __fmaf_rn(__fmul_rn(dw2[nt].x, x0), mb_isum(d[0]), c[0]);
                 c[1] = __fmaf_rn(__fmul_rn(dw2[nt].y, x0), mb_isum(d[1]), c[1]);

@@ -41,6 +41,7 @@
 
 #include "exact.cuh"
 #include "quant_i8.cuh"
+#include "gemm_ptx.cuh"
 
 enum { MQ_BM = 128, MQ_BK = 128, MQ_KB = MQ_BK / 32, MQ_THREADS = 256, MQ_LD = MQ_BK + 16 };
 static constexpr int MQ_MAGIC = 0x4B400000;   /* float 12582912.0f */
@@ -115,28 +116,8 @@ __host__ __device__ constexpr int mq_row(int lane, int wr, int nt, int i) { retu
  * does not carry out of a byte, and flipping bit 7 then subtracts 128 mod 256 */
 __host__ __device__ static inline uint32_t mq_q4_s8(uint32_t v) { return (v + 0x78787878u) ^ 0x80808080u; }
 
-// ---------------------------------------------------------------- PTX wrappers
+// ---------------------------------------------------------------- the mma result as a float (PTX: gemm_ptx.cuh)
 
-static __device__ __forceinline__ void mq_cp16(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void mq_cp4(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void mq_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                                uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-/* d = a * b + (MQ_MAGIC, MQ_MAGIC, MQ_MAGIC, MQ_MAGIC), int32 */
-static __device__ __forceinline__ void mq_mma(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                              int c) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %10, %10, %10};\n"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
-}
 static __device__ __forceinline__ float mq_isum(int d) { return __int_as_float(d) - 12582912.f; }
 
 // ---------------------------------------------------------------- kernel
@@ -176,7 +157,7 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         for (int c = tid; c < BN * (MQ_BK / 16); c += MQ_THREADS) {
             const int tk = c >> 3, ch = c & 7, k = s * MQ_BK + ch * 16, t = t0 + tk;
             const bool ok = t < ntok && k < cols;
-            mq_cp16(sb + L::x + (buf * BN + tk) * MQ_LD + ch * 16, ok ? xq + (size_t)t * cols + k : xq,
+            gm_cp16(sb + L::x + (buf * BN + tk) * MQ_LD + ch * 16, ok ? xq + (size_t)t * cols + k : xq,
                     ok ? 16 : 0);
         }
 #pragma unroll 1
@@ -185,8 +166,8 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             const bool ok = t < ntok && g < ng;
             const size_t o = ok ? (size_t)t * ng + g : 0;
             const int d = (buf * MQ_KB + kb) * BN + tk;
-            mq_cp4(sb + L::xd + 4 * d, xd + o, ok ? 4 : 0);
-            if constexpr (MIN) mq_cp4(sb + L::xs + 4 * d, xs + o, ok ? 4 : 0);
+            gm_cp4(sb + L::xd + 4 * d, xd + o, ok ? 4 : 0);
+            if constexpr (MIN) gm_cp4(sb + L::xs + 4 * d, xs + o, ok ? 4 : 0);
         }
 #pragma unroll 1
         for (int c = tid; c < MQ_BM * G::nch; c += MQ_THREADS) {
@@ -203,7 +184,7 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             }
             const ptrdiff_t left = wend - src;
             const int nb = left >= 16 ? 16 : left > 0 ? (int)left : 0;
-            mq_cp16(sb + L::raw + (buf * MQ_BM + row) * G::rs + dof, nb ? src : rp, nb);
+            gm_cp16(sb + L::raw + (buf * MQ_BM + row) * G::rs + dof, nb ? src : rp, nb);
         }
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
@@ -270,8 +251,8 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         for (int kb = 0; kb < MQ_KB; kb++) {
             if (s * MQ_KB + kb >= ng) break;
             uint32_t bf[4][2];
-            mq_ldsm4(sb + L::w + mq_b_off(lane, wr, 0, kb), bf[0][0], bf[0][1], bf[1][0], bf[1][1]);
-            mq_ldsm4(sb + L::w + mq_b_off(lane, wr, 1, kb), bf[2][0], bf[2][1], bf[3][0], bf[3][1]);
+            gm_ldsm4(sb + L::w + mq_b_off(lane, wr, 0, kb), bf[0][0], bf[0][1], bf[1][0], bf[1][1]);
+            gm_ldsm4(sb + L::w + mq_b_off(lane, wr, 1, kb), bf[2][0], bf[2][1], bf[3][0], bf[3][1]);
             float2 dw2[4], mw2[4];
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
@@ -282,7 +263,7 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 #pragma unroll
             for (int m = 0; m < MT; m++) {
                 uint32_t a[4];
-                mq_ldsm4(sb + L::x + mq_a_off<BN>(lane, wt, buf, m, kb), a[0], a[1], a[2], a[3]);
+                gm_ldsm4(sb + L::x + mq_a_off<BN>(lane, wt, buf, m, kb), a[0], a[1], a[2], a[3]);
                 const int xo = (buf * MQ_KB + kb) * BN + mq_tok<BN>(lane, wt, m, 0);
                 const float x0 = s_xd[xo], x1 = s_xd[xo + 8];
                 float y0 = 0.f, y1 = 0.f;
@@ -290,7 +271,7 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
                     int d[4];
-                    mq_mma(d, a, bf[nt][0], bf[nt][1], MQ_MAGIC);
+                    gm_mma_s8(d, a, bf[nt][0], bf[nt][1], MQ_MAGIC);
                     float *c = acc[m][nt];
                     c[0] = fmaf(dw2[nt].x * x0, mq_isum(d[0]), c[0]);
                     c[1] = fmaf(dw2[nt].y * x0, mq_isum(d[1]), c[1]);

@@ -40,6 +40,7 @@
  * (lane 2p + 1) else 0; B column = token.
  */
 #include "exact.cuh"
+#include "gemm_ptx.cuh"
 
 enum { XH_BM = 64, XH_BN = 64, XH_KB = 4, XH_THREADS = 256 };
 enum { XH_XLD = XH_KB * 32 + 16 };   /* bytes per token row of the int8 activations: 16 mod 128 */
@@ -71,12 +72,6 @@ template <int T> struct xh_smem {
 /* token t of the tile (t = 8 tg + 2 c + i) -> its place among a block's 64 scales */
 static __host__ __device__ __forceinline__ int xh_dpos(int t) { return ((t >> 1) & 3) * 16 + (t >> 3) * 2 + (t & 1); }
 
-static __device__ __forceinline__ void xh_cp16(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void xh_cp4(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
 /* d = a * b with a zero accumulator: exactly (float) sum of the integer products */
 static __device__ __forceinline__ void xh_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
@@ -127,7 +122,7 @@ mmx_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         for (int i = tid; i < XH_BN * (XH_KB * 32 / 16); i += XH_THREADS) {
             const int tk = i >> 3, ch = i & 7, k = s * XH_KB * 32 + ch * 16, t = t0 + tk;
             const bool ok = t < ntok && k < cols;
-            xh_cp16(sb + L::x + (buf * XH_BN + tk) * XH_XLD + ch * 16, ok ? xq + (size_t)t * cols + k : xq,
+            gm_cp16(sb + L::x + (buf * XH_BN + tk) * XH_XLD + ch * 16, ok ? xq + (size_t)t * cols + k : xq,
                     ok ? 16 : 0);
         }
 #pragma unroll 1
@@ -136,8 +131,8 @@ mmx_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             const bool ok = t < ntok && gb < ng;
             const size_t o = ok ? (size_t)t * ng + gb : 0;
             const int d = (buf * XH_KB + kb) * XH_BN + xh_dpos(tk);
-            xh_cp4(sb + L::xd + 4 * d, xd + o, ok ? 4 : 0);
-            if constexpr (MIN) xh_cp4(sb + L::xs + 4 * d, xs + o, ok ? 4 : 0);
+            gm_cp4(sb + L::xd + 4 * d, xd + o, ok ? 4 : 0);
+            if constexpr (MIN) gm_cp4(sb + L::xs + 4 * d, xs + o, ok ? 4 : 0);
         }
 #pragma unroll 1
         for (int i = tid; i < XH_BM * G::nch; i += XH_THREADS) {
@@ -146,7 +141,7 @@ mmx_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             const uint8_t *src = (const uint8_t *)((uintptr_t)(rp + (size_t)s * G::span) & ~(uintptr_t)15) + 16 * ch;
             const ptrdiff_t left = wend - src;
             const int nb = ch >= G::nch0 ? 0 : left >= 16 ? 16 : left > 0 ? (int)left : 0;
-            xh_cp16(sb + L::raw + (buf * XH_BM + row) * G::rs + 16 * ch, nb ? src : rp, nb);
+            gm_cp16(sb + L::raw + (buf * XH_BM + row) * G::rs + 16 * ch, nb ? src : rp, nb);
         }
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
