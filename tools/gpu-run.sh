@@ -12,8 +12,8 @@
 # Here, once:  bash ../shared/tools/device-wheels.sh   (makes .whl/)
 #              python3 tools/truncate_gguf.py <SmolLM2 gguf> .models/smollm2-8l.gguf 8
 # Then:        device run, carry [".whl", ".models"], command "bash tools/gpu-run.sh"
-# Stages can be chosen: STAGES="build ops bench prof detail diag pystream pyrest golden kvstream" (default:
-# all but golden, which needs the two halves of the full model: see its stage).
+# Stages can be chosen: STAGES="build ops bench ab prof detail diag pystream pyrest golden kvstream" (default:
+# all but ab and golden; golden needs the two halves of the full model: see its stage).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -76,6 +76,18 @@ if [[ $STAGES == *bench* ]]; then
         LKV_CUDA_GEMM=wmma BENCH_VARIANTS=0 timeout "$(cap 45)" /tmp/cuda_bench 2 8 0
     } > "$OUT/bench.log" 2>&1
     cat "$OUT/bench.log"
+fi
+
+# prefill of 512 at depth 0 with each fused op switched off in turn (AB_CONFIGS:
+# space-separated env settings per config, configs separated by ';')
+if [[ $STAGES == *ab* ]]; then
+    stamp "A/B: fused ops off one at a time (8B shape, pp512 and tg at depth 0)"
+    IFS=';' read -ra cfgs <<< "${AB_CONFIGS:-LKV_CUDA_SWIGLU=1;LKV_CUDA_SWIGLU=0;LKV_CUDA_ATTN_WHOLE=0;LKV_CUDA_SWIGLU=0 LKV_CUDA_ATTN_WHOLE=0}"
+    for cfg in "${cfgs[@]}"; do
+        echo "== $cfg"
+        env $cfg BENCH_VARIANTS=1 timeout "$(cap 45)" /tmp/cuda_bench 2 8 0 | grep -E "pp512|tg "
+    done > "$OUT/ab.log" 2>&1
+    cat "$OUT/ab.log"
 fi
 
 # per-kernel GPU times (ncu, hardware timers; kernels serialised, so launch gaps are

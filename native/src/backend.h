@@ -105,6 +105,11 @@ struct lkv_backend {
                       int32_t type_k, void *vdst, int32_t type_v);
     /* out (n) = silu(gate) * up */
     void (*swiglu)(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
+    /* out (n, wg->rows) = silu(x @ wg^T) * (x @ wu^T): the two matmuls and
+     * swiglu as one op (optional: NULL, or 0 returned when the types or shapes
+     * are not covered, makes the caller call them) */
+    int (*matmul_swiglu)(lkv_bctx *b, float *out, const float *x, const lkv_weight *wg,
+                         const lkv_weight *wu, int n);
     /* x (n) += y */
     void (*add)(lkv_bctx *b, float *x, const float *y, int64_t n);
     /* dst (n_rows, row_bytes(type, n_elems)) = src (n_rows, n_elems) converted to type */
@@ -116,6 +121,10 @@ struct lkv_backend {
     void (*attn_accum)(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
     /* out (n_q, n_head*head_dim) = state normalised */
     void (*attn_finish)(lkv_bctx *b, float *out, const void *st, int n_q, int n_head, int head_dim);
+    /* attn_reset, attn_accum(d) and attn_finish(out) as one op; st's contents
+     * are unspecified afterwards (optional: NULL, or 0 returned when the shape
+     * is not covered, makes the caller call the three) */
+    int (*attn_whole)(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *d);
 
     /* ---- movement ---- */
     /* device -> host of finished compute results (waits for the compute stream) */

@@ -68,20 +68,20 @@ static lkv_status layer(lkv_context *c, int il, int n) {
     const lkv_backend *be = c->be;
     const lkv_model_params *hp = &c->model->hp;
     const lkv_layer_weights *L = &c->model->layers[il];
-    const int hd = hp->head_dim;
 
     layer_attention(c, il, n);
-    LKV_TRY(lkv_kv_attend(c->kv, il, c->q, c->attn_st, &c->geo));
-    be->attn_finish(c->b, c->h, c->attn_st, n, hp->n_head, hd);
+    LKV_TRY(lkv_kv_attend(c->kv, il, c->q, c->attn_st, c->h, &c->geo));
     float *o1[1] = {c->o};
     const lkv_weight *wo[1] = {&L->wo};
     be->matmul(c->b, o1, c->h, wo, 1, n);
     add_norm(c, c->o, &L->ffn_norm, n);
 
-    float *gu[2] = {c->ffn_g, c->ffn_u};
-    const lkv_weight *wgu[2] = {&L->w_gate, &L->w_up};
-    be->matmul(c->b, gu, c->h, wgu, 2, n);
-    be->swiglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, (int64_t)n * hp->n_ff);
+    if (!be->matmul_swiglu || !be->matmul_swiglu(c->b, c->ffn_g, c->h, &L->w_gate, &L->w_up, n)) {
+        float *gu[2] = {c->ffn_g, c->ffn_u};
+        const lkv_weight *wgu[2] = {&L->w_gate, &L->w_up};
+        be->matmul(c->b, gu, c->h, wgu, 2, n);
+        be->swiglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, (int64_t)n * hp->n_ff);
+    }
     const lkv_weight *wd[1] = {&L->w_down};
     be->matmul(c->b, o1, c->ffn_g, wd, 1, n);
     if (il + 1 < hp->n_layer) add_norm(c, c->o, &c->model->layers[il + 1].attn_norm, n);

@@ -434,6 +434,52 @@ static void test_fused_act_quant(void) {
         }
 }
 
+/* matmul_swiglu (mmb.cu's gate/up GEMM with swiglu and the output's codes in
+ * its epilogue) against the CPU's two matmuls and swiglu, bit for bit, and
+ * the down matmul after it (which takes its codes) against the CPU's; every
+ * mmb variant (token tile 32 / 64, ring of 2 / 3). Shapes: SmolLM2's and the
+ * 8B's FFN, a 3-tile FFN; token counts with partial token tiles. */
+static void test_matmul_swiglu(void) {
+    const int shapes[][3] = {{130, 576, 1536}, {509, 576, 96}, {64, 4096, 1024}, {9, 4096, 14336}, {33, 1024, 320}};
+    const char *vars[][2] = {{"", ""}, {"LKV_CUDA_MMB_BN", "32"}, {"LKV_CUDA_MMB_ST", "2"}};
+    for (int si = 0; si < NELEM(shapes); si++) {
+        const int n = shapes[si][0], cols = shapes[si][1], ff = shapes[si][2], rd = 40;
+        const size_t NX = (size_t)n * cols, NF = (size_t)n * ff, ND = (size_t)n * rd;
+        lkv_weight wg = {0}, wu = {0}, wd = {0};
+        make_weight(&wg, LKV_TYPE_Q4_0, ff, cols);
+        make_weight(&wu, LKV_TYPE_Q4_0, ff, cols);
+        make_weight(&wd, LKV_TYPE_Q4_0, rd, ff);
+        float *x = malloc(sizeof(float) * NX), *cg = malloc(sizeof(float) * NF), *cu = malloc(sizeof(float) * NF);
+        float *co = malloc(sizeof(float) * NF), *cdn = malloc(sizeof(float) * ND);
+        float *go = malloc(sizeof(float) * NF), *gdn = malloc(sizeof(float) * ND);
+        fill(x, NX, 2.f);
+        float *cgu[2] = {cg, cu}, *cdo[1] = {cdn};
+        const lkv_weight *wgu[2] = {&wg, &wu}, *wds[1] = {&wd};
+        C->matmul(cb, cgu, x, wgu, 2, n);
+        C->swiglu(cb, co, cg, cu, (int64_t)NF);
+        C->matmul(cb, cdo, co, wds, 1, n);
+        float *dx = dup_dev(x, sizeof(float) * NX), *dout = dev_buf(sizeof(float) * NF), *ddn = dev_buf(sizeof(float) * ND);
+        float *gdo[1] = {ddn};
+        for (int v = 0; v < NELEM(vars); v++) {
+            if (*vars[v][0]) setenv(vars[v][0], vars[v][1], 1);
+            cudaMemset(dout, 0xff, sizeof(float) * NF);   /* NaN: an output not written shows */
+            const int ran = G->matmul_swiglu && G->matmul_swiglu(gb, dout, dx, &wg, &wu, n);
+            G->matmul(gb, gdo, dout, wds, 1, n);
+            get(go, dout, sizeof(float) * NF);
+            get(gdn, ddn, sizeof(float) * ND);
+            if (*vars[v][0]) unsetenv(vars[v][0]);
+            const size_t d1 = mm_bits_differ(go, co, NF), d2 = mm_bits_differ(gdn, cdn, ND);
+            check(ran && d1 == 0 && d2 == 0,
+                  "matmul_swiglu q4_0 n=%d cols=%d ff=%d %s%s%s: fused %s, %zu of %zu outputs and %zu of %zu down "
+                  "outputs differ from the CPU", n, cols, ff, vars[v][0], *vars[v][0] ? "=" : "", vars[v][1],
+                  ran ? "ran" : "DID NOT RUN", d1, NF, d2, ND);
+        }
+        free(x); free(cg); free(cu); free(co); free(cdn); free(go); free(gdn);
+        cudaFree(dx); cudaFree(dout); cudaFree(ddn);
+        free_weight(&wg); free_weight(&wu); free_weight(&wd);
+    }
+}
+
 /* rmsnorm, swiglu, rope, the adds: bit for bit the CPU's (same operations,
  * no contraction, the CPU's exp, f64 sum of squares, f64 sin/cos rounded) */
 static void test_elementwise(void) {
@@ -750,8 +796,24 @@ static void test_attention(void) {
                 same_alt[a] = memcmp(o1, o4, sizeof(float) * QN) == 0;
             }
             if (env0) setenv("LKV_CUDA_ATTN", env0, 1); else unsetenv("LKV_CUDA_ATTN");
-            free(o4);
             free(env0);
+            /* (1c) attn_whole, where it runs (the sequential kernel's shapes):
+             * the same bits, and the codes it leaves for a q4_0 matmul right
+             * after it: that matmul equals the CPU's on the CPU's output */
+            int same_whole = -1;
+            lkv_weight wo = {0};
+            make_weight(&wo, LKV_TYPE_Q4_0, 40, nh * hd);
+            const lkv_weight *wos[1] = {&wo};
+            float *dmo = dev_buf(sizeof(float) * n_q * 40), *gmo = malloc(sizeof(float) * n_q * 40);
+            float *dmos[1] = {dmo};
+            cudaMemset(dout, 0xff, sizeof(float) * QN);
+            if (G->attn_whole && G->attn_whole(gb, dout, dst, dq, &d)) {
+                G->matmul(gb, dmos, dout, wos, 1, n_q);
+                get(o4, dout, sizeof(float) * QN);
+                get(gmo, dmo, sizeof(float) * n_q * 40);
+                same_whole = memcmp(o1, o4, sizeof(float) * QN) == 0;
+            }
+            free(o4);
             /* (2) chunks split over two calls, rows over three segments listed out of order */
             const int cut = n_chunks / 2, s1 = 37, s2 = n_ctx / 2 + 5;
             lkv_attn_desc d2 = d;
@@ -793,6 +855,13 @@ static void test_attention(void) {
             C->attn_reset(cb, cst, n_q, nh, hd);
             C->attn_accum(cb, cst, q, &dc);
             C->attn_finish(cb, oc, cst, n_q, nh, hd);
+            if (same_whole == 1) {
+                float *cmo = malloc(sizeof(float) * n_q * 40), *cmos[1] = {cmo};
+                C->matmul(cb, cmos, oc, wos, 1, n_q);
+                same_whole = mm_bits_differ(gmo, cmo, (size_t)n_q * 40) == 0;
+                free(cmo);
+            }
+            free(gmo); cudaFree(dmo); free_weight(&wo);
             /* against float64: the bound, or twice the CPU's own error where that
              * is larger (run 4 of the fifth session: q8_0 / q4_0 at 17000 rows,
              * GPU and CPU bit-identical, both at 2.00e-06 against 2e-6) */
@@ -802,13 +871,15 @@ static void test_attention(void) {
             const int same_cpu = memcmp(o1, oc, sizeof(float) * QN) == 0;
             size_t n_diff = 0;
             for (size_t i = 0; i < QN; i++) n_diff += memcmp(o1 + i, oc + i, sizeof(float)) != 0;
-            check(eg < tol && egc < tol && same_cpu && inv && same_dyn != 0 && same_alt[0] && same_alt[1],
+            check(eg < tol && egc < tol && same_cpu && inv && same_dyn != 0 && same_alt[0] && same_alt[1] &&
+                      same_whole != 0,
                   "attn nh=%d nkv=%d hd=%d chunk=%d ctx=%d nq=%d k=%s v=%s: rel err %.2e (cpu %.2e), "
                   "gpu vs cpu %.2e (tol %.0e), bit-identical to the cpu: %s (%zu of %zu differ), "
-                  "split/segment invariant: %s, replay at +%d: %s, dec-old: %s, ring (vs ring2): %s", nh, nkv, hd, chunk, n_ctx, n_q,
+                  "split/segment invariant: %s, replay at +%d: %s, dec-old: %s, ring (vs ring2): %s, "
+                  "whole (and its codes): %s", nh, nkv, hd, chunk, n_ctx, n_q,
                   TK->name, TV->name, eg, ec, egc, tol, same_cpu ? "yes" : "NO", n_diff, QN, inv ? "yes" : "NO",
                   delta, same_dyn < 0 ? "-" : same_dyn ? "same" : "DIFFERS", same_alt[0] ? "same" : "DIFFERS",
-                  same_alt[1] ? "same" : "DIFFERS");
+                  same_alt[1] ? "same" : "DIFFERS", same_whole < 0 ? "-" : same_whole ? "same" : "DIFFERS");
             free(kf); free(vf); free(kq); free(vq); free(q); free(ref); free(o1); free(o2); free(o3); free(oc); free(cst);
             cudaFree(dk); cudaFree(dv); cudaFree(dq); cudaFree(dout); cudaFree(dst);
         }
@@ -1063,6 +1134,7 @@ int main(int argc, char **argv) {
     if (op) return op == 1 ? 0 : op;
     if (!*only || strstr(only, "ew")) test_elementwise();
     if (!*only || strstr(only, "ew")) test_fused_act_quant();
+    if (!*only || strstr(only, "mm")) test_matmul_swiglu();
     if (!*only || strstr(only, "mm")) test_matmul();
     if (!*only || strstr(only, "attn")) test_attention();
     if (!*only || strstr(only, "graph")) test_graph();

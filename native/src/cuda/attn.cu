@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "act_quant.cuh"
 #include "attn_rows.cuh"
 #include "attn_mma.cuh"
 #include "pdl.cuh"
@@ -196,15 +197,23 @@ static __device__ __forceinline__ void load_q(const float *q, const lkv_attn_des
 
 // ---------------------------------------------------------------- kernels
 
+/* where attn_seq writes a finished output (attn_whole) instead of the state:
+ * out (n_q, n_head * hd), and its 8-bit codes for the o matmul (q: NULL when
+ * they do not fit) */
+struct attn_fin { float *out; int8_t *q; float *d, *s; };
+
 /* grid (head groups, n_q): chunks in order, folded as they come; thread g < G
- * keeps head g's (m, l) and the fold factors in shared memory */
+ * keeps head g's (m, l) and the fold factors in shared memory. With fin.out
+ * it starts from the reset state and writes the finished output (attn_finish)
+ * instead of the state. */
 template <int TK, int TV, int GM>
 __global__ void __launch_bounds__(ATT_THREADS, GM == 4 ? 5 : 1)
 attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc d, attn_geom ge,
-                attn_dyn dy) {
+                attn_dyn dy, const attn_fin fin) {
     extern __shared__ __align__(16) float sm[];
     __shared__ float run_m[GM], run_l[GM];
     __shared__ attn_fw fw[GM];
+    pdl_enter();
     const int delta = attn_delta(dy);
     const int gi = blockIdx.x, qi = blockIdx.y, qpos = d.q_pos0 + delta + qi;
     const int kh = gi / ge.n_sub, sub = gi % ge.n_sub;
@@ -219,13 +228,13 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
     for (int g = 0; g < GM; g++) {
         if (g >= G) break;
         const float *sp = st + ((size_t)qi * d.n_head + h0 + g) * (hd + 2);
-        o[g][0] = owner ? sp[2 + tid] : 0.f;
-        o[g][1] = owner && tid + 128 < hd ? sp[2 + tid + 128] : 0.f;
+        o[g][0] = owner && !fin.out ? sp[2 + tid] : 0.f;
+        o[g][1] = owner && !fin.out && tid + 128 < hd ? sp[2 + tid + 128] : 0.f;
     }
     if (tid < G) {
         const float *sp = st + ((size_t)qi * d.n_head + h0 + tid) * (hd + 2);
-        run_m[tid] = sp[0];
-        run_l[tid] = sp[1];
+        run_m[tid] = fin.out ? -INFINITY : sp[0];
+        run_l[tid] = fin.out ? 0.f : sp[1];
     }
     const int c_end = min(d.chunk_hi, qpos / d.chunk + 1);
     for (int c = d.chunk_lo; c < c_end; c++) {
@@ -240,6 +249,22 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
             o[g][1] = attn_fold_o(o[g][1], acc[g][1], f);
         }
         __syncthreads();
+    }
+    if (fin.out) {
+        __syncthreads();   /* run_l (no chunk: the values set above) */
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if (g >= G) break;
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                if (!owner || tid + 128 * k >= hd) continue;   /* whole warps: hd % 32 == 0 */
+                const float v = run_l[g] > 0.f ? o[g][k] : 0.f;
+                const size_t i = ((size_t)qi * d.n_head + h0 + g) * hd + tid + 128 * k;
+                fin.out[i] = v;
+                if (fin.q) act_q8_warp(v, true, fin.q + (i & ~(size_t)31), fin.d + i / 32, fin.s + i / 32);
+            }
+        }
+        return;
     }
 #pragma unroll
     for (int g = 0; g < GM; g++) {
@@ -316,6 +341,31 @@ __global__ void attn_fold_kernel(float *st, const float *ws, int n_head, int hd,
 
 // ---------------------------------------------------------------- launchers
 
+/* chunks the workspace holds for this micro-batch (attn_split) */
+static int attn_ws_batch(const lkv_bctx *b, const lkv_attn_desc *d) {
+    const size_t per_chunk = (size_t)d->n_q * d->n_head * (d->head_dim + 2) * sizeof(float);
+    return (int)(b->attn_ws_bytes / per_chunk);
+}
+
+/* the kernel choice depends on the micro-batch shape only, never on the chunk
+ * range, segments or position (the kernels give the same bits anyway):
+ * attn_seq when there are queries enough to fill the GPU */
+static bool attn_use_seq(const lkv_bctx *b, const lkv_attn_desc *d, const attn_geom &ge) {
+    return (int64_t)d->n_q * d->n_head_kv * ge.n_sub >= 2 * b->n_sm || attn_ws_batch(b, d) < 1;
+}
+
+template <int TK, int TV>
+static void attn_seq_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const attn_geom &ge,
+                            const attn_dyn &dy, const attn_fin &fin) {
+    const int n_groups = d->n_head_kv * ge.n_sub, Gmax = min(GMAX, ge.G_total);
+    const size_t smem = attn_smem_bytes(Gmax, d->chunk, d->head_dim);
+    const dim3 grid(n_groups, d->n_q);
+    /* GQA groups of <= 4 heads: a kernel with half the per-head registers */
+    if (Gmax <= 4) lkv_launch(b, attn_seq_kernel<TK, TV, 4>, grid, ATT_THREADS, smem, st, q, *d, ge, dy, fin);
+    else lkv_launch(b, attn_seq_kernel<TK, TV, GMAX>, grid, ATT_THREADS, smem, st, q, *d, ge, dy, fin);
+    LKV_CUDA_LAUNCHED(b, "attn_seq");
+}
+
 template <int TK, int TV>
 static void attn_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d,
                         const attn_geom &ge, const attn_dyn &dy) {
@@ -323,15 +373,9 @@ static void attn_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_d
     const int Gmax = min(GMAX, ge.G_total);
     const size_t smem = attn_smem_bytes(Gmax, d->chunk, d->head_dim);
     if (smem > ATT_SMEM_MAX) { lkv_cuda_note(b, cudaErrorInvalidValue, "attn: chunk too large"); return; }
-    const size_t per_chunk = (size_t)d->n_q * d->n_head * (d->head_dim + 2) * sizeof(float);
-    const int batch = (int)(b->attn_ws_bytes / per_chunk);
-    /* the kernel choice depends on the micro-batch shape only, never on the
-     * chunk range, segments or position (both kernels give the same bits anyway) */
-    if ((int64_t)d->n_q * n_groups >= 2 * b->n_sm || batch < 1) {
-        /* GQA groups of <= 4 heads: a kernel with half the per-head registers */
-        if (Gmax <= 4) attn_seq_kernel<TK, TV, 4><<<dim3(n_groups, d->n_q), ATT_THREADS, smem, b->stream>>>(st, q, *d, ge, dy);
-        else attn_seq_kernel<TK, TV, GMAX><<<dim3(n_groups, d->n_q), ATT_THREADS, smem, b->stream>>>(st, q, *d, ge, dy);
-        LKV_CUDA_LAUNCHED(b, "attn_seq");
+    const int batch = attn_ws_batch(b, d);
+    if (attn_use_seq(b, d, ge)) {
+        attn_seq_launch<TK, TV>(b, st, q, d, ge, dy, attn_fin{nullptr, nullptr, nullptr, nullptr});
         return;
     }
     if (lkv_cuda_attn_dec(b, st, q, d, ge.rbk, ge.rbv)) return;   /* attn_dec.cu */
@@ -375,14 +419,13 @@ static int64_t kv_row_bytes(int type, int64_t n) {
     }
 }
 
-void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d) {
-    if (d->n_q <= 0 || d->chunk_hi <= d->chunk_lo) return;
+/* the geometry of d; false (with the reason noted when `note`) when unsupported */
+static bool attn_geom_of(lkv_bctx *b, const lkv_attn_desc *d, attn_geom &ge, bool note) {
     const int hd = d->head_dim;
     if (hd % 32 || hd > 256 || d->n_head % d->n_head_kv || d->chunk <= 0 || d->n_segs > LKV_MAX_SEGS) {
-        lkv_cuda_note(b, cudaErrorInvalidValue, "attn: unsupported geometry");
-        return;
+        if (note) lkv_cuda_note(b, cudaErrorInvalidValue, "attn: unsupported geometry");
+        return false;
     }
-    attn_geom ge;
     ge.G_total = d->n_head / d->n_head_kv;
     ge.n_sub = (ge.G_total + GMAX - 1) / GMAX;
     ge.hdT = hd < 128 ? hd : 128;
@@ -392,9 +435,16 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
     ge.hbk = (size_t)kv_row_bytes(d->type_k, hd);
     ge.hbv = (size_t)kv_row_bytes(d->type_v, hd);
     if ((int64_t)ge.rbk <= 0 || (int64_t)ge.rbv <= 0) {
-        lkv_cuda_note(b, cudaErrorInvalidValue, "attn: unsupported KV type");
-        return;
+        if (note) lkv_cuda_note(b, cudaErrorInvalidValue, "attn: unsupported KV type");
+        return false;
     }
+    return true;
+}
+
+void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d) {
+    if (d->n_q <= 0 || d->chunk_hi <= d->chunk_lo) return;
+    attn_geom ge;
+    if (!attn_geom_of(b, d, ge, true)) return;
     if (lkv_cuda_fast(b, "LKV_CUDA_ATTN", "mma") && lkv_cuda_attn_mma(b, st, q, d)) return;
     const attn_dyn dy = attn_dyn_of(b, d);
     if (d->type_k == d->type_v) {
@@ -406,6 +456,33 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
         }
     }
     attn_launch<-1, -1>(b, (float *)st, q, d, ge, dy);
+}
+
+/* reset + accum + finish where attn_accum would run attn_seq: one launch that
+ * starts from the reset state and writes out and its codes; 0 otherwise */
+int lkv_cuda_attn_whole(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *d) {
+    attn_geom ge;
+    if (d->n_q <= 0 || d->chunk_hi <= d->chunk_lo || !attn_geom_of(b, d, ge, false)) return 0;
+    if (lkv_cuda_fast(b, "LKV_CUDA_ATTN", "mma") || lkv_cuda_env_is("LKV_CUDA_ATTN_WHOLE", "0")) return 0;
+    const int Gmax = min(GMAX, ge.G_total);
+    if (attn_smem_bytes(Gmax, d->chunk, d->head_dim) > ATT_SMEM_MAX || !attn_use_seq(b, d, ge)) return 0;
+    const int64_t n = (int64_t)d->n_q * d->n_head * d->head_dim;
+    const bool qc = lkv_act_fits(b, d->n_q, (int64_t)d->n_head * d->head_dim);
+    const attn_fin fin = {out, qc ? b->xq : nullptr, qc ? b->xd : nullptr, qc ? b->xs : nullptr};
+    const attn_dyn dy = attn_dyn_of(b, d);
+    float *stf = (float *)st;
+    if (d->type_k == d->type_v) {
+        switch (d->type_k) {
+#define X(T) case T: attn_seq_launch<T, T>(b, stf, q, d, ge, dy, fin); goto launched;
+            ATTN_INSTANCES(X)
+#undef X
+        default: break;
+        }
+    }
+    attn_seq_launch<-1, -1>(b, stf, q, d, ge, dy, fin);
+launched:
+    if (qc) lkv_act_tag_set(b, out, n);
+    return 1;
 }
 
 /* for tests/cuda/test_ops.c only (declared there): emulates a replayed step

@@ -168,6 +168,9 @@ static void cuda_ctx_free(lkv_bctx *b) {
     if (b->xq) cudaFree(b->xq);
     if (b->xd) cudaFree(b->xd);
     if (b->xs) cudaFree(b->xs);
+    if (b->xq2) cudaFree(b->xq2);
+    if (b->xd2) cudaFree(b->xd2);
+    if (b->xs2) cudaFree(b->xs2);
     if (b->d_tokens) cudaFree(b->d_tokens);
     if (b->h_tokens) cudaFreeHost(b->h_tokens);
     if (b->tokens_free) cudaEventDestroy(b->tokens_free);
@@ -224,6 +227,12 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
         if (e == cudaSuccess) e = cudaMalloc((void **)&b->xq, nq);
         if (e == cudaSuccess) e = cudaMalloc((void **)&b->xd, nq / 32 * sizeof(float));
         if (e == cudaSuccess) e = cudaMalloc((void **)&b->xs, nq / 32 * sizeof(float));
+        /* the second set: only prefill GEMMs (more than 8 tokens) write it */
+        if (b->xq_rows > 8) {
+            if (e == cudaSuccess) e = cudaMalloc((void **)&b->xq2, nq);
+            if (e == cudaSuccess) e = cudaMalloc((void **)&b->xd2, nq / 32 * sizeof(float));
+            if (e == cudaSuccess) e = cudaMalloc((void **)&b->xs2, nq / 32 * sizeof(float));
+        }
     }
     if (e == cudaSuccess) e = cudaEventRecord(b->tokens_free, b->stream);
     if (e != cudaSuccess) {
@@ -389,12 +398,14 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* rope */ lkv_cuda_rope,
     /* rope_store */ lkv_cuda_rope_store,
     /* swiglu */ lkv_cuda_swiglu,
+    /* matmul_swiglu */ lkv_cuda_matmul_swiglu,
     /* add */ lkv_cuda_add,
     /* to_type */ lkv_cuda_to_type,
     /* attn_state_bytes */ lkv_cuda_attn_state_bytes,
     /* attn_reset */ lkv_cuda_attn_reset,
     /* attn_accum */ lkv_cuda_attn_accum,
     /* attn_finish */ lkv_cuda_attn_finish,
+    /* attn_whole */ lkv_cuda_attn_whole,
     /* download */ cuda_download,
     /* upload */ cuda_upload,
     /* copy_d2d */ cuda_copy_d2d,

@@ -48,6 +48,11 @@ struct lkv_bctx {
     int8_t *xq;                  /* (xq_rows, xq_cols) quantized activations */
     float *xd;                   /* (xq_rows, xq_cols / 32) block scales */
     float *xs;                   /* (xq_rows, xq_cols / 32) block sums times scale */
+    /* a second set of the same size: a matmul that quantizes its own output
+     * (mmb.cu's gate/up with swiglu) writes it while reading xq, then the two
+     * are swapped (lkv_cuda_act_swap) */
+    int8_t *xq2;
+    float *xd2, *xs2;
     int xq_cols;
     int xq_rows;                 /* max(MV_MAX_TOK, max_tokens) */
     /* xq holds the codes of this float array (act_quant.cuh), valid while
@@ -218,6 +223,11 @@ static __device__ __forceinline__ float lkv_expf_cpu(float x) {
     return __fmul_rn(__fmaf_rn(s2, j, s2), s1);
 }
 
+/* silu(g) * u as the CPU's swiglu (cpu/ops.c): g / (1 + e^-g), times u */
+static __device__ __forceinline__ float lkv_swiglu_cpu(float g, float u) {
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.f, lkv_expf_cpu(__fsub_rn(0.f, g)))), u);
+}
+
 static __device__ __forceinline__ float lkv_block_max(float v, float *red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nw = (blockDim.x + 31) >> 5;
@@ -245,6 +255,8 @@ int lkv_cuda_rope_store(lkv_bctx *b, float *q, float *k, const float *v, int n, 
                         const lkv_rope_desc *rq, const lkv_rope_desc *rk, void *kdst,
                         int32_t type_k, void *vdst, int32_t type_v);
 void lkv_cuda_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
+int lkv_cuda_matmul_swiglu(lkv_bctx *b, float *out, const float *x, const lkv_weight *wg,
+                           const lkv_weight *wu, int n);
 void lkv_cuda_add(lkv_bctx *b, float *x, const float *y, int64_t n);
 void lkv_cuda_to_type(lkv_bctx *b, void *dst, int32_t type, const float *src, int n_rows,
                       int n_elems);
@@ -253,6 +265,7 @@ void lkv_cuda_attn_reset(lkv_bctx *b, void *st, int n_q, int n_head, int head_di
 void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
 void lkv_cuda_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n_head,
                           int head_dim);
+int lkv_cuda_attn_whole(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *d);
 void lkv_cuda_attn_setup(void);
 /* decode attention with staged K/V (attn_dec.cu); false when the shape is not covered */
 bool lkv_cuda_attn_dec(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,

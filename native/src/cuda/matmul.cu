@@ -262,3 +262,32 @@ void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
         }
     }
 }
+
+/* out (n, rows) = silu(x @ wg^T) * (x @ wu^T) in one launch, with the codes of
+ * out for the down matmul (mmb.cu, SW): q4_0 gate and up of one shape, the
+ * exact kernels, a prefill batch; 0 when not covered (the caller runs matmul
+ * and swiglu, which give the same bits) */
+int lkv_cuda_matmul_swiglu(lkv_bctx *b, float *out, const float *x, const lkv_weight *wg,
+                           const lkv_weight *wu, int n) {
+    const int cols = (int)wg->cols, rows = (int)wg->rows;
+    if (n <= MV_MAX_TOK || wg->type != LKV_TYPE_Q4_0 || wu->type != LKV_TYPE_Q4_0 || wu->cols != wg->cols ||
+        wu->rows != wg->rows || !wg->dev || !wu->dev || rows % 32 || cols % 32)
+        return 0;
+    if (!b->mmq || !b->xq2 || n > b->xq_rows || cols > b->xq_cols || rows > b->xq_cols ||
+        lkv_cuda_env_is("LKV_CUDA_GEMM", "wmma") || lkv_cuda_fast(b, "LKV_CUDA_GEMM", "fast") ||
+        lkv_cuda_env_is("LKV_CUDA_SWIGLU", "0"))
+        return 0;
+    if (!lkv_act_tag_take(b, x, n, cols)) lkv_cuda_quantize_act(b, x, n, cols, LKV_TYPE_Q4_0);
+    mm_set ms = {};
+    ms.n_w = 2;
+    ms.w[0] = (const uint8_t *)wg->dev;
+    ms.w[1] = (const uint8_t *)wu->dev;
+    ms.out[0] = out;
+    ms.row_bytes[0] = wg->row_bytes;
+    ms.row_bytes[1] = wu->row_bytes;
+    ms.rows[0] = ms.rows[1] = rows;
+    if (!lkv_cuda_mmb_swiglu(b, ms, cols, n)) return 0;
+    LKV_CUDA_LAUNCHED(b, "matmul_swiglu (mmb)");
+    lkv_act_swap(b, out, (int64_t)n * rows);
+    return 1;
+}

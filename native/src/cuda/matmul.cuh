@@ -64,4 +64,10 @@ bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int c
  * hands them to mvx.cu unless LKV_CUDA_MV=fast (exact.cuh) */
 bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n, bool quantize);
 
+/* mmb.cu's gate/up GEMM with the swiglu and its codes in the epilogue: ms has
+ * gate (w[0]) and up (w[1]) of equal shape, rows % 32 == 0, x quantized in
+ * b->xq; writes out = ms.out[0] and its codes into b->xq2 / xd2 / xs2; false
+ * when it does not apply */
+bool lkv_cuda_mmb_swiglu(lkv_bctx *b, mm_set &ms, int cols, int n);
+
 #endif

@@ -27,11 +27,23 @@
  * rows: c0 = (g, 2q), c1 = (g, 2q + 1), c2 = (g + 8, 2q), c3 = (g + 8, 2q + 1).
  * LKV_CUDA_MMB_BN=32|64 forces the token tile (default 64: 2 warps per chain,
  * 512 threads), LKV_CUDA_MMB_ST=2|3 the stages of the copy ring (default 3).
+ *
+ * SW (lkv_cuda_mmb_swiglu, the gate and up matmuls of a SwiGLU FFN): a tile's
+ * rows are 32 gate rows and the same 32 up rows, so the thread that ends with
+ * gate (t, i) also holds up (t, i); it writes silu(gate) * up (the CPU's
+ * swiglu) and, 4 lanes holding one 32-block of a token, its 8-bit codes for
+ * the down matmul (act_quant.cuh act_q8_quad). Gate and up never reach memory.
+ *
+ * Launched with programmatic dependent launch (pdl.cuh): the row addresses
+ * and the first stages' weight copies are issued before the wait for the
+ * kernel that wrote the activations.
  */
 #include <stdlib.h>
 
+#include "act_quant.cuh"
 #include "exact.cuh"
 #include "gemm_ptx.cuh"
+#include "pdl.cuh"
 
 enum { MB_BM = 64, MB_KB = 8, MB_BK = 256, MB_LD = MB_BK + 16 };
 enum { MB_SPAN = MB_KB * 18, MB_NCH = (MB_SPAN + 15 + 15) / 16, MB_RS = MB_NCH * 16 };
@@ -54,10 +66,59 @@ static __device__ __forceinline__ float mb_isum(int d) { return __fsub_rn(__int_
  * 512 threads */
 template <int BN> __host__ __device__ constexpr int mb_threads() { return 8 * BN; }
 
-template <int BN, int NS>
+/* where the SW kernel writes the 8-bit codes of its output (b->xq2 ...) */
+struct mb_act { int8_t *q; float *d, *s; };
+
+/* SW tile rows: gate rows r0 .. r0 + 31 (ms.w[0]), then the same up rows
+ * (ms.w[1]); rows past the end read the last one. The two weights' ends. */
+static __device__ __forceinline__ void mb_pair_rows(const mm_set &ms, int r0, int rows, int tid,
+                                                    const uint8_t **s_rowp, const uint8_t **s_wend) {
+    if (tid < MB_BM) {
+        const int w = tid / (MB_BM / 2);
+        s_rowp[tid] = ms.w[w] + (size_t)min(r0 + tid % (MB_BM / 2), rows - 1) * ms.row_bytes[w];
+    }
+    if (tid < 2) s_wend[tid] = ms.w[tid] + (size_t)rows * ms.row_bytes[tid];
+}
+
+/* SW epilogue (chain 0's warps): acc[m][nt][i] is row 8 nt + 2 q + (i & 1)
+ * of the tile (nt < 4: gate, nt >= 4: the same up row) for token t_base +
+ * 16 m + 8 (i >> 1); lanes 4 g .. 4 g + 3 hold a token's 32 values */
+template <int MT>
+static __device__ __forceinline__ void mb_swiglu_store(const float (&acc)[MT][8][4], float *out, const mb_act &oa,
+                                                       int rows, int r0, int t_base, int ntok, int q) {
+    const int nb = rows / 32, kb = r0 / 32;
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int t = t_base + 16 * m + 8 * h;
+            float v[8];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    v[2 * nt + e] = lkv_swiglu_cpu(acc[m][nt][2 * h + e], acc[m][nt + 4][2 * h + e]);
+            int c[8];
+            float d, sum;
+            act_q8_quad(v, c, d, sum);   /* all lanes: shuffles */
+            if (t >= ntok) continue;
+            const size_t o = (size_t)t * rows + r0 + 2 * q;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                *(float2 *)(out + o + 8 * nt) = make_float2(v[2 * nt], v[2 * nt + 1]);
+                *(char2 *)(oa.q + o + 8 * nt) = make_char2((signed char)c[2 * nt], (signed char)c[2 * nt + 1]);
+            }
+            if (q == 0) {
+                oa.d[(size_t)t * nb + kb] = d;
+                oa.s[(size_t)t * nb + kb] = sum;
+            }
+        }
+}
+
+template <int BN, int NS, bool SW>
 __global__ void __launch_bounds__(mb_threads<BN>(), BN == 32 ? 2 : 1)
 mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd, int cols,
-           int ntok) {
+           int ntok, const mb_act oa) {
     using L = mb_smem<BN, NS>;
     constexpr int MT = 2;                       /* m-tiles (16 tokens) per warp */
     constexpr int NT = mb_threads<BN>();        /* threads: BN / 32 warps per chain */
@@ -65,14 +126,19 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int chain = warp & 7, part = warp >> 3;   /* chain: block of the stage; part: 32 tokens */
-    const int j = mm_pick(ms, blockIdx.x);
-    const int rows = ms.rows[j], r0 = (blockIdx.x - ms.tile0[j]) * MB_BM, t0 = blockIdx.y * BN;
+    pdl_trigger();
+    const int j = SW ? 0 : mm_pick(ms, blockIdx.x);
+    const int rows = ms.rows[j], r0 = (blockIdx.x - ms.tile0[j]) * (SW ? MB_BM / 2 : MB_BM), t0 = blockIdx.y * BN;
     const int ng = cols / 32, nst = (ng + MB_KB - 1) / MB_KB;
     __shared__ const uint8_t *s_rowp[MB_BM];   /* rows past the end read the last one */
-    const uint8_t *wend = mm_tile_rows(ms, j, r0, rows, MB_BM, tid, s_rowp);
+    __shared__ const uint8_t *s_wend[2];       /* SW: the gate's and the up's end */
+    const uint8_t *wend = nullptr;
+    if constexpr (SW) mb_pair_rows(ms, r0, rows, tid, s_rowp, s_wend);
+    else wend = mm_tile_rows(ms, j, r0, rows, MB_BM, tid, s_rowp);
     __syncthreads();
 
-    auto issue = [&](int s) {
+    /* activations and their scales of stage s (written by the kernel before) */
+    auto issue_x = [&](int s) {
         const int buf = s % NS;
 #pragma unroll 1
         for (int c = tid; c < BN * (MB_BK / 16); c += NT) {
@@ -86,15 +152,23 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             const bool ok = t < ntok && g < ng;
             gm_cp4(sb + L::xd + 4 * ((buf * MB_KB + kb) * BN + tk), ok ? xd + (size_t)t * ng + g : xd, ok ? 4 : 0);
         }
+    };
+    /* raw weight bytes of stage s */
+    auto issue_w = [&](int s) {
+        const int buf = s % NS;
 #pragma unroll 1
         for (int c = tid; c < MB_BM * MB_NCH; c += NT) {
             const int row = c / MB_NCH, ch = c % MB_NCH;
             const uint8_t *rp = s_rowp[row];
             const uint8_t *src = (const uint8_t *)((uintptr_t)(rp + (size_t)s * MB_SPAN) & ~(uintptr_t)15) + 16 * ch;
-            const ptrdiff_t left = wend - src;
+            const ptrdiff_t left = (SW ? s_wend[row / (MB_BM / 2)] : wend) - src;
             const int nb = left >= 16 ? 16 : left > 0 ? (int)left : 0;
             gm_cp16(sb + L::raw + (buf * MB_BM + row) * MB_RS + 16 * ch, nb ? src : rp, nb);
         }
+    };
+    auto issue = [&](int s) {
+        issue_x(s);
+        issue_w(s);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
 
@@ -135,11 +209,16 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             for (int i = 0; i < 4; i++) acc[m][nt][i] = 0.f;
 
     /* a ring of NS stages: NS - 1 in flight while one is unpacked and used;
-     * a stage past the end commits an empty group, so the count stays */
+     * a stage past the end commits an empty group, so the count stays. The
+     * first stages' weights go before the wait (they land in group 0) */
+#pragma unroll 1
+    for (int s = 0; s < NS - 1; s++)
+        if (s < nst) issue_w(s);
+    pdl_wait();
 #pragma unroll 1
     for (int s = 0; s < NS - 1; s++) {
-        if (s < nst) issue(s);
-        else asm volatile("cp.async.commit_group;\n" ::: "memory");
+        if (s < nst) issue_x(s);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
 #pragma unroll 1
     for (int s = 0; s < nst; s++) {
@@ -212,6 +291,10 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         }
     }
     if (chain != 0) return;
+    if constexpr (SW) {
+        mb_swiglu_store(acc, ms.out[0], oa, rows, r0, t0 + 32 * part + g, ntok, q);
+        return;
+    }
     float *out = ms.out[j];
 #pragma unroll
     for (int m = 0; m < MT; m++)
@@ -224,23 +307,37 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             }
 }
 
-template <int BN, int NS> static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
+template <int BN, int NS, bool SW>
+static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n, const mb_act &oa) {
     constexpr int bytes = mb_smem<BN, NS>::bytes;
     static unsigned configured = 0;
-    lkv_cuda_smem_limit(b, &configured, mmb_kernel<BN, NS>, bytes, "matmul (mmb): shared memory limit");
-    const dim3 grid(ms.tile0[ms.n_w], lkv_cdiv(n, BN));
-    mmb_kernel<BN, NS><<<grid, mb_threads<BN>(), bytes, b->stream>>>(ms, b->xq, b->xd, cols, n);
+    lkv_cuda_smem_limit(b, &configured, mmb_kernel<BN, NS, SW>, bytes, "matmul (mmb): shared memory limit");
+    const dim3 grid(SW ? lkv_cdiv(ms.rows[0], MB_BM / 2) : ms.tile0[ms.n_w], lkv_cdiv(n, BN));
+    lkv_launch(b, mmb_kernel<BN, NS, SW>, grid, mb_threads<BN>(), bytes, ms, (const int8_t *)b->xq,
+               (const float *)b->xd, cols, n, oa);
+}
+
+/* the token tile and ring depth: LKV_CUDA_MMB_BN=32|64, LKV_CUDA_MMB_ST=2|3
+ * (per call: tests use every variant; default 64 x 3) */
+template <bool SW> static void mmb_dispatch(lkv_bctx *b, const mm_set &ms, int cols, int n, const mb_act &oa) {
+    const char *e = getenv("LKV_CUDA_MMB_BN"), *st = getenv("LKV_CUDA_MMB_ST");
+    const bool b64 = !(e && atoi(e) == 32), s3 = !(st && atoi(st) == 2);
+    if (b64) s3 ? mmb_launch<64, 3, SW>(b, ms, cols, n, oa) : mmb_launch<64, 2, SW>(b, ms, cols, n, oa);
+    else s3 ? mmb_launch<32, 3, SW>(b, ms, cols, n, oa) : mmb_launch<32, 2, SW>(b, ms, cols, n, oa);
 }
 
 bool lkv_cuda_mmb(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
     if (type != LKV_TYPE_Q4_0) return false;
     ms.tile0[0] = 0;
     for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MB_BM);
-    /* per call (tests use every variant): LKV_CUDA_MMB_BN=32|64 token tile,
-     * LKV_CUDA_MMB_ST=2|3 ring stages */
-    const char *e = getenv("LKV_CUDA_MMB_BN"), *st = getenv("LKV_CUDA_MMB_ST");
-    const bool b64 = !(e && atoi(e) == 32), s3 = !(st && atoi(st) == 2);   /* default 64 x 3 */
-    if (b64) s3 ? mmb_launch<64, 3>(b, ms, cols, n) : mmb_launch<64, 2>(b, ms, cols, n);
-    else s3 ? mmb_launch<32, 3>(b, ms, cols, n) : mmb_launch<32, 2>(b, ms, cols, n);
+    mmb_dispatch<false>(b, ms, cols, n, mb_act{nullptr, nullptr, nullptr});
+    return true;
+}
+
+bool lkv_cuda_mmb_swiglu(lkv_bctx *b, mm_set &ms, int cols, int n) {
+    if (ms.n_w != 2 || ms.rows[0] != ms.rows[1] || ms.rows[0] % 32 || !b->xq2) return false;
+    ms.tile0[0] = 0;
+    ms.tile0[1] = ms.tile0[2] = (int)lkv_cdiv(ms.rows[0], MB_BM / 2);
+    mmb_dispatch<true>(b, ms, cols, n, mb_act{b->xq2, b->xd2, b->xs2});
     return true;
 }

@@ -85,19 +85,24 @@ void lkv_kv_batch_rows(lkv_kv *kv, int32_t layer, void **k, void **v) {
     *v = (char *)kv->v[layer] + (size_t)kv->pos0 * kv->cfg.row_bytes_v;
 }
 
-lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st,
+lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st, float *out,
                          const lkv_attn_desc *geo) {
+    const lkv_backend *be = kv->be;
     lkv_attn_desc d = *geo;
     d.q_pos0 = kv->pos0;
     d.n_q = kv->n;
     d.chunk = kv->cfg.chunk;
-    kv->be->attn_reset(kv->b, st, d.n_q, d.n_head, d.head_dim);
-    if (kv->stream) return lkv_kv_stream_attend(kv->stream, layer, q, st, &d);
-    d.chunk_lo = 0;
-    d.chunk_hi = (kv->pos0 + kv->n - 1) / d.chunk + 1;
-    d.n_segs = 1;
-    d.segs[0] = (lkv_kv_seg){0, kv->pos0 + kv->n, kv->k[layer], kv->v[layer]};
-    kv->be->attn_accum(kv->b, st, q, &d);
+    if (!kv->stream) {
+        d.chunk_lo = 0;
+        d.chunk_hi = (kv->pos0 + kv->n - 1) / d.chunk + 1;
+        d.n_segs = 1;
+        d.segs[0] = (lkv_kv_seg){0, kv->pos0 + kv->n, kv->k[layer], kv->v[layer]};
+        if (be->attn_whole && be->attn_whole(kv->b, out, st, q, &d)) return LKV_OK;
+    }
+    be->attn_reset(kv->b, st, d.n_q, d.n_head, d.head_dim);
+    if (kv->stream) LKV_TRY(lkv_kv_stream_attend(kv->stream, layer, q, st, &d));
+    else be->attn_accum(kv->b, st, q, &d);
+    be->attn_finish(kv->b, out, st, d.n_q, d.n_head, d.head_dim);
     return LKV_OK;
 }
 

@@ -42,9 +42,10 @@ lkv_status lkv_kv_step_end(lkv_kv *kv);
 /* Backend buffers that receive this micro-batch's (n, row) K and V rows of `layer`. */
 void lkv_kv_batch_rows(lkv_kv *kv, int32_t layer, void **k, void **v);
 /* Attention of the micro-batch's queries q (n, n_head*hd) over positions
- * [0, pos0 + i] for query i; the backend state st is reset here. `geo`
+ * [0, pos0 + i] for query i into out (n, n_head*hd), through the backend
+ * state st (reset here; its contents are unspecified afterwards). `geo`
  * carries head counts, types, scale; its chunk/segment fields are set here. */
-lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st,
+lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st, float *out,
                          const lkv_attn_desc *geo);
 /* The cache now holds n positions (n <= current). */
 lkv_status lkv_kv_truncate(lkv_kv *kv, int32_t n);
