@@ -351,8 +351,9 @@ static void test_gemm_exact_tails(void) {
     const int shapes[][2] = {{45, 4064}, {130, 576}, {64, 1536}};
     const int ns[] = {9, 100, 509};
     for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
-    /* q4_0's GEMM (mmb.cu) in its other variants: 32-token tile, 2-stage ring */
-    const char *vars[][2] = {{"LKV_CUDA_MMB_BN", "32"}, {"LKV_CUDA_MMB_ST", "2"}};
+    /* q4_0's GEMM (mmb.cu) in its other variants: 32-token tile, 2-stage ring,
+     * the stores from chain 0's registers */
+    const char *vars[][2] = {{"LKV_CUDA_MMB_BN", "32"}, {"LKV_CUDA_MMB_ST", "2"}, {"LKV_CUDA_MMB_EPI", "reg"}};
     for (int v = 0; v < NELEM(vars); v++) {
         setenv(vars[v][0], vars[v][1], 1);
         for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));

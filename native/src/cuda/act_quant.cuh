@@ -62,29 +62,6 @@ static __device__ __forceinline__ void act_q8_warp(float v, bool store, int8_t *
     }
 }
 
-/* 4 lanes (lane ^ 1, lane ^ 2) hold the 32 elements of one block, 8 each, in
- * any order (every lane of the warp calls it): this lane's 8 codes, and the
- * block's scale and sum term as stored (f16-rounded) */
-static __device__ __forceinline__ void act_q8_quad(const float v[8], int q[8], float &d_st, float &s_st) {
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    const float d = __fdiv_rn(amax, 127.f);
-    const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
-    int sum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        q[i] = __float2int_rn(__fmul_rn(v[i], id));
-        sum += q[i];
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    d_st = __half2float(__float2half_rn(d));
-    s_st = __half2float(__float2half_rn(__fmul_rn((float)sum, d)));
-}
-
 /* whether a producer of `total` floats (rows of `cols`) may write the codes */
 static inline bool lkv_act_fits(const lkv_bctx *b, int64_t rows, int64_t cols) {
     return b->xq && cols % 32 == 0 && cols <= b->xq_cols && rows <= b->xq_rows;
