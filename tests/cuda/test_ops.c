@@ -351,9 +351,8 @@ static void test_gemm_exact_tails(void) {
     const int shapes[][2] = {{45, 4064}, {130, 576}, {64, 1536}};
     const int ns[] = {9, 100, 509};
     for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
-    /* q4_0's GEMM (mmb.cu) in its other variants: 32-token tile, 2-stage ring,
-     * the stores from chain 0's registers */
-    const char *vars[][2] = {{"LKV_CUDA_MMB_BN", "32"}, {"LKV_CUDA_MMB_ST", "2"}, {"LKV_CUDA_MMB_EPI", "reg"}};
+    /* q4_0's GEMM (mmb.cu) in its other variants: 32-token tile, 2-stage ring */
+    const char *vars[][2] = {{"LKV_CUDA_MMB_BN", "32"}, {"LKV_CUDA_MMB_ST", "2"}};
     for (int v = 0; v < NELEM(vars); v++) {
         setenv(vars[v][0], vars[v][1], 1);
         for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
@@ -1036,9 +1035,8 @@ static void test_models(void) {
 // ---------------------------------------------------------------- rope + KV row store, fused
 
 /* rope_store equals rope(q), rope(k), to_type(k), to_type(v) bit for bit */
-static void test_rope_store(void) {
-    if (!G->rope_store) { check(0, "rope_store missing"); return; }
-    const int n = 5, nh = 8, nkv = 2, hd = 128, pos0 = 17, ctx = 32;
+static void rope_store_case(int n, int nh, int nkv, int hd) {
+    const int pos0 = 17, ctx = pos0 + n;
     const int kt[] = {LKV_TYPE_F16, LKV_TYPE_Q8_0, LKV_TYPE_Q4_0, LKV_TYPE_F32};
     const size_t nq = (size_t)n * nh * hd, nk = (size_t)n * nkv * hd;
     float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nk);
@@ -1070,12 +1068,22 @@ static void test_rope_store(void) {
         float *a = malloc(sizeof(float) * nq), *bb = malloc(sizeof(float) * nq);
         get(a, dq[0], sizeof(float) * nq); get(bb, dq[1], sizeof(float) * nq);
         same &= !memcmp(a, bb, sizeof(float) * nq);
-        check(same, "rope_store (kv %s) equals rope, rope, to_type, to_type bit for bit",
-              lkv_type_traits(kt[ti])->name);
+        check(same, "rope_store (kv %s, n %d, heads %d / %d, hd %d) equals rope, rope, to_type, to_type bit for bit",
+              lkv_type_traits(kt[ti])->name, n, nh, nkv, hd);
         free(h0); free(h1); free(a); free(bb); cudaFree(dv);
         for (int w = 0; w < 2; w++) { cudaFree(dq[w]); cudaFree(dk[w]); cudaFree(cache[w][0]); cudaFree(cache[w][1]); }
     }
     free(q); free(k); free(v);
+}
+
+/* decode (a block per head) and prefill (8 heads a block, q and k heads
+ * mixed in one block when n_head % 8 != 0) */
+static void test_rope_store(void) {
+    if (!G->rope_store) { check(0, "rope_store missing"); return; }
+    rope_store_case(5, 8, 2, 128);
+    rope_store_case(37, 8, 2, 128);
+    rope_store_case(40, 9, 3, 64);
+    rope_store_case(9, 32, 8, 128);
 }
 
 // ---------------------------------------------------------------- graph capture of a step

@@ -203,7 +203,9 @@ static __device__ __forceinline__ void load_q(const float *q, const lkv_attn_des
 struct attn_fin { float *out; int8_t *q; float *d, *s; };
 
 /* grid (head groups, n_q): chunks in order, folded as they come; thread g < G
- * keeps head g's (m, l) and the fold factors in shared memory. With fin.out
+ * keeps head g's (m, l) and the fold factors in shared memory. Blocks start
+ * with the last query, which sees the most rows: the longest blocks go
+ * first and the short ones fill the end (causal prefill). With fin.out
  * it starts from the reset state and writes the finished output (attn_finish)
  * instead of the state. */
 template <int TK, int TV, int GM>
@@ -215,7 +217,7 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
     __shared__ attn_fw fw[GM];
     pdl_enter();
     const int delta = attn_delta(dy);
-    const int gi = blockIdx.x, qi = blockIdx.y, qpos = d.q_pos0 + delta + qi;
+    const int gi = blockIdx.x, qi = gridDim.y - 1 - blockIdx.y, qpos = d.q_pos0 + delta + qi;
     const int kh = gi / ge.n_sub, sub = gi % ge.n_sub;
     const int h0 = kh * ge.G_total + sub * GMAX, G = min(GMAX, ge.G_total - sub * GMAX);
     attn_smem_ptrs p = carve(sm, G, d.chunk, d.head_dim);

@@ -11,7 +11,7 @@
  * EX_MAGIC, which makes the int32 result the bits of 12582912 + p_b), one
  * multiply and one fma per block, against mmx.cu's 8 fmas for the 8-lane
  * order. At the end the chains meet in shared memory in the tree's order
- * (chains 4..7 into 0..3, then 2, 3 into 0, 1, then 1 into 0: mb_store).
+ * (chains 4..7 into 0..3, then 2, 3 into 0, 1, then 1 into 0).
  *
  * Per stage (as mmq.cu): cp.async of stage s + NS - 1 (raw weight bytes: the
  * 16-byte chunks covering each row's 8 blocks; int8 activations; their
@@ -28,15 +28,16 @@
  * LKV_CUDA_MMB_BN=32|64 forces the token tile (default 64: 2 warps per chain,
  * 512 threads), LKV_CUDA_MMB_ST=2|3 the stages of the copy ring (default 3).
  *
- * The tile's end (mb_store): the tree's last addition, and the stores, by all
- * threads from shared memory (by chain 0's two warps alone, the SW epilogue
- * below cost 2 ms of 76 for pp512).
- *
  * SW (lkv_cuda_mmb_swiglu, the gate and up matmuls of a SwiGLU FFN): a tile's
  * rows are 32 gate rows and the same 32 up rows, so the tile's end has gate
  * and up of the same outputs; it writes silu(gate) * up (the CPU's swiglu)
  * and, 8 lanes holding one 32-block of a token, its 8-bit codes for the down
- * matmul (act_quant.cuh act_q8_group8). Gate and up never reach memory.
+ * matmul (act_quant.cuh act_q8_group8). Gate and up never reach memory. The
+ * tree's last addition and this epilogue are done by all threads from shared
+ * memory (mb_swiglu_store): on chain 0's two warps alone it cost 2 ms of pp512
+ * (76.5 against 74.5 ms without the fusion, run 1 of the seventh session);
+ * the plain GEMM's stores the same way were no faster (73.7 against 73.4 ms
+ * from registers, run 2).
  *
  * Launched with programmatic dependent launch (pdl.cuh): the row addresses
  * and the first stages' weight copies are issued before the wait for the
@@ -84,11 +85,10 @@ static __device__ __forceinline__ void mb_pair_rows(const mm_set &ms, int r0, in
     if (tid < 2) s_wend[tid] = ms.w[tid] + (size_t)rows * ms.row_bytes[tid];
 }
 
-/* the end of a tile, all threads: the tree's two halves (chains 0 and 1) are
- * fin[2][BN][MB_LDF]; thread (token tid / 8, l8 = tid % 8) adds them for rows
- * 4 l8 .. + 3 and 32 + 4 l8 .. + 3 (two float4s each, conflict-free), then
- * stores them (coalesced), or for SW takes gate rows 4 l8 .. + 3 and the same
- * up rows, writes silu(gate) * up and its codes (8 lanes a 32-block) */
+/* the end of an SW tile, all threads: the tree's two halves (chains 0 and 1)
+ * are fin[2][BN][MB_LDF]; thread (token tid / 8, l8 = tid % 8) adds them for
+ * gate rows 4 l8 .. + 3 and the same up rows (float4s, conflict-free), writes
+ * silu(gate) * up and its codes (8 lanes a 32-block) */
 enum { MB_LDF = MB_BM + 8 };   /* fin rows 288 bytes apart: the float2 writes of a half-warp hit 32 banks */
 
 static __device__ __forceinline__ float4 mb_fin4(const float *fin, int stride, int at) {
@@ -96,40 +96,21 @@ static __device__ __forceinline__ float4 mb_fin4(const float *fin, int stride, i
     return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
 }
 
-template <int BN, bool SW>
-static __device__ __forceinline__ void mb_store(const float *fin, float *out, const mb_act &oa, int rows, int r0,
-                                                int t0, int ntok) {
+template <int BN>
+static __device__ __forceinline__ void mb_swiglu_store(const float *fin, float *out, const mb_act &oa, int rows,
+                                                       int r0, int t0, int ntok) {
     const int tk = threadIdx.x >> 3, l8 = threadIdx.x & 7, t = t0 + tk;
     const float *f = fin + tk * MB_LDF;
     constexpr int S = BN * MB_LDF;   /* chain 1's half */
-    if constexpr (SW) {
-        const float4 g = mb_fin4(f, S, 4 * l8), u = mb_fin4(f, S, 32 + 4 * l8);
-        const float v[4] = {lkv_swiglu_cpu(g.x, u.x), lkv_swiglu_cpu(g.y, u.y), lkv_swiglu_cpu(g.z, u.z),
-                            lkv_swiglu_cpu(g.w, u.w)};
-        const size_t o = (size_t)t * rows + r0, kb = (size_t)t * (rows / 32) + r0 / 32;
-        act_q8_group8(v, t < ntok, oa.q + o, oa.d + kb, oa.s + kb);   /* all lanes: shuffles */
-        if (t < ntok) *(float4 *)(out + o + 4 * l8) = make_float4(v[0], v[1], v[2], v[3]);
-        return;
-    }
-    if (t >= ntok) return;
-    float *orow = out + (size_t)t * rows + r0;
-    const bool vec = rows % 4 == 0 && ((uintptr_t)out & 15) == 0;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int c = 32 * h + 4 * l8;
-        const float4 s = mb_fin4(f, S, c);
-        if (vec && r0 + c + 4 <= rows) {
-            *(float4 *)(orow + c) = s;
-        } else {
-            const float e[4] = {s.x, s.y, s.z, s.w};
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                if (r0 + c + i < rows) orow[c + i] = e[i];
-        }
-    }
+    const float4 g = mb_fin4(f, S, 4 * l8), u = mb_fin4(f, S, 32 + 4 * l8);
+    const float v[4] = {lkv_swiglu_cpu(g.x, u.x), lkv_swiglu_cpu(g.y, u.y), lkv_swiglu_cpu(g.z, u.z),
+                        lkv_swiglu_cpu(g.w, u.w)};
+    const size_t o = (size_t)t * rows + r0, kb = (size_t)t * (rows / 32) + r0 / 32;
+    act_q8_group8(v, t < ntok, oa.q + o, oa.d + kb, oa.s + kb);   /* all lanes: shuffles */
+    if (t < ntok) *(float4 *)(out + o + 4 * l8) = make_float4(v[0], v[1], v[2], v[3]);
 }
 
-template <int BN, int NS, bool SW, bool REG>
+template <int BN, int NS, bool SW>
 __global__ void __launch_bounds__(mb_threads<BN>(), BN == 32 ? 2 : 1)
 mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd, int cols,
            int ntok, const mb_act oa) {
@@ -277,11 +258,12 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 
     /* the tree: (w, w + 4) for w < 4, then (w, w + 2) for w < 2 here, each
      * thread exchanging its own elements (value e of lane at e * 32 + lane);
-     * (0, 1) in mb_store (REG: here too, and chain 0 stores) */
+     * then (0, 1): here too, and chain 0's two warps store (SW: in
+     * mb_swiglu_store, by all threads) */
     constexpr int NE = MT * 8 * 4;
     float *red = (float *)sm;
 #pragma unroll 1
-    for (int half = 4; half >= (REG ? 1 : 2); half >>= 1) {
+    for (int half = 4; half >= (SW ? 2 : 1); half >>= 1) {
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         __syncthreads();   /* the previous round's reads (or the main loop's) are done */
         if (chain >= half && chain < 2 * half) {
@@ -305,7 +287,7 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
                         acc[m][nt][i] = __fadd_rn(acc[m][nt][i], src[((m * 8 + nt) * 4 + i) * 32]);
         }
     }
-    if constexpr (REG) {
+    if constexpr (!SW) {
         if (chain != 0) return;
         float *out = ms.out[j];
 #pragma unroll
@@ -334,16 +316,16 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
                         make_float2(acc[m][nt][2 * h], acc[m][nt][2 * h + 1]);
     }
     __syncthreads();
-    mb_store<BN, SW>(fin, ms.out[j], oa, rows, r0, t0, ntok);
+    mb_swiglu_store<BN>(fin, ms.out[j], oa, rows, r0, t0, ntok);
 }
 
-template <int BN, int NS, bool SW, bool REG = false>
+template <int BN, int NS, bool SW>
 static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n, const mb_act &oa) {
     constexpr int bytes = mb_smem<BN, NS>::bytes;
     static unsigned configured = 0;
-    lkv_cuda_smem_limit(b, &configured, mmb_kernel<BN, NS, SW, REG>, bytes, "matmul (mmb): shared memory limit");
+    lkv_cuda_smem_limit(b, &configured, mmb_kernel<BN, NS, SW>, bytes, "matmul (mmb): shared memory limit");
     const dim3 grid(SW ? lkv_cdiv(ms.rows[0], MB_BM / 2) : ms.tile0[ms.n_w], lkv_cdiv(n, BN));
-    lkv_launch(b, mmb_kernel<BN, NS, SW, REG>, grid, mb_threads<BN>(), bytes, ms, (const int8_t *)b->xq,
+    lkv_launch(b, mmb_kernel<BN, NS, SW>, grid, mb_threads<BN>(), bytes, ms, (const int8_t *)b->xq,
                (const float *)b->xd, cols, n, oa);
 }
 
@@ -352,7 +334,6 @@ static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n, const mb_
 template <bool SW> static void mmb_dispatch(lkv_bctx *b, const mm_set &ms, int cols, int n, const mb_act &oa) {
     const char *e = getenv("LKV_CUDA_MMB_BN"), *st = getenv("LKV_CUDA_MMB_ST");
     const bool b64 = !(e && atoi(e) == 32), s3 = !(st && atoi(st) == 2);
-    if (!SW && b64 && s3 && lkv_cuda_env_is("LKV_CUDA_MMB_EPI", "reg")) return mmb_launch<64, 3, false, true>(b, ms, cols, n, oa);
     if (b64) s3 ? mmb_launch<64, 3, SW>(b, ms, cols, n, oa) : mmb_launch<64, 2, SW>(b, ms, cols, n, oa);
     else s3 ? mmb_launch<32, 3, SW>(b, ms, cols, n, oa) : mmb_launch<32, 2, SW>(b, ms, cols, n, oa);
 }
