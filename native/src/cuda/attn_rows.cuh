@@ -19,7 +19,6 @@ struct attn_geom {
     int hdT;                  /* dims a thread column covers in the fold */
     size_t rbk, rbv;          /* row bytes of K and V */
     size_t hbk, hbv;          /* bytes of one KV head's slice of a row */
-    int q_fwd;                /* attn_seq: queries in grid order (LKV_CUDA_ATTN_ORDER=fwd), not last first */
 };
 
 /* qf (G, hd) floats: the query in K's dot type, or its q8 codes as bytes |

@@ -78,8 +78,8 @@ template <int T>
 static __device__ void quant32(const float *x, uint8_t *dst) {
     if constexpr (T == LKV_TYPE_F32) {
         for (int j = 0; j < 32; j++) ((float *)dst)[j] = x[j];
-    } else if constexpr (T == LKV_TYPE_F16) {
-        for (int j = 0; j < 32; j++) ((__half *)dst)[j] = __float2half_rn(x[j]);
+    } else if constexpr (T == LKV_TYPE_F16) {   /* 4-byte stores: blocks are 64 bytes */
+        for (int j = 0; j < 16; j++) ((__half2 *)dst)[j] = __floats2half2_rn(x[2 * j], x[2 * j + 1]);
     } else if constexpr (T == LKV_TYPE_BF16) {
         for (int j = 0; j < 32; j++) ((__nv_bfloat16 *)dst)[j] = __float2bfloat16_rn(x[j]);
     } else if constexpr (T == LKV_TYPE_Q8_0) {
@@ -88,8 +88,13 @@ static __device__ void quant32(const float *x, uint8_t *dst) {
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
         /* the CPU's quantize8: 127 / amax (not 1 / d), half to even */
         const float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
-        y->d = __float2half_rn(d);
-        for (int j = 0; j < 32; j++) y->qs[j] = (int8_t)__float2int_rn(__fmul_rn(x[j], id));
+        /* 17 2-byte stores (blocks are 34 bytes, so 2-byte aligned), not 33 */
+        uint16_t *w = (uint16_t *)y;
+        w[0] = __half_as_ushort(__float2half_rn(d));
+        for (int j = 0; j < 16; j++) {
+            const int a = __float2int_rn(__fmul_rn(x[2 * j], id)), b = __float2int_rn(__fmul_rn(x[2 * j + 1], id));
+            w[1 + j] = (uint16_t)((a & 0xff) | (b & 0xff) << 8);
+        }
     } else if constexpr (T == LKV_TYPE_Q4_0 || T == LKV_TYPE_Q5_0) {
         constexpr int H = T == LKV_TYPE_Q4_0 ? 8 : 16, QMAX = 2 * H - 1;
         float amax = 0.f, max = 0.f;

@@ -122,12 +122,10 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int chain = warp & 7, part = warp >> 3;   /* chain: block of the stage; part: 32 tokens */
     pdl_trigger();
-    /* tok_fast: grid (token tiles, row tiles), the blocks of one row tile
-     * launched together (its weights read from DRAM once) */
-    const int bx = ntok < 0 ? blockIdx.y : blockIdx.x, by = ntok < 0 ? blockIdx.x : blockIdx.y;
-    ntok = ntok < 0 ? -ntok : ntok;
-    const int j = SW ? 0 : mm_pick(ms, bx);
-    const int rows = ms.rows[j], r0 = (bx - ms.tile0[j]) * (SW ? MB_BM / 2 : MB_BM), t0 = by * BN;
+    /* grid (token tiles, row tiles): the blocks of one row tile run together,
+     * its weights read from DRAM once (0.5% faster than row tiles first) */
+    const int j = SW ? 0 : mm_pick(ms, blockIdx.y);
+    const int rows = ms.rows[j], r0 = (blockIdx.y - ms.tile0[j]) * (SW ? MB_BM / 2 : MB_BM), t0 = blockIdx.x * BN;
     const int ng = cols / 32, nst = (ng + MB_KB - 1) / MB_KB;
     __shared__ const uint8_t *s_rowp[MB_BM];   /* rows past the end read the last one */
     __shared__ const uint8_t *s_wend[2];       /* SW: the gate's and the up's end */
@@ -328,13 +326,9 @@ static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n, const mb_
     constexpr int bytes = mb_smem<BN, NS>::bytes;
     static unsigned configured = 0;
     lkv_cuda_smem_limit(b, &configured, mmb_kernel<BN, NS, SW>, bytes, "matmul (mmb): shared memory limit");
-    const unsigned row_tiles = SW ? lkv_cdiv(ms.rows[0], MB_BM / 2) : ms.tile0[ms.n_w], tok_tiles = lkv_cdiv(n, BN);
-    /* LKV_CUDA_MMB_ORDER=tok: token tiles the fast grid dimension (the kernel
-     * sees it as a negative ntok) */
-    const bool tok_fast = lkv_cuda_env_is("LKV_CUDA_MMB_ORDER", "tok");
-    const dim3 grid = tok_fast ? dim3(tok_tiles, row_tiles) : dim3(row_tiles, tok_tiles);
-    lkv_launch(b, mmb_kernel<BN, NS, SW>, grid, mb_threads<BN>(), bytes, ms, (const int8_t *)b->xq,
-               (const float *)b->xd, cols, tok_fast ? -n : n, oa);
+    const unsigned row_tiles = SW ? lkv_cdiv(ms.rows[0], MB_BM / 2) : ms.tile0[ms.n_w];
+    lkv_launch(b, mmb_kernel<BN, NS, SW>, dim3(lkv_cdiv(n, BN), row_tiles), mb_threads<BN>(), bytes, ms,
+               (const int8_t *)b->xq, (const float *)b->xd, cols, n, oa);
 }
 
 /* the token tile and ring depth: LKV_CUDA_MMB_BN=32|64, LKV_CUDA_MMB_ST=2|3
