@@ -101,8 +101,9 @@ static __device__ __forceinline__ void chunk_partial(
     // -- o = sum p v in the CPU's 8 position lanes
     const int l8 = tid & 7, dg = tid >> 3, np = hd / 32;
     /* OCT (q8_0 V): thread dg takes 8 consecutive dims 32 k0 + 8 dg .. + 7
-     * (v_oct_q8_0: 2-4 loads instead of 8); its warp's 4 dg share a block, so
-     * the dims in use ((dg >> 2) < kn) are the same for the whole warp */
+     * (oct_load: 2-4 loads instead of 8); its warp's 4 dg share a block, so
+     * the dims in use ((dg >> 2) < kn) are the same for the whole warp. Its
+     * loads run OCT_AHEAD rows ahead of the FMAs (the others: one row) */
     constexpr bool OCT = TV == LKV_TYPE_Q8_0;
     for (int k0 = 0; k0 < np; k0 += 4) {
         const int kn = min(4, np - k0);
@@ -112,14 +113,54 @@ static __device__ __forceinline__ void chunk_partial(
         for (int g = 0; g < GM; g++)
 #pragma unroll
             for (int i = 0; i < 8; i++) o[g][i] = 0.f;
+        /* row r's contribution: o += p v in this lane's chain */
+        auto accum = [&](int r, const float (&v)[8]) {
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if (g >= G) break;
+                const float pr = sp.s[g * C + r];
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    if (OCT ? oct_on : i < 2 * kn) o[g][i] = fmaf(v[i], pr, o[g][i]);
+            }
+        };
+        if constexpr (OCT) {
+            /* slot u holds the raw words of row r + 8 u; it is refilled with
+             * row r + 8 (u + OCT_AHEAD) as soon as it is converted */
+            constexpr int OCT_AHEAD = 4;
+            oct_raw raw[OCT_AHEAD];
+            bool ok[OCT_AHEAD];
+            auto load = [&](int r, oct_raw &w) -> bool {   /* false: past the rows, or in no segment */
+                const uint8_t *vr = r < n_valid ? sp.vptr[r] : nullptr;
+                if (!vr) return false;
+                w = oct_load(vr + kh * ge.hbv, dg, k0, kn);
+                return true;
+            };
+#pragma unroll
+            for (int u = 0; u < OCT_AHEAD; u++) {
+                raw[u] = oct_raw{0u, 0u, 0.f};
+                ok[u] = load(l8 + 8 * u, raw[u]);
+            }
+            for (int r = l8; r < n_valid; r += 8 * OCT_AHEAD) {
+#pragma unroll
+                for (int u = 0; u < OCT_AHEAD; u++) {
+                    const int ru = r + 8 * u;
+                    if (ru >= n_valid) break;
+                    float v[8];
+                    oct_vals(raw[u], v);
+                    const bool have = ok[u];
+                    ok[u] = load(ru + 8 * OCT_AHEAD, raw[u]);
+                    if (have) accum(ru, v);
+                }
+            }
+        }
         /* row r's V values (false: in no segment, p = 0); the next row's
          * are loaded before this row's FMAs, so their latency overlaps */
         auto fetch = [&](int r, float (&v)[8]) -> bool {
             const uint8_t *vr = sp.vptr[r];
             if (!vr) return false;
             vr += kh * ge.hbv;
-            if constexpr (OCT) v_oct_q8_0(vr, dg, k0, kn, v);
-            else if constexpr (TV >= 0) v_pairs<TV>(vr, dg, k0, kn, v);
+            if constexpr (TV >= 0) v_pairs<TV>(vr, dg, k0, kn, v);
             else {
                 switch (d.type_v) {
 #define X(TT) case TT: v_pairs<TT>(vr, dg, k0, kn, v); break;
@@ -133,19 +174,10 @@ static __device__ __forceinline__ void chunk_partial(
             return true;
         };
         float v[8], vn[8];
-        bool have = l8 < n_valid && fetch(l8, v);
-        for (int r = l8; r < n_valid; r += 8) {
+        bool have = !OCT && l8 < n_valid && fetch(l8, v);
+        for (int r = l8; !OCT && r < n_valid; r += 8) {
             const bool hn = r + 8 < n_valid && fetch(r + 8, vn);
-            if (have) {
-#pragma unroll
-                for (int g = 0; g < GM; g++) {
-                    if (g >= G) break;
-                    const float pr = sp.s[g * C + r];
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        if (OCT ? oct_on : i < 2 * kn) o[g][i] = fmaf(v[i], pr, o[g][i]);
-                }
-            }
+            if (have) accum(r, v);
             have = hn;
 #pragma unroll
             for (int i = 0; i < 8; i++) v[i] = vn[i];

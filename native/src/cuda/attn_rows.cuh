@@ -3,7 +3,7 @@
  * the shared-memory carve-up of one (query, head group) block, one K row's
  * scores against the group's heads (score_row, the CPU's dot per K type), and
  * a thread's V values of one row (v_pairs: 2 dims in each of 4 blocks;
- * v_oct_q8_0: 8 consecutive dims of q8_0). Only attn.cu includes it.
+ * oct_load / oct_vals: 8 consecutive dims of q8_0). Only attn.cu includes it.
  */
 #ifndef LKV_CUDA_ATTN_ROWS_CUH
 #define LKV_CUDA_ATTN_ROWS_CUH
@@ -169,30 +169,33 @@ static __device__ __forceinline__ void v_pairs(const uint8_t *vr, int dg, int k0
 }
 
 /* q8_0 V: dims 32 k0 + 8 dg .. + 7 (block k0 + dg / 4, codes 8 (dg % 4) ..
- * + 7) as to_float (code * d), when dg / 4 < kn; the codes by one or two
- * 4-byte loads (2-byte ones at the ends when they sit 2 bytes off), never past
- * the block */
-static __device__ __forceinline__ void v_oct_q8_0(const uint8_t *vr, int dg, int k0, int kn, float *v) {
-    if ((dg >> 2) >= kn) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = 0.f;
-        return;
-    }
+ * + 7) as to_float (code * d), when dg / 4 < kn (else zeros). oct_load does
+ * the loads (the codes by one or two 4-byte loads, 2-byte ones at the ends
+ * when they sit 2 bytes off, never past the block), oct_vals the conversion,
+ * so that a thread can have several rows' loads in flight */
+struct oct_raw { uint32_t w0, w1; float d; };
+
+static __device__ __forceinline__ oct_raw oct_load(const uint8_t *vr, int dg, int k0, int kn) {
+    oct_raw o = {0u, 0u, 0.f};
+    if ((dg >> 2) >= kn) return o;
     const uint8_t *bp = vr + (size_t)(k0 + (dg >> 2)) * 34, *a = bp + 2 + 8 * (dg & 3);
-    const float d = __half2float(__ushort_as_half(*(const uint16_t *)bp));
-    uint32_t w0, w1;
+    o.d = __half2float(__ushort_as_half(*(const uint16_t *)bp));
     if (((uintptr_t)a & 3) == 0) {
-        w0 = *(const uint32_t *)a;
-        w1 = *(const uint32_t *)(a + 4);
+        o.w0 = *(const uint32_t *)a;
+        o.w1 = *(const uint32_t *)(a + 4);
     } else {
         const uint32_t lo = *(const uint16_t *)a, mid = *(const uint32_t *)(a + 2), hi = *(const uint16_t *)(a + 6);
-        w0 = lo | mid << 16;
-        w1 = mid >> 16 | hi << 16;
+        o.w0 = lo | mid << 16;
+        o.w1 = mid >> 16 | hi << 16;
     }
+    return o;
+}
+
+static __device__ __forceinline__ void oct_vals(const oct_raw &o, float *v) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        v[i] = __fmul_rn((float)(int8_t)(w0 >> 8 * i), d);
-        v[4 + i] = __fmul_rn((float)(int8_t)(w1 >> 8 * i), d);
+        v[i] = __fmul_rn((float)(int8_t)(o.w0 >> 8 * i), o.d);
+        v[4 + i] = __fmul_rn((float)(int8_t)(o.w1 >> 8 * i), o.d);
     }
 }
 
