@@ -11,12 +11,11 @@
 enum { EW_THREADS = 256, EW_MAX_BLOCKS = 4096 };
 
 /* out (n) = silu(gate) * up, silu(g) = g / (1 + e^-g), the exp and the order
- * of operations the CPU's (cpu/ops.c) */
+ * of operations the CPU's (cpu/ops.c; common.cuh lkv_swiglu_cpu) */
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float g = gate[i];
-        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.f, lkv_expf_cpu(__fsub_rn(0.f, g)))), up[i]);
+        out[i] = lkv_swiglu_cpu(gate[i], up[i]);
     }
 }
 
@@ -27,8 +26,7 @@ __global__ void swiglu_q_kernel(float *out, const float *gate, const float *up, 
     pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float g = gate[i];
-        const float o = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.f, lkv_expf_cpu(__fsub_rn(0.f, g)))), up[i]);
+        const float o = lkv_swiglu_cpu(gate[i], up[i]);
         out[i] = o;
         act_q8_warp(o, true, xq + (i & ~(int64_t)31), xd + i / 32, xs + i / 32);
     }
