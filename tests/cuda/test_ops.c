@@ -348,11 +348,13 @@ static void test_matmul_set(void) {
  * of the 64-row tile, token counts that are not multiples of the 64-token
  * tile (mmx.cu). It must give the CPU's bits. */
 static void test_gemm_exact_tails(void) {
-    const int shapes[][2] = {{45, 4064}, {130, 576}, {64, 1536}};
+    /* 1408: 44 blocks, the scales by 16-byte copies with the last stage half empty */
+    const int shapes[][2] = {{45, 4064}, {130, 576}, {64, 1536}, {70, 1408}};
     const int ns[] = {9, 100, 509};
     for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
-    /* q4_0's GEMM (mmb.cu) in its other variants: 32-token tile, 2-stage ring */
-    const char *vars[][2] = {{"LKV_CUDA_MMB_BN", "32"}, {"LKV_CUDA_MMB_ST", "2"}};
+    /* q4_0's GEMM (mmb.cu) in its other variants: 32-token tile, 2-stage ring,
+     * the scales by 4-byte copies */
+    const char *vars[][2] = {{"LKV_CUDA_MMB_BN", "32"}, {"LKV_CUDA_MMB_ST", "2"}, {"LKV_CUDA_MMB_XD", "4"}};
     for (int v = 0; v < NELEM(vars); v++) {
         setenv(vars[v][0], vars[v][1], 1);
         for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));

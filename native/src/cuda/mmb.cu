@@ -52,14 +52,17 @@
 
 enum { MB_BM = 64, MB_KB = 8, MB_BK = 256, MB_LD = MB_BK + 16 };
 enum { MB_SPAN = MB_KB * 18, MB_NCH = (MB_SPAN + 15 + 15) / 16, MB_RS = MB_NCH * 16 };
+/* a token's 8 activation scales of a stage, in a 48-byte slot: 16-byte copies,
+ * and the 8 tokens a warp reads at once fall in 8 distinct banks */
+enum { MB_XD = 12 };
 
 template <int BN, int NS> struct mb_smem {   /* NS: stages in the ring */
     static constexpr int x = 0;                               /* int8 [NS][BN][MB_LD] */
     static constexpr int w = x + NS * BN * MB_LD;             /* int8 [MB_BM][MB_LD] */
     static constexpr int raw = w + MB_BM * MB_LD;             /* [NS][MB_BM][MB_RS] */
     static constexpr int dw = raw + NS * MB_BM * MB_RS;       /* float [MB_KB][MB_BM] */
-    static constexpr int xd = dw + MB_KB * MB_BM * 4;         /* float [NS][MB_KB][BN] */
-    static constexpr int bytes = xd + NS * MB_KB * BN * 4;
+    static constexpr int xd = dw + MB_KB * MB_BM * 4;         /* float [NS][BN][MB_XD] */
+    static constexpr int bytes = xd + NS * BN * MB_XD * 4;
     /* the fold's exchange at the end: 4 warps' accumulators */
     static constexpr int red = 4 * (BN / 32) * 2 * 8 * 4 * 32 * 4;
     static_assert(red <= bytes, "mb_smem");
@@ -113,7 +116,7 @@ static __device__ __forceinline__ void mb_swiglu_store(const float *fin, float *
 template <int BN, int NS, bool SW>
 __global__ void __launch_bounds__(mb_threads<BN>(), BN == 32 ? 2 : 1)
 mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd, int cols,
-           int ntok, const mb_act oa) {
+           int ntok, const mb_act oa, int xd16) {
     using L = mb_smem<BN, NS>;
     constexpr int MT = 2;                       /* m-tiles (16 tokens) per warp */
     constexpr int NT = mb_threads<BN>();        /* threads: BN / 32 warps per chain */
@@ -143,11 +146,20 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             const bool ok = t < ntok && k < cols;
             gm_cp16(sb + L::x + (buf * BN + tk) * MB_LD + ch * 16, ok ? xq + (size_t)t * cols + k : xq, ok ? 16 : 0);
         }
+        if (!SW && xd16) {   /* a token's scales 4 at a time (16-aligned): 128 copies, not 512 (SW: spills) */
 #pragma unroll 1
-        for (int c = tid; c < BN * MB_KB; c += NT) {
-            const int tk = c >> 3, kb = c & 7, g = s * MB_KB + kb, t = t0 + tk;
-            const bool ok = t < ntok && g < ng;
-            gm_cp4(sb + L::xd + 4 * ((buf * MB_KB + kb) * BN + tk), ok ? xd + (size_t)t * ng + g : xd, ok ? 4 : 0);
+            for (int c = tid; c < BN * 2; c += NT) {
+                const int tk = c >> 1, h = c & 1, g = s * MB_KB + 4 * h, t = t0 + tk;
+                const int nv = t < ntok ? max(0, min(4, ng - g)) : 0;
+                gm_cp16(sb + L::xd + 4 * ((buf * BN + tk) * MB_XD + 4 * h), nv ? xd + (size_t)t * ng + g : xd, 4 * nv);
+            }
+        } else {
+#pragma unroll 1
+            for (int c = tid; c < BN * MB_KB; c += NT) {
+                const int tk = c >> 3, kb = c & 7, g = s * MB_KB + kb, t = t0 + tk;
+                const bool ok = t < ntok && g < ng;
+                gm_cp4(sb + L::xd + 4 * ((buf * BN + tk) * MB_XD + kb), ok ? xd + (size_t)t * ng + g : xd, ok ? 4 : 0);
+            }
         }
     };
     /* raw weight bytes of stage s */
@@ -243,8 +255,8 @@ mmb_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             uint32_t a[4];
             gm_ldsm4(sb + L::x + (buf * BN + 32 * part + 16 * m + (lane & 15)) * MB_LD + (lane >> 4) * 16 + 32 * kb,
                      a[0], a[1], a[2], a[3]);
-            const float *xds = (const float *)(sm + L::xd) + (buf * MB_KB + kb) * BN + 32 * part + 16 * m + g;
-            const float x0 = xds[0], x1 = xds[8];
+            const float *xds = (const float *)(sm + L::xd) + (buf * BN + 32 * part + 16 * m + g) * MB_XD + kb;
+            const float x0 = xds[0], x1 = xds[8 * MB_XD];
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
                 int d[4];
@@ -327,8 +339,10 @@ static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n, const mb_
     static unsigned configured = 0;
     lkv_cuda_smem_limit(b, &configured, mmb_kernel<BN, NS, SW>, bytes, "matmul (mmb): shared memory limit");
     const unsigned row_tiles = SW ? lkv_cdiv(ms.rows[0], MB_BM / 2) : ms.tile0[ms.n_w];
+    /* the scales by 16-byte copies where aligned (cols % 128 == 0), unless LKV_CUDA_MMB_XD=4 */
+    const int xd16 = cols / 32 % 4 == 0 && !lkv_cuda_env_is("LKV_CUDA_MMB_XD", "4");
     lkv_launch(b, mmb_kernel<BN, NS, SW>, dim3(lkv_cdiv(n, BN), row_tiles), mb_threads<BN>(), bytes, ms,
-               (const int8_t *)b->xq, (const float *)b->xd, cols, n, oa);
+               (const int8_t *)b->xq, (const float *)b->xd, cols, n, oa, xd16);
 }
 
 /* the token tile and ring depth: LKV_CUDA_MMB_BN=32|64, LKV_CUDA_MMB_ST=2|3
