@@ -36,6 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "act_quant.cuh"
 #include "attn_rows.cuh"
 #include "attn_mma.cuh"
@@ -153,34 +155,35 @@ static __device__ __forceinline__ void chunk_partial(
                     if (have) accum(ru, v);
                 }
             }
-        }
-        /* row r's V values (false: in no segment, p = 0); the next row's
-         * are loaded before this row's FMAs, so their latency overlaps */
-        auto fetch = [&](int r, float (&v)[8]) -> bool {
-            const uint8_t *vr = sp.vptr[r];
-            if (!vr) return false;
-            vr += kh * ge.hbv;
-            if constexpr (TV >= 0) v_pairs<TV>(vr, dg, k0, kn, v);
-            else {
-                switch (d.type_v) {
+        } else {
+            /* row r's V values (false: in no segment, p = 0); the next row's
+             * are loaded before this row's FMAs, so their latency overlaps */
+            auto fetch = [&](int r, float (&v)[8]) -> bool {
+                const uint8_t *vr = sp.vptr[r];
+                if (!vr) return false;
+                vr += kh * ge.hbv;
+                if constexpr (TV >= 0) v_pairs<TV>(vr, dg, k0, kn, v);
+                else {
+                    switch (d.type_v) {
 #define X(TT) case TT: v_pairs<TT>(vr, dg, k0, kn, v); break;
-                    LKV_CUDA_KV_TYPES(X)
+                        LKV_CUDA_KV_TYPES(X)
 #undef X
-                default:
+                    default:
 #pragma unroll
-                    for (int i = 0; i < 8; i++) v[i] = 0.f;
+                        for (int i = 0; i < 8; i++) v[i] = 0.f;
+                    }
                 }
-            }
-            return true;
-        };
-        float v[8], vn[8];
-        bool have = !OCT && l8 < n_valid && fetch(l8, v);
-        for (int r = l8; !OCT && r < n_valid; r += 8) {
-            const bool hn = r + 8 < n_valid && fetch(r + 8, vn);
-            if (have) accum(r, v);
-            have = hn;
+                return true;
+            };
+            float v[8], vn[8];
+            bool have = l8 < n_valid && fetch(l8, v);
+            for (int r = l8; r < n_valid; r += 8) {
+                const bool hn = r + 8 < n_valid && fetch(r + 8, vn);
+                if (have) accum(r, v);
+                have = hn;
 #pragma unroll
-            for (int i = 0; i < 8; i++) v[i] = vn[i];
+                for (int i = 0; i < 8; i++) v[i] = vn[i];
+            }
         }
 #pragma unroll
         for (int g = 0; g < GM; g++) {
@@ -444,6 +447,20 @@ void lkv_cuda_attn_setup(void) {
     cudaGetLastError();
 }
 
+/* f(std::integral_constant<int, T>) with T the KV type when K and V share
+ * one of the instantiated types, else T = -1 (the kernels switch per row) */
+template <typename F> static void attn_typed(const lkv_attn_desc *d, F &&f) {
+    if (d->type_k == d->type_v) {
+        switch (d->type_k) {
+#define X(T) case T: f(std::integral_constant<int, T>()); return;
+            ATTN_INSTANCES(X)
+#undef X
+        default: break;
+        }
+    }
+    f(std::integral_constant<int, -1>());
+}
+
 /* bytes of a KV row of n elements (n % 32 == 0); -1 for a type not read here */
 static int64_t kv_row_bytes(int type, int64_t n) {
     switch (type) {
@@ -481,16 +498,9 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
     attn_geom ge;
     if (!attn_geom_of(b, d, ge, true)) return;
     if (lkv_cuda_fast(b, "LKV_CUDA_ATTN", "mma") && lkv_cuda_attn_mma(b, st, q, d)) return;
-    const attn_dyn dy = attn_dyn_of(b, d);
-    if (d->type_k == d->type_v) {
-        switch (d->type_k) {
-#define X(T) case T: attn_launch<T, T>(b, (float *)st, q, d, ge, dy); return;
-            ATTN_INSTANCES(X)
-#undef X
-        default: break;
-        }
-    }
-    attn_launch<-1, -1>(b, (float *)st, q, d, ge, dy);
+    attn_typed(d, [&](auto tk) {
+        attn_launch<decltype(tk)::value, decltype(tk)::value>(b, (float *)st, q, d, ge, attn_dyn_of(b, d));
+    });
 }
 
 /* reset + accum + finish where attn_accum would run attn_seq: one launch that
@@ -504,18 +514,9 @@ int lkv_cuda_attn_whole(lkv_bctx *b, float *out, void *st, const float *q, const
     const int64_t n = (int64_t)d->n_q * d->n_head * d->head_dim;
     const bool qc = lkv_act_fits(b, d->n_q, (int64_t)d->n_head * d->head_dim);
     const attn_fin fin = {out, qc ? b->xq : nullptr, qc ? b->xd : nullptr, qc ? b->xs : nullptr};
-    const attn_dyn dy = attn_dyn_of(b, d);
-    float *stf = (float *)st;
-    if (d->type_k == d->type_v) {
-        switch (d->type_k) {
-#define X(T) case T: attn_seq_launch<T, T>(b, stf, q, d, ge, dy, fin); goto launched;
-            ATTN_INSTANCES(X)
-#undef X
-        default: break;
-        }
-    }
-    attn_seq_launch<-1, -1>(b, stf, q, d, ge, dy, fin);
-launched:
+    attn_typed(d, [&](auto tk) {
+        attn_seq_launch<decltype(tk)::value, decltype(tk)::value>(b, (float *)st, q, d, ge, attn_dyn_of(b, d), fin);
+    });
     if (qc) lkv_act_tag_set(b, out, n);
     return 1;
 }
