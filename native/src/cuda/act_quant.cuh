@@ -62,6 +62,14 @@ static __device__ __forceinline__ void act_q8_warp(float v, bool store, int8_t *
     }
 }
 
+/* the same for element i (>= 0; any integer type) of a flat array whose
+ * 32-blocks are whole warps: its block's codes, scale and sum term (xq, xd,
+ * xs laid out as b->xq ...) */
+template <typename I>
+static __device__ __forceinline__ void act_q8_at(float v, I i, int8_t *xq, float *xd, float *xs) {
+    act_q8_warp(v, true, xq + (i & ~(I)31), xd + i / 32, xs + i / 32);
+}
+
 /* whether a producer of `total` floats (rows of `cols`) may write the codes */
 static inline bool lkv_act_fits(const lkv_bctx *b, int64_t rows, int64_t cols) {
     return b->xq && cols % 32 == 0 && cols <= b->xq_cols && rows <= b->xq_rows;

@@ -299,7 +299,7 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
                 const float v = run_l[g] > 0.f ? o[g][k] : 0.f;
                 const size_t i = ((size_t)qi * d.n_head + h0 + g) * hd + tid + 128 * k;
                 fin.out[i] = v;
-                if (fin.q) act_q8_warp(v, true, fin.q + (i & ~(size_t)31), fin.d + i / 32, fin.s + i / 32);
+                if (fin.q) act_q8_at(v, i, fin.q, fin.d, fin.s);
             }
         }
         return;

@@ -38,7 +38,7 @@ __global__ void attn_finish_q_kernel(float *out, const float *st, int64_t n_stat
     const float *sp = st + (i / hd) * (hd + 2);
     const float o = sp[1] > 0.f ? sp[2 + i % hd] : 0.f;
     out[i] = o;
-    act_q8_warp(o, true, xq + (i & ~(int64_t)31), xd + i / 32, xs + i / 32);
+    act_q8_at(o, i, xq, xd, xs);
 }
 
 // ---------------------------------------------------------------- entry points

@@ -28,7 +28,7 @@ __global__ void swiglu_q_kernel(float *out, const float *gate, const float *up, 
          i += (int64_t)gridDim.x * blockDim.x) {
         const float o = lkv_swiglu_cpu(gate[i], up[i]);
         out[i] = o;
-        act_q8_warp(o, true, xq + (i & ~(int64_t)31), xd + i / 32, xs + i / 32);
+        act_q8_at(o, i, xq, xd, xs);
     }
 }
 

@@ -338,7 +338,7 @@ static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n, const mb_
     constexpr int bytes = mb_smem<BN, NS>::bytes;
     static unsigned configured = 0;
     lkv_cuda_smem_limit(b, &configured, mmb_kernel<BN, NS, SW>, bytes, "matmul (mmb): shared memory limit");
-    const unsigned row_tiles = SW ? lkv_cdiv(ms.rows[0], MB_BM / 2) : ms.tile0[ms.n_w];
+    const unsigned row_tiles = ms.tile0[ms.n_w];
     /* the scales by 16-byte copies where aligned (cols % 128 == 0), unless LKV_CUDA_MMB_XD=4 */
     const int xd16 = cols / 32 % 4 == 0 && !lkv_cuda_env_is("LKV_CUDA_MMB_XD", "4");
     lkv_launch(b, mmb_kernel<BN, NS, SW>, dim3(lkv_cdiv(n, BN), row_tiles), mb_threads<BN>(), bytes, ms,
