@@ -64,7 +64,8 @@ const char *lkv_build_features(void);
 /* ---- element types ------------------------------------------------------
  * Type ids are ggml's (GGUF's) numbers: F32=0 F16=1 Q4_0=2 Q4_1=3 Q5_0=6
  * Q5_1=7 Q8_0=8 Q8_1=9 Q2_K=10 Q3_K=11 Q4_K=12 Q5_K=13 Q6_K=14 Q8_K=15
- * IQ4_NL=20 BF16=30. */
+ * IQ2_XXS=16 IQ2_XS=17 IQ3_XXS=18 IQ1_S=19 IQ4_NL=20 IQ3_S=21 IQ2_S=22
+ * IQ4_XS=23 IQ1_M=29 BF16=30. */
 
 typedef struct lkv_type_info {
     const char *name;        /* "q4_0", static */
@@ -81,6 +82,11 @@ lkv_status lkv_quantize(int32_t type, const float *src, void *dst, int64_t n);
 /* *out = dot(x, y) where x is n elements of `type` and y is float; y is first
  * converted to the type's activation format, as the matmuls do. */
 lkv_status lkv_vec_dot(int32_t type, int64_t n, const void *x, const float *y, float *out);
+/* Testing: while `portable` is nonzero, the dot kernels that choose their
+ * SIMD path at run time (the i-quants) take their portable C path even on a
+ * CPU with AVX2. Process-wide; switch it only while no decode runs. Returns
+ * the previous setting. */
+int32_t lkv_quant_force_portable(int32_t portable);
 
 /* ---- devices ------------------------------------------------------------ */
 

@@ -112,6 +112,10 @@ API lkv_status lkv_vec_dot(int32_t type, int64_t n, const void *x, const float *
     return LKV_OK;
 }
 
+API int32_t lkv_quant_force_portable(int32_t portable) {
+    return lkv_iq_dot_force_portable(portable);
+}
+
 // ---------------------------------------------------------------- devices
 
 #ifndef LKV_HAVE_CUDA

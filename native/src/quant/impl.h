@@ -34,6 +34,15 @@ LKV_DECL_TYPE(q4_K)
 LKV_DECL_TYPE(q5_K)
 LKV_DECL_TYPE(q6_K)
 LKV_DECL_TYPE(q8_K)
+/* iquants.c (conversions), dot_iquants.c (dots) */
+LKV_DECL_TYPE(iq2_xxs)
+LKV_DECL_TYPE(iq2_xs)
+LKV_DECL_TYPE(iq2_s)
+LKV_DECL_TYPE(iq3_xxs)
+LKV_DECL_TYPE(iq3_s)
+LKV_DECL_TYPE(iq1_s)
+LKV_DECL_TYPE(iq1_m)
+LKV_DECL_TYPE(iq4_xs)
 
 #undef LKV_DECL_TYPE
 

@@ -12,11 +12,17 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__AVX2__) || defined(__F16C__)
+#if defined(__x86_64__) || defined(__i386__)
+#define LKV_X86 1
 #include <immintrin.h>
 #endif
 
 #define LKV_INLINE static inline __attribute__((always_inline))
+/* The AVX2 helpers below carry the target themselves, so kernels that pick
+ * their path at run time (target("avx2") functions behind a CPU check, as in
+ * dot_iquants.c) can use them in a build without -mavx2. */
+#define LKV_AVX2 __attribute__((target("avx2")))
+#define LKV_AVX2_INLINE static inline __attribute__((always_inline, target("avx2")))
 
 // ---------------------------------------------------------------- fp16 scalars
 
@@ -68,16 +74,16 @@ LKV_INLINE uint16_t f2h(float f) { return fp32_to_fp16_bits(f); }
 
 // ---------------------------------------------------------------- AVX2 helpers
 
-#ifdef __AVX2__
+#ifdef LKV_X86
 
-LKV_INLINE float hsum_ps(__m256 v) {
+LKV_AVX2_INLINE float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
 
-LKV_INLINE int hsum_epi32(__m256i v) {
+LKV_AVX2_INLINE int hsum_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
@@ -86,7 +92,7 @@ LKV_INLINE int hsum_epi32(__m256i v) {
 
 /* 8 int32 lanes, each the sum of 4 products u8 * s8 (exact: no saturation as
  * long as the u8 side is < 128 or the s8 side avoids -128 pairs with 255). */
-LKV_INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
+LKV_AVX2_INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 #elif defined(__AVXVNNI__)
@@ -97,19 +103,19 @@ LKV_INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
 }
 
 /* Signed x signed: move x's sign onto y so the u8 * s8 instruction applies. */
-LKV_INLINE __m256i dot_s8s8(__m256i x, __m256i y) {
+LKV_AVX2_INLINE __m256i dot_s8s8(__m256i x, __m256i y) {
     return dot_u8s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
 /* 16 packed nibbles -> 32 bytes: low nibbles in bytes 0..15, high in 16..31. */
-LKV_INLINE __m256i unpack_nibbles16(const uint8_t *p) {
+LKV_AVX2_INLINE __m256i unpack_nibbles16(const uint8_t *p) {
     __m128i q = _mm_loadu_si128((const __m128i *)p);
     __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
 /* 32 bits -> 32 bytes: byte j is 0xff where bit j is set. */
-LKV_INLINE __m256i bits_to_bytes(uint32_t bits) {
+LKV_AVX2_INLINE __m256i bits_to_bytes(uint32_t bits) {
     const __m256i spread = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
                                              0x0101010101010101LL, 0x0000000000000000LL);
     const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ULL);

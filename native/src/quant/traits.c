@@ -4,10 +4,11 @@
  *
  * vec_dot_type follows ggml: the symmetric 32-blocks dot with q8_0, the ones
  * with a minimum with q8_1 (whose stored sum serves the minimum's term), the
- * k-quants with q8_K, the float types with themselves. The activation-only
- * formats q8_1 and q8_K have no dot of their own and are neither weight nor
- * KV types. from_float is NULL where quantization is not offered (the weight
- * k-quants: models arrive quantized).
+ * k-quants and the 256-element i-quants with q8_K, the float types with
+ * themselves. The activation-only formats q8_1 and q8_K have no dot of their
+ * own and are neither weight nor KV types. from_float is NULL where
+ * quantization is not offered (the weight k-quants and i-quants: models
+ * arrive quantized).
  */
 #include "quant/blocks.h"
 #include "quant/impl.h"
@@ -34,6 +35,14 @@ static const lkv_traits table[LKV_TYPE_COUNT] = {
     [LKV_TYPE_Q6_K]   = {"q6_K",   QK_K,   sizeof(block_q6_K), true,  false, LKV_TYPE_Q8_K, FNS_NOQUANT(q6_K)},
     [LKV_TYPE_Q8_K]   = {"q8_K",   QK_K,   sizeof(block_q8_K), false, false, LKV_TYPE_Q8_K, FNS_ACT(q8_K)},
     [LKV_TYPE_IQ4_NL] = {"iq4_nl", QK4_NL, sizeof(block_iq4_nl), true, true, LKV_TYPE_Q8_0, FNS(iq4_nl)},
+    [LKV_TYPE_IQ2_XXS] = {"iq2_xxs", QK_K, sizeof(block_iq2_xxs), true, false, LKV_TYPE_Q8_K, FNS_NOQUANT(iq2_xxs)},
+    [LKV_TYPE_IQ2_XS]  = {"iq2_xs",  QK_K, sizeof(block_iq2_xs),  true, false, LKV_TYPE_Q8_K, FNS_NOQUANT(iq2_xs)},
+    [LKV_TYPE_IQ2_S]   = {"iq2_s",   QK_K, sizeof(block_iq2_s),   true, false, LKV_TYPE_Q8_K, FNS_NOQUANT(iq2_s)},
+    [LKV_TYPE_IQ3_XXS] = {"iq3_xxs", QK_K, sizeof(block_iq3_xxs), true, false, LKV_TYPE_Q8_K, FNS_NOQUANT(iq3_xxs)},
+    [LKV_TYPE_IQ3_S]   = {"iq3_s",   QK_K, sizeof(block_iq3_s),   true, false, LKV_TYPE_Q8_K, FNS_NOQUANT(iq3_s)},
+    [LKV_TYPE_IQ1_S]   = {"iq1_s",   QK_K, sizeof(block_iq1_s),   true, false, LKV_TYPE_Q8_K, FNS_NOQUANT(iq1_s)},
+    [LKV_TYPE_IQ1_M]   = {"iq1_m",   QK_K, sizeof(block_iq1_m),   true, false, LKV_TYPE_Q8_K, FNS_NOQUANT(iq1_m)},
+    [LKV_TYPE_IQ4_XS]  = {"iq4_xs",  QK_K, sizeof(block_iq4_xs),  true, false, LKV_TYPE_Q8_K, FNS_NOQUANT(iq4_xs)},
 };
 
 const lkv_traits *lkv_type_traits(int32_t type) {

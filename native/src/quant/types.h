@@ -33,7 +33,15 @@ enum {
     LKV_TYPE_Q5_K = 13,
     LKV_TYPE_Q6_K = 14,
     LKV_TYPE_Q8_K = 15,
+    LKV_TYPE_IQ2_XXS = 16,
+    LKV_TYPE_IQ2_XS = 17,
+    LKV_TYPE_IQ3_XXS = 18,
+    LKV_TYPE_IQ1_S = 19,
     LKV_TYPE_IQ4_NL = 20,
+    LKV_TYPE_IQ3_S = 21,
+    LKV_TYPE_IQ2_S = 22,
+    LKV_TYPE_IQ4_XS = 23,
+    LKV_TYPE_IQ1_M = 29,
     LKV_TYPE_BF16 = 30,
     LKV_TYPE_COUNT = 40
 };
@@ -74,6 +82,11 @@ const lkv_traits *lkv_type_traits(int32_t type);
 static inline int64_t lkv_type_row_bytes(const lkv_traits *t, int64_t n) {
     return n / t->block_size * t->type_size;
 }
+
+/* dot_iquants.c: while `portable` is nonzero the i-quant dots take their
+ * portable C path even where the CPU has AVX2 (for tests); returns the
+ * previous setting. */
+int lkv_iq_dot_force_portable(int portable);
 
 /* fp16 / bf16 scalar conversions (exact, round-to-nearest-even). */
 float lkv_fp16_to_fp32(uint16_t h);
