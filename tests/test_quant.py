@@ -283,7 +283,7 @@ def test_vec_dot_is_deterministic(t: T):
 def test_unknown_type_is_refused():
     out = np.zeros(32, np.float32)
     src = np.zeros(64, np.uint8)
-    for bad in (-1, 4, 5, 19, 29, 39, 40, 1000):
+    for bad in (-1, 4, 5, 24, 28, 39, 40, 1000):
         st = lib.lkv_dequantize(bad, ffi.from_buffer(src), fbuf(out), 32)
         assert st == lib.LKV_ERR_UNSUPPORTED
         assert str(bad) in last_error() and "type" in last_error()

@@ -13,10 +13,25 @@ from gguf.constants import GGML_QUANT_SIZES
 
 # byte offsets of f16 scale fields inside one block, for the formats gguf cannot quantize
 _F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2),
-               T.Q6_K: (208,), T.IQ4_NL: (0,)}
+               T.Q6_K: (208,), T.IQ4_NL: (0,), T.IQ2_XXS: (0,), T.IQ2_XS: (0,), T.IQ2_S: (0,),
+               T.IQ3_XXS: (0,), T.IQ3_S: (0,), T.IQ1_S: (0,), T.IQ1_M: (), T.IQ4_XS: (0,)}
 _QUANTIZABLE = {T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0}
 
 ARCHS = ("llama", "qwen2", "qwen3")
+
+
+def set_block_scales(raw: np.ndarray, qtype: T, v: np.ndarray) -> None:
+    """Writes the f16 value(s) v (nb,) into every f16 scale field of the blocks
+    raw (nb, size); iq1_m keeps its one f16 in the top nibbles of bytes 49, 51,
+    53, 55 (nibble k of the f16 in byte 49 + 2k)."""
+    bits = np.asarray(v, np.float16).view(np.uint16)
+    if qtype == T.IQ1_M:
+        for k in range(4):
+            nib = ((bits >> (4 * k)) & 15).astype(np.uint8)
+            raw[:, 49 + 2 * k] = (raw[:, 49 + 2 * k] & 0x0F) | (nib << 4)
+        return
+    for off in _F16_FIELDS[qtype]:
+        raw[:, off:off + 2] = bits.view(np.uint8).reshape(-1, 2)
 
 
 def _tensor(rng, rows: int, cols: int, qtype: T, scale: float):
@@ -31,15 +46,12 @@ def _tensor(rng, rows: int, cols: int, qtype: T, scale: float):
     block, size = GGML_QUANT_SIZES[qtype]
     nb = rows * cols // block
     raw = rng.integers(0, 256, (nb, size), dtype=np.uint8)
-    one = np.ones(nb, np.float16).view(np.uint8).reshape(nb, 2)
-    for off in _F16_FIELDS[qtype]:
-        raw[:, off:off + 2] = one
+    set_block_scales(raw, qtype, np.ones(nb, np.float16))
     # values are linear in the f16 scales: rescale each block to an rms of `scale`
     vals = quants.dequantize(raw.reshape(-1), qtype).reshape(nb, block).astype(np.float64)
     rms = np.sqrt(np.mean(vals * vals, axis=1)) + 1e-3
     k = (scale / rms * rng.uniform(0.7, 1.3, nb)).astype(np.float16)
-    for off in _F16_FIELDS[qtype]:
-        raw[:, off:off + 2] = k.view(np.uint8).reshape(nb, 2)
+    set_block_scales(raw, qtype, k)
     return raw.reshape(rows, cols // block * size), qtype
 
 
