@@ -10,6 +10,8 @@ PYLLAMAKV_TEST_SEED to replay a failure.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
@@ -56,6 +58,20 @@ def test_type_info(t: T):
     assert N.TYPE_IDS[t.name.lower()] == int(t)
     with pytest.raises(ValueError, match="not a supported KV cache type"):
         N.type_id(t.name.lower(), kv=True)
+
+
+def test_generated_tables_are_current(tmp_path):
+    """native/src/quant/iq_tables.c is what tools/gen_iq_tables.py writes
+    from the installed gguf.quants."""
+    import importlib.util
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "tools/gen_iq_tables.py").exists():
+        pytest.skip("no source tree (tools/gen_iq_tables.py)")
+    spec = importlib.util.spec_from_file_location("gen_iq_tables", root / "tools/gen_iq_tables.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    gen.main(tmp_path / "t.c")
+    assert (tmp_path / "t.c").read_text() == (root / "native/src/quant/iq_tables.c").read_text()
 
 
 # ---------------------------------------------------------------- dequantization

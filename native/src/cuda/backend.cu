@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common.cuh"
+#include "quant.cuh"
 
 // ---------------------------------------------------------------- devices
 
@@ -49,9 +50,28 @@ struct cuda_model_state {
     lkv_status st;
 };
 
+/* the weight types the CUDA kernels are instantiated for (quant.cuh) */
+static bool cuda_has_weight_type(int32_t type) {
+    switch (type) {
+#define X(T) case T:
+        LKV_CUDA_WEIGHT_TYPES(X)
+#undef X
+        return true;
+    default:
+        return false;
+    }
+}
+
 static void upload_weight(lkv_weight *w, void *ud) {
     cuda_model_state *s = (cuda_model_state *)ud;
     if (s->st != LKV_OK || !w->data) return;
+    if (!cuda_has_weight_type(w->type)) {
+        const lkv_traits *t = lkv_type_traits(w->type);
+        s->st = lkv_fail(LKV_ERR_UNSUPPORTED, "the CUDA backend has no kernels for weight type "
+                         "%s (id %d); load this model with device=\"cpu\"",
+                         t ? t->name : "unknown", (int)w->type);
+        return;
+    }
     for (int i = 0; i < s->n; i++) {
         if (s->host[i] == w->data) { w->dev = s->dev[i]; return; }
     }
