@@ -61,8 +61,8 @@ def test_type_info(t: T):
 
 
 def test_generated_tables_are_current(tmp_path):
-    """native/src/quant/iq_tables.c is what tools/gen_iq_tables.py writes
-    from the installed gguf.quants."""
+    """native/src/quant/iq_tables.c and native/src/cuda/iq_tables.cuh are what
+    tools/gen_iq_tables.py writes from the installed gguf.quants."""
     import importlib.util
     root = Path(__file__).resolve().parent.parent
     if not (root / "tools/gen_iq_tables.py").exists():
@@ -70,8 +70,9 @@ def test_generated_tables_are_current(tmp_path):
     spec = importlib.util.spec_from_file_location("gen_iq_tables", root / "tools/gen_iq_tables.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    gen.main(tmp_path / "t.c")
+    gen.main(tmp_path / "t.c", tmp_path / "t.cuh")
     assert (tmp_path / "t.c").read_text() == (root / "native/src/quant/iq_tables.c").read_text()
+    assert (tmp_path / "t.cuh").read_text() == (root / "native/src/cuda/iq_tables.cuh").read_text()
 
 
 # ---------------------------------------------------------------- dequantization
@@ -253,3 +254,46 @@ def test_cuda_refuses_iquant_weights_by_name(tmp_path):
         N.Model(path, device="cuda")
     with N.Model(path, device="cpu") as m:  # the process and the file stay usable
         assert m is not None
+
+
+# ---------------------------------------------------------------- CUDA decoding
+
+@pytest.fixture(scope="module")
+def iq_dq_exe(tmp_path_factory):
+    """tests/cuda/iq_dq.cu built with nvcc as the library's CUDA sources are
+    (--fmad=false); skipped without nvcc."""
+    from test_cuda_emu import NVCC
+    if NVCC is None:
+        pytest.skip("nvcc not found")
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    exe = tmp_path_factory.mktemp("iq_dq") / "iq_dq"
+    cmd = [NVCC, "-std=c++17", "--fmad=false", "-arch=sm_90", "-O1", "-Xcompiler", "-ffp-contract=off",
+           *[f"-I{root / d}" for d in ("native/include", "native/src", "native/src/cuda")],
+           str(root / "tests/cuda/iq_dq.cu"), str(root / "native/src/quant/iq_tables.c"), "-o", str(exe)]
+    b = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert b.returncode == 0, f"nvcc failed:\n{' '.join(cmd)}\n{b.stdout[-3000:]}\n{b.stderr[-6000:]}"
+    return exe
+
+
+@pytest.mark.parametrize("t", IQ_TYPES, ids=ids)
+def test_cuda_iq_dq32_matches_gguf(tmp_path, iq_dq_exe, t: T):
+    """cuda/iquant_dq.cuh's decoding, on the host always and in a kernel where
+    a GPU is present, bit for bit against gguf.quants."""
+    import subprocess
+    rng = rng_for(107, int(t))
+    n = 256 * int(rng.integers(8, 41))
+    raw = random_iq_blocks(t, n, rng)
+    (tmp_path / "in.bin").write_bytes(raw.tobytes())
+    r = subprocess.run([str(iq_dq_exe), str(int(t)), str(tmp_path / "in.bin"), str(tmp_path / "host.bin"),
+                        str(tmp_path / "dev.bin")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ref = quants.dequantize(raw, t).reshape(-1).astype(np.float32)
+    outs = ["host.bin"] + (["dev.bin"] if (tmp_path / "dev.bin").exists() else [])
+    if N.cuda_device_count() > 0:
+        assert "dev.bin" in outs, r.stdout
+    for name in outs:
+        got = np.fromfile(tmp_path / name, np.float32)
+        bad = np.flatnonzero(got.view(np.uint32) != ref.view(np.uint32))
+        assert got.size == n and bad.size == 0, why(t, f"{name}: {bad.size} mismatches, first at "
+                                                       f"{bad[:4]}: {got[bad[:4]]} vs {ref[bad[:4]]}")

@@ -15,6 +15,11 @@
 
 #include <stdint.h>
 
+#if defined(__cplusplus) && !defined(_Static_assert)  /* included by CUDA sources */
+#define _Static_assert static_assert
+#define LKV_BLOCKS_UNDEF_SA 1
+#endif
+
 #define QK4_0 32
 #define QK4_1 32
 #define QK5_0 32
@@ -252,5 +257,10 @@ typedef struct {
     uint8_t qs[QK_K / 2];        // (256,) indices into the non-linear table
 } block_iq4_xs;
 _Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs size");
+
+#ifdef LKV_BLOCKS_UNDEF_SA
+#undef _Static_assert
+#undef LKV_BLOCKS_UNDEF_SA
+#endif
 
 #endif
