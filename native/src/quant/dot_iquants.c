@@ -4,9 +4,10 @@
  * the run-time choice between this path and dot_iquants_avx2.c.
  *
  * The integer form and the f32 steps both paths share are described in
- * quant/dot_iquants.h. Here each block function decodes the levels with the
- * formulas of iquants.c (as integers: ls = 2s + 1 and the grid levels, with
- * the sign applied to the activation code) and sums in int32.
+ * quant/dot_iquants.h. Here each super-block is decoded once (for all the
+ * activation rows) into its 256 signed integer levels and 16 integer scales,
+ * with the formulas of iquants.c (ls = 2s + 1, iq4_xs ls - 32), and a plain
+ * int8 x int8 loop per 16 elements (which compilers vectorize) sums them.
  *
  * The AVX2 path is compiled with a target attribute, so the library runs on
  * any x86-64 (and elsewhere); it is taken where the CPU reports AVX2, unless
@@ -18,162 +19,137 @@
 
 #include "quant/dot_iquants.h"
 
-// ---------------------------------------------------------------- helpers
+// ---------------------------------------------------------------- decoding
 
-/* sum_j lvl[j] * (sign_j ? -q[j] : q[j]) over 8 elements */
-static inline int32_t dot8_signed(const uint8_t *lvl, uint8_t signs, const int8_t *q) {
-    int32_t t = 0;
-    for (int j = 0; j < 8; j++) t += lvl[j] * ((signs >> j) & 1 ? -q[j] : q[j]);
-    return t;
+/* Each decoder writes a super-block's 256 signed integer levels w (the grid
+ * level with its sign; iq1: 8 * grid +- 1) and the integer scale of each 16
+ * elements ls (a 32-element scale twice). */
+
+/* w[j] = sign_j ? -lvl[j] : lvl[j], j < n */
+static inline void put_signed(int8_t *w, const uint8_t *lvl, uint32_t signs, int n) {
+    for (int j = 0; j < n; j++) w[j] = (int8_t)((signs >> j) & 1 ? -lvl[j] : lvl[j]);
 }
 
-/* sum_j (8 * grid[j] + sg) * q[j] over 8 elements (sg = +-1: the iq1 delta) */
-static inline int32_t dot8_iq1(const int8_t *grid, int sg, const int8_t *q) {
-    int32_t t = 0;
-    for (int j = 0; j < 8; j++) t += (8 * grid[j] + sg) * q[j];
-    return t;
+/* w[j] = 8 * grid[j] + sg (sg = +-1: the iq1 delta), j < 8 */
+static inline void put_iq1(int8_t *w, const int8_t *grid, int sg) {
+    for (int j = 0; j < 8; j++) w[j] = (int8_t)(8 * grid[j] + sg);
 }
 
-// ---------------------------------------------------------------- block sums
-
-static inline void blk_iq2_xxs(const block_iq2_xxs *x, const block_q8_K *const *y, int ny,
-                               int32_t *sumi) {
-    for (int r = 0; r < ny; r++) sumi[r] = 0;
+static inline void dec_iq2_xxs(const block_iq2_xxs *x, int8_t *w, int16_t *ls) {
     for (int ib = 0; ib < 8; ib++) {
         uint32_t a0, a1;
         memcpy(&a0, x->qs + 4 * ib, 4);
         memcpy(&a1, x->qs + 4 * ib + 2, 4);
-        const int ls = 2 * (int)(a1 >> 28) + 1;
-        for (int r = 0; r < ny; r++) {
-            const int8_t *q = y[r]->qs + 32 * ib;
-            int32_t t = 0;
-            for (int l = 0; l < 4; l++)
-                t += dot8_signed(lkv_iq2xxs_grid[(a0 >> 8 * l) & 255],
-                                 lkv_iq_ksigns[(a1 >> 7 * l) & 127], q + 8 * l);
-            sumi[r] += ls * t;
-        }
+        ls[2 * ib] = ls[2 * ib + 1] = (int16_t)(2 * (a1 >> 28) + 1);
+        for (int l = 0; l < 4; l++)
+            put_signed(w + 32 * ib + 8 * l, lkv_iq2xxs_grid[(a0 >> 8 * l) & 255],
+                       lkv_iq_ksigns[(a1 >> 7 * l) & 127], 8);
     }
 }
 
-static inline void blk_iq2_xs(const block_iq2_xs *x, const block_q8_K *const *y, int ny,
-                              int32_t *sumi) {
-    for (int r = 0; r < ny; r++) sumi[r] = 0;
-    for (int k = 0; k < 16; k++) {   // 16 elements per scale
-        const int ls = 2 * ((x->scales[k / 2] >> 4 * (k % 2)) & 15) + 1;
-        const uint16_t q0 = x->qs[2 * k], q1 = x->qs[2 * k + 1];
-        for (int r = 0; r < ny; r++) {
-            const int8_t *q = y[r]->qs + 16 * k;
-            const int32_t t = dot8_signed(lkv_iq2xs_grid[q0 & 511], lkv_iq_ksigns[q0 >> 9], q) +
-                              dot8_signed(lkv_iq2xs_grid[q1 & 511], lkv_iq_ksigns[q1 >> 9], q + 8);
-            sumi[r] += ls * t;
-        }
-    }
+static inline void dec_iq2_xs(const block_iq2_xs *x, int8_t *w, int16_t *ls) {
+    for (int k = 0; k < 16; k++) ls[k] = (int16_t)(2 * ((x->scales[k / 2] >> 4 * (k % 2)) & 15) + 1);
+    for (int g = 0; g < 32; g++)
+        put_signed(w + 8 * g, lkv_iq2xs_grid[x->qs[g] & 511], lkv_iq_ksigns[x->qs[g] >> 9], 8);
 }
 
-static inline void blk_iq2_s(const block_iq2_s *x, const block_q8_K *const *y, int ny,
-                             int32_t *sumi) {
-    for (int r = 0; r < ny; r++) sumi[r] = 0;
-    for (int k = 0; k < 16; k++) {
-        const int ls = 2 * ((x->scales[k / 2] >> 4 * (k % 2)) & 15) + 1;
-        const int g0 = 2 * k, g1 = 2 * k + 1;
-        const uint8_t *l0 = lkv_iq2s_grid[x->qs[g0] | ((x->qh[g0 / 4] >> 2 * (g0 % 4)) & 3) << 8];
-        const uint8_t *l1 = lkv_iq2s_grid[x->qs[g1] | ((x->qh[g1 / 4] >> 2 * (g1 % 4)) & 3) << 8];
-        for (int r = 0; r < ny; r++) {
-            const int8_t *q = y[r]->qs + 16 * k;
-            sumi[r] += ls * (dot8_signed(l0, x->qs[32 + g0], q) + dot8_signed(l1, x->qs[32 + g1], q + 8));
-        }
-    }
+static inline void dec_iq2_s(const block_iq2_s *x, int8_t *w, int16_t *ls) {
+    for (int k = 0; k < 16; k++) ls[k] = (int16_t)(2 * ((x->scales[k / 2] >> 4 * (k % 2)) & 15) + 1);
+    for (int g = 0; g < 32; g++)
+        put_signed(w + 8 * g, lkv_iq2s_grid[x->qs[g] | ((x->qh[g / 4] >> 2 * (g % 4)) & 3) << 8],
+                   x->qs[32 + g], 8);
 }
 
-static inline void blk_iq3_xxs(const block_iq3_xxs *x, const block_q8_K *const *y, int ny,
-                               int32_t *sumi) {
-    for (int r = 0; r < ny; r++) sumi[r] = 0;
+static inline void dec_iq3_xxs(const block_iq3_xxs *x, int8_t *w, int16_t *ls) {
     for (int ib = 0; ib < 8; ib++) {
         uint32_t a;
         memcpy(&a, x->qs + QK_K / 4 + 4 * ib, 4);
-        const int ls = 2 * (int)(a >> 28) + 1;
-        for (int r = 0; r < ny; r++) {
-            const int8_t *q = y[r]->qs + 32 * ib;
-            int32_t t = 0;
-            for (int l = 0; l < 4; l++) {
-                uint8_t lvl[8];
-                memcpy(lvl, lkv_iq3xxs_grid[x->qs[8 * ib + 2 * l]], 4);
-                memcpy(lvl + 4, lkv_iq3xxs_grid[x->qs[8 * ib + 2 * l + 1]], 4);
-                t += dot8_signed(lvl, lkv_iq_ksigns[(a >> 7 * l) & 127], q + 8 * l);
-            }
-            sumi[r] += ls * t;
+        ls[2 * ib] = ls[2 * ib + 1] = (int16_t)(2 * (a >> 28) + 1);
+        for (int l = 0; l < 4; l++) {
+            const uint32_t sg = lkv_iq_ksigns[(a >> 7 * l) & 127];
+            int8_t *wl = w + 32 * ib + 8 * l;
+            put_signed(wl, lkv_iq3xxs_grid[x->qs[8 * ib + 2 * l]], sg, 4);
+            put_signed(wl + 4, lkv_iq3xxs_grid[x->qs[8 * ib + 2 * l + 1]], sg >> 4, 4);
         }
     }
 }
 
-static inline void blk_iq3_s(const block_iq3_s *x, const block_q8_K *const *y, int ny,
-                             int32_t *sumi) {
-    for (int r = 0; r < ny; r++) sumi[r] = 0;
+static inline void dec_iq3_s(const block_iq3_s *x, int8_t *w, int16_t *ls) {
     for (int ib = 0; ib < 8; ib++) {
-        const int ls = 2 * ((x->scales[ib / 2] >> 4 * (ib % 2)) & 15) + 1;
-        uint8_t lvl[32];
-        for (int g = 0; g < 8; g++) {
-            const int gg = 8 * ib + g;
-            memcpy(lvl + 4 * g, lkv_iq3s_grid[x->qs[gg] | ((x->qh[ib] >> g) & 1) << 8], 4);
-        }
-        for (int r = 0; r < ny; r++) {
-            const int8_t *q = y[r]->qs + 32 * ib;
-            int32_t t = 0;
-            for (int l = 0; l < 4; l++) t += dot8_signed(lvl + 8 * l, x->signs[4 * ib + l], q + 8 * l);
-            sumi[r] += ls * t;
-        }
+        ls[2 * ib] = ls[2 * ib + 1] = (int16_t)(2 * ((x->scales[ib / 2] >> 4 * (ib % 2)) & 15) + 1);
+        uint32_t sg;
+        memcpy(&sg, x->signs + 4 * ib, 4);
+        for (int k = 0; k < 8; k++)
+            put_signed(w + 32 * ib + 4 * k,
+                       lkv_iq3s_grid[x->qs[8 * ib + k] | ((x->qh[ib] >> k) & 1) << 8], sg >> 4 * k, 4);
     }
 }
 
-static inline void blk_iq1_s(const block_iq1_s *x, const block_q8_K *const *y, int ny,
-                             int32_t *sumi) {
-    for (int r = 0; r < ny; r++) sumi[r] = 0;
+static inline void dec_iq1_s(const block_iq1_s *x, int8_t *w, int16_t *ls) {
     for (int ib = 0; ib < 8; ib++) {
         const int qh = x->qh[ib];
-        const int ls = 2 * ((qh >> 12) & 7) + 1, sg = qh & 0x8000 ? -1 : 1;
-        for (int r = 0; r < ny; r++) {
-            const int8_t *q = y[r]->qs + 32 * ib;
-            int32_t t = 0;
-            for (int l = 0; l < 4; l++)
-                t += dot8_iq1(lkv_iq1s_grid[x->qs[4 * ib + l] | ((qh >> 3 * l) & 7) << 8], sg, q + 8 * l);
-            sumi[r] += ls * t;
-        }
+        ls[2 * ib] = ls[2 * ib + 1] = (int16_t)(2 * ((qh >> 12) & 7) + 1);
+        for (int l = 0; l < 4; l++)
+            put_iq1(w + 32 * ib + 8 * l, lkv_iq1s_grid[x->qs[4 * ib + l] | ((qh >> 3 * l) & 7) << 8],
+                    qh & 0x8000 ? -1 : 1);
     }
 }
 
-static inline void blk_iq1_m(const block_iq1_m *x, const block_q8_K *const *y, int ny,
-                             int32_t *sumi) {
+static inline void dec_iq1_m(const block_iq1_m *x, int8_t *w, int16_t *ls) {
     uint16_t sc[4];
     memcpy(sc, x->scales, 8);
-    for (int r = 0; r < ny; r++) sumi[r] = 0;
-    for (int k = 0; k < 16; k++) {   // 16 elements per scale, 8 per delta
-        const int ls = 2 * ((sc[k / 4] >> 3 * (k % 4)) & 7) + 1;
-        const int n0 = x->qh[k] & 15, n1 = x->qh[k] >> 4;
-        const int8_t *gr0 = lkv_iq1s_grid[x->qs[2 * k] | (n0 & 7) << 8];
-        const int8_t *gr1 = lkv_iq1s_grid[x->qs[2 * k + 1] | (n1 & 7) << 8];
-        for (int r = 0; r < ny; r++) {
-            const int8_t *q = y[r]->qs + 16 * k;
-            sumi[r] += ls * (dot8_iq1(gr0, n0 & 8 ? -1 : 1, q) + dot8_iq1(gr1, n1 & 8 ? -1 : 1, q + 8));
+    for (int k = 0; k < 16; k++) ls[k] = (int16_t)(2 * ((sc[k / 4] >> 3 * (k % 4)) & 7) + 1);
+    for (int g = 0; g < 32; g++) {
+        const int nib = (x->qh[g / 2] >> 4 * (g % 2)) & 15;
+        put_iq1(w + 8 * g, lkv_iq1s_grid[x->qs[g] | (nib & 7) << 8], nib & 8 ? -1 : 1);
+    }
+}
+
+static inline void dec_iq4_xs(const block_iq4_xs *x, int8_t *w, int16_t *ls) {
+    for (int ib = 0; ib < 8; ib++) {
+        ls[2 * ib] = ls[2 * ib + 1] = (int16_t)((((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 15) |
+                                                 ((x->scales_h >> 2 * ib) & 3) << 4) - 32);
+        const uint8_t *c = x->qs + 16 * ib;
+        for (int j = 0; j < 16; j++) {
+            w[32 * ib + j] = lkv_iq4nl_values[c[j] & 15];
+            w[32 * ib + j + 16] = lkv_iq4nl_values[c[j] >> 4];
         }
     }
 }
 
-static inline void blk_iq4_xs(const block_iq4_xs *x, const block_q8_K *const *y, int ny,
-                              int32_t *sumi) {
-    for (int r = 0; r < ny; r++) sumi[r] = 0;
-    for (int ib = 0; ib < 8; ib++) {
-        const int ls = (((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 15) |
-                        ((x->scales_h >> 2 * ib) & 3) << 4) - 32;
-        const uint8_t *c = x->qs + 16 * ib;
-        for (int r = 0; r < ny; r++) {
-            const int8_t *q = y[r]->qs + 32 * ib;
+// ---------------------------------------------------------------- block sums
+
+/* sumi[r] = sum_k ls[k] * (w . q_r over the 16 elements of k), exact in int32 */
+static inline void sum_rows(const int8_t *w, const int16_t *ls, const block_q8_K *const *y,
+                            int ny, int32_t *sumi) {
+    for (int r = 0; r < ny; r++) {
+        const int8_t *q = y[r]->qs;
+        int32_t s = 0;
+        for (int k = 0; k < 16; k++) {
             int32_t t = 0;
-            for (int j = 0; j < 16; j++)
-                t += lkv_iq4nl_values[c[j] & 15] * q[j] + lkv_iq4nl_values[c[j] >> 4] * q[j + 16];
-            sumi[r] += ls * t;
+            for (int j = 0; j < 16; j++) t += w[16 * k + j] * q[16 * k + j];
+            s += ls[k] * t;
         }
+        sumi[r] = s;
     }
 }
+
+#define BLOCK_FN(t)                                                                     \
+    static inline void blk_##t(const block_##t *x, const block_q8_K *const *y, int ny,   \
+                               int32_t *sumi) {                                          \
+        int8_t w[QK_K];                                                                  \
+        int16_t ls[16];                                                                  \
+        dec_##t(x, w, ls);                                                               \
+        sum_rows(w, ls, y, ny, sumi);                                                    \
+    }
+BLOCK_FN(iq2_xxs)
+BLOCK_FN(iq2_xs)
+BLOCK_FN(iq2_s)
+BLOCK_FN(iq3_xxs)
+BLOCK_FN(iq3_s)
+BLOCK_FN(iq1_s)
+BLOCK_FN(iq1_m)
+BLOCK_FN(iq4_xs)
 
 // ---------------------------------------------------------------- row kernels
 
