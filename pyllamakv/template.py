@@ -257,7 +257,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         finally:
             budget.depth -= 1
         if not isinstance(obj, (Macro, LoopContext)):   # their output was charged as made
-            budget.produced(result, args)
+            budget.produced(result, args + (getattr(obj, "__self__", None),))
         return result
 
     def wrap_str_format(self, value: Any) -> Any:

@@ -77,10 +77,16 @@ class Budget:
             self.fail(f"the render created more than {self.max_chars:,} characters")
 
     def produced(self, result: Any, inputs: tuple) -> None:
-        """A step built result from inputs: check its size, charge what it added."""
+        """A step built result from inputs: check its size (a container's with
+        its items': ``[s] * n`` is many copies of s to a sort or a compare),
+        charge what it added."""
         n = size(result)
         if n:
             self.need(n, "a value")
+            if isinstance(result, (list, tuple)):
+                self.need(n + sum(map(size, result)), "a sequence with its items")
+            elif isinstance(result, dict):
+                self.need(n + sum(map(size, result.values())), "a dict with its items")
             grown = n - max((size(x) for x in inputs), default=0)
             if grown > 0:
                 self.charge(grown)
@@ -141,6 +147,11 @@ def printf_size(budget: Budget, fmt: str | bytes, args: Any) -> int:
     return n
 
 
+def _repeated(budget: Budget, seq: Any) -> int:
+    """What one copy of seq weighs in a repetition: its length, or its items' text."""
+    return len(seq) if isinstance(seq, (str, bytes)) else max(1, text_size(seq, budget.max_chars))
+
+
 def check_binop(budget: Budget, op: str, a: Any, b: Any) -> None:
     if op == "**" and isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1:
         if b > MAX_INT_BITS or b * math.log2(abs(a)) > MAX_INT_BITS:
@@ -150,9 +161,9 @@ def check_binop(budget: Budget, op: str, a: Any, b: Any) -> None:
             if a.bit_length() + b.bit_length() > MAX_INT_BITS:
                 budget.fail(f"* would build an integer of more than {MAX_INT_BITS} bits")
         elif isinstance(b, int) and isinstance(a, _SEQ):
-            budget.need(len(a) * b, "a repeated sequence")
+            budget.need(_repeated(budget, a) * b, "a repeated sequence")
         elif isinstance(a, int) and isinstance(b, _SEQ):
-            budget.need(len(b) * a, "a repeated sequence")
+            budget.need(_repeated(budget, b) * a, "a repeated sequence")
     elif op == "+" and isinstance(a, _SEQ) and isinstance(b, _SEQ):
         budget.need(len(a) + len(b), "a concatenation")
     elif op == "%" and isinstance(a, (str, bytes)):
@@ -197,11 +208,13 @@ def check_method(budget: Budget, func: Any, args: tuple, kwargs: dict) -> tuple:
     return args
 
 
-# filters that turn their input into text first
+# filters that turn their input into text first, or compare its items
 _TEXT_FILTERS = frozenset({
     "capitalize", "center", "e", "escape", "forceescape", "format", "indent", "lower",
     "pprint", "replace", "safe", "string", "striptags", "title", "tojson", "trim",
-    "truncate", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr"})
+    "truncate", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
+    "sort", "unique", "dictsort", "groupby", "min", "max"})
+WRAP_WORK = 1000            # |wordwrap cuts a long word in pieces: characters copied per budget char
 
 
 def check_filter(budget: Budget, name: str, args: tuple, kwargs: dict) -> tuple:
@@ -220,7 +233,9 @@ def check_filter(budget: Budget, name: str, args: tuple, kwargs: dict) -> tuple:
     width = {"center": arg(0, "width", 80), "batch": arg(0, "linecount", 1),
              "slice": arg(0, "slices", 1)}.get(name)
     if isinstance(width, int):
-        budget.need(width, f"the result of |{name}")
+        fill = arg(1, "fill_with")
+        each = 1 if name == "center" or fill is None else max(1, text_size(fill, budget.max_chars))
+        budget.need(width * each, f"the result of |{name}")
     elif name == "indent":
         w = arg(0, "width", 4)
         per = w if isinstance(w, int) else len(str(w))
@@ -230,6 +245,10 @@ def check_filter(budget: Budget, name: str, args: tuple, kwargs: dict) -> tuple:
         if isinstance(w, int) and isinstance(wrap, str):
             lines = len(text) // max(w, 1) + text.count("\n") + 1
             budget.need(len(text) + lines * len(wrap), "the result of |wordwrap")
+            cuts = sum(len(word) ** 2 for word in text.split() if len(word) > w) // max(w, 1)
+            if cuts > WRAP_WORK * budget.max_chars:       # textwrap copies the rest at each cut
+                budget.fail(f"|wordwrap({w}) would cut words of up to {len(text):,} characters "
+                            "one piece at a time")
     elif name == "replace":
         old, new, count = arg(0, "old", ""), arg(1, "new", ""), arg(2, "count")
         if isinstance(old, str) and isinstance(new, str):
