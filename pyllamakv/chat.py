@@ -7,9 +7,10 @@ no mutating our data) that folds nothing expensive at compile time and
 renders under a time limit (``time_limit``, 2 s) and a limit on the text it
 creates (``max_output`` characters plus 8 times the messages' own). Every
 failure, from a syntax error to a runaway loop, a MemoryError or a
-RecursionError, is a ChatTemplateError that names the template. Variables: ``messages``, ``add_generation_prompt``,
-``bos_token``, ``eos_token``, ``raise_exception`` and ``strftime_now``. A
-model without a template gets ChatML. The result also says where generation
+RecursionError, is a ChatTemplateError that names the template (``source``).
+Variables: ``messages``, ``add_generation_prompt``, ``bos_token``,
+``eos_token``, ``raise_exception`` and ``strftime_now``. A model without a
+template gets ChatML. The result also says where generation
 should stop: the EOS text and the end-of-generation tokens' texts that the
 template uses, and the EOG token ids.
 
@@ -145,10 +146,10 @@ class ChatFormatter:
         def text(i):
             return tokenizer.token_text(i) if i is not None else ""
 
-        source = template or CHATML_TEMPLATE
+        written = template or CHATML_TEMPLATE
         eog = sorted(tokenizer.eog_ids)
         # an EOG token the template writes out ends a turn: stop on its text
-        stop = [tokenizer.token_text(i) for i in eog if tokenizer.token_text(i) in source]
+        stop = [tokenizer.token_text(i) for i in eog if tokenizer.token_text(i) in written]
         return cls(template, bos_token=text(tokenizer.bos_id), eos_token=text(tokenizer.eos_id),
                    stop=stop, stop_token_ids=eog, **limits)
 
@@ -168,6 +169,10 @@ class ChatFormatter:
                 from None
         except RenderLimitError as e:
             raise self._error("went over a render limit", e) from None
-        except Exception as e:      # UndefinedError, TypeError, RecursionError, MemoryError...
+        except MemoryError as e:    # raised below, once the frames holding big values are gone
+            failure = self._error("failed to render", e)
+        except Exception as e:      # UndefinedError, TypeError, RecursionError...
             raise self._error("failed to render", e) from e
-        return ChatPrompt(prompt, list(self.stop), list(self.stop_token_ids))
+        else:
+            return ChatPrompt(prompt, list(self.stop), list(self.stop_token_ids))
+        raise failure

@@ -152,7 +152,7 @@ def _bounded(name: str, func: Any, is_filter: bool) -> Any:
         if is_filter:
             args = check_filter(budget, name, args, kwargs)
             if name == "sum":
-                return _sum(budget, func, context, args, kwargs)
+                return _sum(budget, lambda *a, **k: func(*first(context), *a, **k), args, kwargs)
         result = func(*first(context), *args, **kwargs)
         budget.produced(result, args)
         return result
@@ -161,12 +161,12 @@ def _bounded(name: str, func: Any, is_filter: bool) -> Any:
     return bounded
 
 
-def _sum(budget: Budget, func: Any, context: Any, args: tuple, kwargs: dict) -> Any:
+def _sum(budget: Budget, func: Any, args: tuple, kwargs: dict) -> Any:
     """|sum: lists and tuples (``start=[]``) joined in one pass, not one copy per item."""
     start = args[2] if len(args) > 2 else kwargs.get("start", 0)
     attribute = args[1] if len(args) > 1 else kwargs.get("attribute")
     if not isinstance(start, (list, tuple)) or attribute is not None:
-        result = func(context.environment, *args, **kwargs)
+        result = func(*args, **kwargs)
         budget.produced(result, args)
         return result
     items = list(args[0])
