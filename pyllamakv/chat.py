@@ -38,6 +38,8 @@ CHATML_TEMPLATE = (
 
 TIME_LIMIT = 2.0            # seconds one render may take
 MAX_OUTPUT = 1 << 20        # characters a render may create beyond 8x the messages' own
+MAX_TEMPLATE = 1 << 18      # characters of template (real ones are under 20 K; jinja
+                            # compiles some 20 K per second)
 GGUF_SOURCE = "the model's chat template (GGUF tokenizer.chat_template)"
 FALLBACK_SOURCE = "the ChatML fallback template (the model has none)"
 
@@ -100,10 +102,13 @@ class ChatFormatter:
     def __init__(self, template: str | None, bos_token: str = "", eos_token: str = "",
                  stop: Sequence[str] = (), stop_token_ids: Sequence[int] = (), *,
                  source: str | None = None, time_limit: float = TIME_LIMIT,
-                 max_output: int = MAX_OUTPUT) -> None:
+                 max_output: int = MAX_OUTPUT, max_template: int = MAX_TEMPLATE) -> None:
         self.is_fallback = not template
         self.template = template or CHATML_TEMPLATE
         self.source = source or (FALLBACK_SOURCE if self.is_fallback else "the chat template")
+        if len(self.template) > max_template:
+            raise ChatTemplateError(f"{self.source} is {len(self.template):,} characters long, "
+                                    f"over the limit of {max_template:,}", self.source)
         if not time_limit > 0 or max_output < 0:
             raise ValueError(f"time_limit must be > 0 and max_output >= 0, got {time_limit} "
                              f"and {max_output}")
@@ -135,7 +140,7 @@ class ChatFormatter:
         """From GGUF metadata; tokenizer (pyllamakv.tokenizer.Tokenizer) gives
         the BOS / EOS texts and the end-of-generation tokens. source names the
         template in errors (default: the GGUF file's); limits: time_limit,
-        max_output."""
+        max_output, max_template."""
         template = meta.get("tokenizer.chat_template")
         if template is not None and not isinstance(template, str):
             raise ValueError("tokenizer.chat_template is not a string")

@@ -195,6 +195,8 @@ def test_errors_name_the_template(tok):
     with pytest.raises(ChatTemplateError, match="^chat_format 'x' does not parse"):
         ChatFormatter("{% for %}", source="chat_format 'x'")
     assert ChatFormatter(None).source == FALLBACK_SOURCE
+    with pytest.raises(ChatTemplateError, match=f"^{GGUF_SOURCE[:20]}.* is 300,000 characters"):
+        ChatFormatter.from_metadata({"tokenizer.chat_template": "x" * 300_000}, tok)
     refuse = "{{ raise_exception('no system') }}"
     with pytest.raises(ChatTemplateError, match=f"^{GGUF_SOURCE[:20]}.*refused.*no system"):
         ChatFormatter.from_metadata({"tokenizer.chat_template": refuse}, tok).format(USER)
