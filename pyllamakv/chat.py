@@ -1,11 +1,16 @@
 """Chat prompts: messages -> prompt text through the model's Jinja2 template.
 
-The template is ``tokenizer.chat_template`` from the GGUF file, rendered in
-jinja2's ImmutableSandboxedEnvironment (templates come with downloaded
-models: they must not reach Python internals or mutate our data) with the
-variables chat templates expect: ``messages``, ``add_generation_prompt``,
-``bos_token``, ``eos_token``, ``raise_exception`` and ``strftime_now``. A
-model without a template gets ChatML. The result also says where generation
+The template is ``tokenizer.chat_template`` from the GGUF file. Templates come
+with downloaded models, so they are compiled and rendered in template.py's
+bounded sandbox: jinja2's ImmutableSandboxedEnvironment (no Python internals,
+no mutating our data) that folds nothing expensive at compile time and
+renders under a time limit (``time_limit``, 2 s) and a limit on the text it
+creates (``max_output`` characters plus 8 times the messages' own). Every
+failure, from a syntax error to a runaway loop, a MemoryError or a
+RecursionError, is a ChatTemplateError that names the template (``source``).
+Variables: ``messages``, ``add_generation_prompt``, ``bos_token``,
+``eos_token``, ``raise_exception`` and ``strftime_now``. A model without a
+template gets ChatML. The result also says where generation
 should stop: the EOS text and the end-of-generation tokens' texts that the
 template uses, and the EOG token ids.
 
@@ -19,7 +24,9 @@ from datetime import datetime
 from typing import Any, Sequence
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .template import BoundedEnvironment, Budget, RenderLimitError, compile_template, render
+from .template_limits import text_size
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -29,8 +36,21 @@ CHATML_TEMPLATE = (
 )
 
 
+TIME_LIMIT = 2.0            # seconds one render may take
+MAX_OUTPUT = 1 << 20        # characters a render may create beyond 8x the messages' own
+MAX_TEMPLATE = 1 << 18      # characters of template (real ones are under 20 K; jinja
+                            # compiles some 20 K per second)
+GGUF_SOURCE = "the model's chat template (GGUF tokenizer.chat_template)"
+FALLBACK_SOURCE = "the ChatML fallback template (the model has none)"
+
+
 class ChatTemplateError(ValueError):
-    """The template refused the messages (raise_exception) or failed to render."""
+    """The template does not compile, refused the messages (raise_exception),
+    went over a render limit or failed to render. ``source`` names the template."""
+
+    def __init__(self, message: str, source: str = "the chat template") -> None:
+        super().__init__(message)
+        self.source = source
 
 
 @dataclass(slots=True)
@@ -41,11 +61,17 @@ class ChatPrompt:
     added_special: bool = True         # the template placed BOS itself: add none
 
 
+class _Refused(Exception):
+    """raise_exception() from the template (not a ValueError: filters catch those)."""
+
+
 def _raise_exception(message: str) -> None:
-    raise ChatTemplateError(str(message))
+    raise _Refused(str(message))
 
 
 def _strftime_now(fmt: str) -> str:
+    if not isinstance(fmt, str) or len(fmt) > 256:
+        raise TypeError("strftime_now takes a format string of at most 256 characters")
     return datetime.now().strftime(fmt)
 
 
@@ -74,9 +100,19 @@ class ChatFormatter:
     """Renders one model's chat template."""
 
     def __init__(self, template: str | None, bos_token: str = "", eos_token: str = "",
-                 stop: Sequence[str] = (), stop_token_ids: Sequence[int] = ()) -> None:
+                 stop: Sequence[str] = (), stop_token_ids: Sequence[int] = (), *,
+                 source: str | None = None, time_limit: float = TIME_LIMIT,
+                 max_output: int = MAX_OUTPUT, max_template: int = MAX_TEMPLATE) -> None:
         self.is_fallback = not template
         self.template = template or CHATML_TEMPLATE
+        self.source = source or (FALLBACK_SOURCE if self.is_fallback else "the chat template")
+        if len(self.template) > max_template:
+            raise ChatTemplateError(f"{self.source} is {len(self.template):,} characters long, "
+                                    f"over the limit of {max_template:,}", self.source)
+        if not time_limit > 0 or max_output < 0:
+            raise ValueError(f"time_limit must be > 0 and max_output >= 0, got {time_limit} "
+                             f"and {max_output}")
+        self.time_limit, self.max_output = float(time_limit), int(max_output)
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.stop_token_ids = sorted(set(int(i) for i in stop_token_ids))
@@ -85,44 +121,63 @@ class ChatFormatter:
             stops.append("<|im_end|>")
         stops.extend(stop)
         self.stop = list(dict.fromkeys(s for s in stops if s))
-        env = ImmutableSandboxedEnvironment(loader=jinja2.BaseLoader(), trim_blocks=True,
-                                            lstrip_blocks=True)
+        env = BoundedEnvironment(loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True)
         try:
-            self._compiled = env.from_string(self.template)
-        except jinja2.TemplateError as e:
-            raise ChatTemplateError(f"the chat template does not parse: {e}") from e
+            self._compiled = compile_template(env, self.template)
+        except Exception as e:      # syntax errors, but also RecursionError, MemoryError...
+            what = "does not parse" if isinstance(e, jinja2.TemplateSyntaxError) \
+                else "does not compile"
+            raise self._error(what, e) from e
+
+    def _error(self, what: str, e: BaseException) -> ChatTemplateError:
+        detail = str(e) if isinstance(e, (jinja2.TemplateError, RenderLimitError)) \
+            else f"{type(e).__name__}: {e}"
+        return ChatTemplateError(f"{self.source} {what}: {detail}", self.source)
 
     @classmethod
-    def from_metadata(cls, meta: dict, tokenizer=None) -> "ChatFormatter":
+    def from_metadata(cls, meta: dict, tokenizer=None, *, source: str | None = None,
+                      **limits: Any) -> "ChatFormatter":
         """From GGUF metadata; tokenizer (pyllamakv.tokenizer.Tokenizer) gives
-        the BOS / EOS texts and the end-of-generation tokens."""
+        the BOS / EOS texts and the end-of-generation tokens. source names the
+        template in errors (default: the GGUF file's); limits: time_limit,
+        max_output, max_template."""
         template = meta.get("tokenizer.chat_template")
         if template is not None and not isinstance(template, str):
             raise ValueError("tokenizer.chat_template is not a string")
+        limits["source"] = source or (GGUF_SOURCE if template else None)
         if tokenizer is None:
-            return cls(template)
+            return cls(template, **limits)
 
         def text(i):
             return tokenizer.token_text(i) if i is not None else ""
 
-        source = template or CHATML_TEMPLATE
+        written = template or CHATML_TEMPLATE
         eog = sorted(tokenizer.eog_ids)
         # an EOG token the template writes out ends a turn: stop on its text
-        stop = [tokenizer.token_text(i) for i in eog if tokenizer.token_text(i) in source]
+        stop = [tokenizer.token_text(i) for i in eog if tokenizer.token_text(i) in written]
         return cls(template, bos_token=text(tokenizer.bos_id), eos_token=text(tokenizer.eos_id),
-                   stop=stop, stop_token_ids=eog)
+                   stop=stop, stop_token_ids=eog, **limits)
 
     def format(self, messages: Sequence[dict], add_generation_prompt: bool = True,
                **extra: Any) -> ChatPrompt:
         """Render messages; extra keyword variables (e.g. tools) reach the template."""
         messages = validate_messages(messages)
+        own = text_size((messages, extra), 1 << 62)
+        budget = Budget(self.time_limit, self.max_output + 8 * own)
         try:
-            prompt = self._compiled.render(
-                **extra, messages=messages, add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token, eos_token=self.eos_token,
-                raise_exception=_raise_exception, strftime_now=_strftime_now)
-        except ChatTemplateError:
-            raise
-        except jinja2.TemplateError as e:
-            raise ChatTemplateError(f"the chat template failed to render: {e}") from e
-        return ChatPrompt(prompt, list(self.stop), list(self.stop_token_ids))
+            prompt = render(self._compiled, budget,
+                            **extra, messages=messages, add_generation_prompt=add_generation_prompt,
+                            bos_token=self.bos_token, eos_token=self.eos_token,
+                            raise_exception=_raise_exception, strftime_now=_strftime_now)
+        except _Refused as e:
+            raise ChatTemplateError(f"{self.source} refused the messages: {e}", self.source) \
+                from None
+        except RenderLimitError as e:
+            raise self._error("went over a render limit", e) from None
+        except MemoryError as e:    # raised below, once the frames holding big values are gone
+            failure = self._error("failed to render", e)
+        except Exception as e:      # UndefinedError, TypeError, RecursionError...
+            raise self._error("failed to render", e) from e
+        else:
+            return ChatPrompt(prompt, list(self.stop), list(self.stop_token_ids))
+        raise failure

@@ -71,7 +71,8 @@ class Llama:
         self.chat_format = chat_format
         self._chat = ChatFormatter.from_metadata(
             {"tokenizer.chat_template": CHATML_TEMPLATE} if chat_format == "chatml"
-            else file.metadata, self.tokenizer)
+            else file.metadata, self.tokenizer,
+            source="chat_format 'chatml'" if chat_format == "chatml" else None)
         n_vocab = self._model.n_vocab
         self._input_ids = np.zeros(self._n_ctx, np.int32)
         self._scores = np.zeros((self._n_ctx if cfg.logits_all else 1, n_vocab), np.float32)
@@ -233,8 +234,8 @@ class Llama:
 
     def _prompt_tokens(self, prompt: str | bytes | Sequence[int]) -> list[int]:
         if isinstance(prompt, (str, bytes)):
-            return self.tokenize(prompt.encode() if isinstance(prompt, str) else prompt,
-                                 add_bos=True, special=True)
+            return self.tokenizer.encode(prompt.encode() if isinstance(prompt, str) else prompt,
+                                         add_bos=True, special=True, max_tokens=self._n_ctx)
         return [int(t) for t in prompt]
 
     def create_completion(self, prompt: str | bytes | Sequence[int], suffix: None = None,
@@ -275,7 +276,8 @@ class Llama:
                                top_logprobs: int | None = None, model: str | None = None):
         """A chat.completion dict, or with stream=True an iterator of chunks."""
         chat = self._chat.format(messages, add_generation_prompt=True)
-        tokens = self.tokenize(chat.prompt.encode(), add_bos=not chat.added_special, special=True)
+        tokens = self.tokenizer.encode(chat.prompt.encode(), add_bos=not chat.added_special,
+                                       special=True, max_tokens=self._n_ctx)
         stops = list(chat.stop) + ([stop] if isinstance(stop, str) else list(stop or []))
         sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                typical_p=typical_p, repeat_penalty=repeat_penalty,

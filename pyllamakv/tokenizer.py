@@ -20,6 +20,11 @@ exactly equal scores competing for overlapping pairs (llama.cpp takes the
 leftmost, we take the lower id), and a character that is not itself in the
 vocab merging into a longer entry.
 
+Long texts reach the tokenizers library in pieces (text_pieces.py): the same
+ids, without handing it a gigantic string. ``encode(max_tokens=n)``
+refuses, before any tokenizing, a text that must give more than n tokens: a
+token stands for at most ``max_token_bytes`` bytes of the text.
+
 Decoding is the concatenation of per-token byte pieces (llama.cpp's
 ``token_to_piece``), so a UTF-8 character split across tokens comes out whole
 once all its tokens are joined; ``IncrementalDecoder`` does that for streams.
@@ -34,11 +39,13 @@ from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import models as _hf_models
 from tokenizers import pre_tokenizers as _hf_pre
 
+from .errors import ContextFullError
 from .pretokenizer import PreTokenizer, pre_tokenizer, split_words
+from . import text_pieces
+from .text_pieces import SPM_SPACE, glued_before_space, spm_pieces, word_batches
 from .vocab import (BYTE, CONTROL, UNKNOWN, USER_DEFINED, NORMAL, Vocab,
                     byte_decoder)
 
-SPM_SPACE = "\u2581"   # '▁': SentencePiece's escaped space
 
 
 class Tokenizer:
@@ -111,15 +118,20 @@ class Tokenizer:
 
     # --- encode ----------------------------------------------------------------
 
-    def encode(self, text: str | bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+    def encode(self, text: str | bytes, add_bos: bool = True, special: bool = False,
+               max_tokens: int | None = None) -> list[int]:
         """Token ids for text, as llama.cpp's llama_tokenize.
 
         add_bos: add the model's special tokens (BOS only if the vocab's
         add_bos is true, EOS only if its add_eos is) - llama-cpp-python's
         meaning of the flag. special: split control tokens (e.g. <|im_end|>)
         out of the text; user-defined tokens are split out either way.
-        Bytes that are not valid UTF-8 are replaced by U+FFFD.
+        Bytes that are not valid UTF-8 are replaced by U+FFFD. max_tokens:
+        raise ContextFullError, without tokenizing, if the text is too long
+        to give max_tokens tokens or fewer.
         """
+        if max_tokens is not None:
+            self.check_length(text, max_tokens)
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8", "replace")
         v = self.vocab
@@ -141,6 +153,23 @@ class Tokenizer:
                 raise ValueError("the vocab asks for an EOS token but has none")
             out.append(v.eos_id)
         return out
+
+    @cached_property
+    def max_token_bytes(self) -> int:
+        """The most bytes of text one token stands for (at least 4: a character
+        outside the vocab becomes one unknown token)."""
+        return max(4, max(map(len, self._pieces), default=0))
+
+    def check_length(self, text: str | bytes, max_tokens: int) -> None:
+        """ContextFullError if text must give more than max_tokens tokens."""
+        n_bytes = len(text) if isinstance(text, (bytes, bytearray)) or text.isascii() \
+            else len(text.encode("utf-8", "surrogatepass"))
+        at_least = -(-n_bytes // self.max_token_bytes)
+        if at_least > max_tokens:
+            raise ContextFullError(
+                f"the prompt is {n_bytes:,} bytes: at least {at_least:,} tokens (no token is "
+                f"longer than {self.max_token_bytes} bytes), over the context window of "
+                f"{max_tokens:,} tokens")
 
     def _partition(self, text: str, special: bool) -> list[str | int]:
         """Split special-token texts out of text, longest token first."""
@@ -167,16 +196,23 @@ class Tokenizer:
         return frags
 
     def _encode_raw(self, text: str, prev_special: bool) -> list[int]:
+        out: list[int] = []
         if self.pre is not None:
-            words = split_words(text, self.pre.patterns)
-            if not words:
-                return []
-            return self._hf.encode(words, is_pretokenized=True, add_special_tokens=False).ids
+            for words in word_batches(split_words(text, self.pre.patterns)):
+                out.extend(self._hf.encode(words, is_pretokenized=True,
+                                           add_special_tokens=False).ids)
+            return out
         if self.vocab.add_space_prefix and prev_special:
             text = " " + text
-        if not text:
-            return []
-        return self._hf.encode(text.replace(" ", SPM_SPACE), add_special_tokens=False).ids
+        text = text.replace(" ", SPM_SPACE)
+        long = len(text) > text_pieces.PIECE
+        for piece in spm_pieces(text, self._spm_glued) if long else [text] if text else []:
+            out.extend(self._hf.encode(piece, add_special_tokens=False).ids)
+        return out
+
+    @cached_property
+    def _spm_glued(self) -> frozenset[str]:
+        return glued_before_space(self.vocab.tokens)
 
     # --- decode ----------------------------------------------------------------
 
