@@ -93,14 +93,16 @@ class ChatFormatter:
             raise ChatTemplateError(f"the chat template does not parse: {e}") from e
 
     @classmethod
-    def from_metadata(cls, meta: dict, tokenizer=None) -> "ChatFormatter":
+    def from_metadata(cls, meta: dict, tokenizer=None,
+                      extra_stop: Sequence[str] = ()) -> "ChatFormatter":
         """From GGUF metadata; tokenizer (pyllamakv.tokenizer.Tokenizer) gives
-        the BOS / EOS texts and the end-of-generation tokens."""
+        the BOS / EOS texts and the end-of-generation tokens; extra_stop: more
+        texts that end a turn (a named chat format's)."""
         template = meta.get("tokenizer.chat_template")
         if template is not None and not isinstance(template, str):
             raise ValueError("tokenizer.chat_template is not a string")
         if tokenizer is None:
-            return cls(template)
+            return cls(template, stop=extra_stop)
 
         def text(i):
             return tokenizer.token_text(i) if i is not None else ""
@@ -109,6 +111,7 @@ class ChatFormatter:
         eog = sorted(tokenizer.eog_ids)
         # an EOG token the template writes out ends a turn: stop on its text
         stop = [tokenizer.token_text(i) for i in eog if tokenizer.token_text(i) in source]
+        stop += list(extra_stop)
         return cls(template, bos_token=text(tokenizer.bos_id), eos_token=text(tokenizer.eos_id),
                    stop=stop, stop_token_ids=eog)
 

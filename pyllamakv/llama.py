@@ -16,11 +16,16 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import _native
-from .chat import CHATML_TEMPLATE, ChatFormatter
+from .chat import ChatFormatter
+from .chat_formats import chat_format_template
+from .compat import UnsupportedFeature, check_extra_kwargs
 from .completion import completion_pieces
-from .response import Usage, chat_chunks, chat_response, completion_chunks, completion_response
+from .response import (Usage, chat_chunks, chat_response, chunks_of, completion_chunks,
+                       completion_response, with_tool_calls)
 from .config import LlamaConfig, choose_device, requested_pool_bytes
 from .default_model import default_model_path
+from .grammar import GrammarConstraint, LlamaGrammar, response_format_grammar
+from .tools import normalize_messages, plan_tools
 from .plan import auto_pool_bytes, kv_plan
 from .sampling import Sampler, SamplingParams
 from .state import LlamaState, Timings
@@ -37,15 +42,18 @@ class Llama:
                  logits_all: bool = False, verbose: bool = False,
                  n_gpu_layers: int | None = None, chat_format: str | None = None,
                  flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
-                 gpu_kernels: str = "exact"):
+                 gpu_kernels: str = "exact", embedding: bool = False, draft_model=None,
+                 **llama_cpp_kwargs):
         self._ctx = self._model = None
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
                                         type_v, kv_pool_mib, seed, bool(logits_all), n_gpu_layers,
                                         gpu_kernels)
-        if chat_format not in (None, "chatml"):
-            raise ValueError(f"chat_format {chat_format!r} is not supported; use None (the "
-                             "model's own template) or 'chatml'")
+        check_extra_kwargs("Llama", llama_cpp_kwargs)
+        if draft_model is not None:
+            raise UnsupportedFeature("Llama: draft_model (speculative decoding) is not "
+                                     "implemented yet")
+        fmt = None if chat_format is None else chat_format_template(chat_format)
         _native.type_id(type_k, kv=True), _native.type_id(type_v, kv=True)  # fail before loading
         self.model_path = str(model_path) if model_path is not None else default_model_path()
         t0 = time.perf_counter()
@@ -70,8 +78,8 @@ class Llama:
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
         self.chat_format = chat_format
         self._chat = ChatFormatter.from_metadata(
-            {"tokenizer.chat_template": CHATML_TEMPLATE} if chat_format == "chatml"
-            else file.metadata, self.tokenizer)
+            file.metadata if fmt is None else {"tokenizer.chat_template": fmt[0]},
+            self.tokenizer, extra_stop=fmt[1] if fmt else ())
         n_vocab = self._model.n_vocab
         self._input_ids = np.zeros(self._n_ctx, np.int32)
         self._scores = np.zeros((self._n_ctx if cfg.logits_all else 1, n_vocab), np.float32)
@@ -180,16 +188,29 @@ class Llama:
     def sampler(self, *, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                 min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0,
                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                logit_bias: dict | None = None, seed: int | None = None) -> Sampler:
-        """A Sampler; without a seed it draws one from the Llama's own generator."""
+                logit_bias: dict | None = None, seed: int | None = None,
+                grammar: LlamaGrammar | None = None, mirostat_mode: int = 0,
+                mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+                logits_processor=None) -> Sampler:
+        """A Sampler; without a seed it draws one from the Llama's own generator.
+        With a grammar (grammar.LlamaGrammar) it samples only tokens the grammar allows."""
         if seed is None or seed == -1:
             seed = int(self._rng.integers(0, 2**32))
         p = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                            typical_p=typical_p, repeat_penalty=repeat_penalty,
                            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                            logit_bias={int(k): float(v) for k, v in (logit_bias or {}).items()},
-                           seed=int(seed))
-        return Sampler(p, self.n_vocab())
+                           seed=int(seed), mirostat_mode=mirostat_mode,
+                           mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
+        constraint = None
+        if grammar is not None:
+            if not isinstance(grammar, LlamaGrammar):
+                raise TypeError(f"grammar must be a LlamaGrammar, not {type(grammar).__name__}")
+            constraint = GrammarConstraint(grammar, self.tokenizer, self.n_vocab())
+        procs = [] if logits_processor is None else (
+            list(logits_processor) if isinstance(logits_processor, (list, tuple))
+            else [logits_processor])
+        return Sampler(p, self.n_vocab(), constraint, procs)
 
     def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95,
                  min_p: float = 0.05, typical_p: float = 1.0, temp: float = 0.8,
@@ -244,8 +265,12 @@ class Llama:
                           stop: str | list[str] | None = None, frequency_penalty: float = 0.0,
                           presence_penalty: float = 0.0, repeat_penalty: float = 1.0,
                           top_k: int = 40, stream: bool = False, seed: int | None = None,
-                          logit_bias: dict | None = None, model: str | None = None):
+                          logit_bias: dict | None = None, model: str | None = None,
+                          grammar: LlamaGrammar | None = None, mirostat_mode: int = 0,
+                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+                          logits_processor=None, stopping_criteria=None, **llama_cpp_kwargs):
         """A text completion dict, or with stream=True an iterator of chunks."""
+        check_extra_kwargs("create_completion", llama_cpp_kwargs)
         if suffix is not None:
             raise ValueError("suffix is not supported")
         tokens = self._prompt_tokens(prompt)
@@ -253,9 +278,12 @@ class Llama:
                                typical_p=typical_p, repeat_penalty=repeat_penalty,
                                presence_penalty=presence_penalty,
                                frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                               seed=seed)
+                               seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
+                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+                               logits_processor=logits_processor)
         usage = Usage()
-        pieces = completion_pieces(self, tokens, usage, max_tokens, stop, echo, logprobs, sampler)
+        pieces = completion_pieces(self, tokens, usage, max_tokens, stop, echo, logprobs, sampler,
+                                   stopping_criteria=stopping_criteria)
         first = next(pieces)   # runs the checks and the prefill now, not at first iteration
         pieces = itertools.chain([first], pieces)
         name = model or self.model_path
@@ -272,22 +300,48 @@ class Llama:
                                max_tokens: int | None = None, presence_penalty: float = 0.0,
                                frequency_penalty: float = 0.0, repeat_penalty: float = 1.0,
                                logit_bias: dict | None = None, logprobs: bool = False,
-                               top_logprobs: int | None = None, model: str | None = None):
-        """A chat.completion dict, or with stream=True an iterator of chunks."""
-        chat = self._chat.format(messages, add_generation_prompt=True)
-        tokens = self.tokenize(chat.prompt.encode(), add_bos=not chat.added_special, special=True)
+                               top_logprobs: int | None = None, model: str | None = None,
+                               response_format: dict | None = None,
+                               grammar: LlamaGrammar | None = None, tools: list | None = None,
+                               tool_choice: str | dict | None = None,
+                               functions: list | None = None,
+                               function_call: str | dict | None = None,
+                               mirostat_mode: int = 0, mirostat_tau: float = 5.0,
+                               mirostat_eta: float = 0.1, logits_processor=None,
+                               stopping_criteria=None, **llama_cpp_kwargs):
+        """A chat.completion dict, or with stream=True an iterator of chunks.
+        response_format / grammar constrain the reply (grammar.py); tools,
+        tool_choice and the legacy functions / function_call give tool calls
+        (tools.py)."""
+        check_extra_kwargs("create_chat_completion", llama_cpp_kwargs)
+        plan = plan_tools(self._chat.template, tools, tool_choice, functions, function_call)
+        if plan is not None and plan.grammar is not None:
+            grammar = plan.grammar
+        elif response_format is not None:
+            if grammar is not None:
+                raise ValueError("give response_format or grammar, not both")
+            grammar = response_format_grammar(response_format)
+        chat = self._chat.format(normalize_messages(messages, plan), add_generation_prompt=True,
+                                 **(plan.template_vars if plan else {}))
+        prompt = chat.prompt + (plan.prompt_suffix if plan else "")
+        tokens = self.tokenize(prompt.encode(), add_bos=not chat.added_special, special=True)
         stops = list(chat.stop) + ([stop] if isinstance(stop, str) else list(stop or []))
         sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                typical_p=typical_p, repeat_penalty=repeat_penalty,
                                presence_penalty=presence_penalty,
                                frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                               seed=seed)
+                               seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
+                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+                               logits_processor=logits_processor)
         n_lp = (top_logprobs or 0) if logprobs else None
         usage = Usage()
         pieces = completion_pieces(self, tokens, usage, max_tokens, stops, False, n_lp, sampler,
-                              chat.stop_token_ids)
+                                   chat.stop_token_ids, stopping_criteria=stopping_criteria)
         pieces = itertools.chain([next(pieces)], pieces)
         name = model or self.model_path
+        if plan is not None:
+            reply = with_tool_calls(chat_response(pieces, name, usage, logprobs), plan)
+            return chunks_of(reply) if stream else reply
         if stream:
             return chat_chunks(pieces, name, usage, logprobs)
         return chat_response(pieces, name, usage, logprobs)
