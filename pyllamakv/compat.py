@@ -37,7 +37,7 @@ UNSUPPORTED: dict[str, Any] = {
     "lora_base": None, "lora_path": None, "lora_scale": 1.0, "rpc_servers": None,
     "kv_overrides": None, "vocab_only": False, "tokenizer": None, "chat_handler": None,
     "spm_infill": False, "rope_freq_base": 0.0, "rope_freq_scale": 0.0,
-    "pooling_type": -1, "chat_template_kwargs": None,
+    "chat_template_kwargs": None,
 }
 _WHY = {
     "lora_path": "LoRA adapters are not implemented", "lora_base": "LoRA adapters are not "

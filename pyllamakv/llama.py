@@ -24,6 +24,8 @@ from .response import (Usage, chat_chunks, chat_response, chunks_of, completion_
                        completion_response, with_tool_calls)
 from .config import LlamaConfig, choose_device, requested_pool_bytes
 from .default_model import default_model_path
+from .embedding import create_embedding, embed
+from .embedding import pooling_type as embedding_pooling
 from .grammar import GrammarConstraint, LlamaGrammar, response_format_grammar
 from .tools import normalize_messages, plan_tools
 from .plan import auto_pool_bytes, kv_plan
@@ -42,7 +44,8 @@ class Llama:
                  logits_all: bool = False, verbose: bool = False,
                  n_gpu_layers: int | None = None, chat_format: str | None = None,
                  flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
-                 gpu_kernels: str = "exact", embedding: bool = False, draft_model=None,
+                 gpu_kernels: str = "exact", embedding: bool = False,
+                 pooling_type: int | str = -1, draft_model=None,
                  **llama_cpp_kwargs):
         self._ctx = self._model = None
         self.verbose = bool(verbose)
@@ -73,9 +76,11 @@ class Llama:
                         n_ubatch=min(n_ubatch, n_batch))
         self.kv_pool_bytes = pool
         self._ctx = _native.Context(self._model, self._n_ctx, n_batch, min(n_ubatch, n_batch),
-                                    n_threads, type_k, type_v, 0, cfg.logits_all, pool,
-                                    cfg.gpu_kernels)
+                                    n_threads, type_k, type_v, 0, cfg.logits_all or embedding,
+                                    pool, cfg.gpu_kernels, embeddings=embedding)
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
+        self.embedding = bool(embedding)
+        self.pooling_type = embedding_pooling(pooling_type, file.metadata)
         self.chat_format = chat_format
         self._chat = ChatFormatter.from_metadata(
             file.metadata if fmt is None else {"tokenizer.chat_template": fmt[0]},
@@ -135,6 +140,9 @@ class Llama:
     def eval(self, tokens: Sequence[int]) -> None:
         """Run tokens through the model after those already in the cache."""
         tokens = [int(t) for t in tokens]
+        if self.embedding:
+            raise RuntimeError("this Llama was created with embedding=True: it computes "
+                               "embeddings (embed, create_embedding), not logits")
         if self._n_tokens + len(tokens) > self._n_ctx:
             raise ValueError(f"{self._n_tokens} cached + {len(tokens)} new tokens exceed "
                              f"the context window (n_ctx={self._n_ctx})")
@@ -345,6 +353,15 @@ class Llama:
         if stream:
             return chat_chunks(pieces, name, usage, logprobs)
         return chat_response(pieces, name, usage, logprobs)
+
+    def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,
+              return_count: bool = False):
+        """Embeddings of input (embedding.py); needs embedding=True."""
+        return embed(self, input, normalize, truncate, return_count)
+
+    def create_embedding(self, input: str | list[str], model: str | None = None) -> dict:
+        """OpenAI's embedding response for input; needs embedding=True."""
+        return create_embedding(self, input, model)
 
     # ------------------------------------------------------------ state
 
