@@ -139,6 +139,8 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         tail += "" if hit else scanner.flush()
         reason = "stop" if hit else reason
     yield Piece(tail, None, reason)
+    if llm.cache is not None:          # the whole completion was read: keep where it ended
+        llm.cache[llm.input_ids.tolist()] = llm.save_state()
 
 
 def _stop_asked(criteria, llm: "Llama") -> bool:

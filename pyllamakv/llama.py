@@ -25,7 +25,9 @@ from .response import (Usage, chat_chunks, chat_response, chunks_of, completion_
 from .config import LlamaConfig, choose_device, requested_pool_bytes
 from .default_model import default_model_path
 from .embedding import create_embedding, embed
+from .progress import ProgressCallback
 from .embedding import pooling_type as embedding_pooling
+from .hub import hub_file
 from .grammar import GrammarConstraint, LlamaGrammar, response_format_grammar
 from .tools import normalize_messages, plan_tools
 from .plan import auto_pool_bytes, kv_plan
@@ -46,6 +48,7 @@ class Llama:
                  flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
                  gpu_kernels: str = "exact", embedding: bool = False,
                  pooling_type: int | str = -1, draft_model=None,
+                 progress_callback: ProgressCallback | None = None,
                  **llama_cpp_kwargs):
         self._ctx = self._model = None
         self.verbose = bool(verbose)
@@ -59,11 +62,15 @@ class Llama:
         fmt = None if chat_format is None else chat_format_template(chat_format)
         _native.type_id(type_k, kv=True), _native.type_id(type_v, kv=True)  # fail before loading
         self.model_path = str(model_path) if model_path is not None else default_model_path()
+        self.progress_callback = progress = progress_callback or (lambda *a: None)
         t0 = time.perf_counter()
+        progress("load", 0, 4)
         file = _native.GGUFFile(self.model_path)
+        progress("load", 1, 4)
         hp = _native.model_params(file)
         self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
         self._model = _native.Model(file, self.device, n_threads)
+        progress("load", 2, 4)
         self.metadata = file.metadata
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
         if cfg.kv_pool_mib == "auto":
@@ -78,8 +85,10 @@ class Llama:
         self._ctx = _native.Context(self._model, self._n_ctx, n_batch, min(n_ubatch, n_batch),
                                     n_threads, type_k, type_v, 0, cfg.logits_all or embedding,
                                     pool, cfg.gpu_kernels, embeddings=embedding)
+        progress("load", 3, 4)
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
         self.embedding = bool(embedding)
+        self.cache = None
         self.pooling_type = embedding_pooling(pooling_type, file.metadata)
         self.chat_format = chat_format
         self._chat = ChatFormatter.from_metadata(
@@ -91,11 +100,18 @@ class Llama:
         self._n_tokens = 0
         self._rng = np.random.default_rng(None if cfg.random_seed else cfg.seed)
         self.timings = Timings()
+        progress("load", 4, 4)
         if self.verbose:
             print(f"pyllamakv: loaded {self.model_path} on {self.device} in "
                   f"{time.perf_counter() - t0:.1f} s (n_ctx={self._n_ctx}, "
                   f"kv pool={'all resident' if pool is None else f'{pool / 2**20:.1f} MiB'})",
                   file=sys.stderr)
+
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: str, local_dir=None, cache_dir=None,
+                        **kwargs) -> "Llama":
+        """A GGUF of a Hugging Face Hub repository (hub.py), loaded with kwargs."""
+        return cls(hub_file(repo_id, filename, local_dir, cache_dir), **kwargs)
 
     # ------------------------------------------------------------ sizes and tokens
 
@@ -113,6 +129,25 @@ class Llama:
 
     def token_eos(self) -> int:
         return -1 if self.tokenizer.eos_id is None else self.tokenizer.eos_id
+
+    def token_nl(self) -> int:
+        """The id of the newline token."""
+        return self.tokenizer.encode("\n", add_bos=False)[-1]
+
+    def set_cache(self, cache) -> None:
+        """Keep states by prompt prefix (cache.LlamaRAMCache; None: no cache)."""
+        self.cache = cache
+
+    def _from_cache(self, tokens: Sequence[int]) -> None:
+        """Load the cached state that shares more of tokens than the context holds."""
+        if self.cache is None:
+            return
+        state, n = self.cache.lookup(tokens)
+        held = self.input_ids
+        m = min(len(held), len(tokens))
+        diff = np.nonzero(held[:m] != np.asarray(tokens[:m], np.int32))[0]
+        if state is not None and n > (int(diff[0]) if diff.size else m):
+            self.load_state(state)
 
     @property
     def n_tokens(self) -> int:
@@ -151,6 +186,9 @@ class Llama:
             if not 0 <= t < n_vocab:
                 raise ValueError(f"token id {t} out of range [0, {n_vocab})")
         step = self.config.n_batch
+        report = len(tokens) > step
+        if report:
+            self.progress_callback("prefill", 0, len(tokens))
         for i in range(0, len(tokens), step):
             part = tokens[i:i + step]
             self._ctx.decode(part)
@@ -161,6 +199,8 @@ class Llama:
             else:
                 self._scores[0] = rows[-1]
             self._n_tokens += len(part)
+            if report:
+                self.progress_callback("prefill", i + len(part), len(tokens))
 
     def _prefill(self, tokens: Sequence[int]) -> None:
         t0 = time.perf_counter()
@@ -290,6 +330,7 @@ class Llama:
                                mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
                                logits_processor=logits_processor)
         usage = Usage()
+        self._from_cache(tokens)
         pieces = completion_pieces(self, tokens, usage, max_tokens, stop, echo, logprobs, sampler,
                                    stopping_criteria=stopping_criteria)
         first = next(pieces)   # runs the checks and the prefill now, not at first iteration
@@ -343,6 +384,7 @@ class Llama:
                                logits_processor=logits_processor)
         n_lp = (top_logprobs or 0) if logprobs else None
         usage = Usage()
+        self._from_cache(tokens)
         pieces = completion_pieces(self, tokens, usage, max_tokens, stops, False, n_lp, sampler,
                                    chat.stop_token_ids, stopping_criteria=stopping_criteria)
         pieces = itertools.chain([next(pieces)], pieces)

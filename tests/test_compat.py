@@ -112,3 +112,59 @@ def test_unknown_chat_format(path):
     from pyllamakv import Llama
     with pytest.raises(ValueError, match="llama-3"):
         Llama(path, n_ctx=64, chat_format="no-such-format")
+
+
+def test_token_nl(llm):
+    assert llm.detokenize([llm.token_nl()]) == b"\n"
+
+
+def test_set_cache_restores_the_longest_prefix(path):
+    from pyllamakv import Llama
+    from pyllamakv.cache import LlamaRAMCache
+    with Llama(path, n_ctx=256, seed=1) as m:
+        cache = LlamaRAMCache(capacity_bytes=64 << 20)
+        m.set_cache(cache)
+        prompt = "The history of the city of Rome begins"
+        first = m(prompt, max_tokens=4, temperature=0)["choices"][0]["text"]
+        assert prompt_tokens_cached(cache, m, prompt)
+        m("Something else entirely, about boats", max_tokens=2, temperature=0)
+        loaded = []
+        orig = m.load_state
+        m.load_state = lambda s: (loaded.append(s), orig(s))[1]
+        again = m(prompt, max_tokens=4, temperature=0)["choices"][0]["text"]
+        assert loaded and again == first
+
+
+def prompt_tokens_cached(cache, m, prompt):
+    state, n = cache.lookup(m.tokenize(prompt.encode()))
+    return state is not None and n == len(m.tokenize(prompt.encode()))
+
+
+def test_ram_cache_evicts_least_recent():
+    from pyllamakv.cache import LlamaRAMCache
+    from pyllamakv.state import LlamaState
+    c = LlamaRAMCache(capacity_bytes=250)
+    mk = lambda: LlamaState(np.zeros(1, np.int32), np.zeros((1, 1), np.float32), 1, b"x" * 100)
+    c[[1, 2]], c[[3, 4]] = mk(), mk()
+    c.lookup([1, 2, 9])                  # touch the first
+    c[[5]] = mk()                        # over capacity: [3, 4] leaves
+    assert [1, 2] in c and [5] in c and c.lookup([3, 4])[0] is None
+
+
+def test_from_pretrained_with_a_stub_hub(monkeypatch, path):
+    import sys
+    import types
+    from pyllamakv import Llama
+    hub = types.ModuleType("huggingface_hub")
+    hub.list_repo_files = lambda repo: ["README.md", "m-Q4_1.gguf", "m-Q8_0.gguf"]
+    got = {}
+
+    def download(repo, filename, local_dir=None, cache_dir=None):
+        got.update(repo=repo, filename=filename)
+        return path
+    hub.hf_hub_download = download
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+    with Llama.from_pretrained("org/m", "*Q4_1.gguf", n_ctx=64) as m:
+        assert got == {"repo": "org/m", "filename": "m-Q4_1.gguf"} and m.n_ctx() == 64
+    with pytest.raises(ValueError, match="2 files"):
+        Llama.from_pretrained("org/m", "*.gguf")
