@@ -178,7 +178,8 @@ class Context:
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
                  n_threads: int | None = None, type_k: str | int = "f16",
                  type_v: str | int = "f16", kv_chunk: int = 0, logits_all: bool = False,
-                 kv_pool_bytes: int | None = None, gpu_kernels: str = "exact"):
+                 kv_pool_bytes: int | None = None, gpu_kernels: str = "exact",
+                 embeddings: bool = False):
         self._ptr = None
         self.model = model
         p = ffi.new("lkv_context_params *")
@@ -201,6 +202,7 @@ class Context:
         if gpu_kernels not in ("exact", "fast"):
             raise ValueError(f"gpu_kernels must be 'exact' or 'fast', got {gpu_kernels!r}")
         p.gpu_kernels = int(gpu_kernels == "fast")
+        p.embeddings = int(bool(embeddings))
         self.logits_all = bool(logits_all)
         out = ffi.new("lkv_context **")
         _check(lib.lkv_context_create(model.ptr, p, out), "creating the context")
@@ -208,6 +210,8 @@ class Context:
         self._ptr = ffi.gc(self._raw, lib.lkv_context_free)
         model._contexts.add(self)
         self.n_vocab = model.n_vocab
+        # floats per output row: logits, or hidden states with embeddings
+        self.out_width = model.hparams["n_embd"] if embeddings else model.n_vocab
 
     @property
     def ptr(self):
@@ -232,13 +236,14 @@ class Context:
                "decode")
 
     def logits(self) -> np.ndarray:
-        """Logits of the last decode, (rows, n_vocab) float32 (a copy)."""
+        """Logits of the last decode, (rows, n_vocab) float32 (a copy); with
+        embeddings the final-normed hidden states, (rows, n_embd)."""
         n = ffi.new("int32_t *")
         ptr = lib.lkv_context_logits(self.ptr, n)
         if n[0] == 0:
-            return np.zeros((0, self.n_vocab), np.float32)
-        buf = ffi.buffer(ptr, n[0] * self.n_vocab * 4)
-        return np.frombuffer(buf, np.float32).reshape(n[0], self.n_vocab).copy()
+            return np.zeros((0, self.out_width), np.float32)
+        buf = ffi.buffer(ptr, n[0] * self.out_width * 4)
+        return np.frombuffer(buf, np.float32).reshape(n[0], self.out_width).copy()
 
     def truncate(self, n: int) -> None:
         _check(lib.lkv_context_truncate(self.ptr, int(n)), "truncate")

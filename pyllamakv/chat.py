@@ -136,17 +136,18 @@ class ChatFormatter:
 
     @classmethod
     def from_metadata(cls, meta: dict, tokenizer=None, *, source: str | None = None,
-                      **limits: Any) -> "ChatFormatter":
+                      extra_stop: Sequence[str] = (), **limits: Any) -> "ChatFormatter":
         """From GGUF metadata; tokenizer (pyllamakv.tokenizer.Tokenizer) gives
         the BOS / EOS texts and the end-of-generation tokens. source names the
-        template in errors (default: the GGUF file's); limits: time_limit,
+        template in errors (default: the GGUF file's); extra_stop: more texts
+        that end a turn (a named chat format's); limits: time_limit,
         max_output, max_template."""
         template = meta.get("tokenizer.chat_template")
         if template is not None and not isinstance(template, str):
             raise ValueError("tokenizer.chat_template is not a string")
         limits["source"] = source or (GGUF_SOURCE if template else None)
         if tokenizer is None:
-            return cls(template, **limits)
+            return cls(template, stop=extra_stop, **limits)
 
         def text(i):
             return tokenizer.token_text(i) if i is not None else ""
@@ -155,6 +156,7 @@ class ChatFormatter:
         eog = sorted(tokenizer.eog_ids)
         # an EOG token the template writes out ends a turn: stop on its text
         stop = [tokenizer.token_text(i) for i in eog if tokenizer.token_text(i) in written]
+        stop += list(extra_stop)
         return cls(template, bos_token=text(tokenizer.bos_id), eos_token=text(tokenizer.eos_id),
                    stop=stop, stop_token_ids=eog, **limits)
 

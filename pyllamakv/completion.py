@@ -89,8 +89,11 @@ class LogprobTracker:
 
 def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens: int | None,
                       stop: str | Sequence[str] | None, echo: bool, logprobs: int | None,
-                      sampler: Sampler, stop_ids: Sequence[int] = ()) -> Iterator[Piece]:
-    """Pieces of a completion of prompt; the last one has the finish_reason."""
+                      sampler: Sampler, stop_ids: Sequence[int] = (),
+                      stopping_criteria=None) -> Iterator[Piece]:
+    """Pieces of a completion of prompt; the last one has the finish_reason.
+    stopping_criteria: llama-cpp-python's f(input_ids, logits) -> bool (or a list
+    of them), asked after each token; True ends the completion ("stop")."""
     n_ctx = llm.n_ctx()
     if len(prompt) == 0:
         raise ValueError("the prompt is empty")
@@ -123,6 +126,9 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         if hit:
             reason = "stop"
             break
+        if stopping_criteria is not None and _stop_asked(stopping_criteria, llm):
+            reason = "stop"
+            break
         if usage.completion_tokens >= max_tokens:
             break
         token = next(tokens)
@@ -133,3 +139,11 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         tail += "" if hit else scanner.flush()
         reason = "stop" if hit else reason
     yield Piece(tail, None, reason)
+    if llm.cache is not None:          # the whole completion was read: keep where it ended
+        llm.cache[llm.input_ids.tolist()] = llm.save_state()
+
+
+def _stop_asked(criteria, llm: "Llama") -> bool:
+    fns = criteria if isinstance(criteria, (list, tuple)) else [criteria]
+    ids, logits = np.asarray(llm.input_ids, np.intc), llm._last_logits()
+    return any(bool(f(ids, logits)) for f in fns)

@@ -16,11 +16,20 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import _native
-from .chat import CHATML_TEMPLATE, ChatFormatter
+from .chat import ChatFormatter
+from .chat_formats import chat_format_template
+from .compat import UnsupportedFeature, check_extra_kwargs
 from .completion import completion_pieces
-from .response import Usage, chat_chunks, chat_response, completion_chunks, completion_response
+from .response import (Usage, chat_chunks, chat_response, chunks_of, completion_chunks,
+                       completion_response, with_tool_calls)
 from .config import LlamaConfig, choose_device, requested_pool_bytes
 from .default_model import default_model_path
+from .embedding import create_embedding, embed
+from .progress import ProgressCallback
+from .embedding import pooling_type as embedding_pooling
+from .hub import hub_file
+from .grammar import GrammarConstraint, LlamaGrammar, response_format_grammar
+from .tools import normalize_messages, plan_tools
 from .plan import auto_pool_bytes, kv_plan
 from .sampling import Sampler, SamplingParams
 from .state import LlamaState, Timings
@@ -37,22 +46,31 @@ class Llama:
                  logits_all: bool = False, verbose: bool = False,
                  n_gpu_layers: int | None = None, chat_format: str | None = None,
                  flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
-                 gpu_kernels: str = "exact"):
+                 gpu_kernels: str = "exact", embedding: bool = False,
+                 pooling_type: int | str = -1, draft_model=None,
+                 progress_callback: ProgressCallback | None = None,
+                 **llama_cpp_kwargs):
         self._ctx = self._model = None
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
                                         type_v, kv_pool_mib, seed, bool(logits_all), n_gpu_layers,
                                         gpu_kernels)
-        if chat_format not in (None, "chatml"):
-            raise ValueError(f"chat_format {chat_format!r} is not supported; use None (the "
-                             "model's own template) or 'chatml'")
+        check_extra_kwargs("Llama", llama_cpp_kwargs)
+        if draft_model is not None:
+            raise UnsupportedFeature("Llama: draft_model (speculative decoding) is not "
+                                     "implemented yet")
+        fmt = None if chat_format is None else chat_format_template(chat_format)
         _native.type_id(type_k, kv=True), _native.type_id(type_v, kv=True)  # fail before loading
         self.model_path = str(model_path) if model_path is not None else default_model_path()
+        self.progress_callback = progress = progress_callback or (lambda *a: None)
         t0 = time.perf_counter()
+        progress("load", 0, 4)
         file = _native.GGUFFile(self.model_path)
+        progress("load", 1, 4)
         hp = _native.model_params(file)
         self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
         self._model = _native.Model(file, self.device, n_threads)
+        progress("load", 2, 4)
         self.metadata = file.metadata
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
         if cfg.kv_pool_mib == "auto":
@@ -65,25 +83,36 @@ class Llama:
                         n_ubatch=min(n_ubatch, n_batch))
         self.kv_pool_bytes = pool
         self._ctx = _native.Context(self._model, self._n_ctx, n_batch, min(n_ubatch, n_batch),
-                                    n_threads, type_k, type_v, 0, cfg.logits_all, pool,
-                                    cfg.gpu_kernels)
+                                    n_threads, type_k, type_v, 0, cfg.logits_all or embedding,
+                                    pool, cfg.gpu_kernels, embeddings=embedding)
+        progress("load", 3, 4)
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
+        self.embedding = bool(embedding)
+        self.cache = None
+        self.pooling_type = embedding_pooling(pooling_type, file.metadata)
         self.chat_format = chat_format
         self._chat = ChatFormatter.from_metadata(
-            {"tokenizer.chat_template": CHATML_TEMPLATE} if chat_format == "chatml"
-            else file.metadata, self.tokenizer,
-            source="chat_format 'chatml'" if chat_format == "chatml" else None)
+            file.metadata if fmt is None else {"tokenizer.chat_template": fmt[0]},
+            self.tokenizer, extra_stop=fmt[1] if fmt else (),
+            source=None if fmt is None else f"chat_format {chat_format!r}")
         n_vocab = self._model.n_vocab
         self._input_ids = np.zeros(self._n_ctx, np.int32)
         self._scores = np.zeros((self._n_ctx if cfg.logits_all else 1, n_vocab), np.float32)
         self._n_tokens = 0
         self._rng = np.random.default_rng(None if cfg.random_seed else cfg.seed)
         self.timings = Timings()
+        progress("load", 4, 4)
         if self.verbose:
             print(f"pyllamakv: loaded {self.model_path} on {self.device} in "
                   f"{time.perf_counter() - t0:.1f} s (n_ctx={self._n_ctx}, "
                   f"kv pool={'all resident' if pool is None else f'{pool / 2**20:.1f} MiB'})",
                   file=sys.stderr)
+
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: str, local_dir=None, cache_dir=None,
+                        **kwargs) -> "Llama":
+        """A GGUF of a Hugging Face Hub repository (hub.py), loaded with kwargs."""
+        return cls(hub_file(repo_id, filename, local_dir, cache_dir), **kwargs)
 
     # ------------------------------------------------------------ sizes and tokens
 
@@ -101,6 +130,25 @@ class Llama:
 
     def token_eos(self) -> int:
         return -1 if self.tokenizer.eos_id is None else self.tokenizer.eos_id
+
+    def token_nl(self) -> int:
+        """The id of the newline token."""
+        return self.tokenizer.encode("\n", add_bos=False)[-1]
+
+    def set_cache(self, cache) -> None:
+        """Keep states by prompt prefix (cache.LlamaRAMCache; None: no cache)."""
+        self.cache = cache
+
+    def _from_cache(self, tokens: Sequence[int]) -> None:
+        """Load the cached state that shares more of tokens than the context holds."""
+        if self.cache is None:
+            return
+        state, n = self.cache.lookup(tokens)
+        held = self.input_ids
+        m = min(len(held), len(tokens))
+        diff = np.nonzero(held[:m] != np.asarray(tokens[:m], np.int32))[0]
+        if state is not None and n > (int(diff[0]) if diff.size else m):
+            self.load_state(state)
 
     @property
     def n_tokens(self) -> int:
@@ -128,6 +176,9 @@ class Llama:
     def eval(self, tokens: Sequence[int]) -> None:
         """Run tokens through the model after those already in the cache."""
         tokens = [int(t) for t in tokens]
+        if self.embedding:
+            raise RuntimeError("this Llama was created with embedding=True: it computes "
+                               "embeddings (embed, create_embedding), not logits")
         if self._n_tokens + len(tokens) > self._n_ctx:
             raise ValueError(f"{self._n_tokens} cached + {len(tokens)} new tokens exceed "
                              f"the context window (n_ctx={self._n_ctx})")
@@ -136,6 +187,9 @@ class Llama:
             if not 0 <= t < n_vocab:
                 raise ValueError(f"token id {t} out of range [0, {n_vocab})")
         step = self.config.n_batch
+        report = len(tokens) > step
+        if report:
+            self.progress_callback("prefill", 0, len(tokens))
         for i in range(0, len(tokens), step):
             part = tokens[i:i + step]
             self._ctx.decode(part)
@@ -146,6 +200,8 @@ class Llama:
             else:
                 self._scores[0] = rows[-1]
             self._n_tokens += len(part)
+            if report:
+                self.progress_callback("prefill", i + len(part), len(tokens))
 
     def _prefill(self, tokens: Sequence[int]) -> None:
         t0 = time.perf_counter()
@@ -181,16 +237,29 @@ class Llama:
     def sampler(self, *, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                 min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0,
                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                logit_bias: dict | None = None, seed: int | None = None) -> Sampler:
-        """A Sampler; without a seed it draws one from the Llama's own generator."""
+                logit_bias: dict | None = None, seed: int | None = None,
+                grammar: LlamaGrammar | None = None, mirostat_mode: int = 0,
+                mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+                logits_processor=None) -> Sampler:
+        """A Sampler; without a seed it draws one from the Llama's own generator.
+        With a grammar (grammar.LlamaGrammar) it samples only tokens the grammar allows."""
         if seed is None or seed == -1:
             seed = int(self._rng.integers(0, 2**32))
         p = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                            typical_p=typical_p, repeat_penalty=repeat_penalty,
                            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                            logit_bias={int(k): float(v) for k, v in (logit_bias or {}).items()},
-                           seed=int(seed))
-        return Sampler(p, self.n_vocab())
+                           seed=int(seed), mirostat_mode=mirostat_mode,
+                           mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
+        constraint = None
+        if grammar is not None:
+            if not isinstance(grammar, LlamaGrammar):
+                raise TypeError(f"grammar must be a LlamaGrammar, not {type(grammar).__name__}")
+            constraint = GrammarConstraint(grammar, self.tokenizer, self.n_vocab())
+        procs = [] if logits_processor is None else (
+            list(logits_processor) if isinstance(logits_processor, (list, tuple))
+            else [logits_processor])
+        return Sampler(p, self.n_vocab(), constraint, procs)
 
     def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95,
                  min_p: float = 0.05, typical_p: float = 1.0, temp: float = 0.8,
@@ -245,8 +314,12 @@ class Llama:
                           stop: str | list[str] | None = None, frequency_penalty: float = 0.0,
                           presence_penalty: float = 0.0, repeat_penalty: float = 1.0,
                           top_k: int = 40, stream: bool = False, seed: int | None = None,
-                          logit_bias: dict | None = None, model: str | None = None):
+                          logit_bias: dict | None = None, model: str | None = None,
+                          grammar: LlamaGrammar | None = None, mirostat_mode: int = 0,
+                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+                          logits_processor=None, stopping_criteria=None, **llama_cpp_kwargs):
         """A text completion dict, or with stream=True an iterator of chunks."""
+        check_extra_kwargs("create_completion", llama_cpp_kwargs)
         if suffix is not None:
             raise ValueError("suffix is not supported")
         tokens = self._prompt_tokens(prompt)
@@ -254,9 +327,13 @@ class Llama:
                                typical_p=typical_p, repeat_penalty=repeat_penalty,
                                presence_penalty=presence_penalty,
                                frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                               seed=seed)
+                               seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
+                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+                               logits_processor=logits_processor)
         usage = Usage()
-        pieces = completion_pieces(self, tokens, usage, max_tokens, stop, echo, logprobs, sampler)
+        self._from_cache(tokens)
+        pieces = completion_pieces(self, tokens, usage, max_tokens, stop, echo, logprobs, sampler,
+                                   stopping_criteria=stopping_criteria)
         first = next(pieces)   # runs the checks and the prefill now, not at first iteration
         pieces = itertools.chain([first], pieces)
         name = model or self.model_path
@@ -273,26 +350,62 @@ class Llama:
                                max_tokens: int | None = None, presence_penalty: float = 0.0,
                                frequency_penalty: float = 0.0, repeat_penalty: float = 1.0,
                                logit_bias: dict | None = None, logprobs: bool = False,
-                               top_logprobs: int | None = None, model: str | None = None):
-        """A chat.completion dict, or with stream=True an iterator of chunks."""
-        chat = self._chat.format(messages, add_generation_prompt=True)
-        tokens = self.tokenizer.encode(chat.prompt.encode(), add_bos=not chat.added_special,
+                               top_logprobs: int | None = None, model: str | None = None,
+                               response_format: dict | None = None,
+                               grammar: LlamaGrammar | None = None, tools: list | None = None,
+                               tool_choice: str | dict | None = None,
+                               functions: list | None = None,
+                               function_call: str | dict | None = None,
+                               mirostat_mode: int = 0, mirostat_tau: float = 5.0,
+                               mirostat_eta: float = 0.1, logits_processor=None,
+                               stopping_criteria=None, **llama_cpp_kwargs):
+        """A chat.completion dict, or with stream=True an iterator of chunks.
+        response_format / grammar constrain the reply (grammar.py); tools,
+        tool_choice and the legacy functions / function_call give tool calls
+        (tools.py)."""
+        check_extra_kwargs("create_chat_completion", llama_cpp_kwargs)
+        plan = plan_tools(self._chat.template, tools, tool_choice, functions, function_call)
+        if plan is not None and plan.grammar is not None:
+            grammar = plan.grammar
+        elif response_format is not None:
+            if grammar is not None:
+                raise ValueError("give response_format or grammar, not both")
+            grammar = response_format_grammar(response_format)
+        chat = self._chat.format(normalize_messages(messages, plan), add_generation_prompt=True,
+                                 **(plan.template_vars if plan else {}))
+        prompt = chat.prompt + (plan.prompt_suffix if plan else "")
+        tokens = self.tokenizer.encode(prompt.encode(), add_bos=not chat.added_special,
                                        special=True, max_tokens=self._n_ctx)
         stops = list(chat.stop) + ([stop] if isinstance(stop, str) else list(stop or []))
         sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                typical_p=typical_p, repeat_penalty=repeat_penalty,
                                presence_penalty=presence_penalty,
                                frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                               seed=seed)
+                               seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
+                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+                               logits_processor=logits_processor)
         n_lp = (top_logprobs or 0) if logprobs else None
         usage = Usage()
+        self._from_cache(tokens)
         pieces = completion_pieces(self, tokens, usage, max_tokens, stops, False, n_lp, sampler,
-                              chat.stop_token_ids)
+                                   chat.stop_token_ids, stopping_criteria=stopping_criteria)
         pieces = itertools.chain([next(pieces)], pieces)
         name = model or self.model_path
+        if plan is not None:
+            reply = with_tool_calls(chat_response(pieces, name, usage, logprobs), plan)
+            return chunks_of(reply) if stream else reply
         if stream:
             return chat_chunks(pieces, name, usage, logprobs)
         return chat_response(pieces, name, usage, logprobs)
+
+    def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,
+              return_count: bool = False):
+        """Embeddings of input (embedding.py); needs embedding=True."""
+        return embed(self, input, normalize, truncate, return_count)
+
+    def create_embedding(self, input: str | list[str], model: str | None = None) -> dict:
+        """OpenAI's embedding response for input; needs embedding=True."""
+        return create_embedding(self, input, model)
 
     # ------------------------------------------------------------ state
 

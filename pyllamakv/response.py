@@ -108,3 +108,38 @@ def chat_response(pieces: Iterator[Piece], model: str, usage: Usage,
                          "logprobs": choice["logprobs"],
                          "finish_reason": choice["finish_reason"]}],
             "usage": c["usage"]}
+
+
+# ---------------------------------------------------------------- tool calls
+
+def with_tool_calls(reply: dict, plan) -> dict:
+    """A chat.completion whose text is parsed for tool calls (tools.ToolPlan)."""
+    from .tools import parse_tool_calls
+    choice = reply["choices"][0]
+    content, calls = parse_tool_calls(choice["message"]["content"], plan)
+    if calls:
+        message = {"role": "assistant", "content": content, "tool_calls": calls}
+        if plan.legacy:
+            message["function_call"] = calls[0]["function"]
+        choice["message"] = message
+        choice["finish_reason"] = "tool_calls"
+    return reply
+
+
+def chunks_of(reply: dict) -> Iterator[dict]:
+    """A finished chat.completion as stream chunks (role, content, tool calls, reason)."""
+    choice = reply["choices"][0]
+    msg = choice["message"]
+
+    def chunk(delta: dict, reason: str | None = None) -> dict:
+        return {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"],
+                "model": reply["model"],
+                "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                             "finish_reason": reason}]}
+
+    yield chunk({"role": "assistant"})
+    if msg.get("content"):
+        yield chunk({"content": msg["content"]})
+    for i, call in enumerate(msg.get("tool_calls", [])):
+        yield chunk({"tool_calls": [{"index": i, **call}]})
+    yield chunk({}, choice["finish_reason"])

@@ -21,6 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .mirostat import Mirostat
+
 
 def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
@@ -43,6 +45,9 @@ class SamplingParams:
     repeat_last_n: int = 64           # 0: off, -1: the whole history
     logit_bias: dict[int, float] = field(default_factory=dict)
     seed: int | None = None           # None or -1: random
+    mirostat_mode: int = 0            # 0: off, 1 or 2: mirostat (mirostat.py) replaces the filters
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str):
@@ -62,6 +67,12 @@ class SamplingParams:
             bad("top_k", "must be an int >= 0 (0 disables it)")
         if not _is_int(self.repeat_last_n) or self.repeat_last_n < -1:
             bad("repeat_last_n", "must be an int >= -1 (-1: whole history, 0: off)")
+        if self.mirostat_mode not in (0, 1, 2):
+            bad("mirostat_mode", "must be 0 (off), 1 or 2")
+        for name in ("mirostat_tau", "mirostat_eta"):
+            v = getattr(self, name)
+            if not _is_real(v) or not math.isfinite(v) or v <= 0:
+                bad(name, "must be a finite number > 0")
         if self.seed is not None and (not _is_int(self.seed) or self.seed < -1):
             bad("seed", "must be None, -1 or an int >= 0")
         if not isinstance(self.logit_bias, dict):
@@ -77,7 +88,8 @@ class SamplingParams:
 class Sampler:
     """Draws token ids for one sequence; holds its random state."""
 
-    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+    def __init__(self, params: SamplingParams, n_vocab: int, constraint=None,
+                 processors: Sequence = ()) -> None:
         if not _is_int(n_vocab) or n_vocab <= 0:
             raise ValueError(f"n_vocab must be a positive int, got {n_vocab!r}")
         for k in params.logit_bias:
@@ -85,6 +97,11 @@ class Sampler:
                 raise ValueError(f"SamplingParams.logit_bias key {k} out of range [0, {n_vocab})")
         self.params = params
         self.n_vocab = int(n_vocab)
+        self.constraint = constraint      # grammar.GrammarConstraint or None
+        self.processors = list(processors)  # llama-cpp-python logits processors: f(ids, scores)
+        self.mirostat = (Mirostat(params.mirostat_mode, params.mirostat_tau,
+                                  params.mirostat_eta, self.n_vocab)
+                         if params.mirostat_mode else None)
         self._bias_ids = np.fromiter(params.logit_bias.keys(), np.int64, len(params.logit_bias))
         self._bias = np.fromiter(params.logit_bias.values(), np.float64, len(params.logit_bias))
         seed = params.seed
@@ -94,10 +111,18 @@ class Sampler:
         """One token id from logits (n_vocab,), given the ids so far."""
         ids, probs = self.candidates(logits, history)
         if ids.size == 1:
-            return int(ids[0])
+            return self._chosen(int(ids[0]))
         cdf = np.cumsum(probs)
-        i = int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"))
-        return int(ids[min(i, ids.size - 1)])
+        i = min(int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right")),
+                ids.size - 1)
+        if self.mirostat is not None:
+            self.mirostat.update(float(probs[i] / cdf[-1]))
+        return self._chosen(int(ids[i]))
+
+    def _chosen(self, token: int) -> int:
+        if self.constraint is not None:
+            self.constraint.accept(token)
+        return token
 
     def candidates(self, logits: np.ndarray, history: Sequence[int] = ()
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -107,13 +132,26 @@ class Sampler:
         x = np.array(logits, dtype=np.float64).reshape(-1)        # (n_vocab,) copy
         if x.shape[0] != self.n_vocab:
             raise ValueError(f"logits have {x.shape[0]} entries, expected n_vocab={self.n_vocab}")
+        for proc in self.processors:
+            x = np.array(proc(np.asarray(history, np.intc), x.astype(np.float32)),
+                         dtype=np.float64).reshape(-1)
+            if x.shape[0] != self.n_vocab:
+                raise ValueError(f"a logits_processor returned {x.shape[0]} scores, "
+                                 f"expected n_vocab={self.n_vocab}")
         self._penalize(x, history)
         if self._bias_ids.size:
             x[self._bias_ids] += self._bias
+        if self.constraint is not None:
+            self.constraint.apply(x)
+        if not np.isfinite(x).any():
+            raise ValueError("no token can be sampled: the logit bias or grammar "
+                             "excludes every token")
         if p.temperature <= 0:
             return np.array([int(np.argmax(x))]), np.ones(1)
 
         ids = np.arange(self.n_vocab)                             # (n,) candidates
+        if self.mirostat is not None:
+            return self.mirostat.keep(ids, _softmax(x / p.temperature))
         if 0 < p.top_k < ids.size:
             keep = np.argpartition(-x, p.top_k - 1)[: p.top_k]
             ids, x = ids[keep], x[keep]

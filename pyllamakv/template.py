@@ -28,7 +28,6 @@ nest at most ``max_depth`` deep (recursive macros). Going over a limit raises
 from __future__ import annotations
 
 import itertools
-import time
 from contextvars import ContextVar
 from typing import Any
 

@@ -49,6 +49,15 @@ def _rope(x, pos, rope_dim, base, scale, neox):
 def reference_logits(path, tokens) -> np.ndarray:
     """Logits (n, n_vocab) of every token of `tokens` decoded from position 0."""
     f = GGUFFile(path)
+    out = _mat(f, "output.weight")
+    if out is None:
+        out = _mat(f, "token_embd.weight")
+    return reference_hidden(path, tokens, f) @ out.T
+
+
+def reference_hidden(path, tokens, f: GGUFFile | None = None) -> np.ndarray:
+    """The final-normed hidden states (n, n_embd) of `tokens` from position 0."""
+    f = f or GGUFFile(path)
     hp = model_params(f)
     neox = hp["arch"] in (1, 2)
     hd, nh, nkv = hp["head_dim"], hp["n_head"], hp["n_head_kv"]
@@ -79,7 +88,4 @@ def reference_logits(path, tokens) -> np.ndarray:
         h = _rmsnorm(x, g("ffn_norm.weight"), eps)
         a, b = h @ g("ffn_gate.weight").T, h @ g("ffn_up.weight").T
         x = x + (a / (1 + np.exp(-a)) * b) @ g("ffn_down.weight").T
-    out = _mat(f, "output.weight")
-    if out is None:
-        out = _mat(f, "token_embd.weight")
-    return _rmsnorm(x, _mat(f, "output_norm.weight"), eps) @ out.T
+    return _rmsnorm(x, _mat(f, "output_norm.weight"), eps)

@@ -80,3 +80,42 @@ def test_info_plans_the_auto_pool_and_rejects_bad_pools(path):
     assert bad.exit_code != 0 and "number of MiB or 'auto'" in bad.output
     small = run("info", path, "--ctx", "3000", "--kv-pool-mib", "0.1")
     assert small.exit_code != 0 and "minimum" in small.output
+
+
+def test_every_option_has_help():
+    import click
+    from pyllamakv.cli import main
+    missing = [(name, p.opts) for name, cmd in main.commands.items() for p in cmd.params
+               if isinstance(p, click.Option) and not p.help]
+    assert not missing
+
+
+def test_info_takes_dash_m(path):
+    r = run("info", "-m", path)
+    assert r.exit_code == 0, r.output
+    assert "architecture:  llama" in r.stdout
+
+
+def test_generate_says_when_cut_at_n(path):
+    r = run("generate", "Once upon a time", "-n", "3", "--temp", "0", "--ctx", "64")
+    assert r.exit_code == 0 and "[cut at -n 3 tokens]" in r.stderr
+
+
+def test_chat_ctrl_c_stops_the_reply_not_the_session():
+    from pyllamakv.chat_repl import run_chat
+
+    class FakeLlama:
+        n_tokens = 0
+
+        def create_chat_completion(self, messages, **kw):
+            def gen():
+                yield {"choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]}
+                yield {"choices": [{"delta": {"content": "part"}, "finish_reason": None}]}
+                if len(messages) == 1:
+                    raise KeyboardInterrupt
+                yield {"choices": [{"delta": {"content": " done"}, "finish_reason": "length"}]}
+            return gen()
+
+    messages = []
+    run_chat(FakeLlama(), messages, 5, 0.0, 1, lambda llm: "rates", iter(["one", None, "two"]))
+    assert [m["content"] for m in messages] == ["one", "part", "two", "part done"]

@@ -163,6 +163,8 @@ typedef struct lkv_context_params {
     int64_t kv_pool_bytes;   /* device KV pool; < 0: unbounded, all resident */
     int32_t gpu_kernels;     /* CUDA: 0 the kernels bit-identical with the CPU (default),
                                 1 the fast ones (int8 GEMM, tensor-core prefill attention) */
+    int32_t embeddings;      /* 1: a decode outputs each row's final-normed hidden state
+                                (n_embd floats) instead of its logits (n_vocab floats) */
 } lkv_context_params;
 
 typedef struct lkv_context lkv_context;
@@ -180,7 +182,8 @@ void lkv_context_free(lkv_context *c);
  * the n tokens) are available through lkv_context_logits. On failure other
  * than LKV_ERR_DEVICE the cache is as it was before the call. */
 lkv_status lkv_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0);
-/* Logits of the last decode: n_rows rows of n_vocab floats, row-major.
+/* Logits of the last decode: n_rows rows of n_vocab floats (with embeddings:
+ * hidden states, n_embd floats), row-major.
  * Valid until the next decode, truncate or free on this context. */
 const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows);
 int32_t lkv_context_n_tokens(const lkv_context *c);
@@ -243,7 +246,7 @@ int64_t lkv_row_bytes(int32_t type, int64_t n);
 
 /* LKV_CDEF_END */
 
-#define LKV_ABI_VERSION 1
+#define LKV_ABI_VERSION 2
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,8 @@ static lkv_status check_params(const lkv_model *m, const lkv_context_params *p) 
     if (p->kv_chunk < 0 || p->kv_chunk > 4096)
         return lkv_fail(LKV_ERR_INVALID_ARG, "kv_chunk must be in [1, 4096] or 0 for the default "
                         "(got %d)", p->kv_chunk);
+    if (p->embeddings != 0 && p->embeddings != 1)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "embeddings must be 0 or 1 (got %d)", p->embeddings);
     if (p->gpu_kernels != 0 && p->gpu_kernels != 1)
         return lkv_fail(LKV_ERR_INVALID_ARG, "gpu_kernels must be 0 (exact) or 1 (fast) (got %d)",
                         p->gpu_kernels);
@@ -66,6 +68,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     const size_t nq = (size_t)hp->n_head * hd, nkv = (size_t)hp->n_head_kv * hd;
     const size_t wide = nq > (size_t)hp->n_embd ? nq : (size_t)hp->n_embd;
     const int logit_rows_dev = p.logits_all ? U : 1;
+    c->out_width = p.embeddings ? hp->n_embd : hp->n_vocab;
     lkv_status st = c->be->ctx_init(&c->b, m, p.n_threads, U);
     if (st) { free(c); return st; }
     if (c->be->set_fast) c->be->set_fast(c->b, p.gpu_kernels);
@@ -82,10 +85,10 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     ALLOC(c->ffn_u, sizeof(float) * U * hp->n_ff);
     ALLOC(c->o, sizeof(float) * U * hp->n_embd);
     ALLOC(c->attn_st, c->be->attn_state_bytes(U, hp->n_head, hd));
-    ALLOC(c->logits_dev, sizeof(float) * (size_t)logit_rows_dev * hp->n_vocab);
+    ALLOC(c->logits_dev, sizeof(float) * (size_t)logit_rows_dev * c->out_width);
 #undef ALLOC
     if (!st) {
-        c->logits = malloc(sizeof(float) * (size_t)(p.logits_all ? p.n_batch : 1) * hp->n_vocab);
+        c->logits = malloc(sizeof(float) * (size_t)(p.logits_all ? p.n_batch : 1) * c->out_width);
         if (!c->logits) st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the logits");
     }
     if (!st) {
@@ -146,14 +149,14 @@ lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, 
         if (tokens[i] < 0 || tokens[i] >= c->model->hp.n_vocab)
             return lkv_fail(LKV_ERR_INVALID_ARG, "token id %d at index %d is outside the vocabulary "
                             "[0, %d)", tokens[i], i, c->model->hp.n_vocab);
-    const int32_t n_vocab = c->model->hp.n_vocab, U = c->p.n_ubatch;
+    const int32_t U = c->p.n_ubatch;
     c->n_logit_rows = 0;
     lkv_kv_decode_begin(c->kv);
     for (int32_t done = 0; done < n; done += U) {
         const int32_t nu = n - done < U ? n - done : U;
         const bool last = done + nu == n;
         const int32_t lo = c->p.logits_all ? 0 : last ? nu - 1 : nu;
-        float *dst = c->p.logits_all ? c->logits + (size_t)done * n_vocab : c->logits;
+        float *dst = c->p.logits_all ? c->logits + (size_t)done * c->out_width : c->logits;
         lkv_status st = lkv_forward(c, tokens + done, nu, pos0 + done, lo, dst);
         if (st) {
             if (st == LKV_ERR_DEVICE) c->dead = true;

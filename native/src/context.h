@@ -32,6 +32,7 @@ struct lkv_context {
 
     float *logits;           /* host (logits_all ? n_batch : 1, n_vocab) */
     int32_t n_logit_rows;    /* rows valid after the last decode */
+    int32_t out_width;       /* floats per output row: n_vocab, or n_embd with embeddings */
 
     lkv_attn_desc geo;       /* head geometry for attention */
     lkv_rope_desc rope;

@@ -89,11 +89,17 @@ static lkv_status layer(lkv_context *c, int il, int n) {
     return LKV_OK;
 }
 
-/* logits rows [logit_lo, n): final norm and output matmul (not downloaded) */
+/* logits rows [logit_lo, n): final norm and output matmul (not downloaded);
+ * with embeddings the normed rows themselves are the output */
 static void output_head(lkv_context *c, int32_t n, int32_t logit_lo) {
     const lkv_model *m = c->model;
     const lkv_model_params *hp = &m->hp;
     const float *xl = c->x + (size_t)logit_lo * hp->n_embd;
+    if (c->p.embeddings) {
+        c->be->rmsnorm(c->b, c->logits_dev, xl, &m->output_norm, n - logit_lo, hp->n_embd,
+                       hp->rms_eps);
+        return;
+    }
     c->be->rmsnorm(c->b, c->h, xl, &m->output_norm, n - logit_lo, hp->n_embd, hp->rms_eps);
     float *lo[1] = {c->logits_dev};
     const lkv_weight *wout[1] = {&m->output};
@@ -114,7 +120,7 @@ static int graph_key(const lkv_context *c, int32_t n, int32_t pos0, int32_t logi
 static lkv_status download_logits(lkv_context *c, int32_t nl, float *logits_out) {
     if (nl > 0)
         c->be->download(c->b, logits_out, c->logits_dev,
-                        sizeof(float) * (size_t)nl * c->model->hp.n_vocab);
+                        sizeof(float) * (size_t)nl * c->out_width);
     return c->be->sync(c->b);
 }
 

@@ -224,9 +224,9 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
     }
 }
 
-static void accum_fn(void *arg, int ith, int nth) {
+static void accum_fn(void *arg, int ith, int nth, int thread) {
     const accum_job *j = arg;
-    float *scratch = j->b->attn_scratch + (size_t)ith * j->b->attn_scratch_floats;
+    float *scratch = j->b->attn_scratch + (size_t)thread * j->b->attn_scratch_floats;
     long total = (long)j->d->n_q * j->d->n_head, lo, hi;
     lkv_split(total, ith, nth, &lo, &hi);
     for (long i = lo; i < hi; i++) accum_one(j, (int)(i / j->d->n_head), (int)(i % j->d->n_head), scratch);

@@ -29,7 +29,8 @@ typedef struct {
     const lkv_traits *vt;
 } convert_job;
 
-static void convert_fn(void *arg, int ith, int nth) {
+static void convert_fn(void *arg, int ith, int nth, int thread) {
+    (void)thread;
     convert_job *j = arg;
     long lo, hi;
     lkv_split(j->n, ith, nth, &lo, &hi);
@@ -75,7 +76,8 @@ static void dot_rows(const dot_job *j, int wi, long r0, long r1) {
     }
 }
 
-static void dot_fn(void *arg, int ith, int nth) {
+static void dot_fn(void *arg, int ith, int nth, int thread) {
+    (void)thread;
     const dot_job *j = arg;
     long total = j->row_start[j->n_w];
     long tiles = (total + ROW_TILE - 1) / ROW_TILE;

@@ -1,25 +1,43 @@
 /*
  * cpu/threadpool.c: persistent workers (see threadpool.h).
  *
- * A job is published by bumping `gen`; each worker runs it and bumps `done`.
- * Workers spin on `gen` for a while (cheap hand-off between the many small
- * jobs of a decode step) and then block on `cv` until the next job.
+ * A job is cut into parts (PARTS_PER_THREAD per thread) that threads claim
+ * one at a time from a shared counter, and the caller waits only for the
+ * parts, not for the workers: a worker that is descheduled (a busy machine
+ * has more runnable threads than cores) simply claims fewer parts, and one
+ * that wakes after the last part was claimed does nothing. With a static
+ * split each job would wait for its slowest thread, and a decode step issues
+ * hundreds of jobs, so under contention two threads ran far slower than one.
+ *
+ * The claim counter holds the job's generation in its high 32 bits and the
+ * next part in its low 32 bits, so a claim (a compare-and-swap) can only take
+ * a part of the job the claimer saw published. The caller publishes the next
+ * job only after every part of this one has finished, so fn, arg and n_parts
+ * stay those of the claimed part's job while it runs.
+ *
+ * Workers spin on the generation for a while (cheap hand-off between the
+ * small jobs of a decode step), yielding now and then, and then block on `cv`
+ * until the next job.
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "cpu/threadpool.h"
 
 #define SPIN_ROUNDS 200000
+#define PARTS_PER_THREAD 4
 
 struct lkv_threadpool {
     int n;                       /* threads including the caller */
     pthread_t *threads;          /* (n-1,) workers */
-    _Atomic unsigned gen;        /* job generation */
-    _Atomic int done;            /* workers finished with this generation */
+    _Atomic unsigned gen;        /* job generation (wakes workers) */
+    _Atomic uint64_t work;       /* gen << 32 | next part to claim */
+    _Atomic int finished;        /* parts of this job done */
     _Atomic int stop;
+    int n_parts;
     lkv_tp_fn fn;
     void *arg;
     pthread_mutex_t mu;
@@ -33,6 +51,21 @@ static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+/* claim and run parts of job `gen` until none is left */
+static void run_parts(lkv_threadpool *tp, unsigned gen, int thread) {
+    for (;;) {
+        uint64_t w = atomic_load_explicit(&tp->work, memory_order_acquire);
+        if ((unsigned)(w >> 32) != gen) return;          /* another job by now */
+        const int part = (int)(uint32_t)w;
+        if (part >= tp->n_parts) return;                  /* all claimed */
+        if (!atomic_compare_exchange_weak_explicit(&tp->work, &w, w + 1,
+                                                   memory_order_acq_rel, memory_order_acquire))
+            continue;
+        tp->fn(tp->arg, part, tp->n_parts, thread);
+        atomic_fetch_add_explicit(&tp->finished, 1, memory_order_release);
+    }
 }
 
 static void *worker_main(void *p) {
@@ -60,8 +93,7 @@ static void *worker_main(void *p) {
         }
         if (atomic_load(&tp->stop)) return NULL;
         seen = g;
-        tp->fn(tp->arg, wa.ith, tp->n);
-        atomic_fetch_add_explicit(&tp->done, 1, memory_order_release);
+        run_parts(tp, g, wa.ith);
     }
 }
 
@@ -103,20 +135,24 @@ void lkv_tp_free(lkv_threadpool *tp) {
 }
 
 void lkv_tp_run(lkv_threadpool *tp, lkv_tp_fn fn, void *arg) {
-    if (tp->n == 1) { fn(arg, 0, 1); return; }
+    if (tp->n == 1) { fn(arg, 0, 1, 0); return; }
+    const unsigned gen = atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1;
     tp->fn = fn;
     tp->arg = arg;
-    atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
-    atomic_fetch_add(&tp->gen, 1);  /* seq_cst: ordered before the sleepers check */
+    tp->n_parts = tp->n * PARTS_PER_THREAD;
+    atomic_store_explicit(&tp->finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&tp->work, (uint64_t)gen << 32, memory_order_release);
+    atomic_store(&tp->gen, gen);    /* seq_cst: ordered before the sleepers check */
     if (atomic_load(&tp->sleepers) > 0) {
         pthread_mutex_lock(&tp->mu);
         pthread_cond_broadcast(&tp->cv);
         pthread_mutex_unlock(&tp->mu);
     }
-    fn(arg, 0, tp->n);
-    /* spin briefly, then yield: with more runnable threads than cores the
-     * worker we wait for may need this core */
-    for (int spins = 0; atomic_load_explicit(&tp->done, memory_order_acquire) < tp->n - 1; spins++) {
+    run_parts(tp, gen, 0);
+    /* parts still running elsewhere: spin briefly, then yield (with more
+     * runnable threads than cores the thread we wait for may need this core) */
+    for (int spins = 0;
+         atomic_load_explicit(&tp->finished, memory_order_acquire) < tp->n_parts; spins++) {
         if (spins < 4096) cpu_relax();
         else sched_yield();
     }

@@ -1,15 +1,18 @@
 /*
  * cpu/threadpool.h: a persistent pool of worker threads for the CPU backend.
  *
- * lkv_tp_run(tp, fn, arg) runs fn(arg, ith, nth) on all nth threads (the
- * caller is thread 0) and returns when every one has finished. Workers spin
- * briefly between jobs (decode issues hundreds of jobs per token) and then
- * sleep on a condition variable, so an idle context costs no CPU.
+ * lkv_tp_run(tp, fn, arg) runs fn(arg, part, n_parts, thread) once for each
+ * part of [0, n_parts) (a few parts per thread), each part on whichever
+ * thread claims it first (the caller is thread 0; `thread` indexes per-thread
+ * scratch), and returns when every part has finished. A part's work is the
+ * part-th of n_parts near-equal shares (lkv_split). Workers spin briefly
+ * between jobs (decode issues hundreds of jobs per token) and then sleep on a
+ * condition variable, so an idle context costs no CPU.
  */
 #ifndef LKV_CPU_THREADPOOL_H
 #define LKV_CPU_THREADPOOL_H
 
-typedef void (*lkv_tp_fn)(void *arg, int ith, int nth);
+typedef void (*lkv_tp_fn)(void *arg, int part, int n_parts, int thread);
 typedef struct lkv_threadpool lkv_threadpool;
 
 /* NULL on failure (then no thread is left running). */
