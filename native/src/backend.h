@@ -185,7 +185,12 @@ struct lkv_backend {
     uint64_t (*copy_async_2d)(lkv_bctx *b, void *dst, size_t dpitch, const void *src,
                               size_t spitch, size_t width, size_t height, int h2d);
 
-    /* ---- hybrid layers (optional: a backend without delta_rule cannot load
+    /* kernels that are not bit-identical with the CPU backend, where faster
+     * (lkv_context_params.gpu_kernels); optional (NULL: there is one kind) */
+    void (*set_fast)(lkv_bctx *b, int fast);
+
+    /* ---- hybrid layers (last in the table, so that positional initializers
+     * leave them NULL; optional: a backend without delta_rule cannot load
      * hybrid models; the model fails with LKV_ERR_UNSUPPORTED) ---- */
     /* q, gate (n_rows, dim) = the even and the odd rows of x (2*n_rows, dim) */
     void (*split_rows)(lkv_bctx *b, float *q, float *gate, const float *x, int n_rows, int dim);
@@ -205,10 +210,6 @@ struct lkv_backend {
     void (*delta_rule)(lkv_bctx *b, float *out, const float *qkv, const float *beta_in,
                        const float *alpha, const lkv_weight *a, const lkv_weight *dt,
                        float *state, const lkv_delta_desc *d, int n);
-
-    /* kernels that are not bit-identical with the CPU backend, where faster
-     * (lkv_context_params.gpu_kernels); optional (NULL: there is one kind) */
-    void (*set_fast)(lkv_bctx *b, int fast);
 };
 
 extern const lkv_backend lkv_backend_cpu;
