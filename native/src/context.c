@@ -14,7 +14,7 @@
 #include "quant/types.h"
 
 #define DEFAULT_CHUNK 256
-#define STATE_MAGIC 0x564b4c31u   /* "1LKV" */
+#define STATE_MAGIC 0x564b4c32u   /* "2LKV": the header has recur_bytes since ABI 2 */
 
 // ------------------------------------------------------------------ create / free
 
