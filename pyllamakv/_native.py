@@ -158,6 +158,16 @@ class Model:
     def weight_bytes(self) -> int:
         return int(lib.lkv_model_weight_bytes(self.ptr))
 
+    @property
+    def n_layer_kv(self) -> int:
+        """Layers with a KV cache (a hybrid's full-attention layers only)."""
+        return int(lib.lkv_model_n_layer_kv(self.ptr))
+
+    @property
+    def n_nextn(self) -> int:
+        """MTP (nextn) blocks loaded with the model (bound and checked, not yet run)."""
+        return int(lib.lkv_model_n_nextn(self.ptr))
+
     def close(self) -> None:
         """Frees the weights; contexts still open on this model are closed first."""
         if self._ptr is not None:
@@ -278,8 +288,10 @@ class Context:
                "load state")
 
     def kv_stats(self) -> dict[str, Any]:
+        """The cache's counters; n_layer counts the layers with KV (for a hybrid its
+        full-attention layers only) and resident_chunks has one entry per such layer."""
         st = ffi.new("lkv_kv_stats *")
-        nl = int(lib.lkv_model_n_layer_kv(self.model.ptr))
+        nl = self.model.n_layer_kv
         res = ffi.new("int32_t[]", nl)
         _check(lib.lkv_context_kv_stats(self.ptr, st, res), "kv stats")
         d = {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_kv_stats").fields}

@@ -197,7 +197,8 @@ def test_mtp_blocks_load_and_leave_the_trunk_alone(tmp_path, rng):
     for p in (plain, mtp):
         with Model(p) as m:
             assert m.hparams["n_layer"] == 8
-            out.append((_native.lib.lkv_model_n_nextn(m.ptr), m.weight_bytes))
+            assert m.n_layer_kv == 2
+            out.append((m.n_nextn, m.weight_bytes))
             c = _ctx(m)
             c.decode(tokens)
             out[-1] += (c.logits(),)
