@@ -15,10 +15,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._ffi import ffi, last_error, lib
+from .arch_qwen35 import qwen35_params
 from .errors import error_for_status
 from .gguf_file import GGUFError, GGUFFile
 
-ARCHS = {"llama": 0, "mistral": 0, "qwen2": 1, "qwen3": 2}
+ARCHS = {"llama": 0, "mistral": 0, "qwen2": 1, "qwen3": 2, "qwen35": 3}
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 
 
@@ -93,7 +94,7 @@ def model_params(f: GGUFFile) -> dict[str, Any]:
     scale = 1.0
     if k("rope.scaling.type") == "linear" and k("rope.scaling.factor"):
         scale = 1.0 / float(k("rope.scaling.factor"))
-    return dict(
+    hp = dict(
         arch=ARCHS[arch], n_vocab=int(n_vocab), n_embd=int(n_embd),
         n_layer=int(k("block_count")), n_head=int(n_head),
         n_head_kv=int(k("attention.head_count_kv", n_head)), head_dim=int(head_dim),
@@ -101,6 +102,9 @@ def model_params(f: GGUFFile) -> dict[str, Any]:
         rope_dim=int(k("rope.dimension_count", head_dim)),
         rms_eps=float(k("attention.layer_norm_rms_epsilon", 1e-5)),
         rope_freq_base=float(k("rope.freq_base", 10000.0)), rope_freq_scale=scale)
+    if arch == "qwen35":
+        hp.update(qwen35_params(f))
+    return hp
 
 
 # ---------------------------------------------------------------- model
@@ -154,6 +158,16 @@ class Model:
     def weight_bytes(self) -> int:
         return int(lib.lkv_model_weight_bytes(self.ptr))
 
+    @property
+    def n_layer_kv(self) -> int:
+        """Layers with a KV cache (a hybrid's full-attention layers only)."""
+        return int(lib.lkv_model_n_layer_kv(self.ptr))
+
+    @property
+    def n_nextn(self) -> int:
+        """MTP (nextn) blocks loaded with the model (bound and checked, not yet run)."""
+        return int(lib.lkv_model_n_nextn(self.ptr))
+
     def close(self) -> None:
         """Frees the weights; contexts still open on this model are closed first."""
         if self._ptr is not None:
@@ -179,7 +193,8 @@ class Context:
                  n_threads: int | None = None, type_k: str | int = "f16",
                  type_v: str | int = "f16", kv_chunk: int = 0, logits_all: bool = False,
                  kv_pool_bytes: int | None = None, gpu_kernels: str = "exact",
-                 embeddings: bool = False):
+                 embeddings: bool = False,
+                 n_state_snapshots: int | None = None):
         self._ptr = None
         self.model = model
         p = ffi.new("lkv_context_params *")
@@ -203,6 +218,8 @@ class Context:
             raise ValueError(f"gpu_kernels must be 'exact' or 'fast', got {gpu_kernels!r}")
         p.gpu_kernels = int(gpu_kernels == "fast")
         p.embeddings = int(bool(embeddings))
+        if n_state_snapshots is not None:   # hybrids: recurrent-state snapshots (core default 2)
+            p.n_state_snapshots = int(n_state_snapshots)
         self.logits_all = bool(logits_all)
         out = ffi.new("lkv_context **")
         _check(lib.lkv_context_create(model.ptr, p, out), "creating the context")
@@ -251,6 +268,19 @@ class Context:
     def reset(self) -> None:
         self.truncate(0)
 
+    @property
+    def recurrent_bytes(self) -> int:
+        """Bytes of the recurrent state of a hybrid model (0 for others)."""
+        return int(lib.lkv_context_recurrent_bytes(self.ptr))
+
+    def restore_point(self, n: int) -> int:
+        """The largest position <= n that truncate accepts (hybrids: 0, a snapshot or n_tokens)."""
+        return int(lib.lkv_context_restore_point(self.ptr, int(n)))
+
+    def snapshot(self) -> None:
+        """Hybrids: keep the recurrent state here so a later truncate can return to it."""
+        _check(lib.lkv_context_snapshot(self.ptr), "snapshot")
+
     def state_get(self) -> bytes:
         size = ffi.new("uint64_t *")
         _check(lib.lkv_context_state_size(self.ptr, size), "state size")
@@ -263,12 +293,14 @@ class Context:
                "load state")
 
     def kv_stats(self) -> dict[str, Any]:
+        """The cache's counters; n_layer counts the layers with KV (for a hybrid its
+        full-attention layers only) and resident_chunks has one entry per such layer."""
         st = ffi.new("lkv_kv_stats *")
-        nl = self.model.hparams["n_layer"]
+        nl = self.model.n_layer_kv
         res = ffi.new("int32_t[]", nl)
         _check(lib.lkv_context_kv_stats(self.ptr, st, res), "kv stats")
         d = {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_kv_stats").fields}
-        d["resident_chunks"] = list(res)
+        d["resident_chunks"] = list(res)   # per attention layer
         return d
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ._native import TYPE_NAMES, _is_kv, cuda_device_count, model_params
+from .arch_qwen35 import hybrid_lines
 from .gguf_file import GGUFFile
 from .plan import LINK_BYTES_PER_S, auto_pool_bytes, kv_bytes_per_token, kv_plan
 
@@ -37,7 +38,8 @@ def describe(path: str, n_ctx: int | None = None, mem_gib: float | None = None,
         f"parameters:    {n_params / 1e6:.1f} M",
         f"weights:       {_size(weight_bytes)} ({weight_bytes} bytes)",
         "tensor types:  " + ", ".join(f"{n} x {t}" for t, n in sorted(types.items())),
-        "KV bytes per token (K and V, all layers):",
+    ] + hybrid_lines(hp) + [
+        "KV bytes per token (K and V, all attention layers):",
     ]
     kv_types = [n for i, n in sorted(TYPE_NAMES.items()) if _is_kv(i)]
     per_token = {t: kv_bytes_per_token(hp, t, t) for t in kv_types}

@@ -289,10 +289,17 @@ class Llama:
             keep = min(keep, len(tokens) - 1)
             if keep < 0:
                 raise ValueError("generate needs at least one token")
+            keep = self._ctx.restore_point(keep)   # hybrids: the latest snapshot at or before
             self._truncate(keep)
             tokens = tokens[keep:]
         if not tokens and self._n_tokens == 0:
             raise ValueError("generate needs at least one token")
+        if self._ctx.recurrent_bytes and len(tokens) > 1:
+            # hybrids: a snapshot before the prompt's last token, where the next
+            # prompt sharing this one (or this one again) can start
+            self._prefill(tokens[:-1])
+            self._ctx.snapshot()
+            tokens = tokens[-1:]
         self._prefill(tokens)
         while True:
             token = self._sample(sampler)

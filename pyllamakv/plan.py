@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ._ffi import ffi, lib
 from ._native import _check, type_id
+from .arch_qwen35 import n_layer_kv
 
 KV_CHUNK = 256          # the core's default positions per chunk (kv_chunk=0)
 LINK_BYTES_PER_S = 55e9  # the host->device link that info's decode bound assumes
@@ -39,8 +40,8 @@ def kv_row_bytes(hparams: dict, kv_type: str | int) -> int:
 
 
 def kv_bytes_per_token(hparams: dict, type_k: str | int, type_v: str | int) -> int:
-    """K and V bytes of one position over every layer."""
-    return hparams["n_layer"] * (kv_row_bytes(hparams, type_k) + kv_row_bytes(hparams, type_v))
+    """K and V bytes of one position over every attention layer."""
+    return n_layer_kv(hparams) * (kv_row_bytes(hparams, type_k) + kv_row_bytes(hparams, type_v))
 
 
 def kv_plan(hparams: dict, n_ctx: int, *, type_k: str | int = "f16", type_v: str | int = "f16",
@@ -48,7 +49,7 @@ def kv_plan(hparams: dict, n_ctx: int, *, type_k: str | int = "f16", type_v: str
             kv_chunk: int = KV_CHUNK) -> KVPlan:
     """The core's plan for a cache of n_ctx positions holding n_tokens (default n_ctx)."""
     p = ffi.new("lkv_plan_params *")
-    p.n_layer = hparams["n_layer"]
+    p.n_layer = n_layer_kv(hparams)
     p.kv_chunk = kv_chunk
     p.row_bytes_k = kv_row_bytes(hparams, type_k)
     p.row_bytes_v = kv_row_bytes(hparams, type_v)

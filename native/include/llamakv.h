@@ -105,7 +105,9 @@ lkv_status lkv_cuda_mem_info(int64_t *free_bytes, int64_t *total_bytes);
 typedef enum lkv_arch {
     LKV_ARCH_LLAMA = 0,   /* llama, SmolLM2, Llama 2/3, Mistral */
     LKV_ARCH_QWEN2 = 1,   /* q/k/v biases, neox rope */
-    LKV_ARCH_QWEN3 = 2    /* per-head q/k rms norms, neox rope */
+    LKV_ARCH_QWEN3 = 2,   /* per-head q/k rms norms, neox rope */
+    LKV_ARCH_QWEN35 = 3   /* hybrid (Qwen3.5): Gated DeltaNet layers; layer i is gated full
+                             attention when (i + 1) % full_attn_interval == 0 */
 } lkv_arch;
 
 typedef struct lkv_model_params {
@@ -124,6 +126,14 @@ typedef struct lkv_model_params {
     float rope_freq_scale;   /* 1 / linear scaling factor */
     int32_t device;          /* lkv_device */
     int32_t n_threads;       /* CPU threads for this model's contexts' default */
+    /* hybrid architectures (qwen35); 0 elsewhere */
+    int32_t full_attn_interval;  /* layer i has attention (and KV) when (i + 1) % it == 0 */
+    int32_t ssm_conv_kernel;     /* taps of the causal depthwise conv (ssm.conv_kernel) */
+    int32_t ssm_n_k_heads;       /* delta-rule query/key heads (ssm.group_count) */
+    int32_t ssm_n_v_heads;       /* delta-rule value heads (ssm.time_step_rank) */
+    int32_t ssm_head_k_dim;      /* (ssm.state_size) */
+    int32_t ssm_head_v_dim;      /* (ssm.inner_size / ssm_n_v_heads) */
+    int32_t n_nextn;             /* MTP (nextn) blocks stored after the trunk: blk.{n_layer + i} */
 } lkv_model_params;
 
 /* One tensor, as laid out in the GGUF file. ne[0] is the contiguous
@@ -148,6 +158,11 @@ lkv_status lkv_model_create(const lkv_model_params *p, const lkv_tensor_desc *te
 void lkv_model_free(lkv_model *m);
 /* Bytes of weights held by the model on its device. */
 int64_t lkv_model_weight_bytes(const lkv_model *m);
+/* Layers with a KV cache (all layers, or the full-attention layers of a hybrid). */
+int32_t lkv_model_n_layer_kv(const lkv_model *m);
+/* MTP (nextn) blocks the model loaded (0 when the file has none). Their
+ * weights are bound and checked; the forward pass does not run them yet. */
+int32_t lkv_model_n_nextn(const lkv_model *m);
 
 /* ---- context -------------------------------------------------------------- */
 
@@ -165,6 +180,8 @@ typedef struct lkv_context_params {
                                 1 the fast ones (int8 GEMM, tensor-core prefill attention) */
     int32_t embeddings;      /* 1: a decode outputs each row's final-normed hidden state
                                 (n_embd floats) instead of its logits (n_vocab floats) */
+    int32_t n_state_snapshots; /* hybrid models: recurrent-state snapshots kept for prefix
+                                  reuse (default 2; 0: none) */
 } lkv_context_params;
 
 typedef struct lkv_context lkv_context;
@@ -188,10 +205,25 @@ lkv_status lkv_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t 
 const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows);
 int32_t lkv_context_n_tokens(const lkv_context *c);
 int32_t lkv_context_n_ctx(const lkv_context *c);
-/* Drops positions >= n (n <= n_tokens). n = 0 resets. */
+/* Drops positions >= n (n <= n_tokens). n = 0 resets. A hybrid model's
+ * recurrent state cannot be cut back: there n must be 0, n_tokens or the
+ * position of a snapshot (lkv_context_restore_point gives the usable one). */
 lkv_status lkv_context_truncate(lkv_context *c, int32_t n);
+/* The largest position p <= n (and <= n_tokens) that truncate accepts: n
+ * itself for models without recurrent state; for hybrids 0, n_tokens or the
+ * latest snapshot at or before n. */
+int32_t lkv_context_restore_point(const lkv_context *c, int32_t n);
+/* Hybrid models: keeps the recurrent state at the current position as a
+ * snapshot (replacing the oldest when all slots are used), so that a later
+ * truncate can return here. A no-op for other models or with 0 slots. */
+lkv_status lkv_context_snapshot(lkv_context *c);
+/* Bytes of recurrent state (conv + delta-rule state) of one sequence; 0 for
+ * models without it. Snapshots take this much each, beside it. */
+int64_t lkv_context_recurrent_bytes(const lkv_context *c);
 
-/* KV state: the first n_tokens rows of every layer, with a small header. */
+/* KV state: the first n_tokens rows of every attention layer, with a small
+ * header, then the recurrent state of hybrid models (snapshots are not part
+ * of it; loading a state drops them). */
 lkv_status lkv_context_state_size(const lkv_context *c, uint64_t *size);
 lkv_status lkv_context_state_get(lkv_context *c, void *dst, uint64_t size);
 lkv_status lkv_context_state_set(lkv_context *c, const void *src, uint64_t size);

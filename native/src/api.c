@@ -152,6 +152,10 @@ API void lkv_model_free(lkv_model *m) { lkv_model_destroy(m); }
 
 API int64_t lkv_model_weight_bytes(const lkv_model *m) { return m ? m->weight_bytes : 0; }
 
+API int32_t lkv_model_n_layer_kv(const lkv_model *m) { return m ? m->n_layer_kv : 0; }
+
+API int32_t lkv_model_n_nextn(const lkv_model *m) { return m ? m->hp.n_nextn : 0; }
+
 // ---------------------------------------------------------------- context
 
 API void lkv_context_params_init(lkv_context_params *p) {
@@ -163,6 +167,7 @@ API void lkv_context_params_init(lkv_context_params *p) {
     p->type_k = LKV_TYPE_F16;
     p->type_v = LKV_TYPE_F16;
     p->kv_pool_bytes = -1;
+    p->n_state_snapshots = 2;
 }
 
 API lkv_status lkv_context_create(lkv_model *m, const lkv_context_params *p, lkv_context **out) {
@@ -193,6 +198,20 @@ API lkv_status lkv_context_truncate(lkv_context *c, int32_t n) {
     lkv_clear_error();
     if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_truncate: NULL context");
     return lkv_context_set_length(c, n);
+}
+
+API int32_t lkv_context_restore_point(const lkv_context *c, int32_t n) {
+    return c ? lkv_context_restore(c, n) : 0;
+}
+
+API lkv_status lkv_context_snapshot(lkv_context *c) {
+    lkv_clear_error();
+    if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_snapshot: NULL context");
+    return lkv_context_keep_snapshot(c);
+}
+
+API int64_t lkv_context_recurrent_bytes(const lkv_context *c) {
+    return c && c->rs ? (int64_t)lkv_recur_bytes(c->rs) : 0;
 }
 
 API lkv_status lkv_context_state_size(const lkv_context *c, uint64_t *size) {

@@ -55,6 +55,15 @@ typedef struct lkv_rope_desc {
     const float *freq_factors;   /* backend memory, (rope_dim/2,) or NULL */
 } lkv_rope_desc;
 
+/* Geometry of a Gated DeltaNet layer's delta rule (hybrid models). Value
+ * head h reads query/key head h % n_k_heads (llama.cpp's GGUF order: value
+ * heads tiled over the key heads). */
+typedef struct lkv_delta_desc {
+    int32_t n_k_heads, n_v_heads, head_k_dim, head_v_dim;
+    int32_t stride;      /* floats per token of qkv: q at 0, k at nk*dk, v at 2*nk*dk */
+    float l2_eps;        /* q and k are l2-normalised with this epsilon */
+} lkv_delta_desc;
+
 /* cs[2i], cs[2i+1] = cos, sin of pair i's angle at position pos (i < rope_dim/2),
  * with freq_factors given in host memory (ff, or NULL): the angles of every
  * backend, computed on the host by the C library (cpu/ops.c) */
@@ -179,6 +188,28 @@ struct lkv_backend {
     /* kernels that are not bit-identical with the CPU backend, where faster
      * (lkv_context_params.gpu_kernels); optional (NULL: there is one kind) */
     void (*set_fast)(lkv_bctx *b, int fast);
+
+    /* ---- hybrid layers (last in the table, so that positional initializers
+     * leave them NULL; optional: a backend without delta_rule cannot load
+     * hybrid models; the model fails with LKV_ERR_UNSUPPORTED) ---- */
+    /* q, gate (n_rows, dim) = the even and the odd rows of x (2*n_rows, dim) */
+    void (*split_rows)(lkv_bctx *b, float *q, float *gate, const float *x, int n_rows, int dim);
+    /* x (n) *= sigmoid(gate) */
+    void (*sigmoid_mul)(lkv_bctx *b, float *x, const float *gate, int64_t n);
+    /* out (n, dim) = rmsnorm(x) * w * silu(z), row by row; out may be x */
+    void (*rmsnorm_gated)(lkv_bctx *b, float *out, const float *x, const lkv_weight *w,
+                          const float *z, int n, int dim, float eps);
+    /* out (n, ch) = silu(causal depthwise conv of x (n, ch) with taps w (ch, K)), the K-1
+     * inputs before x taken from state (K-1, ch), oldest first; state then holds the
+     * last K-1 inputs of [state; x] */
+    void (*ssm_conv)(lkv_bctx *b, float *out, const float *x, float *state, const lkv_weight *w,
+                     int n, int ch);
+    /* out (n, nv*dv) = the gated delta rule over qkv (n, d->stride) with
+     * beta = sigmoid(beta_in (n, nv)) and log-decay g = a * softplus(alpha (n, nv) + dt),
+     * from and into state (nv, dk, dv) */
+    void (*delta_rule)(lkv_bctx *b, float *out, const float *qkv, const float *beta_in,
+                       const float *alpha, const lkv_weight *a, const lkv_weight *dt,
+                       float *state, const lkv_delta_desc *d, int n);
 };
 
 extern const lkv_backend lkv_backend_cpu;

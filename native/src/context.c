@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #include "context.h"
@@ -13,7 +14,7 @@
 #include "quant/types.h"
 
 #define DEFAULT_CHUNK 256
-#define STATE_MAGIC 0x564b4c31u   /* "1LKV" */
+#define STATE_MAGIC 0x564b4c32u   /* "2LKV": the header has recur_bytes since ABI 2 */
 
 // ------------------------------------------------------------------ create / free
 
@@ -86,6 +87,24 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     ALLOC(c->o, sizeof(float) * U * hp->n_embd);
     ALLOC(c->attn_st, c->be->attn_state_bytes(U, hp->n_head, hd));
     ALLOC(c->logits_dev, sizeof(float) * (size_t)logit_rows_dev * c->out_width);
+    if (m->arch->hybrid) {
+        const size_t VD = (size_t)hp->ssm_n_v_heads * hp->ssm_head_v_dim,
+                     CD = 2 * (size_t)hp->ssm_n_k_heads * hp->ssm_head_k_dim + VD;
+        ALLOC(c->qg, sizeof(float) * U * 2 * nq);
+        ALLOC(c->gate, sizeof(float) * U * nq);
+        ALLOC(c->rs_qkv, sizeof(float) * U * CD);
+        ALLOC(c->rs_conv, sizeof(float) * U * CD);
+        ALLOC(c->rs_z, sizeof(float) * U * VD);
+        ALLOC(c->rs_beta, sizeof(float) * U * hp->ssm_n_v_heads);
+        ALLOC(c->rs_alpha, sizeof(float) * U * hp->ssm_n_v_heads);
+        ALLOC(c->rs_out, sizeof(float) * U * VD);
+        c->delta = (lkv_delta_desc){hp->ssm_n_k_heads, hp->ssm_n_v_heads, hp->ssm_head_k_dim,
+                                    hp->ssm_head_v_dim, (int32_t)CD, hp->rms_eps};
+        lkv_recur_config rc = {m->n_layer_rs, (int64_t)(hp->ssm_conv_kernel - 1) * (int64_t)CD,
+                               (int64_t)hp->ssm_n_v_heads * hp->ssm_head_k_dim * hp->ssm_head_v_dim,
+                               p.n_state_snapshots};
+        if (!st) st = lkv_recur_create(&c->rs, &rc, c->be, c->b);
+    }
 #undef ALLOC
     if (!st) {
         c->logits = malloc(sizeof(float) * (size_t)(p.logits_all ? p.n_batch : 1) * c->out_width);
@@ -94,7 +113,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     if (!st) {
         const lkv_traits *tk = lkv_type_traits(p.type_k), *tv = lkv_type_traits(p.type_v);
         lkv_kv_config kc = {
-            .n_layer = hp->n_layer, .n_ctx = p.n_ctx, .n_ubatch = U, .chunk = p.kv_chunk,
+            .n_layer = m->n_layer_kv, .n_ctx = p.n_ctx, .n_ubatch = U, .chunk = p.kv_chunk,
             .type_k = p.type_k, .type_v = p.type_v,
             .row_bytes_k = lkv_type_row_bytes(tk, (int64_t)nkv),
             .row_bytes_v = lkv_type_row_bytes(tv, (int64_t)nkv),
@@ -123,8 +142,10 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
 void lkv_context_destroy(lkv_context *c) {
     if (!c) return;
     lkv_kv_free(c->kv);
+    lkv_recur_free(c->rs);
     void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->ffn_g, c->ffn_u, c->o, c->attn_st,
-                    c->logits_dev};
+                    c->logits_dev, c->qg, c->gate, c->rs_qkv, c->rs_conv, c->rs_z, c->rs_beta,
+                    c->rs_alpha, c->rs_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) c->be->free(c->b, bufs[i]);
     c->be->ctx_free(c->b);
@@ -160,8 +181,13 @@ lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, 
         lkv_status st = lkv_forward(c, tokens + done, nu, pos0 + done, lo, dst);
         if (st) {
             if (st == LKV_ERR_DEVICE) c->dead = true;
-            lkv_kv_truncate(c->kv, pos0);
-            c->n_tokens = pos0;
+            int32_t back = pos0;
+            if (c->rs) {   /* the recurrent state moved on: back to the latest usable point */
+                back = lkv_recur_restore_point(c->rs, pos0, INT32_MAX);
+                lkv_recur_truncate(c->rs, back, -1);
+            }
+            lkv_kv_truncate(c->kv, back);
+            c->n_tokens = back;
             return st;
         }
         c->n_tokens = pos0 + done + nu;
@@ -175,30 +201,45 @@ lkv_status lkv_context_set_length(lkv_context *c, int32_t n) {
     if (n < 0 || n > c->n_tokens)
         return lkv_fail(LKV_ERR_INVALID_ARG, "cannot truncate to %d: the cache holds %d positions",
                         n, c->n_tokens);
+    if (c->rs) LKV_TRY(lkv_recur_truncate(c->rs, n, c->n_tokens));
     LKV_TRY(lkv_kv_truncate(c->kv, n));
     c->n_tokens = n;
     c->n_logit_rows = 0;
     return LKV_OK;
 }
 
+int32_t lkv_context_restore(const lkv_context *c, int32_t n) {
+    if (n < 0) return 0;
+    if (!c->rs) return n < c->n_tokens ? n : c->n_tokens;
+    return lkv_recur_restore_point(c->rs, n, c->n_tokens);
+}
+
+lkv_status lkv_context_keep_snapshot(lkv_context *c) {
+    if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
+    return c->rs ? lkv_recur_snapshot(c->rs, c->n_tokens) : LKV_OK;
+}
+
 // ------------------------------------------------------------------ state
 
 typedef struct {
     uint32_t magic;
-    int32_t n_tokens, n_layer, type_k, type_v;
+    int32_t n_tokens, n_layer, type_k, type_v;   /* n_layer: attention layers */
     int64_t row_bytes_k, row_bytes_v;
+    int64_t recur_bytes;                         /* recurrent state after the KV rows */
 } state_header;
 
 static state_header header_of(const lkv_context *c) {
     const lkv_model_params *hp = &c->model->hp;
     const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
-    return (state_header){STATE_MAGIC, c->n_tokens, hp->n_layer, c->p.type_k, c->p.type_v,
+    return (state_header){STATE_MAGIC, c->n_tokens, c->model->n_layer_kv, c->p.type_k, c->p.type_v,
                           lkv_type_row_bytes(lkv_type_traits(c->p.type_k), nkv),
-                          lkv_type_row_bytes(lkv_type_traits(c->p.type_v), nkv)};
+                          lkv_type_row_bytes(lkv_type_traits(c->p.type_v), nkv),
+                          c->rs ? (int64_t)lkv_recur_bytes(c->rs) : 0};
 }
 
 static uint64_t state_bytes_for(const state_header *h) {
-    return sizeof *h + (uint64_t)h->n_layer * h->n_tokens * (uint64_t)(h->row_bytes_k + h->row_bytes_v);
+    return sizeof *h + (uint64_t)h->n_layer * h->n_tokens * (uint64_t)(h->row_bytes_k + h->row_bytes_v)
+           + (uint64_t)h->recur_bytes;
 }
 
 lkv_status lkv_context_state_bytes(const lkv_context *c, uint64_t *size) {
@@ -221,6 +262,7 @@ lkv_status lkv_context_state_save(lkv_context *c, void *dst, uint64_t size) {
         LKV_TRY(lkv_kv_read(c->kv, l, 1, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_v;
     }
+    if (c->rs) LKV_TRY(lkv_recur_read(c->rs, p));
     return LKV_OK;
 }
 
@@ -231,9 +273,9 @@ lkv_status lkv_context_state_load(lkv_context *c, const void *src, uint64_t size
     memcpy(&h, src, sizeof h);
     if (h.magic != STATE_MAGIC || h.n_layer != mine.n_layer || h.type_k != mine.type_k ||
         h.type_v != mine.type_v || h.row_bytes_k != mine.row_bytes_k ||
-        h.row_bytes_v != mine.row_bytes_v)
+        h.row_bytes_v != mine.row_bytes_v || h.recur_bytes != mine.recur_bytes)
         return lkv_fail(LKV_ERR_INVALID_ARG, "state blob does not match this model/context "
-                        "(layers, KV types or row sizes differ)");
+                        "(layers, KV types, row sizes or recurrent state differ)");
     if (h.n_tokens < 0 || h.n_tokens > c->p.n_ctx)
         return lkv_fail(LKV_ERR_CONTEXT_FULL, "state holds %d positions; n_ctx is %d", h.n_tokens,
                         c->p.n_ctx);
@@ -248,6 +290,7 @@ lkv_status lkv_context_state_load(lkv_context *c, const void *src, uint64_t size
         LKV_TRY(lkv_kv_write(c->kv, l, 1, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_v;
     }
+    if (c->rs) LKV_TRY(lkv_recur_write(c->rs, p));
     c->n_tokens = h.n_tokens;
     return LKV_OK;
 }

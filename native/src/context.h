@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "kv/cache.h"
 #include "model.h"
+#include "recurrent.h"
 
 struct lkv_context {
     lkv_model *model;
@@ -29,6 +30,16 @@ struct lkv_context {
     float *o;                /* (U, n_embd) projection output */
     void *attn_st;           /* backend attention state for U queries */
     float *logits_dev;       /* (logits_all ? U : 1, n_vocab) */
+
+    /* hybrid models (NULL otherwise); nv*dv = VD, conv_dim = CD */
+    lkv_recur *rs;           /* per-sequence recurrent state and its snapshots */
+    float *qg;               /* (U, 2*n_head*hd) gated attention's q projection */
+    float *gate;             /* (U, n_head*hd) its output gate */
+    float *rs_qkv, *rs_conv; /* (U, CD) delta-rule q|k|v before and after the conv */
+    float *rs_z;             /* (U, VD) output norm gate */
+    float *rs_beta, *rs_alpha; /* (U, nv) */
+    float *rs_out;           /* (U, VD) delta-rule output, then gated-normed */
+    lkv_delta_desc delta;
 
     float *logits;           /* host (logits_all ? n_batch : 1, n_vocab) */
     int32_t n_logit_rows;    /* rows valid after the last decode */

@@ -1,13 +1,17 @@
 /*
  * forward.c: one transformer step over a micro-batch, through the backend's
  * op table. The architecture table (model.h) supplies the differences:
- * q/k/v biases (qwen2), per-head q/k rms norms (qwen3), the rope style.
+ * q/k/v biases (qwen2), per-head q/k rms norms (qwen3), the rope style, and
+ * for hybrids (qwen35) the two kinds of layer and the attention's output gate.
  *
  *   x = embed(tokens)
- *   per layer:  h = rmsnorm(x) ; q,k,v = h @ Wq,Wk,Wv (+b) ; [qk norm] ; rope(q,k)
- *               K/V rows -> cache (converted to the KV types)
- *               h = attention(q, cache) ; x += h @ Wo
- *               h = rmsnorm(x) ; x += (silu(h @ Wg) * (h @ Wu)) @ Wd
+ *   per layer:  h = rmsnorm(x), then one of the two mixers into o:
+ *     attention:  q[,gate],k,v = h @ Wq,Wk,Wv (+b) ; [qk norm] ; rope(q,k)
+ *                 K/V rows -> cache (converted to the KV types)
+ *                 a = attention(q, cache) [* sigmoid(gate)] ; o = a @ Wo
+ *     DeltaNet:   qkv, z, b, alpha = h @ Wqkv, Wz, Wb, Wa ; qkv = silu(conv(qkv))
+ *                 y = delta_rule(q, k, v, b, alpha ; state) ; o = gnorm(y, z) @ Wout
+ *               x += o ; h = rmsnorm(x) ; x += (silu(h @ Wg) * (h @ Wu)) @ Wd
  *   logits = rmsnorm(x[rows wanted]) @ Wout
  * A residual add and the rmsnorm after it go to the backend as one op where
  * it has one (add_rmsnorm), so a layer starts with h already normalised.
@@ -15,16 +19,19 @@
 #include "context.h"
 #include "error.h"
 
-static void layer_attention(lkv_context *c, int il, int n) {
+/* q, k, v of an attention layer into c->q, c->k, c->v (the K/V rows into
+ * the cache). With a q gate the projection is (n, n_head, [q | gate]): the
+ * gates go to c->gate. */
+static void layer_attention(lkv_context *c, const lkv_layer_weights *L, int n) {
     const lkv_backend *be = c->be;
     const lkv_model *m = c->model;
     const lkv_model_params *hp = &m->hp;
-    const lkv_layer_weights *L = &m->layers[il];
     const int hd = hp->head_dim, nq = hp->n_head * hd, nkv = hp->n_head_kv * hd;
 
-    float *outs[3] = {c->q, c->k, c->v};
+    float *outs[3] = {m->arch->q_gate ? c->qg : c->q, c->k, c->v};
     const lkv_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
     be->matmul(c->b, outs, c->h, ws, 3, n);
+    if (m->arch->q_gate) be->split_rows(c->b, c->q, c->gate, c->qg, n * hp->n_head, hd);
     if (m->arch->qkv_bias) {
         be->add_bias(c->b, c->q, &L->bq, n, nq);
         be->add_bias(c->b, c->k, &L->bk, n, nkv);
@@ -39,7 +46,7 @@ static void layer_attention(lkv_context *c, int il, int n) {
     rk.n_head = hp->n_head_kv;
     const int32_t pos0 = c->geo.q_pos0;
     void *kdst, *vdst;
-    lkv_kv_batch_rows(c->kv, il, &kdst, &vdst);
+    lkv_kv_batch_rows(c->kv, L->kv_layer, &kdst, &vdst);
     if (be->rope_store && be->rope_store(c->b, c->q, c->k, c->v, n, pos0, &rq, &rk, kdst,
                                          c->p.type_k, vdst, c->p.type_v))
         return;
@@ -47,6 +54,43 @@ static void layer_attention(lkv_context *c, int il, int n) {
     be->rope(c->b, c->k, n, pos0, &rk);
     be->to_type(c->b, kdst, c->p.type_k, c->k, n, nkv);
     be->to_type(c->b, vdst, c->p.type_v, c->v, n, nkv);
+}
+
+/* the attention mixer: c->o (n, n_embd) from h */
+static lkv_status mixer_attention(lkv_context *c, const lkv_layer_weights *L, int n) {
+    const lkv_backend *be = c->be;
+    const lkv_model_params *hp = &c->model->hp;
+    layer_attention(c, L, n);
+    LKV_TRY(lkv_kv_attend(c->kv, L->kv_layer, c->q, c->attn_st, c->h, &c->geo));
+    if (c->model->arch->q_gate)
+        be->sigmoid_mul(c->b, c->h, c->gate, (int64_t)n * hp->n_head * hp->head_dim);
+    float *o1[1] = {c->o};
+    const lkv_weight *wo[1] = {&L->wo};
+    be->matmul(c->b, o1, c->h, wo, 1, n);
+    return LKV_OK;
+}
+
+/* the Gated DeltaNet mixer: c->o (n, n_embd) from h, through this layer's
+ * recurrent state: qkv -> conv + silu -> delta rule -> gated norm -> ssm_out */
+static void mixer_delta(lkv_context *c, const lkv_layer_weights *L, int n) {
+    const lkv_backend *be = c->be;
+    const lkv_model_params *hp = &c->model->hp;
+    const lkv_delta_desc *d = &c->delta;
+    float *qz[2] = {c->rs_qkv, c->rs_z};
+    const lkv_weight *wqz[2] = {&L->ssm_qkv, &L->ssm_z};
+    be->matmul(c->b, qz, c->h, wqz, 2, n);
+    float *ba[2] = {c->rs_beta, c->rs_alpha};
+    const lkv_weight *wba[2] = {&L->ssm_beta, &L->ssm_alpha};
+    be->matmul(c->b, ba, c->h, wba, 2, n);
+    be->ssm_conv(c->b, c->rs_conv, c->rs_qkv, lkv_recur_conv(c->rs, L->rs_layer), &L->ssm_conv,
+                 n, d->stride);
+    be->delta_rule(c->b, c->rs_out, c->rs_conv, c->rs_beta, c->rs_alpha, &L->ssm_a, &L->ssm_dt,
+                   lkv_recur_delta(c->rs, L->rs_layer), d, n);
+    be->rmsnorm_gated(c->b, c->rs_out, c->rs_out, &L->ssm_norm, c->rs_z, n * d->n_v_heads,
+                      d->head_v_dim, hp->rms_eps);
+    float *o1[1] = {c->o};
+    const lkv_weight *wo[1] = {&L->ssm_out};
+    be->matmul(c->b, o1, c->rs_out, wo, 1, n);
 }
 
 /* x += y; h = rmsnorm(x) * w: fused where the backend has it */
@@ -69,11 +113,8 @@ static lkv_status layer(lkv_context *c, int il, int n) {
     const lkv_model_params *hp = &c->model->hp;
     const lkv_layer_weights *L = &c->model->layers[il];
 
-    layer_attention(c, il, n);
-    LKV_TRY(lkv_kv_attend(c->kv, il, c->q, c->attn_st, c->h, &c->geo));
-    float *o1[1] = {c->o};
-    const lkv_weight *wo[1] = {&L->wo};
-    be->matmul(c->b, o1, c->h, wo, 1, n);
+    if (L->kv_layer >= 0) LKV_TRY(mixer_attention(c, L, n));
+    else mixer_delta(c, L, n);
     add_norm(c, c->o, &L->ffn_norm, n);
 
     if (!be->matmul_swiglu || !be->matmul_swiglu(c->b, c->ffn_g, c->h, &L->w_gate, &L->w_up, n)) {
@@ -82,6 +123,7 @@ static lkv_status layer(lkv_context *c, int il, int n) {
         be->matmul(c->b, gu, c->h, wgu, 2, n);
         be->swiglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, (int64_t)n * hp->n_ff);
     }
+    float *o1[1] = {c->o};
     const lkv_weight *wd[1] = {&L->w_down};
     be->matmul(c->b, o1, c->ffn_g, wd, 1, n);
     if (il + 1 < hp->n_layer) add_norm(c, c->o, &c->model->layers[il + 1].attn_norm, n);

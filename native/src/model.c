@@ -15,10 +15,17 @@
 // ------------------------------------------------------------------ architectures
 
 static const lkv_arch_traits ARCHS[] = {
-    [LKV_ARCH_LLAMA] = {"llama", false, false, false},
-    [LKV_ARCH_QWEN2] = {"qwen2", true, true, false},
-    [LKV_ARCH_QWEN3] = {"qwen3", true, false, true},
+    //                  name      neox   qkv_b  qk_n   q_gate hybrid ffn norm
+    [LKV_ARCH_LLAMA]  = {"llama",  false, false, false, false, false, "ffn_norm"},
+    [LKV_ARCH_QWEN2]  = {"qwen2",  true,  true,  false, false, false, "ffn_norm"},
+    [LKV_ARCH_QWEN3]  = {"qwen3",  true,  false, true,  false, false, "ffn_norm"},
+    [LKV_ARCH_QWEN35] = {"qwen35", true,  false, true,  true,  true,  "post_attention_norm"},
 };
+
+/* hybrids: layer il has attention (and KV) when (il + 1) % full_attn_interval == 0 */
+static bool has_attention(const lkv_model_params *hp, const lkv_arch_traits *a, int il) {
+    return !a->hybrid || (il + 1) % hp->full_attn_interval == 0;
+}
 #define N_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
 
 // ------------------------------------------------------------------ tensor lookup
@@ -74,29 +81,91 @@ static lkv_status bind(const tensor_set *ts, const char *name, lkv_weight *w, in
     return LKV_OK;
 }
 
+/* The attention and FFN weights of layer `il` (blk.<il>.*), or for a Gated
+ * DeltaNet layer of a hybrid its mixer's weights instead of attention's. */
 static lkv_status bind_layer(const tensor_set *ts, const lkv_model_params *hp,
-                             const lkv_arch_traits *a, int il, lkv_layer_weights *L) {
+                             const lkv_arch_traits *a, int il, bool attention,
+                             lkv_layer_weights *L) {
     char nm[96];
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim,
                   KV = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
 #define B(field, suffix, cols, rows, opt) \
-    do { snprintf(nm, sizeof nm, "blk.%d." suffix, il); \
+    do { snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix); \
          LKV_TRY(bind(ts, nm, &L->field, cols, rows, opt)); } while (0)
     B(attn_norm, "attn_norm.weight", E, 0, false);
-    B(wq, "attn_q.weight", E, Q, false);
-    B(wk, "attn_k.weight", E, KV, false);
-    B(wv, "attn_v.weight", E, KV, false);
-    B(wo, "attn_output.weight", Q, E, false);
-    B(bq, "attn_q.bias", Q, 0, !a->qkv_bias);
-    B(bk, "attn_k.bias", KV, 0, !a->qkv_bias);
-    B(bv, "attn_v.bias", KV, 0, !a->qkv_bias);
-    B(q_norm, "attn_q_norm.weight", hp->head_dim, 0, !a->qk_norm);
-    B(k_norm, "attn_k_norm.weight", hp->head_dim, 0, !a->qk_norm);
-    B(ffn_norm, "ffn_norm.weight", E, 0, false);
+    if (attention) {
+        B(wq, "attn_q.weight", E, a->q_gate ? 2 * Q : Q, false);
+        B(wk, "attn_k.weight", E, KV, false);
+        B(wv, "attn_v.weight", E, KV, false);
+        B(wo, "attn_output.weight", Q, E, false);
+        B(bq, "attn_q.bias", Q, 0, !a->qkv_bias);
+        B(bk, "attn_k.bias", KV, 0, !a->qkv_bias);
+        B(bv, "attn_v.bias", KV, 0, !a->qkv_bias);
+        B(q_norm, "attn_q_norm.weight", hp->head_dim, 0, !a->qk_norm);
+        B(k_norm, "attn_k_norm.weight", hp->head_dim, 0, !a->qk_norm);
+    } else {
+        const int64_t nv = hp->ssm_n_v_heads, VD = nv * hp->ssm_head_v_dim,
+                      CD = 2 * (int64_t)hp->ssm_n_k_heads * hp->ssm_head_k_dim + VD;
+        B(ssm_qkv, "attn_qkv.weight", E, CD, false);
+        B(ssm_z, "attn_gate.weight", E, VD, false);
+        B(ssm_beta, "ssm_beta.weight", E, nv, false);
+        B(ssm_alpha, "ssm_alpha.weight", E, nv, false);
+        B(ssm_conv, "ssm_conv1d.weight", hp->ssm_conv_kernel, CD, false);
+        B(ssm_a, "ssm_a", nv, 0, false);
+        B(ssm_dt, "ssm_dt.bias", nv, 0, false);
+        B(ssm_norm, "ssm_norm.weight", hp->ssm_head_v_dim, 0, false);
+        B(ssm_out, "ssm_out.weight", VD, E, false);
+        if (L->ssm_conv.type != LKV_TYPE_F32)
+            return lkv_fail(LKV_ERR_UNSUPPORTED, "tensor 'blk.%d.ssm_conv1d.weight' is %s; the conv "
+                            "taps must be f32", il, lkv_type_traits(L->ssm_conv.type)->name);
+    }
+    char nm_ffn[64];
+    snprintf(nm_ffn, sizeof nm_ffn, "%s.weight", a->ffn_norm_name);
+    B(ffn_norm, nm_ffn, E, 0, false);
     B(w_gate, "ffn_gate.weight", E, F, false);
     B(w_up, "ffn_up.weight", E, F, false);
     B(w_down, "ffn_down.weight", F, E, false);
 #undef B
+    return LKV_OK;
+}
+
+/* MTP block i: blk.<n_layer + i>, an attention layer plus the nextn tensors. */
+static lkv_status bind_nextn(const tensor_set *ts, const lkv_model_params *hp,
+                             const lkv_arch_traits *a, int i, lkv_nextn_weights *N) {
+    const int il = hp->n_layer + i;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+    char nm[96];
+    LKV_TRY(bind_layer(ts, hp, a, il, true, &N->blk));
+    N->blk.kv_layer = N->blk.rs_layer = -1;
+#define B(field, suffix, cols, rows, opt) \
+    do { snprintf(nm, sizeof nm, "blk.%d.nextn.%s", il, suffix); \
+         LKV_TRY(bind(ts, nm, &N->field, cols, rows, opt)); } while (0)
+    B(eh_proj, "eh_proj.weight", 2 * E, E, false);
+    B(enorm, "enorm.weight", E, 0, false);
+    B(hnorm, "hnorm.weight", E, 0, false);
+    B(shared_head_norm, "shared_head_norm.weight", E, 0, true);
+    B(embed_tokens, "embed_tokens.weight", E, V, true);
+    B(shared_head_head, "shared_head_head.weight", E, V, true);
+#undef B
+    return LKV_OK;
+}
+
+/* hybrid hyper-parameters; the delta rule's scratch bounds the head sizes */
+static lkv_status check_hybrid(const lkv_model_params *p) {
+    if (p->full_attn_interval <= 0 || p->full_attn_interval > p->n_layer)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "full_attn_interval %d must be in [1, n_layer=%d] (a "
+                        "hybrid needs at least one full-attention layer)", p->full_attn_interval,
+                        p->n_layer);
+    if (p->ssm_conv_kernel < 1 || p->ssm_conv_kernel > 16)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "ssm_conv_kernel %d must be in [1, 16]",
+                        p->ssm_conv_kernel);
+    if (p->ssm_n_k_heads <= 0 || p->ssm_n_v_heads <= 0 || p->ssm_n_v_heads % p->ssm_n_k_heads)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "delta-rule heads: %d value heads is not a positive "
+                        "multiple of %d key heads", p->ssm_n_v_heads, p->ssm_n_k_heads);
+    if (p->ssm_head_k_dim <= 0 || p->ssm_head_k_dim > 512 || p->ssm_head_v_dim <= 0 ||
+        p->ssm_head_v_dim > 512)
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "delta-rule head sizes %d (key) and %d (value) must be "
+                        "in [1, 512]", p->ssm_head_k_dim, p->ssm_head_v_dim);
     return LKV_OK;
 }
 
@@ -124,6 +193,9 @@ static lkv_status check_params(const lkv_model_params *p) {
         return lkv_fail(LKV_ERR_INVALID_ARG, "rms_eps, rope_freq_base and rope_freq_scale must be > 0");
     if (p->device != LKV_DEVICE_CPU && p->device != LKV_DEVICE_CUDA)
         return lkv_fail(LKV_ERR_INVALID_ARG, "unknown device id %d", (int)p->device);
+    if (p->n_nextn < 0 || p->n_nextn > 8)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_nextn %d must be in [0, 8]", p->n_nextn);
+    if (ARCHS[p->arch].hybrid) return check_hybrid(p);
     return LKV_OK;
 }
 
@@ -136,11 +208,18 @@ void lkv_model_foreach_weight(struct lkv_model *m, void (*fn)(lkv_weight *w, voi
     fn(&m->output_norm, ud);
     if (!m->tied_output) fn(&m->output, ud);
     fn(&m->rope_freqs, ud);
-    for (int i = 0; i < m->hp.n_layer; i++) {
-        lkv_layer_weights *L = &m->layers[i];
+    for (int i = 0; i < m->hp.n_layer + m->hp.n_nextn; i++) {
+        lkv_layer_weights *L = i < m->hp.n_layer ? &m->layers[i] : &m->nextn[i - m->hp.n_layer].blk;
         lkv_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
                             &L->bv, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up,
-                            &L->w_down};
+                            &L->w_down, &L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha,
+                            &L->ssm_conv, &L->ssm_a, &L->ssm_dt, &L->ssm_norm, &L->ssm_out};
+        for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) fn(ws[k], ud);
+    }
+    for (int i = 0; i < m->hp.n_nextn; i++) {
+        lkv_nextn_weights *N = &m->nextn[i];
+        lkv_weight *ws[] = {&N->eh_proj, &N->enorm, &N->hnorm, &N->shared_head_norm,
+                            &N->embed_tokens, &N->shared_head_head};
         for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) fn(ws[k], ud);
     }
 }
@@ -156,10 +235,17 @@ lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *ten
         return lkv_fail(LKV_ERR_UNSUPPORTED, "this build of pyllamakv has no CUDA backend");
 #endif
     }
+    if (ARCHS[p->arch].hybrid && !be->delta_rule)
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "the %s backend has no Gated DeltaNet layers yet, so "
+                        "it cannot run %s models; use device='cpu'", be->name, ARCHS[p->arch].name);
     lkv_model *m = calloc(1, sizeof *m);
     if (!m) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the model");
     m->layers = calloc((size_t)p->n_layer, sizeof *m->layers);
-    if (!m->layers) { free(m); return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the model"); }
+    m->nextn = p->n_nextn ? calloc((size_t)p->n_nextn, sizeof *m->nextn) : NULL;
+    if (!m->layers || (p->n_nextn && !m->nextn)) {
+        free(m->layers); free(m->nextn); free(m);
+        return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the model");
+    }
     m->hp = *p;
     m->arch = &ARCHS[p->arch];
     tensor_set ts = {tensors, n_tensors};
@@ -173,8 +259,15 @@ lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *ten
         m->output = m->tok_embd;
         m->tied_output = true;
     }
-    for (int i = 0; i < p->n_layer; i++)
-        if ((st = bind_layer(&ts, p, m->arch, i, &m->layers[i]))) goto fail;
+    for (int i = 0; i < p->n_layer; i++) {
+        lkv_layer_weights *L = &m->layers[i];
+        const bool attn = has_attention(p, m->arch, i);
+        if ((st = bind_layer(&ts, p, m->arch, i, attn, L))) goto fail;
+        L->kv_layer = attn ? m->n_layer_kv++ : -1;
+        L->rs_layer = attn ? -1 : m->n_layer_rs++;
+    }
+    for (int i = 0; i < p->n_nextn; i++)
+        if ((st = bind_nextn(&ts, p, m->arch, i, &m->nextn[i]))) goto fail;
     lkv_model_foreach_weight(m, add_bytes, &m->weight_bytes);
     m->be = be;
     if ((st = be->model_init(m))) { m->be = NULL; goto fail; }
@@ -182,6 +275,7 @@ lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *ten
     return LKV_OK;
 fail:
     free(m->layers);
+    free(m->nextn);
     free(m);
     return st;
 }
@@ -190,5 +284,6 @@ void lkv_model_destroy(lkv_model *m) {
     if (!m) return;
     if (m->be) m->be->model_free(m);
     free(m->layers);
+    free(m->nextn);
     free(m);
 }

@@ -33,6 +33,10 @@ typedef struct lkv_arch_traits {
     bool rope_neox;      /* rotate halves (neox) instead of adjacent pairs */
     bool qkv_bias;       /* q/k/v projections carry biases */
     bool qk_norm;        /* per-head rms norm on q and k before rope */
+    bool q_gate;         /* q projection of twice the width, per head [q | gate]; the
+                            attention output is multiplied by sigmoid(gate) (qwen35) */
+    bool hybrid;         /* Gated DeltaNet layers beside full attention (full_attn_interval) */
+    const char *ffn_norm_name;   /* the pre-FFN norm's tensor: "ffn_norm" or "post_attention_norm" */
 } lkv_arch_traits;
 
 typedef struct lkv_layer_weights {
@@ -43,7 +47,31 @@ typedef struct lkv_layer_weights {
     lkv_weight ffn_norm;             /* (n_embd,) f32 */
     lkv_weight w_gate, w_up;         /* (n_ff, n_embd) */
     lkv_weight w_down;               /* (n_embd, n_ff) */
+
+    /* hybrid models: a layer is attention (kv_layer >= 0) or Gated DeltaNet (rs_layer >= 0).
+     * With nk, nv heads of dk, dv and conv_dim = 2*nk*dk + nv*dv: */
+    int32_t kv_layer;                /* index of this layer in the KV cache, else -1 */
+    int32_t rs_layer;                /* index of this layer in the recurrent state, else -1 */
+    lkv_weight ssm_qkv;              /* (conv_dim, n_embd) attn_qkv: q | k | v before the conv */
+    lkv_weight ssm_z;                /* (nv*dv, n_embd) attn_gate: the output norm's gate */
+    lkv_weight ssm_beta, ssm_alpha;  /* (nv, n_embd) write strength, decay input */
+    lkv_weight ssm_conv;             /* (conv_dim, K) f32 taps, tap K-1 on the current token */
+    lkv_weight ssm_a;                /* (nv,) f32: -exp(A_log) */
+    lkv_weight ssm_dt;               /* (nv,) f32: dt bias */
+    lkv_weight ssm_norm;             /* (dv,) f32 gated rms norm weight */
+    lkv_weight ssm_out;              /* (n_embd, nv*dv) */
 } lkv_layer_weights;
+
+/* One MTP (nextn) block: a full-attention layer fed with
+ * eh_proj([enorm(embed(token)) | hnorm(hidden)]); reached through model->nextn. */
+typedef struct lkv_nextn_weights {
+    lkv_layer_weights blk;           /* attention + FFN weights, as a trunk attention layer */
+    lkv_weight eh_proj;              /* (n_embd, 2*n_embd) */
+    lkv_weight enorm, hnorm;         /* (n_embd,) f32 */
+    lkv_weight shared_head_norm;     /* (n_embd,) f32, optional (else output_norm) */
+    lkv_weight embed_tokens;         /* (n_vocab, n_embd), optional (else tok_embd) */
+    lkv_weight shared_head_head;     /* (n_vocab, n_embd), optional (else output) */
+} lkv_nextn_weights;
 
 struct lkv_model {
     lkv_model_params hp;
@@ -54,6 +82,9 @@ struct lkv_model {
     lkv_weight rope_freqs;           /* (rope_dim/2,) f32 factors, optional (llama 3.1) */
     bool tied_output;
     lkv_layer_weights *layers;       /* (n_layer,) */
+    int32_t n_layer_kv;              /* layers with a KV cache */
+    int32_t n_layer_rs;              /* Gated DeltaNet layers (recurrent state) */
+    lkv_nextn_weights *nextn;        /* (hp.n_nextn,) or NULL */
     const struct lkv_backend *be;    /* backend the model's contexts run on */
     void *be_state;                  /* backend's per-model state */
     int64_t weight_bytes;

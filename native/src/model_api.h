@@ -16,6 +16,8 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *p, lkv_cont
 void lkv_context_destroy(lkv_context *c);
 lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0);
 lkv_status lkv_context_set_length(lkv_context *c, int32_t n);
+int32_t lkv_context_restore(const lkv_context *c, int32_t n);
+lkv_status lkv_context_keep_snapshot(lkv_context *c);
 lkv_status lkv_context_state_bytes(const lkv_context *c, uint64_t *size);
 lkv_status lkv_context_state_save(lkv_context *c, void *dst, uint64_t size);
 lkv_status lkv_context_state_load(lkv_context *c, const void *src, uint64_t size);

@@ -27,6 +27,9 @@ struct lkv_bctx {
     float *attn_scratch;
     size_t attn_scratch_floats;
     lkv_cpu_copier *copier;  /* copy thread of the emulated device, when streaming */
+    /* per-thread delta-rule scratch of hybrid models, (n_threads, delta_scratch_floats) */
+    float *delta_scratch;
+    size_t delta_scratch_floats;
 };
 
 void lkv_cpu_matmul(lkv_bctx *b, float *const *outs, const float *x, const lkv_weight *const *ws,
@@ -38,6 +41,18 @@ void lkv_cpu_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n
                          int head_dim);
 /* floats of per-thread scratch attention needs for this model and chunk size */
 size_t lkv_cpu_attn_scratch_floats(int head_dim, int chunk);
+
+/* hybrid layers: gating.c, conv1d.c, deltanet.c */
+void lkv_cpu_split_rows(lkv_bctx *b, float *q, float *gate, const float *x, int n_rows, int dim);
+void lkv_cpu_sigmoid_mul(lkv_bctx *b, float *x, const float *gate, int64_t n);
+void lkv_cpu_rmsnorm_gated(lkv_bctx *b, float *out, const float *x, const lkv_weight *w,
+                           const float *z, int n, int dim, float eps);
+void lkv_cpu_ssm_conv(lkv_bctx *b, float *out, const float *x, float *state, const lkv_weight *w,
+                      int n, int ch);
+void lkv_cpu_delta_rule(lkv_bctx *b, float *out, const float *qkv, const float *beta_in,
+                        const float *alpha, const lkv_weight *a, const lkv_weight *dt,
+                        float *state, const lkv_delta_desc *d, int n);
+size_t lkv_cpu_delta_scratch_floats(int dk, int dv);
 
 lkv_status lkv_cpu_copier_init(lkv_bctx *b);
 void lkv_cpu_copier_free(lkv_cpu_copier *cp);

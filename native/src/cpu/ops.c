@@ -36,6 +36,7 @@ static void cpu_ctx_free(lkv_bctx *b) {
     lkv_tp_free(b->tp);
     for (int i = 0; i < 3; i++) free(b->act_q[i]);
     free(b->attn_scratch);
+    free(b->delta_scratch);
     free(b);
 }
 
@@ -51,12 +52,19 @@ static lkv_status cpu_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n_
     int64_t cols = hp->n_embd;
     if (hp->n_ff > cols) cols = hp->n_ff;
     if ((int64_t)hp->n_head * hp->head_dim > cols) cols = (int64_t)hp->n_head * hp->head_dim;
+    if ((int64_t)hp->ssm_n_v_heads * hp->ssm_head_v_dim > cols)   /* hybrids: ssm_out's input */
+        cols = (int64_t)hp->ssm_n_v_heads * hp->ssm_head_v_dim;
     b->act_q_bytes = (size_t)max_tokens * (size_t)(cols * 4 + 256);
     b->attn_scratch_floats = lkv_cpu_attn_scratch_floats(hp->head_dim, LKV_CPU_MAX_CHUNK);
     for (int i = 0; i < 3; i++) b->act_q[i] = cpu_alloc(b, b->act_q_bytes);
     b->attn_scratch = cpu_alloc(b, sizeof(float) * b->attn_scratch_floats * (size_t)n_threads);
     b->tp = lkv_tp_create(n_threads);
-    if (!b->act_q[0] || !b->act_q[1] || !b->act_q[2] || !b->attn_scratch || !b->tp) {
+    if (m->arch->hybrid) {
+        b->delta_scratch_floats = lkv_cpu_delta_scratch_floats(hp->ssm_head_k_dim, hp->ssm_head_v_dim);
+        b->delta_scratch = cpu_alloc(b, sizeof(float) * b->delta_scratch_floats * (size_t)n_threads);
+    }
+    if (!b->act_q[0] || !b->act_q[1] || !b->act_q[2] || !b->attn_scratch || !b->tp ||
+        (m->arch->hybrid && !b->delta_scratch)) {
         cpu_ctx_free(b);
         return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the CPU backend's buffers "
                         "(%d threads, %d tokens)", n_threads, max_tokens);
@@ -205,4 +213,9 @@ const lkv_backend lkv_backend_cpu = {
     .copy_wait_compute = cpu_copy_wait_compute,
     .copy_sync = lkv_cpu_copy_sync,
     .copy_async_2d = lkv_cpu_copy_async_2d,
+    .split_rows = lkv_cpu_split_rows,
+    .sigmoid_mul = lkv_cpu_sigmoid_mul,
+    .rmsnorm_gated = lkv_cpu_rmsnorm_gated,
+    .ssm_conv = lkv_cpu_ssm_conv,
+    .delta_rule = lkv_cpu_delta_rule,
 };
