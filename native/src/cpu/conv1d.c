@@ -21,7 +21,8 @@ typedef struct {
     int n, ch, K;
 } conv_job;
 
-static void conv_fn(void *arg, int ith, int nth) {
+static void conv_fn(void *arg, int ith, int nth, int thread) {
+    (void)thread;
     const conv_job *j = arg;
     long lo, hi;
     lkv_split(j->ch, ith, nth, &lo, &hi);

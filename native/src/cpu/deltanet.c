@@ -182,11 +182,11 @@ static void chunk(float *S, const scratch *w, int L, int dk, int dv, float *out,
 
 // ------------------------------------------------------------------ heads
 
-static void delta_fn(void *arg, int ith, int nth) {
+static void delta_fn(void *arg, int ith, int nth, int thread) {
     const delta_job *j = arg;
     const lkv_delta_desc *d = j->d;
     const int nv = d->n_v_heads, dk = d->head_k_dim, dv = d->head_v_dim;
-    float *p = j->scratch + (size_t)ith * j->scratch_floats;
+    float *p = j->scratch + (size_t)thread * j->scratch_floats;
     scratch w;
     w.q = p; p += (size_t)CHUNK * dk;
     w.k = p; p += (size_t)CHUNK * dk;
