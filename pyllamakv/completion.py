@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .errors import ContextFullError, ParameterError
 from .response import Piece, Usage
 from .sampling import Sampler, log_softmax, top_logprobs
 from .tokenizer import IncrementalDecoder, Tokenizer
@@ -91,13 +92,13 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
                       stop: str | Sequence[str] | None, echo: bool, logprobs: int | None,
                       sampler: Sampler, stop_ids: Sequence[int] = ()) -> Iterator[Piece]:
     """Pieces of a completion of prompt; the last one has the finish_reason."""
-    n_ctx = llm.n_ctx()
+    n_ctx = llm._n_ctx
     if len(prompt) == 0:
-        raise ValueError("the prompt is empty")
+        raise ParameterError("the prompt is empty")
     if len(prompt) >= n_ctx:
-        raise ValueError(f"Requested tokens ({len(prompt)}) exceed context window of {n_ctx}")
+        raise ContextFullError(f"Requested tokens ({len(prompt)}) exceed context window of {n_ctx}")
     if logprobs is not None and not llm.config.logits_all:
-        raise ValueError("logprobs needs a Llama created with logits_all=True")
+        raise ParameterError("logprobs needs a Llama created with logits_all=True")
     room = n_ctx - len(prompt)
     max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
     usage.prompt_tokens, usage.completion_tokens = len(prompt), 0
@@ -106,11 +107,11 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     ends = set(llm.tokenizer.eog_ids) | set(stop_ids)
     lp = LogprobTracker(llm.tokenizer, logprobs)
 
-    tokens = llm.generate(prompt, sampler=sampler)
+    tokens = llm._generate(prompt, sampler)
     first = next(tokens)                       # prefill, then the first sample
     if echo:
         text = IncrementalDecoder(llm.tokenizer).feed(prompt)
-        yield Piece(text, lp.prompt(prompt, llm.scores))
+        yield Piece(text, lp.prompt(prompt, llm._hist.scores()))
     reason, hit, token = "length", False, first
     while True:
         if token in ends:
@@ -119,7 +120,7 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         usage.completion_tokens += 1
         raw = decoder.feed(token)
         text, hit = scanner.feed(raw)
-        yield Piece(text, lp.token(token, raw, llm.scores[-1]))
+        yield Piece(text, lp.token(token, raw, llm._hist.last_logits()))
         if hit:
             reason = "stop"
             break

@@ -5,6 +5,11 @@ slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id).
 ``generate`` strings them together and reuses the longest prefix of the new
 tokens that the KV cache already holds; completion and chat build on it and
 shape the result with completion.py.
+
+Threads: a Llama may be shared; its calls are serialised and a stream keeps
+other threads waiting until it ends (guard.py says exactly how). Python's
+token bookkeeping is read from the C context (history.py), so an interrupt
+anywhere leaves the two in agreement.
 """
 from __future__ import annotations
 
@@ -19,11 +24,14 @@ from . import _native
 from .chat import CHATML_TEMPLATE, ChatFormatter
 from .completion import completion_pieces
 from .response import Usage, chat_chunks, chat_response, completion_chunks, completion_response
-from .config import LlamaConfig, choose_device, requested_pool_bytes
+from .config import CompletionConfig, LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
 from .default_model import default_model_path
+from .errors import ClosedError, ParameterError, ParameterTypeError
+from .guard import Guard, guarded
+from .history import History
 from .plan import auto_pool_bytes, kv_plan
 from .sampling import Sampler, SamplingParams
-from .state import LlamaState, Timings
+from .state import LlamaState, Timings, check_state, model_fingerprint, pack
 from .tokenizer import Tokenizer
 
 
@@ -39,13 +47,15 @@ class Llama:
                  flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
                  gpu_kernels: str = "exact"):
         self._ctx = self._model = None
+        self._guard = Guard("Llama")
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
-                                        type_v, kv_pool_mib, seed, bool(logits_all), n_gpu_layers,
+                                        type_v, kv_pool_mib, seed, logits_all, n_gpu_layers,
                                         gpu_kernels)
+        n_threads = cfg.n_threads
         if chat_format not in (None, "chatml"):
-            raise ValueError(f"chat_format {chat_format!r} is not supported; use None (the "
-                             "model's own template) or 'chatml'")
+            raise ParameterError(f"chat_format {chat_format!r} is not supported; use None (the "
+                                 "model's own template) or 'chatml'")
         _native.type_id(type_k, kv=True), _native.type_id(type_v, kv=True)  # fail before loading
         self.model_path = str(model_path) if model_path is not None else default_model_path()
         t0 = time.perf_counter()
@@ -54,12 +64,14 @@ class Llama:
         self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
         self._model = _native.Model(file, self.device, n_threads)
         self.metadata = file.metadata
+        self._fingerprint = model_fingerprint(file.metadata, file.tensors)
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
         if cfg.kv_pool_mib == "auto":
             pool = auto_pool_bytes(hp, self._n_ctx, self.device, type_k=type_k, type_v=type_v,
                                    n_ubatch=min(n_ubatch, n_batch))
         else:
-            pool = requested_pool_bytes(cfg)
+            full = kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v).pool_bytes
+            pool = requested_pool_bytes(cfg, full)
             if pool is not None:   # the planner's own check: a clear minimum before allocating
                 kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v, pool_bytes=pool,
                         n_ubatch=min(n_ubatch, n_batch))
@@ -72,10 +84,8 @@ class Llama:
         self._chat = ChatFormatter.from_metadata(
             {"tokenizer.chat_template": CHATML_TEMPLATE} if chat_format == "chatml"
             else file.metadata, self.tokenizer)
-        n_vocab = self._model.n_vocab
-        self._input_ids = np.zeros(self._n_ctx, np.int32)
-        self._scores = np.zeros((self._n_ctx if cfg.logits_all else 1, n_vocab), np.float32)
-        self._n_tokens = 0
+        self._hist = History(self._ctx, self._n_ctx, self._model.n_vocab, cfg.n_batch,
+                             cfg.logits_all)
         self._rng = np.random.default_rng(None if cfg.random_seed else cfg.seed)
         self.timings = Timings()
         if self.verbose:
@@ -86,13 +96,20 @@ class Llama:
 
     # ------------------------------------------------------------ sizes and tokens
 
+    def _open(self) -> None:
+        if self._guard.closed:
+            raise ClosedError("the Llama is closed")
+
     def n_ctx(self) -> int:
+        self._open()
         return self._n_ctx
 
     def n_vocab(self) -> int:
+        self._open()
         return self._model.n_vocab
 
     def n_embd(self) -> int:
+        self._open()
         return self._model.hparams["n_embd"]
 
     def token_bos(self) -> int:
@@ -102,78 +119,61 @@ class Llama:
         return -1 if self.tokenizer.eos_id is None else self.tokenizer.eos_id
 
     @property
+    @guarded
     def n_tokens(self) -> int:
-        return self._n_tokens
+        return self._hist.n
 
     @property
+    @guarded
     def input_ids(self) -> np.ndarray:
-        return self._input_ids[:self._n_tokens]
+        return self._hist.input_ids()
 
     @property
+    @guarded
     def scores(self) -> np.ndarray:
         """Logits (n_tokens, n_vocab) with logits_all; else (1, n_vocab): the last token's."""
-        return self._scores[:self._n_tokens] if self.config.logits_all else self._scores
+        return self._hist.scores()
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        self._open()
         if not isinstance(text, (bytes, bytearray, str)):
-            raise TypeError(f"text must be bytes, not {type(text).__name__}")
+            raise ParameterTypeError(f"text must be bytes, not {type(text).__name__}")
         return self.tokenizer.encode(text, add_bos=add_bos, special=special)
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> bytes:
-        return self.tokenizer.decode(tokens, special=special)
+        self._open()
+        return self.tokenizer.decode(tokens_arg("tokens", tokens, self._model.n_vocab),
+                                     special=special)
 
     # ------------------------------------------------------------ stages
 
+    @guarded
     def eval(self, tokens: Sequence[int]) -> None:
         """Run tokens through the model after those already in the cache."""
-        tokens = [int(t) for t in tokens]
-        if self._n_tokens + len(tokens) > self._n_ctx:
-            raise ValueError(f"{self._n_tokens} cached + {len(tokens)} new tokens exceed "
-                             f"the context window (n_ctx={self._n_ctx})")
-        n_vocab = self.n_vocab()
-        for t in tokens:
-            if not 0 <= t < n_vocab:
-                raise ValueError(f"token id {t} out of range [0, {n_vocab})")
-        step = self.config.n_batch
-        for i in range(0, len(tokens), step):
-            part = tokens[i:i + step]
-            self._ctx.decode(part)
-            n0, rows = self._n_tokens, self._ctx.logits()
-            self._input_ids[n0:n0 + len(part)] = part
-            if self.config.logits_all:
-                self._scores[n0:n0 + len(part)] = rows
-            else:
-                self._scores[0] = rows[-1]
-            self._n_tokens += len(part)
+        self._hist.eval(tokens_arg("tokens", tokens, self._model.n_vocab))
 
     def _prefill(self, tokens: Sequence[int]) -> None:
         t0 = time.perf_counter()
-        self.eval(tokens)
+        self._hist.eval(tokens)
         self.timings.prefill_s += time.perf_counter() - t0
         self.timings.prefill_tokens += len(tokens)
 
     def _decode_one(self, token: int) -> None:
         t0 = time.perf_counter()
-        self.eval([token])
+        self._hist.eval([token])
         self.timings.decode_s += time.perf_counter() - t0
         self.timings.decode_tokens += 1
 
-    def _last_logits(self) -> np.ndarray:
-        return self._scores[self._n_tokens - 1 if self.config.logits_all else 0]
-
     def _sample(self, sampler: Sampler) -> int:
         t0 = time.perf_counter()
-        token = sampler.sample(self._last_logits(), self.input_ids)
+        token = sampler.sample(self._hist.last_logits(), self._hist.input_ids())
         self.timings.sample_s += time.perf_counter() - t0
         return token
 
-    def _truncate(self, n: int) -> None:
-        self._ctx.truncate(n)
-        self._n_tokens = n
-
+    @guarded
     def reset(self) -> None:
         """Forget every token (the KV cache is cleared)."""
-        self._truncate(0)
+        self._hist.truncate(0)
 
     # ------------------------------------------------------------ generation
 
@@ -187,8 +187,7 @@ class Llama:
         p = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                            typical_p=typical_p, repeat_penalty=repeat_penalty,
                            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                           logit_bias={int(k): float(v) for k, v in (logit_bias or {}).items()},
-                           seed=int(seed))
+                           logit_bias=dict(logit_bias or {}), seed=seed)
         return Sampler(p, self.n_vocab())
 
     def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95,
@@ -202,27 +201,32 @@ class Llama:
         With reset (the default) the longest prefix of tokens already in the
         cache is kept and only the rest is evaluated (at least the last token,
         for its logits); reset=False appends tokens to what the cache holds.
+        The stream holds the Llama until it is closed (see guard.py).
         """
-        tokens = [int(t) for t in tokens]
-        self.timings = Timings()
+        tokens = tokens_arg("tokens", tokens, self.n_vocab())
         if sampler is None:
             sampler = self.sampler(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p,
                                    typical_p=typical_p, repeat_penalty=repeat_penalty,
                                    presence_penalty=presence_penalty,
                                    frequency_penalty=frequency_penalty,
                                    logit_bias=logit_bias, seed=seed)
+        return self._guard.stream(lambda: self._generate(tokens, sampler, reset))
+
+    def _generate(self, tokens: list[int], sampler: Sampler, reset: bool = True
+                  ) -> Iterator[int]:
+        self.timings = Timings()
         if reset:
-            held = self.input_ids
+            held = self._hist.input_ids()
             n = min(len(held), len(tokens))
             diff = np.nonzero(held[:n] != np.asarray(tokens[:n], np.int32))[0]
             keep = int(diff[0]) if diff.size else n
             keep = min(keep, len(tokens) - 1)
             if keep < 0:
-                raise ValueError("generate needs at least one token")
-            self._truncate(keep)
+                raise ParameterError("generate needs at least one token")
+            self._hist.truncate(keep)
             tokens = tokens[keep:]
-        if not tokens and self._n_tokens == 0:
-            raise ValueError("generate needs at least one token")
+        if not tokens and self._hist.n == 0:
+            raise ParameterError("generate needs at least one token")
         self._prefill(tokens)
         while True:
             token = self._sample(sampler)
@@ -235,7 +239,17 @@ class Llama:
         if isinstance(prompt, (str, bytes)):
             return self.tokenize(prompt.encode() if isinstance(prompt, str) else prompt,
                                  add_bos=True, special=True)
-        return [int(t) for t in prompt]
+        return tokens_arg("prompt", prompt, self._model.n_vocab)
+
+    def _run(self, make_pieces, stream: bool, shape_stream, shape_full):
+        """Non-streamed: all pieces under the lock. Streamed: the prefill now,
+        then a stream that holds the Llama until it ends."""
+        def start():
+            pieces = make_pieces()
+            return itertools.chain([next(pieces)], pieces)   # checks and prefill now
+        if stream:
+            return self._guard.stream(lambda: shape_stream(start()))
+        return self._guard.call(lambda: shape_full(start()))
 
     def create_completion(self, prompt: str | bytes | Sequence[int], suffix: None = None,
                           max_tokens: int | None = 16, temperature: float = 0.8,
@@ -246,22 +260,19 @@ class Llama:
                           top_k: int = 40, stream: bool = False, seed: int | None = None,
                           logit_bias: dict | None = None, model: str | None = None):
         """A text completion dict, or with stream=True an iterator of chunks."""
-        if suffix is not None:
-            raise ValueError("suffix is not supported")
+        c = CompletionConfig(max_tokens, stop, echo, logprobs, stream, suffix)
         tokens = self._prompt_tokens(prompt)
         sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                typical_p=typical_p, repeat_penalty=repeat_penalty,
                                presence_penalty=presence_penalty,
                                frequency_penalty=frequency_penalty, logit_bias=logit_bias,
                                seed=seed)
-        usage = Usage()
-        pieces = completion_pieces(self, tokens, usage, max_tokens, stop, echo, logprobs, sampler)
-        first = next(pieces)   # runs the checks and the prefill now, not at first iteration
-        pieces = itertools.chain([first], pieces)
-        name = model or self.model_path
-        if stream:
-            return completion_chunks(pieces, name, usage, logprobs is not None)
-        return completion_response(pieces, name, usage, logprobs is not None)
+        usage, name, lp = Usage(), model or self.model_path, c.logprobs is not None
+        return self._run(
+            lambda: completion_pieces(self, tokens, usage, c.max_tokens, c.stop, c.echo,
+                                      c.logprobs, sampler),
+            c.stream, lambda p: completion_chunks(p, name, usage, lp),
+            lambda p: completion_response(p, name, usage, lp))
 
     __call__ = create_completion
 
@@ -274,45 +285,53 @@ class Llama:
                                logit_bias: dict | None = None, logprobs: bool = False,
                                top_logprobs: int | None = None, model: str | None = None):
         """A chat.completion dict, or with stream=True an iterator of chunks."""
+        self._open()
+        c = CompletionConfig(max_tokens, stop, False, top_logprobs, stream)
+        logprobs = bool(logprobs)
         chat = self._chat.format(messages, add_generation_prompt=True)
         tokens = self.tokenize(chat.prompt.encode(), add_bos=not chat.added_special, special=True)
-        stops = list(chat.stop) + ([stop] if isinstance(stop, str) else list(stop or []))
+        stops = list(chat.stop) + c.stop
         sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                typical_p=typical_p, repeat_penalty=repeat_penalty,
                                presence_penalty=presence_penalty,
                                frequency_penalty=frequency_penalty, logit_bias=logit_bias,
                                seed=seed)
-        n_lp = (top_logprobs or 0) if logprobs else None
-        usage = Usage()
-        pieces = completion_pieces(self, tokens, usage, max_tokens, stops, False, n_lp, sampler,
-                              chat.stop_token_ids)
-        pieces = itertools.chain([next(pieces)], pieces)
-        name = model or self.model_path
-        if stream:
-            return chat_chunks(pieces, name, usage, logprobs)
-        return chat_response(pieces, name, usage, logprobs)
+        n_lp = (c.logprobs or 0) if logprobs else None
+        usage, name = Usage(), model or self.model_path
+        return self._run(
+            lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False, n_lp,
+                                      sampler, chat.stop_token_ids),
+            c.stream, lambda p: chat_chunks(p, name, usage, logprobs),
+            lambda p: chat_response(p, name, usage, logprobs))
 
     # ------------------------------------------------------------ state
 
+    def _geometry(self) -> dict:
+        hp = self._model.hparams
+        return {"n_ctx": self._n_ctx, "n_vocab": hp["n_vocab"], "n_layer": hp["n_layer"],
+                "n_head_kv": hp["n_head_kv"], "head_dim": hp["head_dim"],
+                "type_k": _native.type_id(self.config.type_k),
+                "type_v": _native.type_id(self.config.type_v),
+                "logits_all": self.config.logits_all}
+
+    @guarded
     def save_state(self) -> LlamaState:
-        rows = self.scores.copy()
-        return LlamaState(self.input_ids.copy(), rows, self._n_tokens, self._ctx.state_get(),
-                          self._n_ctx)
+        """The context as a LlamaState whose blob names this model and geometry."""
+        ids = self._hist.input_ids().copy()
+        scores = self._hist.scores()
+        scores = (scores if self.config.logits_all else scores[:min(len(ids), 1)]).copy()
+        blob = pack(self._ctx.state_get(), model=self._fingerprint, geometry=self._geometry(),
+                    input_ids=ids, scores=scores)
+        return LlamaState(ids, scores, len(ids), blob, self._n_ctx)
 
+    @guarded
     def load_state(self, state: LlamaState) -> None:
-        if state.scores.shape[-1] != self.n_vocab() or state.n_tokens > self._n_ctx:
-            raise ValueError(f"the state ({state.n_tokens} tokens, {state.scores.shape[-1]} "
-                             f"logits) does not fit this Llama (n_ctx={self._n_ctx}, "
-                             f"n_vocab={self.n_vocab()})")
-        self._ctx.state_set(state.llama_state)
-        n = state.n_tokens
-        self._input_ids[:n] = state.input_ids[:n]
-        if self.config.logits_all and len(state.scores) == n:
-            self._scores[:n] = state.scores
-        elif n:
-            self._scores[0 if not self.config.logits_all else n - 1] = state.scores[-1]
-        self._n_tokens = n
+        """Replace the context with a saved one; every check runs first (StateError)."""
+        kv = check_state(state, model=self._fingerprint, geometry=self._geometry(),
+                         n_vocab=self._model.n_vocab)
+        self._hist.restore(kv, np.asarray(state.input_ids), np.asarray(state.scores))
 
+    @guarded
     def kv_stats(self) -> dict:
         """The KV cache's residency and streaming counters (see Context.kv_stats)."""
         return self._ctx.kv_stats()
@@ -320,11 +339,17 @@ class Llama:
     # ------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        """Free the context and the model (idempotent)."""
-        # Dropping the last references frees both through their ffi.gc
-        # destructors, the context first (it holds the model). Context.close()
-        # is not called: with cffi 2 it hands NULL to the free function.
-        self._ctx = self._model = None
+        """Free the context and the model (idempotent). Waits for a call in
+        progress on another thread; later calls raise ClosedError."""
+        guard = getattr(self, "_guard", None)
+        if guard is None:
+            return
+
+        def free() -> None:
+            for h in (self._ctx, self._model):
+                if h is not None:
+                    h.close()
+        guard.close(free)
 
     def __enter__(self) -> "Llama":
         return self

@@ -1,0 +1,88 @@
+"""History: the tokens a context holds and the logits kept for them.
+
+The C context is the authority: ``n`` is its token count, read from it, never
+counted separately in Python. ``input_ids`` is written before a decode (the
+rows past ``n`` are invisible until the core takes them) and ``scores`` is
+filled from the core's logits by ``sync``, which every reader and every decode
+calls first. An exception at any point (KeyboardInterrupt between the decode
+and the copy of its logits) therefore leaves nothing to repair: the next
+``sync`` copies the logits the core still holds. A decode is all or nothing
+in the core, also when it is aborted.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from . import _native
+from .errors import ContextFullError
+from .guard import atomic
+
+
+class History:
+    def __init__(self, ctx: _native.Context, n_ctx: int, n_vocab: int, n_batch: int,
+                 logits_all: bool) -> None:
+        self.ctx, self.n_ctx, self.n_vocab, self.n_batch = ctx, n_ctx, n_vocab, n_batch
+        self.logits_all = logits_all
+        self._ids = np.zeros(n_ctx, np.int32)                                  # (n_ctx,)
+        self._scores = np.zeros((n_ctx if logits_all else 1, n_vocab), np.float32)
+        self._synced = 0            # positions whose logits are in _scores
+
+    @property
+    def n(self) -> int:
+        return self.ctx.n_tokens
+
+    def sync(self) -> int:
+        """Bring the scores up to the core's count; returns that count."""
+        n = self.ctx.n_tokens
+        if n > self._synced:            # a decode Python has not copied yet
+            rows = self.ctx.logits()
+            if self.logits_all:
+                self._scores[n - len(rows):n] = rows
+            elif len(rows):
+                self._scores[0] = rows[-1]
+        self._synced = n
+        return n
+
+    def input_ids(self) -> np.ndarray:
+        return self._ids[:self.sync()]
+
+    def scores(self) -> np.ndarray:
+        n = self.sync()
+        return self._scores[:n] if self.logits_all else self._scores
+
+    def last_logits(self) -> np.ndarray:
+        n = self.sync()
+        return self._scores[n - 1 if self.logits_all else 0]
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        n = self.sync()
+        if n + len(tokens) > self.n_ctx:
+            raise ContextFullError(f"{n} cached + {len(tokens)} new tokens exceed the context "
+                                   f"window (n_ctx={self.n_ctx})")
+        for i in range(0, len(tokens), self.n_batch):
+            part = tokens[i:i + self.n_batch]
+            n0 = self.sync()
+            self._ids[n0:n0 + len(part)] = part
+            self.ctx.decode(part)
+            self.sync()
+
+    def truncate(self, n: int) -> None:
+        self.sync()
+        self.ctx.truncate(n)
+        self.sync()
+
+    def restore(self, kv: bytes | memoryview, ids: np.ndarray, scores: np.ndarray) -> None:
+        """Replace everything with a checked state, as one step that an
+        interrupt cannot split (the C load and the Python copies)."""
+        def run() -> None:
+            self.ctx.state_set(kv)
+            n = len(ids)
+            self._ids[:n] = ids
+            if self.logits_all:
+                self._scores[:n] = scores
+            elif n:
+                self._scores[0] = scores[-1]
+            self._synced = n
+        atomic(run)
