@@ -22,6 +22,7 @@ call, so Python and C agree whatever the outcome.
 """
 from __future__ import annotations
 
+import _thread
 import functools
 import threading
 from typing import Callable, Iterator, TypeVar
@@ -34,21 +35,27 @@ POLL_S = 0.02       # how often a waiting caller looks for a pending interrupt
 
 def abortable(call: Callable[[], T], abort: Callable[[bool], None]) -> T:
     """call() on a helper thread; on an exception in the waiting thread,
-    abort(True), wait for call to return, abort(False), re-raise."""
+    abort(True), wait for call to return, abort(False), re-raise.
+
+    The wait is on a plain lock that the helper releases when it is done, not
+    Thread.join: an interrupted join can mark a running thread as stopped."""
     box: list = []
+    done = _thread.allocate_lock()
+    done.acquire()
 
     def run() -> None:
         try:
             box.append((True, call()))
         except BaseException as e:     # handed to the caller
             box.append((False, e))
+        finally:
+            done.release()
 
-    worker = threading.Thread(target=run, name="pyllamakv-decode", daemon=True)
     pending: BaseException | None = None
-    worker.start()
-    while worker.is_alive():
+    _thread.start_new_thread(run, ())
+    while not box:            # (not the acquire's result: an interrupt may follow it)
         try:
-            worker.join(POLL_S)
+            done.acquire(timeout=POLL_S)
         except BaseException as e:     # KeyboardInterrupt or another async exception
             if pending is None:
                 pending = e

@@ -60,9 +60,10 @@ def _feed(h, value: Any) -> None:
 
 
 def model_fingerprint(metadata: dict, tensors: list) -> str:
-    """sha256 over the metadata keys and values and each tensor's name, type,
-    shape and offset (not the weight bytes): cheap, and different for any two
-    differently laid out or described models."""
+    """sha256 over the metadata keys and values, each tensor's name, type,
+    shape and offset, and a sample of its bytes (the first and last 32; not
+    the weights as a whole): cheap, and different for two models that differ
+    in layout, description, or (almost surely) weights of the same shape."""
     h = hashlib.sha256()
     for key in sorted(metadata):
         h.update(key.encode() + b"=")
@@ -73,7 +74,9 @@ def model_fingerprint(metadata: dict, tensors: list) -> str:
         off = getattr(t, "offset", None)
         if off is None:
             off = t.data.__array_interface__["data"][0] - base if t.nbytes else 0
-        h.update(f"{t.name}|{t.type}|{tuple(t.shape)}|{off}|{t.nbytes}\n".encode())
+        h.update(f"{t.name}|{t.type}|{tuple(t.shape)}|{off}|{t.nbytes}|".encode())
+        if t.nbytes:
+            h.update(bytes(t.data[:32]) + bytes(t.data[-32:]))
     return h.hexdigest()
 
 
