@@ -60,8 +60,10 @@ class AbortedError(LlamaKVError, RuntimeError):
 
 # ---- errors of the Python layer (no core status)
 
-class ParameterTypeError(LlamaKVError, TypeError):
-    """A parameter or argument of the wrong type; the message names it."""
+class ParameterTypeError(LlamaKVError, TypeError, ValueError):
+    """A parameter or argument of the wrong type; the message names it. A
+    TypeError, and a ValueError too for callers that caught bad values as one
+    (as numpy's AxisError is both a ValueError and an IndexError)."""
 
 
 class ParameterError(InvalidArgumentError):

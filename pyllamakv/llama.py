@@ -187,7 +187,7 @@ class Llama:
         p = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                            typical_p=typical_p, repeat_penalty=repeat_penalty,
                            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                           logit_bias=dict(logit_bias or {}), seed=seed)
+                           logit_bias={} if logit_bias is None else logit_bias, seed=seed)
         return Sampler(p, self.n_vocab())
 
     def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95,
