@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._ffi import ffi, last_error, lib
-from .errors import ParameterError, ParameterTypeError, error_for_status
+from .errors import ClosedError, ParameterError, ParameterTypeError, error_for_status
 from .gguf_file import GGUFError, GGUFFile
 from .guard import Guard, abortable
 
@@ -33,11 +33,6 @@ DEVICE_CPU, DEVICE_CUDA = 0, 1
 def _check(status: int, what: str) -> None:
     if status != 0:
         raise error_for_status(status, f"{what}: {last_error()}")
-
-
-def ClosedErrorFor(what: str):
-    from .errors import ClosedError
-    return ClosedError(f"the {what} is closed")
 
 
 def _int32(name: str, v, hi: int = 2**31 - 1) -> int:
@@ -165,7 +160,7 @@ class Model:
     @property
     def ptr(self):
         if self._ptr is None:
-            raise ClosedErrorFor("model")
+            raise ClosedError("the model is closed")
         return self._ptr
 
     @property
@@ -237,7 +232,7 @@ class Context:
     @property
     def ptr(self):
         if self._ptr is None:
-            raise ClosedErrorFor("context")
+            raise ClosedError("the context is closed")
         return self._ptr
 
     @property

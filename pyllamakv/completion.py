@@ -9,7 +9,8 @@ is held back until it is known not to.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+import itertools
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -134,3 +135,15 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         tail += "" if hit else scanner.flush()
         reason = "stop" if hit else reason
     yield Piece(tail, None, reason)
+
+
+def run_pieces(llm: "Llama", make_pieces: Callable[[], Iterator[Piece]], stream: bool,
+               shape_stream: Callable, shape_full: Callable):
+    """Non-streamed: every piece under the Llama's lock. Streamed: the checks and
+    the prefill now, then a stream that holds the Llama until it ends."""
+    def start() -> Iterator[Piece]:
+        pieces = make_pieces()
+        return itertools.chain([next(pieces)], pieces)
+    if stream:
+        return llm._guard.stream(lambda: shape_stream(start()))
+    return llm._guard.call(lambda: shape_full(start()))

@@ -6,7 +6,6 @@ many bytes the device KV pool gets (``kv_pool_mib``).
 """
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from dataclasses import dataclass

@@ -74,10 +74,6 @@ class ClosedError(LlamaKVError, ValueError):
     """A call on a Llama, Model or Context after close()."""
 
 
-class BusyError(LlamaKVError, RuntimeError):
-    """A call that would wait for itself (a stream open on the same thread)."""
-
-
 class StateError(LlamaKVError, ValueError):
     """A saved state that does not belong to this model and context, or is damaged."""
 

@@ -68,6 +68,16 @@ class History:
             self.ctx.decode(part)
             self.sync()
 
+    def keep_prefix(self, tokens: list[int]) -> list[int]:
+        """Keep the longest cached prefix of tokens (all but the last token at
+        most, for its logits); returns the tokens still to evaluate."""
+        held = self.input_ids()
+        n = min(len(held), len(tokens))
+        diff = np.nonzero(held[:n] != np.asarray(tokens[:n], np.int32))[0]
+        keep = min(int(diff[0]) if diff.size else n, len(tokens) - 1)
+        self.truncate(keep)
+        return tokens[keep:]
+
     def truncate(self, n: int) -> None:
         self.sync()
         self.ctx.truncate(n)

@@ -13,7 +13,6 @@ anywhere leaves the two in agreement.
 """
 from __future__ import annotations
 
-import itertools
 import sys
 import time
 from typing import Iterator, Sequence
@@ -22,7 +21,7 @@ import numpy as np
 
 from . import _native
 from .chat import CHATML_TEMPLATE, ChatFormatter
-from .completion import completion_pieces
+from .completion import completion_pieces, run_pieces
 from .response import Usage, chat_chunks, chat_response, completion_chunks, completion_response
 from .config import CompletionConfig, LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
 from .default_model import default_model_path
@@ -31,7 +30,7 @@ from .guard import Guard, guarded
 from .history import History
 from .plan import auto_pool_bytes, kv_plan
 from .sampling import Sampler, SamplingParams
-from .state import LlamaState, Timings, check_state, model_fingerprint, pack
+from .state import LlamaState, Timings, load_state, model_fingerprint, save_state
 from .tokenizer import Tokenizer
 
 
@@ -152,17 +151,13 @@ class Llama:
         """Run tokens through the model after those already in the cache."""
         self._hist.eval(tokens_arg("tokens", tokens, self._model.n_vocab))
 
-    def _prefill(self, tokens: Sequence[int]) -> None:
+    def _prefill(self, tokens: Sequence[int], stage: str = "prefill") -> None:
         t0 = time.perf_counter()
         self._hist.eval(tokens)
-        self.timings.prefill_s += time.perf_counter() - t0
-        self.timings.prefill_tokens += len(tokens)
+        self.timings.add(stage, time.perf_counter() - t0, len(tokens))
 
     def _decode_one(self, token: int) -> None:
-        t0 = time.perf_counter()
-        self._hist.eval([token])
-        self.timings.decode_s += time.perf_counter() - t0
-        self.timings.decode_tokens += 1
+        self._prefill([token], "decode")
 
     def _sample(self, sampler: Sampler) -> int:
         t0 = time.perf_counter()
@@ -216,15 +211,9 @@ class Llama:
                   ) -> Iterator[int]:
         self.timings = Timings()
         if reset:
-            held = self._hist.input_ids()
-            n = min(len(held), len(tokens))
-            diff = np.nonzero(held[:n] != np.asarray(tokens[:n], np.int32))[0]
-            keep = int(diff[0]) if diff.size else n
-            keep = min(keep, len(tokens) - 1)
-            if keep < 0:
+            if not tokens:
                 raise ParameterError("generate needs at least one token")
-            self._hist.truncate(keep)
-            tokens = tokens[keep:]
+            tokens = self._hist.keep_prefix(tokens)
         if not tokens and self._hist.n == 0:
             raise ParameterError("generate needs at least one token")
         self._prefill(tokens)
@@ -240,16 +229,6 @@ class Llama:
             return self.tokenize(prompt.encode() if isinstance(prompt, str) else prompt,
                                  add_bos=True, special=True)
         return tokens_arg("prompt", prompt, self._model.n_vocab)
-
-    def _run(self, make_pieces, stream: bool, shape_stream, shape_full):
-        """Non-streamed: all pieces under the lock. Streamed: the prefill now,
-        then a stream that holds the Llama until it ends."""
-        def start():
-            pieces = make_pieces()
-            return itertools.chain([next(pieces)], pieces)   # checks and prefill now
-        if stream:
-            return self._guard.stream(lambda: shape_stream(start()))
-        return self._guard.call(lambda: shape_full(start()))
 
     def create_completion(self, prompt: str | bytes | Sequence[int], suffix: None = None,
                           max_tokens: int | None = 16, temperature: float = 0.8,
@@ -268,7 +247,7 @@ class Llama:
                                frequency_penalty=frequency_penalty, logit_bias=logit_bias,
                                seed=seed)
         usage, name, lp = Usage(), model or self.model_path, c.logprobs is not None
-        return self._run(
+        return run_pieces(self, 
             lambda: completion_pieces(self, tokens, usage, c.max_tokens, c.stop, c.echo,
                                       c.logprobs, sampler),
             c.stream, lambda p: completion_chunks(p, name, usage, lp),
@@ -298,7 +277,7 @@ class Llama:
                                seed=seed)
         n_lp = (c.logprobs or 0) if logprobs else None
         usage, name = Usage(), model or self.model_path
-        return self._run(
+        return run_pieces(self, 
             lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False, n_lp,
                                       sampler, chat.stop_token_ids),
             c.stream, lambda p: chat_chunks(p, name, usage, logprobs),
@@ -306,30 +285,15 @@ class Llama:
 
     # ------------------------------------------------------------ state
 
-    def _geometry(self) -> dict:
-        hp = self._model.hparams
-        return {"n_ctx": self._n_ctx, "n_vocab": hp["n_vocab"], "n_layer": hp["n_layer"],
-                "n_head_kv": hp["n_head_kv"], "head_dim": hp["head_dim"],
-                "type_k": _native.type_id(self.config.type_k),
-                "type_v": _native.type_id(self.config.type_v),
-                "logits_all": self.config.logits_all}
-
     @guarded
     def save_state(self) -> LlamaState:
         """The context as a LlamaState whose blob names this model and geometry."""
-        ids = self._hist.input_ids().copy()
-        scores = self._hist.scores()
-        scores = (scores if self.config.logits_all else scores[:min(len(ids), 1)]).copy()
-        blob = pack(self._ctx.state_get(), model=self._fingerprint, geometry=self._geometry(),
-                    input_ids=ids, scores=scores)
-        return LlamaState(ids, scores, len(ids), blob, self._n_ctx)
+        return save_state(self)
 
     @guarded
     def load_state(self, state: LlamaState) -> None:
         """Replace the context with a saved one; every check runs first (StateError)."""
-        kv = check_state(state, model=self._fingerprint, geometry=self._geometry(),
-                         n_vocab=self._model.n_vocab)
-        self._hist.restore(kv, np.asarray(state.input_ids), np.asarray(state.scores))
+        load_state(self, state)
 
     @guarded
     def kv_stats(self) -> dict:

@@ -148,6 +148,33 @@ def check_state(state: Any, *, model: str, geometry: dict, n_vocab: int) -> memo
     return kv
 
 
+# ---------------------------------------------------------------- Llama's save / load
+
+def _geometry(llm) -> dict:
+    from ._native import type_id
+    hp = llm._model.hparams
+    return {"n_ctx": llm._n_ctx, "n_vocab": hp["n_vocab"], "n_layer": hp["n_layer"],
+            "n_head_kv": hp["n_head_kv"], "head_dim": hp["head_dim"],
+            "type_k": type_id(llm.config.type_k), "type_v": type_id(llm.config.type_v),
+            "logits_all": llm.config.logits_all}
+
+
+def save_state(llm) -> LlamaState:
+    hist = llm._hist
+    ids = hist.input_ids().copy()
+    scores = hist.scores()
+    scores = (scores if llm.config.logits_all else scores[:min(len(ids), 1)]).copy()
+    blob = pack(llm._ctx.state_get(), model=llm._fingerprint, geometry=_geometry(llm),
+                input_ids=ids, scores=scores)
+    return LlamaState(ids, scores, len(ids), blob, llm._n_ctx)
+
+
+def load_state(llm, state: Any) -> None:
+    kv = check_state(state, model=llm._fingerprint, geometry=_geometry(llm),
+                     n_vocab=llm._model.n_vocab)
+    llm._hist.restore(kv, np.asarray(state.input_ids), np.asarray(state.scores))
+
+
 @dataclass(slots=True)
 class Timings:
     """Seconds and tokens spent in each stage since the last ``reset``."""
@@ -156,6 +183,15 @@ class Timings:
     decode_tokens: int = 0
     decode_s: float = 0.0
     sample_s: float = 0.0
+
+    def add(self, stage: str, seconds: float, tokens: int) -> None:
+        """Count tokens and seconds for stage "prefill" or "decode"."""
+        if stage == "prefill":
+            self.prefill_s += seconds
+            self.prefill_tokens += tokens
+        else:
+            self.decode_s += seconds
+            self.decode_tokens += tokens
 
     @property
     def prefill_tps(self) -> float:
