@@ -237,7 +237,10 @@ class Context:
 
     @property
     def n_tokens(self) -> int:
-        return self._guard.call(lambda: int(lib.lkv_context_n_tokens(self.ptr)))
+        return self._guard.call(self._n_tokens)
+
+    def _n_tokens(self) -> int:
+        return int(lib.lkv_context_n_tokens(self.ptr))
 
     @property
     def n_ctx(self) -> int:

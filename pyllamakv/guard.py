@@ -86,6 +86,7 @@ class Guard:
         self._stream_thread = 0                 # the thread that opened it
         self._holder: int | None = None         # the thread inside a call, and its depth
         self._depth = 0
+        self._waiting = 0                       # threads waiting for a stream to end
 
     def _enter(self, token: object | None) -> None:
         """Take the lock (the caller holds it afterwards) once it is our turn.
@@ -98,7 +99,11 @@ class Guard:
         try:
             while (self._stream is not None and self._stream is not token
                    and self._stream_thread != me and not self.closed):
-                self._cond.wait()
+                self._waiting += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._waiting -= 1
             if self.closed:
                 raise ClosedError(f"the {self.what} is closed")
         except BaseException:
@@ -110,7 +115,8 @@ class Guard:
         self._depth -= 1
         if self._depth == 0:
             self._holder = None
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
         self._cond.release()
 
     def call(self, fn: Callable[..., T], *args, **kwargs) -> T:

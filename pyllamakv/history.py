@@ -63,10 +63,9 @@ class History:
                                    f"window (n_ctx={self.n_ctx})")
         for i in range(0, len(tokens), self.n_batch):
             part = tokens[i:i + self.n_batch]
-            n0 = self.sync()
-            self._ids[n0:n0 + len(part)] = part
+            self._ids[n:n + len(part)] = part
             self.ctx.decode(part)
-            self.sync()
+            n = self.sync()
 
     def keep_prefix(self, tokens: list[int]) -> list[int]:
         """Keep the longest cached prefix of tokens (all but the last token at
