@@ -86,26 +86,6 @@ def test_random_interrupts_leave_python_and_c_in_agreement(tiny, pool):
         assert hits >= 10          # most tries landed inside the call
 
 
-def test_interrupted_generate_continues_like_a_fresh_context(tiny):
-    """An interrupt between the tokens of a stream: a new completion of the
-    same prompt (prefix reuse) gives the text of a fresh Llama."""
-    from pyllamakv import Llama
-    rng = np.random.default_rng(12)
-    kw = dict(n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
-    prompt = [int(t) for t in rng.integers(1, 320, 100)]
-    with Llama(tiny, **kw) as ref:
-        want = ref(prompt, max_tokens=30, temperature=0)["choices"][0]["text"]
-    with Llama(tiny, **kw) as llm:
-        t0 = time.perf_counter()
-        llm(prompt, max_tokens=30, temperature=0)
-        dur = time.perf_counter() - t0
-        for i in range(15):
-            llm.reset()
-            _run_interrupted(lambda: llm(prompt, max_tokens=30, temperature=0),
-                             rng.uniform(0, dur), "interrupt_main")
-            assert llm(prompt, max_tokens=30, temperature=0)["choices"][0]["text"] == want
-
-
 def test_core_abort_flag(tiny):
     """lkv_context_set_abort: a decode under the flag fails with AbortedError and
     changes nothing; cleared, the same decode gives a fresh context's logits."""
