@@ -5,6 +5,13 @@ and one pointer per tensor into the file's memory map); ``Context`` decodes
 tokens and exposes logits as numpy arrays. Failures of the core become
 exceptions carrying the core's message. Handles are released by ``close()``
 (idempotent), by ``with``, and by the garbage collector as a last resort.
+
+Threads: each object's calls are serialised by its Guard; ``close()`` waits
+for a call in progress, and calls after it raise ClosedError. A Context holds
+its Model; ``Model.close()`` closes the model's contexts first (each waiting
+for its own decode), so no memory in use is freed. A decode of more than one
+token is abortable (see guard.abortable): Ctrl-C stops it between layers and
+the cache stays as it was before the call.
 """
 from __future__ import annotations
 
@@ -16,8 +23,9 @@ import numpy as np
 
 from ._ffi import ffi, last_error, lib
 from .arch_qwen35 import qwen35_params
-from .errors import error_for_status
+from .errors import ClosedError, ParameterError, ParameterTypeError, error_for_status
 from .gguf_file import GGUFError, GGUFFile
+from .guard import Guard, abortable
 
 ARCHS = {"llama": 0, "mistral": 0, "qwen2": 1, "qwen3": 2, "qwen35": 3}
 DEVICE_CPU, DEVICE_CUDA = 0, 1
@@ -26,6 +34,15 @@ DEVICE_CPU, DEVICE_CUDA = 0, 1
 def _check(status: int, what: str) -> None:
     if status != 0:
         raise error_for_status(status, f"{what}: {last_error()}")
+
+
+def _int32(name: str, v, hi: int = 2**31 - 1) -> int:
+    """v as an int for a C field of range [0, hi], or an error naming the field."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ParameterTypeError(f"{name} must be an int, not {type(v).__name__}")
+    if not 0 <= v <= hi:
+        raise ParameterError(f"{name} must be in [0, {hi}], got {v}")
+    return int(v)
 
 
 # ---------------------------------------------------------------- element types
@@ -115,6 +132,8 @@ class Model:
     def __init__(self, path: str | os.PathLike | GGUFFile, device: str = "cpu",
                  n_threads: int | None = None):
         self._ptr = None
+        self._guard = Guard("model")
+        self._contexts: weakref.WeakSet = weakref.WeakSet()
         self.file = path if isinstance(path, GGUFFile) else GGUFFile(path)
         self.hparams = model_params(self.file)
         self.device = device
@@ -123,7 +142,7 @@ class Model:
         for name, value in self.hparams.items():
             setattr(p, name, value)
         p.device = {"cpu": DEVICE_CPU, "cuda": DEVICE_CUDA}[device]
-        p.n_threads = int(n_threads or 0)
+        p.n_threads = _int32("n_threads", n_threads or 0)
         ts = self.file.tensors
         descs = ffi.new("lkv_tensor_desc[]", max(len(ts), 1))
         self._keep = []
@@ -139,15 +158,13 @@ class Model:
             d.nbytes = t.nbytes
         out = ffi.new("lkv_model **")
         _check(lib.lkv_model_create(p, descs, len(ts), out), f"loading {self.file.path}")
-        self._raw = out[0]
-        self._ptr = ffi.gc(self._raw, lib.lkv_model_free)
-        self._contexts: weakref.WeakSet = weakref.WeakSet()
+        self._ptr = ffi.gc(out[0], lib.lkv_model_free)
         self._keep = None  # names are read only while the model is created
 
     @property
     def ptr(self):
         if self._ptr is None:
-            raise ValueError("the model is closed")
+            raise ClosedError("the model is closed")
         return self._ptr
 
     @property
@@ -156,7 +173,11 @@ class Model:
 
     @property
     def weight_bytes(self) -> int:
-        return int(lib.lkv_model_weight_bytes(self.ptr))
+        return self._guard.call(lambda: int(lib.lkv_model_weight_bytes(self.ptr)))
+
+    def _attach(self, make_context):
+        """make_context(model pointer) under the model's lock (close waits for it)."""
+        return self._guard.call(lambda: make_context(self.ptr))
 
     @property
     def n_layer_kv(self) -> int:
@@ -169,13 +190,15 @@ class Model:
         return int(lib.lkv_model_n_nextn(self.ptr))
 
     def close(self) -> None:
-        """Frees the weights; contexts still open on this model are closed first."""
-        if self._ptr is not None:
+        """Frees the weights; contexts still open on this model are closed first
+        (each after its decode in progress, if any)."""
+        def free() -> None:
             for ctx in list(self._contexts):
                 ctx.close()
-            ffi.gc(self._ptr, None)
-            self._ptr = None
-            lib.lkv_model_free(self._raw)
+            ptr, self._ptr = self._ptr, None
+            if ptr is not None:
+                ffi.release(ptr)
+        self._guard.close(free)
 
     def __enter__(self) -> "Model":
         return self
@@ -196,24 +219,19 @@ class Context:
                  embeddings: bool = False,
                  n_state_snapshots: int | None = None):
         self._ptr = None
+        self._guard = Guard("context")
         self.model = model
         p = ffi.new("lkv_context_params *")
         lib.lkv_context_params_init(p)
         for name, v in dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
                             kv_chunk=kv_chunk).items():
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-            setattr(p, name, int(v))
-        p.n_threads = int(n_threads or 0)
+            setattr(p, name, _int32(name, v))
+        p.n_threads = _int32("n_threads", n_threads or 0)
         p.type_k = type_id(type_k, kv=True)
         p.type_v = type_id(type_v, kv=True)
         p.logits_all = bool(logits_all)
-        if kv_pool_bytes is not None and (isinstance(kv_pool_bytes, bool) or
-                                          not isinstance(kv_pool_bytes, (int, np.integer))):
-            raise TypeError(f"kv_pool_bytes must be None or an int, not {kv_pool_bytes!r}")
-        if kv_pool_bytes is not None and kv_pool_bytes < 0:
-            raise ValueError(f"kv_pool_bytes must be >= 0 (got {kv_pool_bytes})")
-        p.kv_pool_bytes = -1 if kv_pool_bytes is None else int(kv_pool_bytes)
+        p.kv_pool_bytes = -1 if kv_pool_bytes is None else _int32(
+            "kv_pool_bytes", kv_pool_bytes, 2**63 - 1)
         if gpu_kernels not in ("exact", "fast"):
             raise ValueError(f"gpu_kernels must be 'exact' or 'fast', got {gpu_kernels!r}")
         p.gpu_kernels = int(gpu_kernels == "fast")
@@ -222,10 +240,12 @@ class Context:
             p.n_state_snapshots = int(n_state_snapshots)
         self.logits_all = bool(logits_all)
         out = ffi.new("lkv_context **")
-        _check(lib.lkv_context_create(model.ptr, p, out), "creating the context")
-        self._raw = out[0]
-        self._ptr = ffi.gc(self._raw, lib.lkv_context_free)
-        model._contexts.add(self)
+
+        def create(model_ptr):
+            _check(lib.lkv_context_create(model_ptr, p, out), "creating the context")
+            model._contexts.add(self)
+            return ffi.gc(out[0], lib.lkv_context_free)
+        self._ptr = model._attach(create)
         self.n_vocab = model.n_vocab
         # floats per output row: logits, or hidden states with embeddings
         self.out_width = model.hparams["n_embd"] if embeddings else model.n_vocab
@@ -233,26 +253,47 @@ class Context:
     @property
     def ptr(self):
         if self._ptr is None:
-            raise ValueError("the context is closed")
+            raise ClosedError("the context is closed")
         return self._ptr
 
     @property
     def n_tokens(self) -> int:
+        return self._guard.call(self._n_tokens)
+
+    def _n_tokens(self) -> int:
         return int(lib.lkv_context_n_tokens(self.ptr))
 
     @property
     def n_ctx(self) -> int:
-        return int(lib.lkv_context_n_ctx(self.ptr))
+        return self._guard.call(lambda: int(lib.lkv_context_n_ctx(self.ptr)))
 
     def decode(self, tokens: Sequence[int], pos0: int | None = None) -> None:
-        arr = np.ascontiguousarray(tokens, dtype=np.int32)
+        """Appends tokens; all or nothing (also when interrupted: KeyboardInterrupt
+        during a decode of several tokens stops it and leaves the cache as it was)."""
+        arr = np.ascontiguousarray(tokens, dtype=np.int64)
         if arr.ndim != 1:
-            raise ValueError("tokens must be a 1-D sequence of ids")
-        pos = self.n_tokens if pos0 is None else int(pos0)
-        _check(lib.lkv_decode(self.ptr, ffi.from_buffer("int32_t[]", arr), len(arr), pos),
-               "decode")
+            raise ParameterError("tokens must be a 1-D sequence of token ids")
+        if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
+            raise ParameterError(f"tokens: id {int(arr.max())} out of range [0, {self.n_vocab})")
+        arr = arr.astype(np.int32)
+        self._guard.call(self._decode, arr, pos0)
+
+    def _decode(self, arr: np.ndarray, pos0: int | None) -> None:
+        ptr = self.ptr
+        pos = int(lib.lkv_context_n_tokens(ptr)) if pos0 is None else _int32("pos0", pos0)
+        buf = ffi.from_buffer("int32_t[]", arr)
+
+        def run() -> None:
+            _check(lib.lkv_decode(ptr, buf, len(arr), pos), "decode")
+        if len(arr) <= 1:
+            run()
+        else:
+            abortable(run, lambda on: lib.lkv_context_set_abort(ptr, int(on)))
 
     def logits(self) -> np.ndarray:
+        return self._guard.call(self._logits)
+
+    def _logits(self) -> np.ndarray:
         """Logits of the last decode, (rows, n_vocab) float32 (a copy); with
         embeddings the final-normed hidden states, (rows, n_embd)."""
         n = ffi.new("int32_t *")
@@ -263,7 +304,8 @@ class Context:
         return np.frombuffer(buf, np.float32).reshape(n[0], self.out_width).copy()
 
     def truncate(self, n: int) -> None:
-        _check(lib.lkv_context_truncate(self.ptr, int(n)), "truncate")
+        n = _int32("n", n)
+        self._guard.call(lambda: _check(lib.lkv_context_truncate(self.ptr, n), "truncate"))
 
     def reset(self) -> None:
         self.truncate(0)
@@ -282,6 +324,9 @@ class Context:
         _check(lib.lkv_context_snapshot(self.ptr), "snapshot")
 
     def state_get(self) -> bytes:
+        return self._guard.call(self._state_get)
+
+    def _state_get(self) -> bytes:
         size = ffi.new("uint64_t *")
         _check(lib.lkv_context_state_size(self.ptr, size), "state size")
         buf = bytearray(size[0])
@@ -289,10 +334,13 @@ class Context:
         return bytes(buf)
 
     def state_set(self, blob: bytes) -> None:
-        _check(lib.lkv_context_state_set(self.ptr, ffi.from_buffer(blob), len(blob)),
-               "load state")
+        self._guard.call(lambda: _check(lib.lkv_context_state_set(
+            self.ptr, ffi.from_buffer(blob), len(blob)), "load state"))
 
     def kv_stats(self) -> dict[str, Any]:
+        return self._guard.call(self._kv_stats)
+
+    def _kv_stats(self) -> dict[str, Any]:
         """The cache's counters; n_layer counts the layers with KV (for a hybrid its
         full-attention layers only) and resident_chunks has one entry per such layer."""
         st = ffi.new("lkv_kv_stats *")
@@ -304,10 +352,12 @@ class Context:
         return d
 
     def close(self) -> None:
-        if self._ptr is not None:
-            ffi.gc(self._ptr, None)
-            self._ptr = None
-            lib.lkv_context_free(self._raw)
+        """Frees the cache (idempotent); waits for a decode in progress."""
+        def free() -> None:
+            ptr, self._ptr = self._ptr, None
+            if ptr is not None:
+                ffi.release(ptr)
+        self._guard.close(free)
 
     def __enter__(self) -> "Context":
         return self

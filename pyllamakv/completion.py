@@ -9,10 +9,12 @@ is held back until it is known not to.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+import itertools
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .errors import ContextFullError, ParameterError
 from .response import Piece, Usage
 from .sampling import Sampler, log_softmax, top_logprobs
 from .tokenizer import IncrementalDecoder, Tokenizer
@@ -94,13 +96,13 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     """Pieces of a completion of prompt; the last one has the finish_reason.
     stopping_criteria: llama-cpp-python's f(input_ids, logits) -> bool (or a list
     of them), asked after each token; True ends the completion ("stop")."""
-    n_ctx = llm.n_ctx()
+    n_ctx = llm._n_ctx
     if len(prompt) == 0:
-        raise ValueError("the prompt is empty")
+        raise ParameterError("the prompt is empty")
     if len(prompt) >= n_ctx:
-        raise ValueError(f"Requested tokens ({len(prompt)}) exceed context window of {n_ctx}")
+        raise ContextFullError(f"Requested tokens ({len(prompt)}) exceed context window of {n_ctx}")
     if logprobs is not None and not llm.config.logits_all:
-        raise ValueError("logprobs needs a Llama created with logits_all=True")
+        raise ParameterError("logprobs needs a Llama created with logits_all=True")
     room = n_ctx - len(prompt)
     max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
     usage.prompt_tokens, usage.completion_tokens = len(prompt), 0
@@ -109,11 +111,11 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     ends = set(llm.tokenizer.eog_ids) | set(stop_ids)
     lp = LogprobTracker(llm.tokenizer, logprobs)
 
-    tokens = llm.generate(prompt, sampler=sampler)
+    tokens = llm._generate(prompt, sampler)
     first = next(tokens)                       # prefill, then the first sample
     if echo:
         text = IncrementalDecoder(llm.tokenizer).feed(prompt)
-        yield Piece(text, lp.prompt(prompt, llm.scores))
+        yield Piece(text, lp.prompt(prompt, llm._hist.scores()))
     reason, hit, token = "length", False, first
     while True:
         if token in ends:
@@ -122,7 +124,7 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         usage.completion_tokens += 1
         raw = decoder.feed(token)
         text, hit = scanner.feed(raw)
-        yield Piece(text, lp.token(token, raw, llm.scores[-1]))
+        yield Piece(text, lp.token(token, raw, llm._hist.last_logits()))
         if hit:
             reason = "stop"
             break
@@ -147,3 +149,15 @@ def _stop_asked(criteria, llm: "Llama") -> bool:
     fns = criteria if isinstance(criteria, (list, tuple)) else [criteria]
     ids, logits = np.asarray(llm.input_ids, np.intc), llm._last_logits()
     return any(bool(f(ids, logits)) for f in fns)
+
+
+def run_pieces(llm: "Llama", make_pieces: Callable[[], Iterator[Piece]], stream: bool,
+               shape_stream: Callable, shape_full: Callable):
+    """Non-streamed: every piece under the Llama's lock. Streamed: the checks and
+    the prefill now, then a stream that holds the Llama until it ends."""
+    def start() -> Iterator[Piece]:
+        pieces = make_pieces()
+        return itertools.chain([next(pieces)], pieces)
+    if stream:
+        return llm._guard.stream(lambda: shape_stream(start()))
+    return llm._guard.call(lambda: shape_full(start()))

@@ -6,18 +6,26 @@ many bytes the device KV pool gets (``kv_pool_mib``).
 """
 from __future__ import annotations
 
-import math
+import os
+import warnings
 from dataclasses import dataclass
+from typing import Any, Sequence
 
-from .errors import UnsupportedError
+from .checks import check_bool, check_choice, check_int, check_real, is_int
+from .errors import ParameterError, ParameterTypeError, UnsupportedError
 
 DEVICES = ("auto", "cpu", "cuda")
 GPU_KERNELS = ("exact", "fast")
 MIB = 1 << 20
+MAX_POOL_MIB = float(1 << 43)      # 8 EiB: beyond any memory, below int64 bytes
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 @dataclass(slots=True)
@@ -36,39 +44,90 @@ class LlamaConfig:
     gpu_kernels: str = "exact"        # CUDA: "exact" (the CPU's bits) | "fast"
 
     def __post_init__(self) -> None:
-        for name in ("n_ctx", "n_batch", "n_ubatch"):
-            v = getattr(self, name)
-            if not _is_int(v):
-                raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-            if v < (0 if name == "n_ctx" else 1):
-                raise ValueError(f"{name} must be {'>= 0' if name == 'n_ctx' else '>= 1'}, got {v}")
-        if self.n_threads is not None and (not _is_int(self.n_threads) or self.n_threads < 0):
-            raise ValueError(f"n_threads must be None or an int >= 0, got {self.n_threads!r}")
-        if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
-        if not _is_int(self.seed) or self.seed < -1 or self.seed > 0xFFFFFFFF:
-            raise ValueError(f"seed must be -1 (random) or an int in [0, 2**32), got {self.seed!r}")
-        if self.n_gpu_layers is not None and (not _is_int(self.n_gpu_layers)
-                                              or self.n_gpu_layers < -1):
-            raise ValueError(f"n_gpu_layers must be None, -1 (all) or an int >= 0, "
-                             f"got {self.n_gpu_layers!r}")
+        check_int("n_ctx", self.n_ctx, 0)
+        check_int("n_batch", self.n_batch, 1)
+        check_int("n_ubatch", self.n_ubatch, 1)
+        if self.n_threads is not None:
+            n = check_int("n_threads", self.n_threads, 0)
+            cpus = usable_cpus()
+            if n > cpus:          # more threads than cores only makes them wait on each other
+                warnings.warn(f"n_threads={n} exceeds the {cpus} usable CPUs; using {cpus}",
+                              RuntimeWarning, stacklevel=4)
+                self.n_threads = cpus
+        check_choice("device", self.device, DEVICES)
+        if self.seed != 0xFFFFFFFF:
+            check_int("seed", self.seed, -1, 0xFFFFFFFF)
+        self.logits_all = check_bool("logits_all", self.logits_all)
+        if self.n_gpu_layers is not None:
+            check_int("n_gpu_layers", self.n_gpu_layers, -1)
         if self.gpu_kernels not in GPU_KERNELS:
-            raise ValueError(f"gpu_kernels must be 'exact' (bit-identical with the CPU) or "
-                             f"'fast', got {self.gpu_kernels!r}")
+            raise ParameterError(f"gpu_kernels must be 'exact' (bit-identical with the CPU) or "
+                                 f"'fast', got {self.gpu_kernels!r}")
         p = self.kv_pool_mib
         if isinstance(p, str):
             if p != "auto":
-                raise ValueError(f"kv_pool_mib must be None, a number of MiB or 'auto', got {p!r}")
+                raise ParameterError(f"kv_pool_mib must be None, a number of MiB or 'auto', "
+                                     f"got {p!r}")
         elif p is not None:
             if isinstance(p, bool) or not isinstance(p, (int, float)):
-                raise TypeError(f"kv_pool_mib must be None, a number of MiB or 'auto', "
-                                f"not {type(p).__name__}")
-            if not math.isfinite(p) or p < 0:
-                raise ValueError(f"kv_pool_mib must be a finite number >= 0, got {p!r}")
+                raise ParameterTypeError(f"kv_pool_mib must be None, a number of MiB or 'auto', "
+                                         f"not {type(p).__name__}")
+            check_real("kv_pool_mib", p, 0.0, MAX_POOL_MIB)
 
     @property
     def random_seed(self) -> bool:
         return self.seed in (-1, 0xFFFFFFFF)
+
+
+@dataclass(slots=True)
+class CompletionConfig:
+    """The arguments of one completion call that are not sampling parameters."""
+    max_tokens: int | None = 16       # None or <= 0: up to the context's end
+    stop: str | Sequence[str] | None = None
+    echo: bool = False
+    logprobs: int | None = None       # top alternatives per token; None: no logprobs
+    stream: bool = False
+    suffix: None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens is not None:
+            check_int("max_tokens", self.max_tokens, -2**31)
+        s = self.stop
+        if isinstance(s, str):
+            self.stop = [s]
+        elif s is None:
+            self.stop = []
+        elif isinstance(s, (list, tuple)):
+            for i, x in enumerate(s):
+                if not isinstance(x, str):
+                    raise ParameterTypeError(f"stop[{i}] must be a str, not "
+                                             f"{type(x).__name__} ({x!r})")
+            self.stop = list(s)
+        else:
+            raise ParameterTypeError(f"stop must be a str, a list of str or None, not "
+                                     f"{type(s).__name__} ({s!r})")
+        self.echo = check_bool("echo", self.echo)
+        self.stream = check_bool("stream", self.stream)
+        if self.logprobs is not None:
+            check_int("logprobs", self.logprobs, 0, 1 << 20)
+        if self.suffix is not None:
+            raise UnsupportedError("suffix is not supported")
+
+
+def tokens_arg(name: str, tokens: Any, n_vocab: int) -> list[int]:
+    """A token-id argument as a list of ints in [0, n_vocab)."""
+    if isinstance(tokens, (str, bytes, bytearray)) or not hasattr(tokens, "__iter__"):
+        raise ParameterTypeError(f"{name} must be a sequence of token ids, not "
+                                 f"{type(tokens).__name__}")
+    out = []
+    for i, t in enumerate(tokens):
+        if not is_int(t):
+            raise ParameterTypeError(f"{name}[{i}] must be an int token id, not "
+                                     f"{type(t).__name__} ({t!r})")
+        if not 0 <= t < n_vocab:
+            raise ParameterError(f"{name}[{i}]: token id {t} out of range [0, {n_vocab})")
+        out.append(int(t))
+    return out
 
 
 def choose_device(cfg: LlamaConfig, n_layer: int, n_cuda: int) -> str:
@@ -92,8 +151,15 @@ def choose_device(cfg: LlamaConfig, n_layer: int, n_cuda: int) -> str:
     return "cuda" if n_cuda > 0 else "cpu"
 
 
-def requested_pool_bytes(cfg: LlamaConfig) -> int | None:
-    """Bytes for a numeric kv_pool_mib; None for None and for 'auto' (decided later)."""
+def requested_pool_bytes(cfg: LlamaConfig, full_bytes: int | None = None) -> int | None:
+    """Bytes for a numeric kv_pool_mib; None for None and for 'auto' (decided later).
+    A pool above full_bytes (the whole cache) is clamped to it, with a warning."""
     if cfg.kv_pool_mib is None or cfg.kv_pool_mib == "auto":
         return None
-    return int(cfg.kv_pool_mib * MIB)
+    pool = int(cfg.kv_pool_mib * MIB)
+    if full_bytes is not None and pool > full_bytes:
+        warnings.warn(f"kv_pool_mib={cfg.kv_pool_mib} exceeds the whole KV cache "
+                      f"({full_bytes / MIB:.3f} MiB); using {full_bytes / MIB:.3f} MiB",
+                      RuntimeWarning, stacklevel=3)
+        pool = full_bytes
+    return pool

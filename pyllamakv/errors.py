@@ -53,9 +53,35 @@ class InternalError(LlamaKVError, RuntimeError):
     status = 10
 
 
+class AbortedError(LlamaKVError, RuntimeError):
+    """A decode stopped by Context.abort(); the cache is as it was before it."""
+    status = 11
+
+
+# ---- errors of the Python layer (no core status)
+
+class ParameterTypeError(LlamaKVError, TypeError, ValueError):
+    """A parameter or argument of the wrong type; the message names it. A
+    TypeError, and a ValueError too for callers that caught bad values as one
+    (as numpy's AxisError is both a ValueError and an IndexError)."""
+
+
+class ParameterError(InvalidArgumentError):
+    """A parameter or argument outside its allowed range; the message names both."""
+
+
+class ClosedError(LlamaKVError, ValueError):
+    """A call on a Llama, Model or Context after close()."""
+
+
+class StateError(LlamaKVError, ValueError):
+    """A saved state that does not belong to this model and context, or is damaged."""
+
+
 _BY_STATUS = {c.status: c for c in (
     InvalidArgumentError, OutOfMemoryError, UnsupportedError, ShapeError, ContextFullError,
-    DeviceError, DeadContextError, PoolTooSmallError, DeviceMemoryError, InternalError)}
+    DeviceError, DeadContextError, PoolTooSmallError, DeviceMemoryError, InternalError,
+    AbortedError)}
 
 
 def error_for_status(status: int, message: str) -> LlamaKVError:

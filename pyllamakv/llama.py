@@ -5,10 +5,14 @@ slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id).
 ``generate`` strings them together and reuses the longest prefix of the new
 tokens that the KV cache already holds; completion and chat build on it and
 shape the result with completion.py.
+
+Threads: a Llama may be shared; its calls are serialised and a stream keeps
+other threads waiting until it ends (guard.py says exactly how). Python's
+token bookkeeping is read from the C context (history.py), so an interrupt
+anywhere leaves the two in agreement.
 """
 from __future__ import annotations
 
-import itertools
 import sys
 import time
 from typing import Iterator, Sequence
@@ -19,20 +23,23 @@ from . import _native
 from .chat import ChatFormatter
 from .chat_formats import chat_format_template
 from .compat import UnsupportedFeature, check_extra_kwargs
-from .completion import completion_pieces
+from .completion import completion_pieces, run_pieces
 from .response import (Usage, chat_chunks, chat_response, chunks_of, completion_chunks,
                        completion_response, with_tool_calls)
-from .config import LlamaConfig, choose_device, requested_pool_bytes
+from .config import CompletionConfig, LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
 from .default_model import default_model_path
 from .embedding import create_embedding, embed
-from .progress import ProgressCallback
 from .embedding import pooling_type as embedding_pooling
-from .hub import hub_file
+from .errors import ClosedError, ParameterError, ParameterTypeError
 from .grammar import GrammarConstraint, LlamaGrammar, response_format_grammar
+from .guard import Guard, guarded
+from .history import History
+from .hub import hub_file
+from .progress import ProgressCallback
 from .tools import normalize_messages, plan_tools
 from .plan import auto_pool_bytes, kv_plan
 from .sampling import Sampler, SamplingParams
-from .state import LlamaState, Timings
+from .state import LlamaState, Timings, load_state, model_fingerprint, save_state
 from .tokenizer import Tokenizer
 
 
@@ -51,10 +58,12 @@ class Llama:
                  progress_callback: ProgressCallback | None = None,
                  **llama_cpp_kwargs):
         self._ctx = self._model = None
+        self._guard = Guard("Llama")
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
-                                        type_v, kv_pool_mib, seed, bool(logits_all), n_gpu_layers,
+                                        type_v, kv_pool_mib, seed, logits_all, n_gpu_layers,
                                         gpu_kernels)
+        n_threads = cfg.n_threads
         check_extra_kwargs("Llama", llama_cpp_kwargs)
         if draft_model is not None:
             raise UnsupportedFeature("Llama: draft_model (speculative decoding) is not "
@@ -72,12 +81,14 @@ class Llama:
         self._model = _native.Model(file, self.device, n_threads)
         progress("load", 2, 4)
         self.metadata = file.metadata
+        self._fingerprint = model_fingerprint(file.metadata, file.tensors)
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
         if cfg.kv_pool_mib == "auto":
             pool = auto_pool_bytes(hp, self._n_ctx, self.device, type_k=type_k, type_v=type_v,
                                    n_ubatch=min(n_ubatch, n_batch))
         else:
-            pool = requested_pool_bytes(cfg)
+            full = kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v).pool_bytes
+            pool = requested_pool_bytes(cfg, full)
             if pool is not None:   # the planner's own check: a clear minimum before allocating
                 kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v, pool_bytes=pool,
                         n_ubatch=min(n_ubatch, n_batch))
@@ -95,10 +106,9 @@ class Llama:
             file.metadata if fmt is None else {"tokenizer.chat_template": fmt[0]},
             self.tokenizer, extra_stop=fmt[1] if fmt else (),
             source=None if fmt is None else f"chat_format {chat_format!r}")
-        n_vocab = self._model.n_vocab
-        self._input_ids = np.zeros(self._n_ctx, np.int32)
-        self._scores = np.zeros((self._n_ctx if cfg.logits_all else 1, n_vocab), np.float32)
-        self._n_tokens = 0
+        # with embedding=True the rows a decode gives are hidden states (n_embd wide)
+        self._hist = History(self._ctx, self._n_ctx, self._ctx.out_width, cfg.n_batch,
+                             cfg.logits_all)
         self._rng = np.random.default_rng(None if cfg.random_seed else cfg.seed)
         self.timings = Timings()
         progress("load", 4, 4)
@@ -116,13 +126,20 @@ class Llama:
 
     # ------------------------------------------------------------ sizes and tokens
 
+    def _open(self) -> None:
+        if self._guard.closed:
+            raise ClosedError("the Llama is closed")
+
     def n_ctx(self) -> int:
+        self._open()
         return self._n_ctx
 
     def n_vocab(self) -> int:
+        self._open()
         return self._model.n_vocab
 
     def n_embd(self) -> int:
+        self._open()
         return self._model.hparams["n_embd"]
 
     def token_bos(self) -> int:
@@ -151,86 +168,64 @@ class Llama:
             self.load_state(state)
 
     @property
+    @guarded
     def n_tokens(self) -> int:
-        return self._n_tokens
+        return self._hist.n
 
     @property
+    @guarded
     def input_ids(self) -> np.ndarray:
-        return self._input_ids[:self._n_tokens]
+        return self._hist.input_ids()
 
     @property
+    @guarded
     def scores(self) -> np.ndarray:
         """Logits (n_tokens, n_vocab) with logits_all; else (1, n_vocab): the last token's."""
-        return self._scores[:self._n_tokens] if self.config.logits_all else self._scores
+        return self._hist.scores()
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        self._open()
         if not isinstance(text, (bytes, bytearray, str)):
-            raise TypeError(f"text must be bytes, not {type(text).__name__}")
+            raise ParameterTypeError(f"text must be bytes, not {type(text).__name__}")
         return self.tokenizer.encode(text, add_bos=add_bos, special=special)
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> bytes:
-        return self.tokenizer.decode(tokens, special=special)
+        self._open()
+        return self.tokenizer.decode(tokens_arg("tokens", tokens, self._model.n_vocab),
+                                     special=special)
 
     # ------------------------------------------------------------ stages
 
+    @guarded
     def eval(self, tokens: Sequence[int]) -> None:
         """Run tokens through the model after those already in the cache."""
-        tokens = [int(t) for t in tokens]
+        self._logits_mode()
+        self._hist.eval(tokens_arg("tokens", tokens, self._model.n_vocab),
+                        self.progress_callback)
+
+    def _logits_mode(self) -> None:
         if self.embedding:
             raise RuntimeError("this Llama was created with embedding=True: it computes "
                                "embeddings (embed, create_embedding), not logits")
-        if self._n_tokens + len(tokens) > self._n_ctx:
-            raise ValueError(f"{self._n_tokens} cached + {len(tokens)} new tokens exceed "
-                             f"the context window (n_ctx={self._n_ctx})")
-        n_vocab = self.n_vocab()
-        for t in tokens:
-            if not 0 <= t < n_vocab:
-                raise ValueError(f"token id {t} out of range [0, {n_vocab})")
-        step = self.config.n_batch
-        report = len(tokens) > step
-        if report:
-            self.progress_callback("prefill", 0, len(tokens))
-        for i in range(0, len(tokens), step):
-            part = tokens[i:i + step]
-            self._ctx.decode(part)
-            n0, rows = self._n_tokens, self._ctx.logits()
-            self._input_ids[n0:n0 + len(part)] = part
-            if self.config.logits_all:
-                self._scores[n0:n0 + len(part)] = rows
-            else:
-                self._scores[0] = rows[-1]
-            self._n_tokens += len(part)
-            if report:
-                self.progress_callback("prefill", i + len(part), len(tokens))
 
-    def _prefill(self, tokens: Sequence[int]) -> None:
+    def _prefill(self, tokens: Sequence[int], stage: str = "prefill") -> None:
         t0 = time.perf_counter()
-        self.eval(tokens)
-        self.timings.prefill_s += time.perf_counter() - t0
-        self.timings.prefill_tokens += len(tokens)
+        self._hist.eval(tokens, self.progress_callback if stage == "prefill" else None)
+        self.timings.add(stage, time.perf_counter() - t0, len(tokens))
 
     def _decode_one(self, token: int) -> None:
-        t0 = time.perf_counter()
-        self.eval([token])
-        self.timings.decode_s += time.perf_counter() - t0
-        self.timings.decode_tokens += 1
-
-    def _last_logits(self) -> np.ndarray:
-        return self._scores[self._n_tokens - 1 if self.config.logits_all else 0]
+        self._prefill([token], "decode")
 
     def _sample(self, sampler: Sampler) -> int:
         t0 = time.perf_counter()
-        token = sampler.sample(self._last_logits(), self.input_ids)
+        token = sampler.sample(self._hist.last_logits(), self._hist.input_ids())
         self.timings.sample_s += time.perf_counter() - t0
         return token
 
-    def _truncate(self, n: int) -> None:
-        self._ctx.truncate(n)
-        self._n_tokens = n
-
+    @guarded
     def reset(self) -> None:
         """Forget every token (the KV cache is cleared)."""
-        self._truncate(0)
+        self._hist.truncate(0)
 
     # ------------------------------------------------------------ generation
 
@@ -248,13 +243,12 @@ class Llama:
         p = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                            typical_p=typical_p, repeat_penalty=repeat_penalty,
                            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                           logit_bias={int(k): float(v) for k, v in (logit_bias or {}).items()},
-                           seed=int(seed), mirostat_mode=mirostat_mode,
+                           logit_bias={} if logit_bias is None else logit_bias, seed=seed, mirostat_mode=mirostat_mode,
                            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
         constraint = None
         if grammar is not None:
             if not isinstance(grammar, LlamaGrammar):
-                raise TypeError(f"grammar must be a LlamaGrammar, not {type(grammar).__name__}")
+                raise ParameterTypeError(f"grammar must be a LlamaGrammar, not {type(grammar).__name__}")
             constraint = GrammarConstraint(grammar, self.tokenizer, self.n_vocab())
         procs = [] if logits_processor is None else (
             list(logits_processor) if isinstance(logits_processor, (list, tuple))
@@ -272,28 +266,27 @@ class Llama:
         With reset (the default) the longest prefix of tokens already in the
         cache is kept and only the rest is evaluated (at least the last token,
         for its logits); reset=False appends tokens to what the cache holds.
+        The stream holds the Llama until it is closed (see guard.py).
         """
-        tokens = [int(t) for t in tokens]
-        self.timings = Timings()
+        tokens = tokens_arg("tokens", tokens, self.n_vocab())
         if sampler is None:
             sampler = self.sampler(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p,
                                    typical_p=typical_p, repeat_penalty=repeat_penalty,
                                    presence_penalty=presence_penalty,
                                    frequency_penalty=frequency_penalty,
                                    logit_bias=logit_bias, seed=seed)
+        return self._guard.stream(lambda: self._generate(tokens, sampler, reset))
+
+    def _generate(self, tokens: list[int], sampler: Sampler, reset: bool = True
+                  ) -> Iterator[int]:
+        self._logits_mode()
+        self.timings = Timings()
         if reset:
-            held = self.input_ids
-            n = min(len(held), len(tokens))
-            diff = np.nonzero(held[:n] != np.asarray(tokens[:n], np.int32))[0]
-            keep = int(diff[0]) if diff.size else n
-            keep = min(keep, len(tokens) - 1)
-            if keep < 0:
-                raise ValueError("generate needs at least one token")
-            keep = self._ctx.restore_point(keep)   # hybrids: the latest snapshot at or before
-            self._truncate(keep)
-            tokens = tokens[keep:]
-        if not tokens and self._n_tokens == 0:
-            raise ValueError("generate needs at least one token")
+            if not tokens:
+                raise ParameterError("generate needs at least one token")
+            tokens = self._hist.keep_prefix(tokens)
+        if not tokens and self._hist.n == 0:
+            raise ParameterError("generate needs at least one token")
         if self._ctx.recurrent_bytes and len(tokens) > 1:
             # hybrids: a snapshot before the prompt's last token, where the next
             # prompt sharing this one (or this one again) can start
@@ -312,7 +305,7 @@ class Llama:
         if isinstance(prompt, (str, bytes)):
             return self.tokenizer.encode(prompt.encode() if isinstance(prompt, str) else prompt,
                                          add_bos=True, special=True, max_tokens=self._n_ctx)
-        return [int(t) for t in prompt]
+        return tokens_arg("prompt", prompt, self._model.n_vocab)
 
     def create_completion(self, prompt: str | bytes | Sequence[int], suffix: None = None,
                           max_tokens: int | None = 16, temperature: float = 0.8,
@@ -327,8 +320,7 @@ class Llama:
                           logits_processor=None, stopping_criteria=None, **llama_cpp_kwargs):
         """A text completion dict, or with stream=True an iterator of chunks."""
         check_extra_kwargs("create_completion", llama_cpp_kwargs)
-        if suffix is not None:
-            raise ValueError("suffix is not supported")
+        c = CompletionConfig(max_tokens, stop, echo, logprobs, stream, suffix)
         tokens = self._prompt_tokens(prompt)
         sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                typical_p=typical_p, repeat_penalty=repeat_penalty,
@@ -337,16 +329,14 @@ class Llama:
                                seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
                                mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
                                logits_processor=logits_processor)
-        usage = Usage()
+        usage, name, lp = Usage(), model or self.model_path, c.logprobs is not None
         self._from_cache(tokens)
-        pieces = completion_pieces(self, tokens, usage, max_tokens, stop, echo, logprobs, sampler,
-                                   stopping_criteria=stopping_criteria)
-        first = next(pieces)   # runs the checks and the prefill now, not at first iteration
-        pieces = itertools.chain([first], pieces)
-        name = model or self.model_path
-        if stream:
-            return completion_chunks(pieces, name, usage, logprobs is not None)
-        return completion_response(pieces, name, usage, logprobs is not None)
+        return run_pieces(
+            self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, c.stop, c.echo,
+                                            c.logprobs, sampler,
+                                            stopping_criteria=stopping_criteria),
+            c.stream, lambda p: completion_chunks(p, name, usage, lp),
+            lambda p: completion_response(p, name, usage, lp))
 
     __call__ = create_completion
 
@@ -370,7 +360,10 @@ class Llama:
         response_format / grammar constrain the reply (grammar.py); tools,
         tool_choice and the legacy functions / function_call give tool calls
         (tools.py)."""
+        self._open()
         check_extra_kwargs("create_chat_completion", llama_cpp_kwargs)
+        c = CompletionConfig(max_tokens, stop, False, top_logprobs, stream)
+        logprobs = bool(logprobs)
         plan = plan_tools(self._chat.template, tools, tool_choice, functions, function_call)
         if plan is not None and plan.grammar is not None:
             grammar = plan.grammar
@@ -383,7 +376,7 @@ class Llama:
         prompt = chat.prompt + (plan.prompt_suffix if plan else "")
         tokens = self.tokenizer.encode(prompt.encode(), add_bos=not chat.added_special,
                                        special=True, max_tokens=self._n_ctx)
-        stops = list(chat.stop) + ([stop] if isinstance(stop, str) else list(stop or []))
+        stops = list(chat.stop) + c.stop
         sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                typical_p=typical_p, repeat_penalty=repeat_penalty,
                                presence_penalty=presence_penalty,
@@ -391,50 +384,48 @@ class Llama:
                                seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
                                mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
                                logits_processor=logits_processor)
-        n_lp = (top_logprobs or 0) if logprobs else None
-        usage = Usage()
+        n_lp = (c.logprobs or 0) if logprobs else None
+        usage, name = Usage(), model or self.model_path
         self._from_cache(tokens)
-        pieces = completion_pieces(self, tokens, usage, max_tokens, stops, False, n_lp, sampler,
-                                   chat.stop_token_ids, stopping_criteria=stopping_criteria)
-        pieces = itertools.chain([next(pieces)], pieces)
-        name = model or self.model_path
-        if plan is not None:
-            reply = with_tool_calls(chat_response(pieces, name, usage, logprobs), plan)
-            return chunks_of(reply) if stream else reply
-        if stream:
-            return chat_chunks(pieces, name, usage, logprobs)
-        return chat_response(pieces, name, usage, logprobs)
+        if plan is not None:     # the reply is parsed for tool calls once it is whole
+            return run_pieces(
+                self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,
+                                                n_lp, sampler, chat.stop_token_ids,
+                                                stopping_criteria=stopping_criteria),
+                False, None,
+                lambda p: (chunks_of if c.stream else (lambda r: r))(
+                    with_tool_calls(chat_response(p, name, usage, logprobs), plan)))
+        return run_pieces(
+            self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,
+                                            n_lp, sampler, chat.stop_token_ids,
+                                            stopping_criteria=stopping_criteria),
+            c.stream, lambda p: chat_chunks(p, name, usage, logprobs),
+            lambda p: chat_response(p, name, usage, logprobs))
 
+    @guarded
     def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):
         """Embeddings of input (embedding.py); needs embedding=True."""
         return embed(self, input, normalize, truncate, return_count)
 
+    @guarded
     def create_embedding(self, input: str | list[str], model: str | None = None) -> dict:
         """OpenAI's embedding response for input; needs embedding=True."""
         return create_embedding(self, input, model)
 
     # ------------------------------------------------------------ state
 
+    @guarded
     def save_state(self) -> LlamaState:
-        rows = self.scores.copy()
-        return LlamaState(self.input_ids.copy(), rows, self._n_tokens, self._ctx.state_get(),
-                          self._n_ctx)
+        """The context as a LlamaState whose blob names this model and geometry."""
+        return save_state(self)
 
+    @guarded
     def load_state(self, state: LlamaState) -> None:
-        if state.scores.shape[-1] != self.n_vocab() or state.n_tokens > self._n_ctx:
-            raise ValueError(f"the state ({state.n_tokens} tokens, {state.scores.shape[-1]} "
-                             f"logits) does not fit this Llama (n_ctx={self._n_ctx}, "
-                             f"n_vocab={self.n_vocab()})")
-        self._ctx.state_set(state.llama_state)
-        n = state.n_tokens
-        self._input_ids[:n] = state.input_ids[:n]
-        if self.config.logits_all and len(state.scores) == n:
-            self._scores[:n] = state.scores
-        elif n:
-            self._scores[0 if not self.config.logits_all else n - 1] = state.scores[-1]
-        self._n_tokens = n
+        """Replace the context with a saved one; every check runs first (StateError)."""
+        load_state(self, state)
 
+    @guarded
     def kv_stats(self) -> dict:
         """The KV cache's residency and streaming counters (see Context.kv_stats)."""
         return self._ctx.kv_stats()
@@ -442,11 +433,17 @@ class Llama:
     # ------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        """Free the context and the model (idempotent)."""
-        # Dropping the last references frees both through their ffi.gc
-        # destructors, the context first (it holds the model). Context.close()
-        # is not called: with cffi 2 it hands NULL to the free function.
-        self._ctx = self._model = None
+        """Free the context and the model (idempotent). Waits for a call in
+        progress on another thread; later calls raise ClosedError."""
+        guard = getattr(self, "_guard", None)
+        if guard is None:
+            return
+
+        def free() -> None:
+            for h in (self._ctx, self._model):
+                if h is not None:
+                    h.close()
+        guard.close(free)
 
     def __enter__(self) -> "Llama":
         return self

@@ -21,15 +21,10 @@ from typing import Sequence
 
 import numpy as np
 
+from .checks import check_int, check_real, is_int as _is_int, is_real as _is_real
+from .errors import InvalidArgumentError, ParameterError, ParameterTypeError
+
 from .mirostat import Mirostat
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def _is_real(x) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
 
 @dataclass(slots=True)
@@ -50,39 +45,35 @@ class SamplingParams:
     mirostat_eta: float = 0.1
 
     def __post_init__(self) -> None:
-        def bad(name: str, why: str):
-            raise ValueError(f"SamplingParams.{name} {why}, got {getattr(self, name)!r}")
-
-        for name in ("temperature", "top_p", "min_p", "typical_p", "repeat_penalty",
-                     "presence_penalty", "frequency_penalty"):
-            v = getattr(self, name)
-            if not _is_real(v) or not math.isfinite(v):
-                bad(name, "must be a finite number")
+        for name in ("temperature", "presence_penalty", "frequency_penalty"):
+            check_real(f"SamplingParams.{name}", getattr(self, name))
         for name in ("top_p", "min_p", "typical_p"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                bad(name, "must be in [0, 1]")
-        if self.repeat_penalty <= 0:
-            bad("repeat_penalty", "must be > 0")
-        if not _is_int(self.top_k) or self.top_k < 0:
-            bad("top_k", "must be an int >= 0 (0 disables it)")
-        if not _is_int(self.repeat_last_n) or self.repeat_last_n < -1:
-            bad("repeat_last_n", "must be an int >= -1 (-1: whole history, 0: off)")
+            check_real(f"SamplingParams.{name}", getattr(self, name), 0.0, 1.0)
+        check_real("SamplingParams.repeat_penalty", self.repeat_penalty, 0.0, lo_open=True)
+        check_int("SamplingParams.top_k", self.top_k, 0)
+        check_int("SamplingParams.repeat_last_n", self.repeat_last_n, -1)
         if self.mirostat_mode not in (0, 1, 2):
-            bad("mirostat_mode", "must be 0 (off), 1 or 2")
+            raise ParameterError(f"SamplingParams.mirostat_mode must be 0 (off), 1 or 2, "
+                                 f"got {self.mirostat_mode!r}")
         for name in ("mirostat_tau", "mirostat_eta"):
-            v = getattr(self, name)
-            if not _is_real(v) or not math.isfinite(v) or v <= 0:
-                bad(name, "must be a finite number > 0")
-        if self.seed is not None and (not _is_int(self.seed) or self.seed < -1):
-            bad("seed", "must be None, -1 or an int >= 0")
+            check_real(f"SamplingParams.{name}", getattr(self, name), 0.0, lo_open=True)
+        if self.seed is not None:
+            check_int("SamplingParams.seed", self.seed, -1, 2**64 - 1)
         if not isinstance(self.logit_bias, dict):
-            bad("logit_bias", "must be a dict {token_id: bias}")
+            raise ParameterTypeError(f"SamplingParams.logit_bias must be a dict "
+                                     f"{{token_id: bias}}, not {type(self.logit_bias).__name__}")
+        bias = {}
         for k, v in self.logit_bias.items():
+            if isinstance(k, str) and k.strip().isdigit():   # OpenAI's JSON keys are strings
+                k = int(k)
             if not _is_int(k) or k < 0:
-                raise ValueError(f"SamplingParams.logit_bias key {k!r} is not a token id (int >= 0)")
+                raise ParameterError(f"SamplingParams.logit_bias key {k!r} is not a token id "
+                                     "(an int >= 0)")
             if not _is_real(v) or math.isnan(v) or v == math.inf:
-                raise ValueError(f"SamplingParams.logit_bias[{k}] must be a number "
-                                 f"(-inf bans the token), got {v!r}")
+                raise ParameterError(f"SamplingParams.logit_bias[{k}] must be a number "
+                                     f"(-inf bans the token), got {v!r}")
+            bias[int(k)] = float(v)
+        self.logit_bias = bias
 
 
 class Sampler:
@@ -90,11 +81,15 @@ class Sampler:
 
     def __init__(self, params: SamplingParams, n_vocab: int, constraint=None,
                  processors: Sequence = ()) -> None:
-        if not _is_int(n_vocab) or n_vocab <= 0:
-            raise ValueError(f"n_vocab must be a positive int, got {n_vocab!r}")
+        check_int("n_vocab", n_vocab, 1)
         for k in params.logit_bias:
             if k >= n_vocab:
-                raise ValueError(f"SamplingParams.logit_bias key {k} out of range [0, {n_vocab})")
+                raise ParameterError(f"SamplingParams.logit_bias key {k} out of range "
+                                     f"[0, {n_vocab})")
+        banned = sum(1 for v in params.logit_bias.values() if v == -math.inf)
+        if banned == n_vocab:
+            raise ParameterError(f"logit_bias bans every one of the {n_vocab} tokens; "
+                                 "nothing could be sampled")
         self.params = params
         self.n_vocab = int(n_vocab)
         self.constraint = constraint      # grammar.GrammarConstraint or None
@@ -131,21 +126,23 @@ class Sampler:
         p = self.params
         x = np.array(logits, dtype=np.float64).reshape(-1)        # (n_vocab,) copy
         if x.shape[0] != self.n_vocab:
-            raise ValueError(f"logits have {x.shape[0]} entries, expected n_vocab={self.n_vocab}")
+            raise ParameterError(f"logits have {x.shape[0]} entries, expected n_vocab={self.n_vocab}")
         for proc in self.processors:
             x = np.array(proc(np.asarray(history, np.intc), x.astype(np.float32)),
                          dtype=np.float64).reshape(-1)
             if x.shape[0] != self.n_vocab:
-                raise ValueError(f"a logits_processor returned {x.shape[0]} scores, "
-                                 f"expected n_vocab={self.n_vocab}")
+                raise ParameterError(f"a logits_processor returned {x.shape[0]} scores, "
+                                     f"expected n_vocab={self.n_vocab}")
         self._penalize(x, history)
         if self._bias_ids.size:
             x[self._bias_ids] += self._bias
         if self.constraint is not None:
             self.constraint.apply(x)
-        if not np.isfinite(x).any():
-            raise ValueError("no token can be sampled: the logit bias or grammar "
-                             "excludes every token")
+        top = x.max()
+        if not math.isfinite(top) or np.isnan(x).any():
+            raise InvalidArgumentError(
+                "no token can be sampled: the logits after penalties, logit_bias and grammar "
+                + ("contain NaN" if np.isnan(x).any() else "are all -inf"))
         if p.temperature <= 0:
             return np.array([int(np.argmax(x))]), np.ones(1)
 

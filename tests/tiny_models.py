@@ -58,8 +58,10 @@ def _tensor(rng, rows: int, cols: int, qtype: T, scale: float):
 def write_tiny_model(path: str | Path, arch: str = "llama", wtype: T = T.Q8_0, *,
                      n_vocab: int = 320, n_embd: int = 256, n_layer: int = 2, n_head: int = 4,
                      n_head_kv: int = 2, n_ff: int = 512, tied: bool = False,
-                     seed: int | None = None) -> Path:
-    """Writes a random model and returns its path."""
+                     seed: int | None = None, vocab: bool = False) -> Path:
+    """Writes a random model and returns its path; vocab=True adds a
+    SentencePiece-style vocab (<unk> <s> </s>, 256 byte tokens, then pieces)
+    so that ``Llama`` can load it."""
     rng = np.random.default_rng(seed)
     hd = n_embd // n_head
     w = GGUFWriter(str(path), arch)
@@ -73,6 +75,8 @@ def write_tiny_model(path: str | Path, arch: str = "llama", wtype: T = T.Q8_0, *
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(n_vocab)
+    if vocab:
+        _add_vocab(w, n_vocab)
 
     def add(name, rows, cols, qtype, scale):
         data, raw = _tensor(rng, rows, cols, qtype, scale)
@@ -112,3 +116,14 @@ def write_tiny_model(path: str | Path, arch: str = "llama", wtype: T = T.Q8_0, *
     w.write_tensors_to_file()
     w.close()
     return Path(path)
+
+
+def _add_vocab(w: GGUFWriter, n_vocab: int) -> None:
+    assert n_vocab > 259, "the vocab needs room for 3 specials and 256 bytes"
+    pieces = [f"\u2581w{i}" for i in range(n_vocab - 259)]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces)
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * len(pieces))
+    w.add_token_scores([0.0] * 259 + [-float(i) for i in range(len(pieces))])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)

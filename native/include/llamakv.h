@@ -14,8 +14,9 @@
  * - Parameter structs are passed by pointer; *_params_init fills defaults.
  * - Enums are append-only; sized integers throughout.
  * - Nothing in the library exits, aborts or prints.
- * - Threading: a context is used by one thread at a time. Distinct contexts
- *   (also of one model) may be used from distinct threads.
+ * - Threading: a context is used by one thread at a time (except
+ *   lkv_context_set_abort, which any thread may call at any time). Distinct
+ *   contexts (also of one model) may be used from distinct threads.
  */
 #ifndef LLAMAKV_H
 #define LLAMAKV_H
@@ -48,7 +49,8 @@ typedef enum lkv_status {
     LKV_ERR_DEAD = 7,           /* the context failed earlier and must be freed */
     LKV_ERR_POOL_TOO_SMALL = 8, /* kv_pool_bytes below the plan's minimum */
     LKV_ERR_DEVICE_MEMORY = 9,  /* device or pinned allocation failed */
-    LKV_ERR_INTERNAL = 10
+    LKV_ERR_INTERNAL = 10,
+    LKV_ERR_ABORTED = 11        /* lkv_context_set_abort stopped the call; nothing changed */
 } lkv_status;
 
 /* Bumped on every incompatible change of this header. */
@@ -199,6 +201,13 @@ void lkv_context_free(lkv_context *c);
  * the n tokens) are available through lkv_context_logits. On failure other
  * than LKV_ERR_DEVICE the cache is as it was before the call. */
 lkv_status lkv_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0);
+/* Sets (abort != 0) or clears the context's abort flag. Safe from any thread,
+ * also while another thread is inside lkv_decode on c. While the flag is set,
+ * lkv_decode stops at its next check (before each micro-batch, and between
+ * the layers of a micro-batch of more than 8 tokens) and returns
+ * LKV_ERR_ABORTED with the cache as it was before the call. The flag stays
+ * set until cleared. */
+lkv_status lkv_context_set_abort(lkv_context *c, int32_t abort);
 /* Logits of the last decode: n_rows rows of n_vocab floats (with embeddings:
  * hidden states, n_embd floats), row-major.
  * Valid until the next decode, truncate or free on this context. */

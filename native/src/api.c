@@ -185,6 +185,12 @@ API lkv_status lkv_decode(lkv_context *c, const int32_t *tokens, int32_t n, int3
     return lkv_context_decode(c, tokens, n, pos0);
 }
 
+API lkv_status lkv_context_set_abort(lkv_context *c, int32_t abort) {
+    if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_set_abort: NULL context");
+    atomic_store(&c->abort, abort != 0);
+    return LKV_OK;
+}
+
 API const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows) {
     if (n_rows) *n_rows = c ? c->n_logit_rows : 0;
     return c ? c->logits : NULL;

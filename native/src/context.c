@@ -155,6 +155,17 @@ void lkv_context_destroy(lkv_context *c) {
 
 // ------------------------------------------------------------------ decode
 
+/* the first row of a micro-batch of nu tokens whose logits are kept */
+static int32_t lo_of(const lkv_context *c, int32_t nu, bool last) {
+    return c->p.logits_all ? 0 : last ? nu - 1 : nu;
+}
+
+lkv_status lkv_context_check_abort(const lkv_context *c) {
+    if (!atomic_load_explicit(&c->abort, memory_order_relaxed)) return LKV_OK;
+    return lkv_fail(LKV_ERR_ABORTED, "decode aborted (lkv_context_set_abort); the cache is as it "
+                    "was before the call");
+}
+
 lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0) {
     if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
     if (n <= 0) return lkv_fail(LKV_ERR_INVALID_ARG, "no tokens to decode (n = %d)", n);
@@ -175,10 +186,9 @@ lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, 
     lkv_kv_decode_begin(c->kv);
     for (int32_t done = 0; done < n; done += U) {
         const int32_t nu = n - done < U ? n - done : U;
-        const bool last = done + nu == n;
-        const int32_t lo = c->p.logits_all ? 0 : last ? nu - 1 : nu;
-        float *dst = c->p.logits_all ? c->logits + (size_t)done * c->out_width : c->logits;
-        lkv_status st = lkv_forward(c, tokens + done, nu, pos0 + done, lo, dst);
+        lkv_status st = lkv_context_check_abort(c);
+        if (!st) st = lkv_forward(c, tokens + done, nu, pos0 + done, lo_of(c, nu, done + nu == n),
+                                  c->p.logits_all ? c->logits + (size_t)done * c->out_width : c->logits);
         if (st) {
             if (st == LKV_ERR_DEVICE) c->dead = true;
             int32_t back = pos0;

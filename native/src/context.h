@@ -5,6 +5,7 @@
 #ifndef LKV_CONTEXT_H
 #define LKV_CONTEXT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "backend.h"
@@ -20,6 +21,7 @@ struct lkv_context {
     lkv_kv *kv;
     int32_t n_tokens;        /* positions held by the cache */
     bool dead;               /* a device error happened */
+    atomic_int abort;        /* lkv_context_set_abort: stop the running decode */
 
     /* workspace in backend memory, U = n_ubatch rows */
     float *x;                /* (U, n_embd) residual stream */
@@ -54,5 +56,8 @@ struct lkv_context {
  * logit_lo == n means none. */
 lkv_status lkv_forward(struct lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
                        int32_t logit_lo, float *logits_out);
+
+/* LKV_ERR_ABORTED (with a message) when the abort flag is set, else LKV_OK */
+lkv_status lkv_context_check_abort(const struct lkv_context *c);
 
 #endif

@@ -166,11 +166,16 @@ static lkv_status download_logits(lkv_context *c, int32_t nl, float *logits_out)
     return c->be->sync(c->b);
 }
 
-static lkv_status run_layers(lkv_context *c, const int32_t *tokens, int32_t n) {
+/* may_abort: between layers, stop when the abort flag is set (not while a
+ * step graph is being captured, nor for decode steps, which are short) */
+static lkv_status run_layers(lkv_context *c, const int32_t *tokens, int32_t n, bool may_abort) {
     const lkv_model_params *hp = &c->model->hp;
     c->be->get_rows(c->b, c->x, &c->model->tok_embd, tokens, n);
     c->be->rmsnorm(c->b, c->h, c->x, &c->model->layers[0].attn_norm, n, hp->n_embd, hp->rms_eps);
-    for (int il = 0; il < c->model->hp.n_layer; il++) LKV_TRY(layer(c, il, n));
+    for (int il = 0; il < c->model->hp.n_layer; il++) {
+        if (may_abort && il) LKV_TRY(lkv_context_check_abort(c));
+        LKV_TRY(layer(c, il, n));
+    }
     return LKV_OK;
 }
 
@@ -186,7 +191,7 @@ lkv_status lkv_forward(lkv_context *c, const int32_t *tokens, int32_t n, int32_t
     if (graph_key(c, n, pos0, logit_lo, &key)) {
         int ran = be->step_begin(c->b, key, tokens, n, pos0);   /* 1: replayed */
         if (!ran) {
-            lkv_status st = run_layers(c, tokens, n);
+            lkv_status st = run_layers(c, tokens, n, false);
             if (st == LKV_OK) output_head(c, n, logit_lo);
             /* always end the capture; -1: nothing ran, run the step directly */
             const int ended = be->step_end(c->b);
@@ -198,7 +203,7 @@ lkv_status lkv_forward(lkv_context *c, const int32_t *tokens, int32_t n, int32_t
             return download_logits(c, nl, logits_out);
         }
     }
-    LKV_TRY(run_layers(c, tokens, n));
+    LKV_TRY(run_layers(c, tokens, n, n > 8));
     LKV_TRY(lkv_kv_step_end(c->kv));
     if (nl > 0) output_head(c, n, logit_lo);
     return download_logits(c, nl, logits_out);

@@ -1,0 +1,105 @@
+"""History: the tokens a context holds and the logits kept for them.
+
+The C context is the authority: ``n`` is its token count, read from it, never
+counted separately in Python. ``input_ids`` is written before a decode (the
+rows past ``n`` are invisible until the core takes them) and ``scores`` is
+filled from the core's logits by ``sync``, which every reader and every decode
+calls first. An exception at any point (KeyboardInterrupt between the decode
+and the copy of its logits) therefore leaves nothing to repair: the next
+``sync`` copies the logits the core still holds. A decode is all or nothing
+in the core, also when it is aborted.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from . import _native
+from .errors import ContextFullError
+from .guard import atomic
+
+
+class History:
+    def __init__(self, ctx: _native.Context, n_ctx: int, n_vocab: int, n_batch: int,
+                 logits_all: bool) -> None:
+        self.ctx, self.n_ctx, self.n_vocab, self.n_batch = ctx, n_ctx, n_vocab, n_batch
+        self.logits_all = logits_all
+        self._ids = np.zeros(n_ctx, np.int32)                                  # (n_ctx,)
+        self._scores = np.zeros((n_ctx if logits_all else 1, n_vocab), np.float32)
+        self._synced = 0            # positions whose logits are in _scores
+
+    @property
+    def n(self) -> int:
+        return self.ctx.n_tokens
+
+    def sync(self) -> int:
+        """Bring the scores up to the core's count; returns that count."""
+        n = self.ctx.n_tokens
+        if n > self._synced:            # a decode Python has not copied yet
+            rows = self.ctx.logits()
+            if self.logits_all:
+                self._scores[n - len(rows):n] = rows
+            elif len(rows):
+                self._scores[0] = rows[-1]
+        self._synced = n
+        return n
+
+    def input_ids(self) -> np.ndarray:
+        return self._ids[:self.sync()]
+
+    def scores(self) -> np.ndarray:
+        n = self.sync()
+        return self._scores[:n] if self.logits_all else self._scores
+
+    def last_logits(self) -> np.ndarray:
+        n = self.sync()
+        return self._scores[n - 1 if self.logits_all else 0]
+
+    def eval(self, tokens: Sequence[int], progress=None) -> None:
+        """Decode tokens in batches of n_batch; progress("prefill", done, total)
+        (progress.py) after each batch when there is more than one."""
+        n = self.sync()
+        if n + len(tokens) > self.n_ctx:
+            raise ContextFullError(f"{n} cached + {len(tokens)} new tokens exceed the context "
+                                   f"window (n_ctx={self.n_ctx})")
+        report = progress is not None and len(tokens) > self.n_batch
+        if report:
+            progress("prefill", 0, len(tokens))
+        for i in range(0, len(tokens), self.n_batch):
+            part = tokens[i:i + self.n_batch]
+            self._ids[n:n + len(part)] = part
+            self.ctx.decode(part)
+            n = self.sync()
+            if report:
+                progress("prefill", i + len(part), len(tokens))
+
+    def keep_prefix(self, tokens: list[int]) -> list[int]:
+        """Keep the longest cached prefix of tokens (all but the last token at
+        most, for its logits); returns the tokens still to evaluate."""
+        held = self.input_ids()
+        n = min(len(held), len(tokens))
+        diff = np.nonzero(held[:n] != np.asarray(tokens[:n], np.int32))[0]
+        keep = min(int(diff[0]) if diff.size else n, len(tokens) - 1)
+        keep = self.ctx.restore_point(keep)   # hybrids: the latest snapshot at or before
+        self.truncate(keep)
+        return tokens[keep:]
+
+    def truncate(self, n: int) -> None:
+        self.sync()
+        self.ctx.truncate(n)
+        self.sync()
+
+    def restore(self, kv: bytes | memoryview, ids: np.ndarray, scores: np.ndarray) -> None:
+        """Replace everything with a checked state, as one step that an
+        interrupt cannot split (the C load and the Python copies)."""
+        def run() -> None:
+            self.ctx.state_set(kv)
+            n = len(ids)
+            self._ids[:n] = ids
+            if self.logits_all:
+                self._scores[:n] = scores
+            elif n:
+                self._scores[0] = scores[-1]
+            self._synced = n
+        atomic(run)
