@@ -147,7 +147,7 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
 
 def _stop_asked(criteria, llm: "Llama") -> bool:
     fns = criteria if isinstance(criteria, (list, tuple)) else [criteria]
-    ids, logits = np.asarray(llm.input_ids, np.intc), llm._last_logits()
+    ids, logits = np.asarray(llm._hist.input_ids(), np.intc), llm._hist.last_logits()
     return any(bool(f(ids, logits)) for f in fns)
 
 
