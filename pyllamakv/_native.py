@@ -178,7 +178,7 @@ class Context:
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
                  n_threads: int | None = None, type_k: str | int = "f16",
                  type_v: str | int = "f16", kv_chunk: int = 0, logits_all: bool = False,
-                 kv_pool_bytes: int | None = None, gpu_kernels: str = "exact"):
+                 kv_pool_bytes: int | None = None, gpu_kernels: str = "fast"):
         self._ptr = None
         self.model = model
         p = ffi.new("lkv_context_params *")
@@ -202,6 +202,7 @@ class Context:
             raise ValueError(f"gpu_kernels must be 'exact' or 'fast', got {gpu_kernels!r}")
         p.gpu_kernels = int(gpu_kernels == "fast")
         self.logits_all = bool(logits_all)
+        self.n_ubatch = min(int(n_ubatch), int(n_batch), int(n_ctx))   # the core's caps (context.c)
         out = ffi.new("lkv_context **")
         _check(lib.lkv_context_create(model.ptr, p, out), "creating the context")
         self._raw = out[0]
@@ -264,6 +265,7 @@ class Context:
         _check(lib.lkv_context_kv_stats(self.ptr, st, res), "kv stats")
         d = {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_kv_stats").fields}
         d["resident_chunks"] = list(res)
+        d["n_ubatch"] = self.n_ubatch
         return d
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ def _is_int(x) -> bool:
 class LlamaConfig:
     n_ctx: int = 512                  # 0: the model's training context
     n_batch: int = 512                # tokens per decode call
-    n_ubatch: int = 512               # micro-batch of the forward pass
+    n_ubatch: int | None = None       # micro-batch of the forward pass; None: chosen (ubatch.py)
     n_threads: int | None = None      # None: the core's default (all cores)
     device: str = "auto"              # "auto" | "cpu" | "cuda"
     type_k: str | int = "f16"
@@ -33,11 +33,13 @@ class LlamaConfig:
     seed: int = -1                    # -1 (or 0xFFFFFFFF): random
     logits_all: bool = False
     n_gpu_layers: int | None = None   # llama-cpp-python's spelling of the device choice
-    gpu_kernels: str = "exact"        # CUDA: "exact" (the CPU's bits) | "fast"
+    gpu_kernels: str = "fast"         # CUDA: "fast" (the fastest kernels) | "exact" (the CPU's bits)
 
     def __post_init__(self) -> None:
         for name in ("n_ctx", "n_batch", "n_ubatch"):
             v = getattr(self, name)
+            if v is None and name == "n_ubatch":
+                continue
             if not _is_int(v):
                 raise TypeError(f"{name} must be an int, not {type(v).__name__}")
             if v < (0 if name == "n_ctx" else 1):

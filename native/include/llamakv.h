@@ -155,8 +155,9 @@ typedef struct lkv_context_params {
     int32_t kv_chunk;        /* positions per KV chunk (0: default 256) */
     int32_t logits_all;      /* keep logits of every token of a decode */
     int64_t kv_pool_bytes;   /* device KV pool; < 0: unbounded, all resident */
-    int32_t gpu_kernels;     /* CUDA: 0 the kernels bit-identical with the CPU (default),
-                                1 the fast ones (int8 GEMM, tensor-core prefill attention) */
+    int32_t gpu_kernels;     /* CUDA: 1 the fastest kernels (default: int8 tensor-core GEMM,
+                                tensor-core prefill attention), 0 the kernels bit-identical
+                                with the CPU backend */
 } lkv_context_params;
 
 typedef struct lkv_context lkv_context;
