@@ -86,7 +86,7 @@ class Llama:
             print(f"pyllamakv: loaded {self.model_path} on {self.device} in "
                   f"{time.perf_counter() - t0:.1f} s (n_ctx={self._n_ctx}, "
                   f"kv pool={'all resident' if pool is None else f'{pool / 2**20:.1f} MiB'}, "
-                  f"n_ubatch={min(n_ubatch, n_batch)}{'' if cfg.n_ubatch else ' (chosen)'})",
+                  f"n_ubatch={self._ctx.n_ubatch}{'' if cfg.n_ubatch else ' (chosen)'})",
                   file=sys.stderr)
 
     # ------------------------------------------------------------ sizes and tokens
