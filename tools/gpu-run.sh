@@ -30,7 +30,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 STAGES=${STAGES:-"build ops bench prompts stash"}
 BUDGET=${BUDGET:-500}
-B=/tmp/build-gpu
+B=${B:-/tmp/build-gpu}
 T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }

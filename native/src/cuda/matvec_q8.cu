@@ -3,7 +3,7 @@
  *
  * The f32 mat-vec (matmul.cu) converts every weight to float and spends
  * about 8 conversions, masks and FMAs per weight and token: arithmetic-bound
- * at ~0.7 TB/s (NOTES.md). Here the activations (n <= MV_MAX_TOK rows) are
+ * at ~0.7 TB/s (docs/performance.md). Here the activations (n <= MV_MAX_TOK rows) are
  * first quantized once per matmul call to 8 bits in blocks of 32 (scale
  * dx = max|x| / 127, round to nearest: the CPU backend's activation rounding),
  * then each 8-weight piece is unpacked to signed bytes (quant_i8.cuh) and
