@@ -9,8 +9,10 @@
  *                   [layers=32]
  * Prints one line per measurement: pp512 (depth 0 only) and tg (median of 5
  * runs of 32 single-token decodes), with the implied weight+KV bandwidth.
- * BENCH_ATTN_OLD=1: at depth, decode also with the previous decode attention kernel (with
- * LKV_CUDA_GRAPH=0 only: a replayed graph keeps the kernel it was captured with).
+ * Kernel variants go through lkv_context_params.gpu_kernels and the test-only
+ * overrides of src/cuda/tune.h (this program links the library's objects:
+ * meson -Dharnesses=true); the llama.cpp figures of BENCHMARKS.md are printed
+ * beside the default's where the shape and types are theirs (q4_0, q8_0 KV).
  * BENCH_NCU=tg|pp: instead of timing, mark one range for `ncu --profile-from-start
  * off` per depth: 3 decode steps after 2 warm-up steps (tg), or one prefill of 512
  * (pp). BENCH_NO_PP=1: decode only.
@@ -22,16 +24,11 @@
 #include <time.h>
 
 #include "llamakv.h"
+#include "cuda/tune.h"
 
 /* cudart (linked statically); declared here so that this file needs no CUDA headers */
 extern int cudaProfilerStart(void);
 extern int cudaProfilerStop(void);
-
-/* a copy of the caller's value of an environment variable, dflt when unset or empty */
-static char *env_dup(const char *name, const char *dflt) {
-    const char *v = getenv(name);
-    return strdup(v && *v ? v : dflt);
-}
 
 static uint64_t rs = 88172645463325252ull;
 static void fill_random(uint8_t *p, size_t n) {
@@ -138,43 +135,38 @@ int main(int argc, char **argv) {
            wbytes / (1 << 30), kti.name, now() - t0);
 
     const int64_t kv_row = lkv_row_bytes(kvt, NKV * HD);
-    /* variants at depth 0 (env read at context creation): the first is the
-     * default; BENCH_VARIANTS=n measures the first n (default 2; 0 = 1). Columns:
-     * name, LKV_CUDA_MMQ, LKV_CUDA_MV_ROWS, LKV_CUDA_MV_SPLIT, LKV_CUDA_GRAPH,
-     * LKV_CUDA_GEMM and LKV_CUDA_MV ("fast": the kernels that are not bit-identical
-     * with the CPU), LKV_CUDA_ATTN for decode; "" in the last three keeps the
-     * caller's value (else the default). BENCH_DEPTH_VARIANTS=n: the first n
-     * also at depth (default 1) */
-    const char *vars[][8] = {{"CPU-exact kernels, decode step as a replayed graph (default)", "1", "2", "4", "1", "", "", ""},
-                             {"fast kernels (gpu_kernels=\"fast\": LKV_CUDA_GEMM=fast; not bit-identical with the CPU)",
-                              "1", "2", "4", "1", "fast", "", ""},
-                             {"int8 mat-vec for decode (LKV_CUDA_MV=fast)", "1", "2", "4", "1", "", "fast", ""},
-                             {"the previous decode attention (LKV_CUDA_ATTN=dec-old)",
-                              "1", "2", "4", "1", "", "", "dec-old"},
-                             {"the default, launched op by op (LKV_CUDA_GRAPH=0)", "1", "2", "4", "0", "", "", ""},
-                             {"f32 mat-vec, f16 GEMM (LKV_CUDA_MMQ=0)", "0", "2", "4", "1", "", "", ""}};
+    /* variants at depth 0: the first is the default; BENCH_VARIANTS=n measures
+     * the first n (default 2; 0 = 1); BENCH_DEPTH_VARIANTS=n the first n also at
+     * depth (default 1). Columns: name, gpu_kernels (1 fast, 0 exact), the
+     * decode step as a replayed graph (LKV_CUDA_GRAPH, the library's debug
+     * switch), tune.h's forced matmul kernel */
+    struct { const char *name; int fast, graph, mm; } vars[] = {
+        {"default: the fastest kernels, decode step as a replayed graph", 1, 1, LKV_MM_TABLE},
+        {"exact kernels (gpu_kernels=\"exact\": bit-identical with the CPU)", 0, 1, LKV_MM_TABLE},
+        {"int8 mat-vec matvec_q8 for decode (tune.h; mvx is the default)", 1, 1, LKV_MM_MATVEC_Q8},
+        {"the default, launched op by op (LKV_CUDA_GRAPH=0)", 1, 0, LKV_MM_TABLE},
+        {"f16 WMMA GEMM for prefill (tune.h; mmq is the default)", 1, 1, LKV_MM_GEMM_F16}};
+    const int n_vars = (int)(sizeof vars / sizeof vars[0]);
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
-    if (n_var > 6) n_var = 6;
+    if (n_var > n_vars) n_var = n_vars;
     const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
-    /* the caller's values (until the fifth session's run 10 LKV_CUDA_ATTN was
-     * overwritten: runs that set it measured the default kernel) */
-    char *gemm0 = env_dup("LKV_CUDA_GEMM", ""), *mv0 = env_dup("LKV_CUDA_MV", "");
-    char *attn0 = env_dup("LKV_CUDA_ATTN", "1");
+    /* llama.cpp on the same shape, Q4_0 weights, q8_0 K and V (BENCHMARKS.md, 2026-12-01) */
+    const int ref_ok = wt == 2 && kvt == 8 && NL == 32;
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
     for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : (n_dvar < n_var ? n_dvar : n_var)); vi++) {
         const int depth = atoi(tok);
-        setenv("LKV_CUDA_MMQ", vars[vi][1], 1);
-        setenv("LKV_CUDA_MV_ROWS", vars[vi][2], 1);
-        setenv("LKV_CUDA_MV_SPLIT", vars[vi][3], 1);
-        setenv("LKV_CUDA_GRAPH", vars[vi][4], 1);
-        setenv("LKV_CUDA_GEMM", *vars[vi][5] ? vars[vi][5] : gemm0, 1);
-        setenv("LKV_CUDA_MV", *vars[vi][6] ? vars[vi][6] : mv0, 1);
-        if (depth == 0 || n_dvar > 1) printf("-- %s\n", vars[vi][0]);
+        lkv_cuda_tuning.matmul = vars[vi].mm;
+        lkv_cuda_tuning.gen++;
+        setenv("LKV_CUDA_GRAPH", vars[vi].graph ? "1" : "0", 1);
+        if (depth == 0 || n_dvar > 1) printf("-- %s\n", vars[vi].name);
+        const double ref_pp = !ref_ok ? 0 : depth == 0 ? 8191 : depth == 32768 ? 5946 : depth == 131072 ? 2567 : 0;
+        const double ref_tg = !ref_ok ? 0 : depth == 0 ? 284.6 : depth == 32768 ? 130.3 : depth == 131072 ? 49.5 : 0;
         lkv_context_params cp;
         lkv_context_params_init(&cp);
         cp.n_ctx = depth + 1024;
         cp.n_batch = 512; cp.n_ubatch = 512; cp.type_k = kvt; cp.type_v = kvt;
+        cp.gpu_kernels = vars[vi].fast;
         lkv_context *c;
         if (lkv_context_create(m, &cp, &c)) { printf("context @%d: %s\n", depth, lkv_last_error()); continue; }
         int32_t toks[512];
@@ -222,11 +214,11 @@ int main(int argc, char **argv) {
             lkv_context_free(c);
             continue;
         }
-        /* prefill of 512 at this depth; at depth also with the tensor-core
-         * flash attention (LKV_CUDA_ATTN=mma, read per call) */
-        /* BENCH_NO_PP=1: decode only */
-        for (int am = 0; am < (getenv("BENCH_NO_PP") ? 0 : depth > 0 ? 2 : 1); am++) {
-            setenv("LKV_CUDA_ATTN", am ? "mma" : attn0, 1);
+        /* prefill of 512 at this depth (BENCH_NO_PP=1: decode only); BENCH_ATTN_EXACT=1:
+         * at depth also with attn.cu's exact attention (tune.h) */
+        for (int am = 0; am < (getenv("BENCH_NO_PP") ? 0 : depth > 0 && getenv("BENCH_ATTN_EXACT") ? 2 : 1); am++) {
+            lkv_cuda_tuning.attn = am ? LKV_ATT_EXACT : LKV_ATT_TABLE;
+            lkv_cuda_tuning.gen++;
             /* at depth an exact pass can take seconds: 2 runs there */
             double pp[4] = {0, 1e9, 1e9, 1e9};
             for (int r = 0; r < (depth > 0 ? 2 : 4); r++) {
@@ -237,14 +229,18 @@ int main(int argc, char **argv) {
             }
             qsort(pp + 1, 3, sizeof(double), cmp_d);
             const double tp = depth > 0 ? pp[1] : pp[2];   /* the second run / the median of 3 */
-            printf("pp512 @%-6d %8.1f t/s  (%.1f ms)%s\n", depth, 512 / tp, tp * 1e3,
-                   am ? "  [LKV_CUDA_ATTN=mma: tensor-core attention]" : "");
+            printf("pp512 @%-6d %8.1f t/s  (%.1f ms)", depth, 512 / tp, tp * 1e3);
+            if (am) printf("  [attn.cu's exact attention]");
+            else if (ref_pp > 0 && vi == 0) printf("  llama.cpp %.0f t/s: %.2fx", ref_pp, 512 / tp / ref_pp);
+            printf("\n");
         }
-        setenv("LKV_CUDA_ATTN", attn0, 1);
-        /* decode: 5 runs of 32 tokens (after a warm-up run); at depth, also with
-         * the previous decode kernel (LKV_CUDA_ATTN=dec-old, read per call) */
-        for (int av = 0; av < (depth > 0 && getenv("BENCH_ATTN_OLD") ? 2 : 1); av++) {
-            setenv("LKV_CUDA_ATTN", av ? "dec-old" : *vars[vi][7] ? vars[vi][7] : attn0, 1);
+        lkv_cuda_tuning.attn = LKV_ATT_TABLE;
+        lkv_cuda_tuning.gen++;
+        /* decode: 5 runs of 32 tokens (after a warm-up run); BENCH_ATTN_RING=1: at
+         * depth also with attn_dec_ring.cu for q8_0 (tune.h; ring2 is the default) */
+        for (int av = 0; av < (depth > 0 && getenv("BENCH_ATTN_RING") ? 2 : 1); av++) {
+            lkv_cuda_tuning.attn = av ? LKV_ATT_RING : LKV_ATT_TABLE;
+            lkv_cuda_tuning.gen++;
             double tg[6];
             int ok = 1;
             for (int r = 0; r < 6 && ok; r++) {
@@ -258,16 +254,19 @@ int main(int argc, char **argv) {
                 qsort(tg + 1, 5, sizeof(double), cmp_d);
                 const double t = tg[3];
                 const double kvb = (double)NL * (depth + 16) * 2 * kv_row;
-                printf("tg   @%-6d %8.1f t/s  (%.3f ms/token; weights+KV %.2f GB -> %.2f TB/s)%s\n", depth,
-                       1 / t, t * 1e3, (step_wbytes + kvb) / 1e9, (step_wbytes + kvb) / t / 1e12,
-                       av ? "  [LKV_CUDA_ATTN=dec-old: the previous decode kernel]" : "");
+                printf("tg   @%-6d %8.1f t/s  (%.3f ms/token; weights+KV %.2f GB -> %.2f TB/s)", depth,
+                       1 / t, t * 1e3, (step_wbytes + kvb) / 1e9, (step_wbytes + kvb) / t / 1e12);
+                if (av) printf("  [attn_dec_ring.cu]");
+                else if (ref_tg > 0 && vi == 0) printf("  llama.cpp %.1f t/s: %.2fx", ref_tg, 1 / t / ref_tg);
+                printf("\n");
             }
         }
-        setenv("LKV_CUDA_ATTN", attn0, 1);
+        lkv_cuda_tuning.attn = LKV_ATT_TABLE;
+        lkv_cuda_tuning.gen++;
         fflush(stdout);
         lkv_context_free(c);
     }
-    free(gemm0); free(mv0); free(attn0); free(dcopy);
+    free(dcopy);
     lkv_model_free(m);
     return 0;
 }

@@ -66,6 +66,10 @@ def write(shape: Shape, path: str | Path, qtype: T = T.Q4_0, seed: int = 0) -> P
     w.add_rope_freq_base(shape.rope_base)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(shape.n_vocab)
+    # a placeholder vocabulary, so that Llama (which needs a tokenizer) loads the file;
+    # prompts are given as token ids
+    w.add_tokenizer_model("llama")
+    w.add_token_list([f"<t{i}>" for i in range(shape.n_vocab)])
     ones = np.ones(shape.n_embd, np.float32)
 
     def add(name, rows, cols):

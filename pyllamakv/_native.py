@@ -215,7 +215,7 @@ class Context:
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
                  n_threads: int | None = None, type_k: str | int = "f16",
                  type_v: str | int = "f16", kv_chunk: int = 0, logits_all: bool = False,
-                 kv_pool_bytes: int | None = None, gpu_kernels: str = "exact",
+                 kv_pool_bytes: int | None = None, gpu_kernels: str = "fast",
                  embeddings: bool = False,
                  n_state_snapshots: int | None = None):
         self._ptr = None
@@ -239,6 +239,7 @@ class Context:
         if n_state_snapshots is not None:   # hybrids: recurrent-state snapshots (core default 2)
             p.n_state_snapshots = int(n_state_snapshots)
         self.logits_all = bool(logits_all)
+        self.n_ubatch = min(int(n_ubatch), int(n_batch), int(n_ctx))   # the core's caps (context.c)
         out = ffi.new("lkv_context **")
 
         def create(model_ptr):
@@ -349,6 +350,7 @@ class Context:
         _check(lib.lkv_context_kv_stats(self.ptr, st, res), "kv stats")
         d = {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_kv_stats").fields}
         d["resident_chunks"] = list(res)   # per attention layer
+        d["n_ubatch"] = self.n_ubatch
         return d
 
     def close(self) -> None:

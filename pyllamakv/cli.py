@@ -46,9 +46,9 @@ def _model_options(f):
         click.option("--kv-pool-mib", "--kv-stream-stage-mib", "kv_pool_mib", default=None,
                      callback=_pool, help="device KV pool in MiB, or 'auto' (default: all resident)"),
         click.option("--threads", "n_threads", type=int, default=None, help="CPU threads"),
-        click.option("--gpu-kernels", type=click.Choice(["exact", "fast"]), default="exact",
+        click.option("--gpu-kernels", type=click.Choice(["fast", "exact"]), default="fast",
                      show_default=True,
-                     help="CUDA kernels: bit-identical with the CPU, or faster prefill"),
+                     help="CUDA kernels: the fastest, or bit-identical with the CPU"),
     ]):
         f = opt(f)
     return f

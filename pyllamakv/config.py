@@ -32,7 +32,7 @@ def usable_cpus() -> int:
 class LlamaConfig:
     n_ctx: int = 512                  # 0: the model's training context
     n_batch: int = 512                # tokens per decode call
-    n_ubatch: int = 512               # micro-batch of the forward pass
+    n_ubatch: int | None = None       # micro-batch of the forward pass; None: chosen (ubatch.py)
     n_threads: int | None = None      # None: the core's default (all cores)
     device: str = "auto"              # "auto" | "cpu" | "cuda"
     type_k: str | int = "f16"
@@ -41,12 +41,13 @@ class LlamaConfig:
     seed: int = -1                    # -1 (or 0xFFFFFFFF): random
     logits_all: bool = False
     n_gpu_layers: int | None = None   # llama-cpp-python's spelling of the device choice
-    gpu_kernels: str = "exact"        # CUDA: "exact" (the CPU's bits) | "fast"
+    gpu_kernels: str = "fast"         # CUDA: "fast" (the fastest kernels) | "exact" (the CPU's bits)
 
     def __post_init__(self) -> None:
         check_int("n_ctx", self.n_ctx, 0)
         check_int("n_batch", self.n_batch, 1)
-        check_int("n_ubatch", self.n_ubatch, 1)
+        if self.n_ubatch is not None:     # None: chosen at load (ubatch.py)
+            check_int("n_ubatch", self.n_ubatch, 1)
         if self.n_threads is not None:
             n = check_int("n_threads", self.n_threads, 0)
             cpus = usable_cpus()

@@ -38,6 +38,7 @@ from .hub import hub_file
 from .progress import ProgressCallback
 from .tools import normalize_messages, plan_tools
 from .plan import auto_pool_bytes, kv_plan
+from .ubatch import chosen_ubatch
 from .sampling import Sampler, SamplingParams
 from .state import LlamaState, Timings, load_state, model_fingerprint, save_state
 from .tokenizer import Tokenizer
@@ -47,13 +48,13 @@ class Llama:
     """A GGUF model ready to generate. ``model_path=None``: the default model."""
 
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 512, n_batch: int = 512,
-                 n_ubatch: int = 512, n_threads: int | None = None, device: str = "auto",
+                 n_ubatch: int | None = None, n_threads: int | None = None, device: str = "auto",
                  type_k: str | int = "f16", type_v: str | int = "f16",
                  kv_pool_mib: float | str | None = None, seed: int = -1,
                  logits_all: bool = False, verbose: bool = False,
                  n_gpu_layers: int | None = None, chat_format: str | None = None,
                  flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
-                 gpu_kernels: str = "exact", embedding: bool = False,
+                 gpu_kernels: str = "fast", embedding: bool = False,
                  pooling_type: int | str = -1, draft_model=None,
                  progress_callback: ProgressCallback | None = None,
                  **llama_cpp_kwargs):
@@ -83,6 +84,7 @@ class Llama:
         self.metadata = file.metadata
         self._fingerprint = model_fingerprint(file.metadata, file.tensors)
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
+        n_ubatch = cfg.n_ubatch or 512   # unset: chosen below, once the pool is known (ubatch.py)
         if cfg.kv_pool_mib == "auto":
             pool = auto_pool_bytes(hp, self._n_ctx, self.device, type_k=type_k, type_v=type_v,
                                    n_ubatch=min(n_ubatch, n_batch))
@@ -92,6 +94,8 @@ class Llama:
             if pool is not None:   # the planner's own check: a clear minimum before allocating
                 kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v, pool_bytes=pool,
                         n_ubatch=min(n_ubatch, n_batch))
+        if cfg.n_ubatch is None:
+            n_ubatch = chosen_ubatch(hp, self.device, self._n_ctx, n_batch, pool, type_k, type_v)
         self.kv_pool_bytes = pool
         self._ctx = _native.Context(self._model, self._n_ctx, n_batch, min(n_ubatch, n_batch),
                                     n_threads, type_k, type_v, 0, cfg.logits_all or embedding,
@@ -115,7 +119,8 @@ class Llama:
         if self.verbose:
             print(f"pyllamakv: loaded {self.model_path} on {self.device} in "
                   f"{time.perf_counter() - t0:.1f} s (n_ctx={self._n_ctx}, "
-                  f"kv pool={'all resident' if pool is None else f'{pool / 2**20:.1f} MiB'})",
+                  f"kv pool={'all resident' if pool is None else f'{pool / 2**20:.1f} MiB'}, "
+                  f"n_ubatch={self._ctx.n_ubatch}{'' if cfg.n_ubatch else ' (chosen)'})",
                   file=sys.stderr)
 
     @classmethod

@@ -149,7 +149,7 @@ def test_gpu_kernels_checked_by_the_core(model):
     from pyllamakv._ffi import ffi, lib
     p = ffi.new("lkv_context_params *")
     lib.lkv_context_params_init(p)
-    assert p.gpu_kernels == 0
+    assert p.gpu_kernels == 1   # the fast kernels by default
     p.n_ctx = 64
     p.gpu_kernels = 2
     out = ffi.new("lkv_context **")

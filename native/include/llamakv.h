@@ -178,8 +178,9 @@ typedef struct lkv_context_params {
     int32_t kv_chunk;        /* positions per KV chunk (0: default 256) */
     int32_t logits_all;      /* keep logits of every token of a decode */
     int64_t kv_pool_bytes;   /* device KV pool; < 0: unbounded, all resident */
-    int32_t gpu_kernels;     /* CUDA: 0 the kernels bit-identical with the CPU (default),
-                                1 the fast ones (int8 GEMM, tensor-core prefill attention) */
+    int32_t gpu_kernels;     /* CUDA: 1 the fastest kernels (default: int8 tensor-core GEMM,
+                                tensor-core prefill attention), 0 the kernels bit-identical
+                                with the CPU backend */
     int32_t embeddings;      /* 1: a decode outputs each row's final-normed hidden state
                                 (n_embd floats) instead of its logits (n_vocab floats) */
     int32_t n_state_snapshots; /* hybrid models: recurrent-state snapshots kept for prefix

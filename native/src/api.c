@@ -168,6 +168,7 @@ API void lkv_context_params_init(lkv_context_params *p) {
     p->type_v = LKV_TYPE_F16;
     p->kv_pool_bytes = -1;
     p->n_state_snapshots = 2;
+    p->gpu_kernels = 1;
 }
 
 API lkv_status lkv_context_create(lkv_model *m, const lkv_context_params *p, lkv_context **out) {

@@ -81,6 +81,9 @@ static void emu_trace_block(int t, int b, float dw, float dy, int p) __attribute
 #define MVX_EMU_TRACE_BLOCK(t, b, dw, dy, p) emu_trace_block(t, b, dw, dy, p)
 #include "mvx.cu"
 
+/* the test-only overrides mvx.cu reads (tune.h; the library defines them in backend.cu) */
+lkv_cuda_tune lkv_cuda_tuning;
+
 // ---------------------------------------------------------------- one case's state
 
 struct Run {

@@ -22,6 +22,7 @@
 #include "model.h"
 #include "quant/types.h"
 #include "harness.h"
+#include "cuda/tune.h"
 
 static double rel_err(const float *a, const double *ref, size_t n) {
     double num = 0, den = 0;
@@ -295,17 +296,18 @@ static void test_matmul_set(void) {
             gpu_matvec_chunks(dout, dx, ws, 3, n);   /* mv again: the n = 3 call overwrote it */
             for (int i = 0; i < 3; i++) get(mv[i], dout[i], sizeof(float) * n * rows[i]);
         }
-        /* legacy types: passes 0, 1 are the fast int8 GEMM (LKV_CUDA_GEMM=fast,
-         * ~1 ulp off the CPU), pass 2 the exact one (mmx.cu, the CPU's bits) */
+        /* legacy types: passes 0, 1 are the fast int8 GEMM (the default kind,
+         * ~1 ulp off the CPU) with each token tile, pass 2 the exact one (mmx.cu,
+         * the CPU's bits) */
         const char *bns[3] = {"64", "128", "exact"};
         for (int b = 0; b < (legacy ? 3 : 2); b++) {
             const int exact = b == 2;
-            if (!exact) setenv("LKV_CUDA_MMQ_BN", bns[b], 1);
-            if (legacy && !exact) setenv("LKV_CUDA_GEMM", "fast", 1);
+            lkv_cuda_tuning.mmq_bn = exact ? 0 : atoi(bns[b]);
+            if (legacy && !exact) G->set_fast(gb, 1);
             for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * n * rows[i]);
             cudaDeviceSynchronize();
             G->matmul(gb, dout, dx, ws, 3, n);
-            unsetenv("LKV_CUDA_GEMM");
+            G->set_fast(gb, 0);
             double eg = 0, ec = 0, egc = 0, egm = 0;
             size_t nd = 0;
             for (int i = 0; i < 3; i++) {
@@ -328,7 +330,7 @@ static void test_matmul_set(void) {
                 check(egc < 1e-5, "matmul set %-7s n=%d tile %s: gpu vs cpu rel err %.2e (same 8-bit activations)",
                       t->name, n, bns[b], egc);
         }
-        unsetenv("LKV_CUDA_MMQ_BN");
+        lkv_cuda_tuning.mmq_bn = 0;
         for (int i = 0; i < 3; i++) {
             free(out[i]); free(cout[i]); free(mv[i]); free(ref[i]); cudaFree(dout[i]);
             free_weight(&w[i]);
@@ -354,11 +356,12 @@ static void test_gemm_exact_tails(void) {
     for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
     /* q4_0's GEMM (mmb.cu) in its other variants: 32-token tile, 2-stage ring,
      * the scales by 4-byte copies */
-    const char *vars[][2] = {{"LKV_CUDA_MMB_BN", "32"}, {"LKV_CUDA_MMB_ST", "2"}, {"LKV_CUDA_MMB_XD", "4"}};
+    int *vars[] = {&lkv_cuda_tuning.mmb_bn, &lkv_cuda_tuning.mmb_st, &lkv_cuda_tuning.mmb_xd4};
+    const int vals[] = {32, 2, 1};
     for (int v = 0; v < NELEM(vars); v++) {
-        setenv(vars[v][0], vars[v][1], 1);
+        *vars[v] = vals[v];
         for (int si = 0; si < NELEM(shapes); si++) test_matmul_exact_ns(shapes[si][0], shapes[si][1], ns, NELEM(ns));
-        unsetenv(vars[v][0]);
+        *vars[v] = 0;
     }
 }
 
@@ -443,7 +446,7 @@ static void test_fused_act_quant(void) {
  * 8B's FFN, a 3-tile FFN; token counts with partial token tiles. */
 static void test_matmul_swiglu(void) {
     const int shapes[][3] = {{130, 576, 1536}, {509, 576, 96}, {64, 4096, 1024}, {9, 4096, 14336}, {33, 1024, 320}};
-    const char *vars[][2] = {{"", ""}, {"LKV_CUDA_MMB_BN", "32"}, {"LKV_CUDA_MMB_ST", "2"}};
+    const char *vars[][2] = {{"", ""}, {"mmb_bn", "32"}, {"mmb_st", "2"}};
     for (int si = 0; si < NELEM(shapes); si++) {
         const int n = shapes[si][0], cols = shapes[si][1], ff = shapes[si][2], rd = 40;
         const size_t NX = (size_t)n * cols, NF = (size_t)n * ff, ND = (size_t)n * rd;
@@ -463,13 +466,14 @@ static void test_matmul_swiglu(void) {
         float *dx = dup_dev(x, sizeof(float) * NX), *dout = dev_buf(sizeof(float) * NF), *ddn = dev_buf(sizeof(float) * ND);
         float *gdo[1] = {ddn};
         for (int v = 0; v < NELEM(vars); v++) {
-            if (*vars[v][0]) setenv(vars[v][0], vars[v][1], 1);
+            lkv_cuda_tuning.mmb_bn = v == 1 ? 32 : 0;
+            lkv_cuda_tuning.mmb_st = v == 2 ? 2 : 0;
             cudaMemset(dout, 0xff, sizeof(float) * NF);   /* NaN: an output not written shows */
             const int ran = G->matmul_swiglu && G->matmul_swiglu(gb, dout, dx, &wg, &wu, n);
             G->matmul(gb, gdo, dout, wds, 1, n);
             get(go, dout, sizeof(float) * NF);
             get(gdn, ddn, sizeof(float) * ND);
-            if (*vars[v][0]) unsetenv(vars[v][0]);
+            lkv_cuda_tuning.mmb_bn = lkv_cuda_tuning.mmb_st = 0;
             const size_t d1 = mm_bits_differ(go, co, NF), d2 = mm_bits_differ(gdn, cdn, ND);
             check(ran && d1 == 0 && d2 == 0,
                   "matmul_swiglu q4_0 n=%d cols=%d ff=%d %s%s%s: fused %s, %zu of %zu outputs and %zu of %zu down "
@@ -781,24 +785,21 @@ static void test_attention(void) {
             G->attn_accum(gb, dst, dq, &d);
             G->attn_finish(gb, dout, dst, n_q, nh, hd);
             get(o1, dout, sizeof(float) * QN);
-            /* (1b) the same through the other decode kernels, chosen by
-             * LKV_CUDA_ATTN (read per call): dec-old, attn_dec.cu's first kernel;
-             * ring, attn_dec_ring.cu alone (it skips attn_dec_ring2.cu, the
-             * default for q8_0 K and V). The same bits */
-            static const char *const alt_attn[2] = {"dec-old", "ring"};
+            /* (1b) the same through the other exact kernels, forced through
+             * tune.h: attn.cu's (split or sequential); attn_dec_ring.cu (which
+             * q8_0 K and V otherwise leave to attn_dec_ring2.cu). The same bits */
+            static const int alt_attn[2] = {LKV_ATT_EXACT, LKV_ATT_RING};
             int same_alt[2];
             float *o4 = malloc(sizeof(float) * QN);
-            char *env0 = getenv("LKV_CUDA_ATTN") ? strdup(getenv("LKV_CUDA_ATTN")) : NULL;
             for (int a = 0; a < 2; a++) {
-                setenv("LKV_CUDA_ATTN", alt_attn[a], 1);
+                lkv_cuda_tuning.attn = alt_attn[a];
                 G->attn_reset(gb, dst, n_q, nh, hd);
                 G->attn_accum(gb, dst, dq, &d);
                 G->attn_finish(gb, dout, dst, n_q, nh, hd);
                 get(o4, dout, sizeof(float) * QN);
                 same_alt[a] = memcmp(o1, o4, sizeof(float) * QN) == 0;
             }
-            if (env0) setenv("LKV_CUDA_ATTN", env0, 1); else unsetenv("LKV_CUDA_ATTN");
-            free(env0);
+            lkv_cuda_tuning.attn = 0;
             /* (1c) attn_whole, where it runs (the sequential kernel's shapes):
              * the same bits, and the codes it leaves for a q4_0 matmul right
              * after it: that matmul equals the CPU's on the CPU's output */
@@ -1143,6 +1144,10 @@ int main(int argc, char **argv) {
     /* n_ff: the widest matmul input tested */
     const int op = harness_open(1024, 36864, 16, 256, 2);
     if (op) return op == 1 ? 0 : op;
+    /* the exact kind: most checks here are bit identity with the CPU; the
+     * fast GEMM is checked beside the exact one (test_matmul), the fast
+     * prefill attention by test_attn_mma.c */
+    G->set_fast(gb, 0);
     if (!*only || strstr(only, "ew")) test_elementwise();
     if (!*only || strstr(only, "ew")) test_fused_act_quant();
     if (!*only || strstr(only, "mm")) test_matmul_swiglu();

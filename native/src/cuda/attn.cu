@@ -17,9 +17,8 @@
  * - attn_split + attn_fold (few queries, decode: flash-decoding): one block
  *   per (chunk, head group, query) writes its partial to the workspace, then
  *   one block per (query, head) folds the partials in chunk order.
- *   attn_dec.cu replaces both for the shapes it covers (f16/q8_0/q4_0 K and V,
- *   head_dim 64/128, 1/2/3/4/8 heads per KV head) unless LKV_CUDA_ATTN=0; the
- *   choice depends on the shape only, like the choice between these two.
+ *   attn_dec_ring.cu and attn_dec_ring2.cu replace both for the shapes they
+ *   cover (choose_attn.cu); this file takes every shape and type.
  * Every float operation is cpu/attention.c's, in its order (attn.cuh: the
  * query, reduce8, softmax, fold; attn_kv.cuh: the K dots and V elements), so
  * the partials, and the state, equal the CPU backend's bit for bit.
@@ -28,10 +27,9 @@
  * range and the shape.
  *
  * attn_seq re-reads K/V once per query: fine at short depth, slow at long
- * depth. The fast kernels (gpu_kernels = 1, LKV_CUDA_ATTN=mma or
- * LKV_CUDA_EXACT=0; common.cuh lkv_cuda_fast) send prefill to the tensor-core
- * flash attention of attn_mma.cu instead, which is not bit-identical with the
- * CPU (f16 products).
+ * depth. The fast kernels (gpu_kernels = 1, the default) send prefill to the
+ * tensor-core flash attention of attn_mma.cu instead (choose_attn.cu), which
+ * is not bit-identical with the CPU (f16 products).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +38,6 @@
 
 #include "act_quant.cuh"
 #include "attn_rows.cuh"
-#include "attn_mma.cuh"
 #include "pdl.cuh"
 
 /*
@@ -416,7 +413,6 @@ static void attn_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_d
         attn_seq_launch<TK, TV>(b, st, q, d, ge, dy, attn_fin{nullptr, nullptr, nullptr, nullptr});
         return;
     }
-    if (lkv_cuda_attn_dec(b, st, q, d, ge.rbk, ge.rbv)) return;   /* attn_dec.cu */
     for (int c0 = d->chunk_lo; c0 < d->chunk_hi; c0 += batch) {
         const int nc = min(batch, d->chunk_hi - c0);
         attn_split_kernel<TK, TV><<<dim3(nc, n_groups, d->n_q), ATT_THREADS, smem, b->stream>>>(
@@ -493,11 +489,15 @@ static bool attn_geom_of(lkv_bctx *b, const lkv_attn_desc *d, attn_geom &ge, boo
     return true;
 }
 
-void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d) {
+bool lkv_cuda_attn_check(lkv_bctx *b, const lkv_attn_desc *d) {
+    attn_geom ge;
+    return attn_geom_of(b, d, ge, true);
+}
+
+void lkv_cuda_attn_exact(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d) {
     if (d->n_q <= 0 || d->chunk_hi <= d->chunk_lo) return;
     attn_geom ge;
     if (!attn_geom_of(b, d, ge, true)) return;
-    if (lkv_cuda_fast(b, "LKV_CUDA_ATTN", "mma") && lkv_cuda_attn_mma(b, st, q, d)) return;
     attn_typed(d, [&](auto tk) {
         attn_launch<decltype(tk)::value, decltype(tk)::value>(b, (float *)st, q, d, ge, attn_dyn_of(b, d));
     });
@@ -505,10 +505,9 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
 
 /* reset + accum + finish where attn_accum would run attn_seq: one launch that
  * starts from the reset state and writes out and its codes; 0 otherwise */
-int lkv_cuda_attn_whole(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *d) {
+int lkv_cuda_attn_exact_whole(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *d) {
     attn_geom ge;
     if (d->n_q <= 0 || d->chunk_hi <= d->chunk_lo || !attn_geom_of(b, d, ge, false)) return 0;
-    if (lkv_cuda_fast(b, "LKV_CUDA_ATTN", "mma") || lkv_cuda_env_is("LKV_CUDA_ATTN_WHOLE", "0")) return 0;
     const int Gmax = min(GMAX, ge.G_total);
     if (attn_smem_bytes(Gmax, d->chunk, d->head_dim) > ATT_SMEM_MAX || !attn_use_seq(b, d, ge)) return 0;
     const int64_t n = (int64_t)d->n_q * d->n_head * d->head_dim;

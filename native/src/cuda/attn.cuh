@@ -1,5 +1,5 @@
 /*
- * cuda/attn.cuh: what attn.cu and attn_dec.cu share: the CPU backend's
+ * cuda/attn.cuh: what attn.cu and the decode kernels share: the CPU backend's
  * rounding points (cpu/attention.c) and the dynamic position of a replayed
  * step (common.cuh: dyn_pos).
  *

@@ -2,7 +2,7 @@
  * cuda/attn_dec_ring.cu: decode attention (few queries) over the chunk grid,
  * K and V streamed through a small ring of shared-memory stages.
  *
- * The work is attn_dec.cu's: one block per (query, KV head, chunk) computes
+ * The work (decode attention, flash-decoding style): one block per (query, KV head, chunk) computes
  * the chunk's partial (m, l, normalised o) for the G query heads of that KV
  * head, every float operation cpu/attention.c's in its order (attn.cuh,
  * attn_kv.cuh), and attn_fold.cu's attn_fold2 folds the partials in chunk order.
@@ -31,14 +31,14 @@
  *    with c d exact (c = 2^15 + 128 for q8_0, 2^15 + 8 for q4_0: 9 or 13
  *    significant bits times d's 11), so the FMA's one rounding is of the
  *    exact code * d: the CPU's (float)code * d bit for bit.
- * Rows in no segment are zeroed and masked, as in attn_dec.cu; every sum's
+ * Rows in no segment are zeroed and masked; every sum's
  * order is fixed by the rows' places in the chunk: the same bits for any
- * segments, copy units or stage sizes, hence attn_dec.cu's and the CPU's.
+ * segments, copy units or stage sizes, hence attn.cu's and the CPU's.
  *
  * Covers K = V type f16 (16-byte copies), q8_0 / q4_0 (8-byte copies at
  * head_dim 128, 4-byte at 64), head_dim 64 / 128, G 1, 2, 3, 4, 8, with row
  * sizes and segment addresses aligned to the copy unit; anything else goes
- * to attn_dec.cu's kernel (LKV_CUDA_ATTN=dec-old forces that one).
+ * to attn.cu's split kernel (choose_attn.cu): the same bits.
  */
 #include "attn_kv.cuh"
 #include "pdl.cuh"
@@ -274,7 +274,7 @@ attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_des
 template <int T, int HD, int G>
 static bool launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
     using S = rg_shape<T, HD, G>;
-    /* every row slice must be aligned to the copy unit (else attn_dec.cu's kernel) */
+    /* every row slice must be aligned to the copy unit (else attn.cu's) */
     if (rbk % S::CU || rbv % S::CU) return false;
     for (int i = 0; i < d->n_segs; i++)
         if (((uintptr_t)d->segs[i].k | (uintptr_t)d->segs[i].v) % S::CU) return false;

@@ -1,7 +1,7 @@
 /*
  * cuda/attn_dec_ring2.cu: attn_dec_ring.cu's decode attention for q8_0 K and
  * V (head_dim 64 / 128, G 1, 2, 3, 4, 8) with cheaper per-row bookkeeping;
- * the default for those types (attn_dec.cu; LKV_CUDA_ATTN=ring skips it), other types and shapes go on
+ * the choice for those types (choose_attn.cu); other types and shapes go
  * to attn_dec_ring.cu. Same grid, ring, stages, thread roles and float
  * operations in the same order per output as attn_dec_ring.cu (read its
  * header): the same bits. What differs, from the H200 SASS of the ring

@@ -1,6 +1,6 @@
 /*
  * cuda/attn_fold.cu: the decode attention's fold (attn_fold2): the per-chunk
- * partials (m, l, normalised o) that attn_dec.cu's and attn_dec_ring.cu's
+ * partials (m, l, normalised o) that attn_dec_ring.cu's and attn_dec_ring2.cu's
  * kernels leave in the workspace are folded in increasing chunk order into the
  * running state, with attn_fold_w / attn_fold_o's exact operations (attn.cuh:
  * the same bits as attn.cu's folds and the CPU's). The running maxima and the

@@ -1,7 +1,7 @@
 /*
  * cuda/attn_kv.cuh: K and V elements as the CPU backend's attention uses them
  * (cpu/attention.c over quant/dot_legacy.c's AVX2 kernels, quant/float_types.c
- * and quant/legacy.c's to_float), for attn.cu and attn_dec.cu.
+ * and quant/legacy.c's to_float), for attn.cu and the decode kernels.
  *
  * Quantized K is dotted with the query in K's dot type (q8_0, or q8_1 for the
  * types with a minimum) as the AVX2 kernel does: per 32-block, 8 int32 lanes,
@@ -130,7 +130,7 @@ static __device__ __forceinline__ void attn_vpair(const uint8_t *row, int e, flo
     }
 }
 
-// ---------------------------------------------------------------- staged K/V (attn_dec.cu, attn_dec_ring.cu)
+// ---------------------------------------------------------------- staged K/V (attn_dec_ring.cu, attn_dec_ring2.cu)
 
 /* cp.async of N bytes (16: .cg, bypassing L1; 4 / 8: .ca) and its groups */
 template <int N>
@@ -215,7 +215,7 @@ void attn_dec_fold(lkv_bctx *b, float *st, int n_head, int hd, int n_q, int nc);
 bool lkv_cuda_attn_dec_ring(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
                             size_t rbv);
 /* attn_dec_ring2.cu: the same for q8_0 K and V with cheaper loads and copies
- * (LKV_CUDA_ATTN=ring2); false (nothing enqueued) for anything else */
+ * (choose_attn.cu); false (nothing enqueued) for anything else */
 bool lkv_cuda_attn_dec_ring2(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
                              size_t rbv);
 

@@ -1,7 +1,7 @@
 /*
  * cuda/attn_state.cu: the attention's running state (backend.h): per query
  * and head (m, l, normalised o), hd + 2 floats. attn_reset sets m = -inf,
- * l = 0, o = 0 before a layer's chunks are folded in (attn.cu, attn_dec.cu);
+ * l = 0, o = 0 before a layer's chunks are folded in (attn.cu and the others);
  * attn_finish writes o (0 where no row was seen), and with the 8-bit codes of
  * the o matmul's input when they fit (act_quant.cuh).
  */

@@ -147,37 +147,8 @@ static lkv_status cuda_model_init(struct lkv_model *m) {
  * in one launch; longer ones take several launches. */
 static const size_t ATTN_WS_BYTES = (size_t)32 << 20;
 
-/* LKV_CUDA_PROFILE=1: how long the host waited in the download that ends each
- * step, from the copy's enqueue to its end (median of the last 256). Near the
- * copy's own time: the GPU finished before the host had enqueued the step
- * (host-bound); large: the GPU is the limit. (H200 run 6 timed only the sync
- * after a pageable copy, which had already waited: its ~3 us says nothing.) */
-enum { WAITS = 256 };
-static double host_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-static int cmp_f(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-static void print_waits(lkv_bctx *b) {
-    if (!b->waits || !b->n_waits) return;
-    const int n = b->n_waits < WAITS ? b->n_waits : WAITS;
-    float *w = (float *)malloc(n * sizeof(float));
-    if (!w) return;
-    memcpy(w, b->waits, n * sizeof(float));
-    qsort(w, n, sizeof(float), cmp_f);
-    fprintf(stderr, "[cuda] host wait in the step-ending download: median %.3f ms, min %.3f (last %d of %lld)\n",
-            w[n / 2] * 1e3, w[0] * 1e3, n, (long long)b->n_waits);
-    free(w);
-}
-
 static void cuda_ctx_free(lkv_bctx *b) {
     if (!b) return;
-    print_waits(b);
-    free(b->waits);
     if (b->stream) cudaStreamSynchronize(b->stream);
     lkv_cuda_copier_free(b);
     if (b->graph_exec) cudaGraphExecDestroy(b->graph_exec);
@@ -230,18 +201,14 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
         if (hp->n_ff > c) c = hp->n_ff;
         if (hp->n_head * hp->head_dim > c) c = hp->n_head * hp->head_dim;
         b->xq_cols = (c + 31) / 32 * 32;
-        const char *env = getenv("LKV_CUDA_MMQ");
-        b->mmq = !(env && env[0] == '0');
-        env = getenv("LKV_CUDA_MV_ROWS");
-        b->mv_rows = env && atoi(env) == 1 ? 1 : 2;
-        env = getenv("LKV_CUDA_MV_SPLIT");
-        b->mv_split = env && atoi(env) == 1 ? 1 : 4;
-        env = getenv("LKV_CUDA_GRAPH");
+        /* the library's one debug switch (README): LKV_CUDA_GRAPH=0 launches
+         * every decode step op by op instead of replaying a captured graph */
+        const char *env = getenv("LKV_CUDA_GRAPH");
         b->graph_on = !(env && env[0] == '0');
+        b->fast = 1;   /* gpu_kernels: the fastest kernels unless set_fast(0) */
         int major = 0;
-        env = getenv("LKV_CUDA_PDL");
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, b->device);
-        b->pdl = major >= 9 && !(env && env[0] == '0');
+        b->pdl = major >= 9;
         b->xq_rows = b->max_tokens > 8 ? b->max_tokens : 8;
         const size_t nq = (size_t)b->xq_rows * b->xq_cols;
         if (e == cudaSuccess) e = cudaMalloc((void **)&b->xq, nq);
@@ -262,8 +229,6 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
                         cudaGetErrorString(e));
     }
     lkv_cuda_attn_setup();
-    if (getenv("LKV_CUDA_PROFILE") && getenv("LKV_CUDA_PROFILE")[0] == '1')
-        b->waits = (float *)calloc(WAITS, sizeof(float));
     *out = b;
     return LKV_OK;
 }
@@ -286,13 +251,9 @@ static void cuda_free(lkv_bctx *b, void *p) {
 }
 
 static void cuda_download(lkv_bctx *b, void *host_dst, const void *src, size_t bytes) {
-    /* timed from the copy's enqueue: into pageable memory the copy itself
-     * blocks until the stream reaches it */
-    const double t0 = b->waits ? host_now() : 0;
     LKV_CUDA_CALL(b, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, b->stream),
                   "download");
     LKV_CUDA_CALL(b, cudaStreamSynchronize(b->stream), "download");
-    if (b->waits) b->waits[b->n_waits++ % WAITS] = (float)(host_now() - t0);
 }
 
 /* host_src may be reused on return, so the copy is waited for (uploads are
@@ -325,13 +286,26 @@ static lkv_status cuda_sync(lkv_bctx *b) {
  * row writes and attention read it: common.cuh), the tokens through get_rows'
  * pinned staging. A new key updates the executable graph in place when the
  * topology allows, else instantiates a new one. LKV_CUDA_GRAPH=0 turns
- * graphs off. A bounded KV pool records events and queries them between
+ * graphs off. A graph captured under other kernel choices (the context's
+ * kind, or the test-only tune.h overrides) is dropped before it could replay. A bounded KV pool records events and queries them between
  * two queues, which a graph cannot hold: such contexts run their steps
  * directly. */
+/* the test-only overrides of the kernel choice (tune.h): zero, the library's own */
+lkv_cuda_tune lkv_cuda_tuning;
+
+static void cuda_graph_drop(lkv_bctx *b) {
+    cudaStreamSynchronize(b->stream);
+    cudaGraphExecDestroy(b->graph_exec);
+    cudaGetLastError();
+    b->graph_exec = NULL;
+    b->rope_in_graph = 0;
+}
+
 static int cuda_step_begin(lkv_bctx *b, uint64_t key, const int32_t *tokens, int n, int32_t pos0) {
     if (!b->graph_on || b->err != cudaSuccess || b->copier || n <= 0 || n > b->max_tokens) return 0;
     /* the staging buffers may still feed the previous step's copies */
     LKV_CUDA_CALL(b, cudaEventSynchronize(b->tokens_free), "step_begin");
+    if (b->graph_exec && b->graph_gen != lkv_cuda_tuning.gen) cuda_graph_drop(b);
     *b->h_pos = pos0;
     if (b->graph_exec && b->graph_key == key) {
         memcpy(b->h_tokens, tokens, (size_t)n * sizeof(int32_t));
@@ -391,6 +365,7 @@ static int cuda_step_end(lkv_bctx *b) {
         return -1;
     }
     b->graph_key = b->cap_key;
+    b->graph_gen = lkv_cuda_tuning.gen;
     LKV_CUDA_CALL(b, cudaGraphLaunch(b->graph_exec, b->stream), "step_end: launch");
     LKV_CUDA_CALL(b, cudaEventRecord(b->tokens_free, b->stream), "step_end");
     lkv_cuda_rope_replayed(b);
@@ -398,7 +373,11 @@ static int cuda_step_end(lkv_bctx *b) {
     return 0;
 }
 
-static void cuda_set_fast(lkv_bctx *b, int fast) { b->fast = fast; }
+/* the kernel kind; a captured graph holds the other kind's kernels */
+static void cuda_set_fast(lkv_bctx *b, int fast) {
+    if (b->fast != fast && b->graph_exec) cuda_graph_drop(b);
+    b->fast = fast;
+}
 
 // ---------------------------------------------------------------- table
 

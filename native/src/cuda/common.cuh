@@ -25,6 +25,7 @@ extern "C" {
 }
 
 #include "quant.cuh"
+#include "tune.h"
 
 // ---------------------------------------------------------------- context
 
@@ -60,11 +61,6 @@ struct lkv_bctx {
     const float *xq_src;
     int64_t xq_src_total;
     uint64_t xq_seq, op_seq;
-    int mmq;                     /* integer mat-vec on (LKV_CUDA_MMQ != 0) */
-    int mv_rows;                 /* rows per warp: 1 or 2 (LKV_CUDA_MV_ROWS) */
-    int mv_split;                /* warps per row group: 1 or 4 (LKV_CUDA_MV_SPLIT) */
-    float *waits;                /* LKV_CUDA_PROFILE=1: host waits in download (backend.cu) */
-    int64_t n_waits;
 
     float *attn_ws;              /* per-chunk partials of split attention */
     size_t attn_ws_bytes;
@@ -79,8 +75,9 @@ struct lkv_bctx {
     int32_t cap_pos0;
     int32_t *h_pos, *d_pos;      /* the step's position: pinned, and its device copy */
     int graph_on;                /* LKV_CUDA_GRAPH != 0, and no capture has failed */
-    int fast;                    /* the fast kernels (lkv_context_params.gpu_kernels = 1) */
-    int pdl;                     /* programmatic dependent launch (pdl.cuh): sm_90+, LKV_CUDA_PDL != 0 */
+    int graph_gen;               /* lkv_cuda_tuning.gen when graph_exec was captured (tune.h) */
+    int fast;                    /* the kernel kind: 1 fast (default), 0 exact (gpu_kernels) */
+    int pdl;                     /* programmatic dependent launch (pdl.cuh): sm_90+ */
     int capturing;
     uint64_t cap_key, graph_key; /* key being captured; key of graph_exec */
     cudaGraphExec_t graph_exec;
@@ -116,24 +113,6 @@ int lkv_cuda_compute_wait_copy(lkv_bctx *b, uint64_t t);
 uint64_t lkv_cuda_compute_mark(lkv_bctx *b);
 void lkv_cuda_copy_wait_compute(lkv_bctx *b, uint64_t t);
 lkv_status lkv_cuda_copy_sync(lkv_bctx *b);
-
-/* Kernel choice: the context's gpu_kernels (b->fast: the int8 GEMM and the
- * tensor-core prefill attention, which are not bit-identical with the CPU
- * backend; decode keeps the exact mat-vec, the faster one), overridden by the
- * environment, read per call (tests switch it):
- * `var` set to `fast_value` selects the fast kernel, set to anything else the
- * exact one; LKV_CUDA_EXACT=0 / 1 selects all fast / all exact kernels. */
-static inline bool lkv_cuda_env_is(const char *var, const char *value) {
-    const char *e = getenv(var);
-    return e && !strcmp(e, value);
-}
-static inline bool lkv_cuda_fast(const lkv_bctx *b, const char *var, const char *fast_value) {
-    const char *e = getenv(var);
-    if (e && *e) return !strcmp(e, fast_value);
-    e = getenv("LKV_CUDA_EXACT");
-    if (e && *e) return !strcmp(e, "0");
-    return b->fast != 0;
-}
 
 /* rope angles (rope_table.cu). table: rows of (cos, sin) for tokens 0..n-1 at
  * pos0.., or NULL when the kernels must compute them. The capture / replay
@@ -266,9 +245,13 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
 void lkv_cuda_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n_head,
                           int head_dim);
 int lkv_cuda_attn_whole(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *d);
-void lkv_cuda_attn_setup(void);
-/* decode attention with staged K/V (attn_dec.cu); false when the shape is not covered */
-bool lkv_cuda_attn_dec(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
-                       size_t rbv);   /* raises kernels' shared-memory limits once */
+void lkv_cuda_attn_setup(void);   /* raises kernels' shared-memory limits once */
+/* attn.cu's exact kernels, which take every supported shape and type
+ * (choose_attn.cu hands them what no faster kernel takes): accum and the
+ * fused reset + accum + finish (0 where attn_seq would not run); check: the
+ * geometry is supported (else the error is noted) */
+void lkv_cuda_attn_exact(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
+int lkv_cuda_attn_exact_whole(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *d);
+bool lkv_cuda_attn_check(lkv_bctx *b, const lkv_attn_desc *d);
 
 #endif

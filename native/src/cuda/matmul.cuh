@@ -1,7 +1,7 @@
 /*
- * cuda/matmul.cuh: what the f32 mat-vec / GEMM (matmul.cu) and the integer
- * mat-vec (matvec_q8.cu) share: the set of weights of one launch and the
- * mat-vec geometry.
+ * cuda/matmul.cuh: what the matmul kernels and their chooser
+ * (choose_matmul.cu) share: the set of weights of one launch, the mat-vec
+ * geometry, the activation formats and the kernels' entry points.
  */
 #ifndef LKV_CUDA_MATMUL_CUH
 #define LKV_CUDA_MATMUL_CUH
@@ -50,19 +50,18 @@ void lkv_cuda_quantize_act(lkv_bctx *b, const float *x, int n, int cols, int typ
 /* the q8_K kernel (quantize_k.cu); false when cols is not a multiple of 256 */
 bool lkv_cuda_quantize_q8k(lkv_bctx *b, const float *x, int n, int cols);
 
-/* integer mat-vec (matvec_q8.cu): x (n <= MV_MAX_TOK, cols) quantized to 8 bits
- * in b->xq / b->xd, then every weight of the set; false when it does not apply
- * (float weight types, disabled, cols beyond the workspace) */
-bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n,
-                        bool quantize);
-
-/* int8 tensor-core GEMM (mmq.cu) for n > MV_MAX_TOK on the weight types with one
- * integer scale per 32-block; quantizes x first when `quantize`; false when it
- * does not apply (other types, LKV_CUDA_GEMM=wmma, LKV_CUDA_MMQ=0, n or cols
- * beyond the workspace). The legacy types (q4_0 ... iq4_nl) are handed to the
- * CPU-exact GEMM of mmx.cu unless LKV_CUDA_GEMM=fast; likewise the mat-vec
- * hands them to mvx.cu unless LKV_CUDA_MV=fast (exact.cuh) */
-bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n, bool quantize);
+/* The kernels choose_matmul.cu picks from (one file each). The integer ones
+ * read the codes of x already in b->xq / xd / xs and return false, having
+ * enqueued nothing, for what they do not take; *_takes answers that before
+ * the codes are made. The float ones read x and take every weight type. */
+bool lkv_cuda_matvec_f32(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n);
+bool lkv_cuda_gemm_f16(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n);
+bool lkv_cuda_matvec_q8_takes(int type);
+bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
+bool lkv_cuda_mmq_takes(int type, const mm_set &ms);
+bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
+bool lkv_cuda_mvx_takes(int type, const mm_set &ms);
+bool lkv_cuda_mmx_takes(int type);
 
 /* mmb.cu's gate/up GEMM with the swiglu and its codes in the epilogue: ms has
  * gate (w[0]) and up (w[1]) of equal shape, rows % 32 == 0, x quantized in

@@ -3,7 +3,7 @@
  *
  * The f32 mat-vec (matmul.cu) converts every weight to float and spends
  * about 8 conversions, masks and FMAs per weight and token: arithmetic-bound
- * at ~0.7 TB/s (NOTES.md). Here the activations (n <= MV_MAX_TOK rows) are
+ * at ~0.7 TB/s (docs/performance.md). Here the activations (n <= MV_MAX_TOK rows) are
  * first quantized once per matmul call to 8 bits in blocks of 32 (scale
  * dx = max|x| / 127, round to nearest: the CPU backend's activation rounding),
  * then each 8-weight piece is unpacked to signed bytes (quant_i8.cuh) and
@@ -12,17 +12,16 @@
  * warp reads contiguous spans of weights and activations.
  *
  * Results differ from the f32 kernel by the activation rounding (relative
- * ~4e-3, like the CPU's). Disabled with LKV_CUDA_MMQ=0 (f32 kernel).
- * The legacy types (q4_0 ... iq4_nl) go to mvx.cu instead, which reproduces
- * the CPU's float sums bit for bit; this kernel keeps the k-quants, and the
- * legacy types with LKV_CUDA_MV=fast (sums in another order, ~1 ulp off).
+ * ~4e-3, like the CPU's). choose_matmul.cu gives it the k-quants; the legacy
+ * types (q4_0 ... iq4_nl) go to mvx.cu, which reproduces the CPU's float sums
+ * bit for bit and is faster (353 against 248 t/s at depth 0, 8B shape, H200).
+ * This file also holds the activation quantization every integer kernel reads.
  *
- * Work split: by default the 4 warps of a block share R = 2 rows and split
- * each row's pieces (lane l of warp k takes pieces 32k + l, +128, ...), so
- * there are 4x as many warps in flight as rows/2: a mat-vec is latency-bound
- * long before it is ALU-bound (H200 run 1: one warp per 2 rows, 171 t/s at
- * depth 0; 4 rows per warp, fewer warps, 135). LKV_CUDA_MV_SPLIT=1 gives the
- * one-warp-per-rows kernel, LKV_CUDA_MV_ROWS=1 one row per block.
+ * Work split: the 4 warps of a block share R = 2 rows and split each row's
+ * pieces (lane l of warp k takes pieces 32k + l, +128, ...), so there are 4x
+ * as many warps in flight as rows/2: a mat-vec is latency-bound long before
+ * it is ALU-bound (H200 run 1: one warp per 2 rows, 171 t/s at depth 0; 4
+ * rows per warp, fewer warps, 135; the variants left with the fifth session).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -152,9 +151,7 @@ static void launch(lkv_bctx *b, mm_set &ms, int cols, int n) {
 template <int T>
 static bool run(lkv_bctx *b, mm_set &ms, int cols, int n) {
     if constexpr (has_i8<T>::v) {
-        if (b->mv_split == 1) launch<T, 2, 1>(b, ms, cols, n);
-        else if (b->mv_rows == 1) launch<T, 1, MV_WARPS>(b, ms, cols, n);
-        else launch<T, 2, MV_WARPS>(b, ms, cols, n);
+        launch<T, 2, MV_WARPS>(b, ms, cols, n);
         return true;
     } else {
         (void)b; (void)ms; (void)cols; (void)n;
@@ -162,33 +159,24 @@ static bool run(lkv_bctx *b, mm_set &ms, int cols, int n) {
     }
 }
 
-bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n,
-                        bool quantize) {
-    if (!b->mmq || !b->xq || n > MV_MAX_TOK || cols > b->xq_cols || cols % 32) return false;
+bool lkv_cuda_matvec_q8_takes(int type) {
+    switch (type) {
+#define X(T) case T: return has_i8<T>::v;
+        LKV_CUDA_WEIGHT_TYPES(X)
+#undef X
+    default: return false;
+    }
+}
+
+bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
+    if (n < 1 || n > MV_MAX_TOK) return false;
     bool ok = false;
     switch (type) {
-#define X(T) case T: ok = has_i8<T>::v; break;
+#define X(T) case T: ok = run<T>(b, ms, cols, n); break;
         LKV_CUDA_WEIGHT_TYPES(X)
 #undef X
     default: break;
     }
-    if (!ok) return false;
-    if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
-    /* the legacy types take the CPU-exact kernel (mvx.cu) unless LKV_CUDA_MV=fast
-     * (or LKV_CUDA_EXACT=0, or the context's gpu_kernels = 1: common.cuh) */
-    /* the exact mat-vec is also the faster one since it stages its activations
-     * (H200 run 8: 353 vs 248 t/s at depth 0), so only LKV_CUDA_MV=fast, not
-     * gpu_kernels = "fast", sends decode to the int8 kernels below */
-    if (!lkv_cuda_env_is("LKV_CUDA_MV", "fast") && lkv_cuda_mvx(b, type, ms, cols, n)) {
-        LKV_CUDA_LAUNCHED(b, "matmul (mvx)");
-        return true;
-    }
-    switch (type) {
-#define X(T) case T: run<T>(b, ms, cols, n); break;
-        LKV_CUDA_WEIGHT_TYPES(X)
-#undef X
-    default: break;
-    }
-    LKV_CUDA_LAUNCHED(b, "matmul (q8)");
-    return true;
+    if (ok) LKV_CUDA_LAUNCHED(b, "matmul (matvec_q8)");
+    return ok;
 }

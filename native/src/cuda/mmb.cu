@@ -25,8 +25,8 @@
  * Fragments (PTX, mma.m16n8k32 .s8; g = lane >> 2, q = lane & 3): A (16 x 32)
  * = activations (token x k), B (32 x 8) = weights (k x row), C = tokens x
  * rows: c0 = (g, 2q), c1 = (g, 2q + 1), c2 = (g + 8, 2q), c3 = (g + 8, 2q + 1).
- * LKV_CUDA_MMB_BN=32|64 forces the token tile (default 64: 2 warps per chain,
- * 512 threads), LKV_CUDA_MMB_ST=2|3 the stages of the copy ring (default 3).
+ * The token tile is 64 (2 warps per chain, 512 threads) and the copy ring 3
+ * stages deep; tune.h's mmb_bn = 32 and mmb_st = 2 give the other variants.
  *
  * SW (lkv_cuda_mmb_swiglu, the gate and up matmuls of a SwiGLU FFN): a tile's
  * rows are 32 gate rows and the same 32 up rows, so the tile's end has gate
@@ -339,17 +339,16 @@ static void mmb_launch(lkv_bctx *b, const mm_set &ms, int cols, int n, const mb_
     static unsigned configured = 0;
     lkv_cuda_smem_limit(b, &configured, mmb_kernel<BN, NS, SW>, bytes, "matmul (mmb): shared memory limit");
     const unsigned row_tiles = ms.tile0[ms.n_w];
-    /* the scales by 16-byte copies where aligned (cols % 128 == 0), unless LKV_CUDA_MMB_XD=4 */
-    const int xd16 = cols / 32 % 4 == 0 && !lkv_cuda_env_is("LKV_CUDA_MMB_XD", "4");
+    /* the scales by 16-byte copies where aligned (cols % 128 == 0; tune.h's mmb_xd4: 4-byte ones) */
+    const int xd16 = cols / 32 % 4 == 0 && !lkv_cuda_tuning.mmb_xd4;
     lkv_launch(b, mmb_kernel<BN, NS, SW>, dim3(lkv_cdiv(n, BN), row_tiles), mb_threads<BN>(), bytes, ms,
                (const int8_t *)b->xq, (const float *)b->xd, cols, n, oa, xd16);
 }
 
-/* the token tile and ring depth: LKV_CUDA_MMB_BN=32|64, LKV_CUDA_MMB_ST=2|3
- * (per call: tests use every variant; default 64 x 3) */
+/* the token tile and ring depth: 64 x 3 (tune.h's mmb_bn = 32, mmb_st = 2:
+ * the other variants, which the tests run) */
 template <bool SW> static void mmb_dispatch(lkv_bctx *b, const mm_set &ms, int cols, int n, const mb_act &oa) {
-    const char *e = getenv("LKV_CUDA_MMB_BN"), *st = getenv("LKV_CUDA_MMB_ST");
-    const bool b64 = !(e && atoi(e) == 32), s3 = !(st && atoi(st) == 2);
+    const bool b64 = lkv_cuda_tuning.mmb_bn != 32, s3 = lkv_cuda_tuning.mmb_st != 2;
     if (b64) s3 ? mmb_launch<64, 3, SW>(b, ms, cols, n, oa) : mmb_launch<64, 2, SW>(b, ms, cols, n, oa);
     else s3 ? mmb_launch<32, 3, SW>(b, ms, cols, n, oa) : mmb_launch<32, 2, SW>(b, ms, cols, n, oa);
 }

@@ -28,18 +28,13 @@
  *   mma: ldmatrix fragments from the int8 tiles (row stride 144 bytes = 16 mod
  *     128: the 8 rows of each 8x16-byte ldmatrix phase hit distinct banks).
  * Grid: x over the row tiles of all weights of the set (tile0 / mm_pick), y
- * over token tiles. By default the legacy types (q4_0 ... iq4_nl) go to
- * mmb.cu (q4_0) and mmx.cu (the others), whose sums are the CPU's bit for
- * bit; the fast kernels (common.cuh lkv_cuda_fast: gpu_kernels = 1,
- * LKV_CUDA_GEMM=fast, LKV_CUDA_EXACT=0) bring them here (~1 ulp off the CPU;
- * pp512 of the 8B shape, q4_0: 1.4x mmb.cu, H200). LKV_CUDA_GEMM=wmma keeps
- * matmul.cu's f16 gemm_kernel; LKV_CUDA_MMQ_BN=64|128 forces the token tile
- * (default: by grid size).
+ * over token tiles; the token tile by grid size (tune.h's mmq_bn forces one).
+ * choose_matmul.cu gives it the prefill of every type it takes with the fast
+ * kernels (~1 ulp off the CPU; pp512 of the 8B shape, q4_0: 1.4x mmb.cu, H200),
+ * and q4_K / q5_K with the exact ones too.
  */
-#include <stdlib.h>
-#include <string.h>
-
-#include "exact.cuh"
+#include "matmul.cuh"
+#include "tune.h"
 #include "quant_i8.cuh"
 #include "gemm_ptx.cuh"
 
@@ -302,9 +297,6 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
 
 // ---------------------------------------------------------------- launcher
 
-/* LKV_CUDA_GEMM=wmma turns this kernel off; the fast kernels (lkv_cuda_fast)
- * give it the legacy types too (otherwise on mmx.cu, CPU-exact); per call */
-
 template <int T, int BN>
 static void mmq_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
     constexpr int bytes = mq_smem<T, BN>::bytes;
@@ -315,19 +307,26 @@ static void mmq_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
 }
 
 template <int T>
-static bool mmq_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n, bool quantize) {
+static bool mmq_takes(const mm_set &ms) {
     if constexpr (mq_ok<T>::v) {
         if constexpr (mq_geom<T>::sb) {   /* superblock chunks are copied at their own offsets */
             for (int i = 0; i < ms.n_w; i++)
                 if ((uintptr_t)ms.w[i] % 16 || ms.row_bytes[i] % 16) return false;
         }
-        if (quantize) lkv_cuda_quantize_act(b, x, n, cols, T);
+        return true;
+    } else {
+        (void)ms;
+        return false;
+    }
+}
+
+template <int T>
+static bool mmq_run(lkv_bctx *b, mm_set &ms, int cols, int n) {
+    if constexpr (mq_ok<T>::v) {
         ms.tile0[0] = 0;
         for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MQ_BM);
-        /* LKV_CUDA_MMQ_BN=64|128 forces the token tile (read per call: tests use both);
-         * by default the larger tile when it still gives two blocks per SM */
-        const char *e = getenv("LKV_CUDA_MMQ_BN");
-        int bn = e ? atoi(e) : 0;
+        /* the larger token tile when it still gives two blocks per SM (tune.h can force one) */
+        int bn = lkv_cuda_tuning.mmq_bn;
         if (bn != 64 && bn != 128)
             bn = (int64_t)ms.tile0[ms.n_w] * lkv_cdiv(n, 128) >= 2 * (int64_t)b->n_sm ? 128 : 64;
         if (bn == 128) mmq_launch<T, 128>(b, ms, cols, n);
@@ -335,38 +334,24 @@ static bool mmq_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n, bo
         LKV_CUDA_LAUNCHED(b, "matmul (mmq)");
         return true;
     } else {
-        (void)b; (void)ms; (void)x; (void)cols; (void)n; (void)quantize;
+        (void)b; (void)ms; (void)cols; (void)n;
         return false;
     }
 }
 
-bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n, bool quantize) {
-    /* per call: tests switch it; a GEMM costs far more than the lookup */
-    const bool mq_off = lkv_cuda_env_is("LKV_CUDA_GEMM", "wmma");
-    const bool mq_fast = lkv_cuda_fast(b, "LKV_CUDA_GEMM", "fast");
-    if (mq_off || !b->mmq || !b->xq || n > b->xq_rows || cols > b->xq_cols || cols % 32) return false;
-    /* the legacy types: the CPU-exact GEMM (mmx.cu) unless LKV_CUDA_GEMM=fast */
-    bool exact = false;
+bool lkv_cuda_mmq_takes(int type, const mm_set &ms) {
     switch (type) {
-#define X(T) case T: exact = ex_ok<T>::v; break;
+#define X(T) case T: return mmq_takes<T>(ms);
         LKV_CUDA_WEIGHT_TYPES(X)
 #undef X
-    default: break;
+    default: return false;
     }
-    if (exact && !mq_fast) {
-        if (quantize) lkv_cuda_quantize_act(b, x, n, cols, type);
-        /* q4_0: the CPU's block order (mmb.cu); the others: the 8-lane order */
-        if (type == LKV_TYPE_Q4_0) {
-            if (!lkv_cuda_mmb(b, type, ms, cols, n)) return false;
-            LKV_CUDA_LAUNCHED(b, "matmul (mmb)");
-            return true;
-        }
-        if (!lkv_cuda_mmx(b, type, ms, cols, n)) return false;
-        LKV_CUDA_LAUNCHED(b, "matmul (mmx)");
-        return true;
-    }
+}
+
+bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
+    if (!lkv_cuda_mmq_takes(type, ms)) return false;
     switch (type) {
-#define X(T) case T: return mmq_run<T>(b, ms, x, cols, n, quantize);
+#define X(T) case T: return mmq_run<T>(b, ms, cols, n);
         LKV_CUDA_WEIGHT_TYPES(X)
 #undef X
     default: return false;

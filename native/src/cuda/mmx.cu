@@ -285,6 +285,15 @@ static bool mmx_run(lkv_bctx *b, mm_set &ms, int cols, int n) {
     }
 }
 
+bool lkv_cuda_mmx_takes(int type) {
+    switch (type) {
+#define X(T) case T: return ex_ok<T>::v;
+        LKV_CUDA_WEIGHT_TYPES(X)
+#undef X
+    default: return false;
+    }
+}
+
 bool lkv_cuda_mmx(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
     switch (type) {
 #define X(T) case T: return mmx_run<T>(b, ms, cols, n);

@@ -433,15 +433,14 @@ static mw_dev_info mw_info(int device) {
 }
 
 /* ring stages: as many (3..8) as fit in a block's share of the SM when the
- * blocks the grid gives each SM are resident together (LKV_CUDA_MVX_ST
+ * blocks the grid gives each SM are resident together (tune.h's mvx_st
  * forces a depth, for measurements) */
 static int mw_depth(lkv_bctx *b, int stage, int grid) {
     const mw_dev_info d = mw_info(b->device);
     const int max_st = d.block_optin / stage < 8 ? d.block_optin / stage : 8;
-    const char *env = getenv("LKV_CUDA_MVX_ST");
     int st;
-    if (env && *env) {
-        st = atoi(env);
+    if (lkv_cuda_tuning.mvx_st > 0) {
+        st = lkv_cuda_tuning.mvx_st;
     } else {
         const int nsm = b->n_sm > 0 ? b->n_sm : 1;
         const int per_sm = (grid + nsm - 1) / nsm;
@@ -488,12 +487,20 @@ static bool mw_run(lkv_bctx *b, mm_set &ms, int cols, int n) {
     }
 }
 
-/* matvec_q8.cu comes here unless LKV_CUDA_MV=fast */
-bool lkv_cuda_mvx(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
-    if (n < 1 || n > MV_MAX_TOK) return false;
+bool lkv_cuda_mvx_takes(int type, const mm_set &ms) {
     /* rows must start on 2 bytes (the two alignment classes, 0 and 2 mod 4) */
     for (int i = 0; i < ms.n_w; i++)
         if (((uintptr_t)ms.w[i] | (uintptr_t)ms.row_bytes[i]) & 1) return false;
+    switch (type) {
+#define X(T) case T: return ex_ok<T>::v;
+        LKV_CUDA_WEIGHT_TYPES(X)
+#undef X
+    default: return false;
+    }
+}
+
+bool lkv_cuda_mvx(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
+    if (n < 1 || n > MV_MAX_TOK || !lkv_cuda_mvx_takes(type, ms)) return false;
     switch (type) {
 #define X(T) case T: return mw_run<T>(b, ms, cols, n);
         LKV_CUDA_WEIGHT_TYPES(X)

@@ -11,8 +11,8 @@
  * exited); pdl_enter is both, for kernels with nothing to do before the wait.
  * All are no-ops in a kernel launched plainly, and below sm_90.
  *
- * lkv_launch uses the attribute when b->pdl (compute capability 9.0 or more,
- * LKV_CUDA_PDL not 0) and the context streams no KV (a copier's cross-stream
+ * lkv_launch uses the attribute when b->pdl (compute capability 9.0 or more;
+ * tune.h's no_pdl turns it off for measurements) and the context streams no KV (a copier's cross-stream
  * event waits stay plain launches); otherwise it is <<<>>>.
  */
 #ifndef LKV_CUDA_PDL_CUH
@@ -43,7 +43,7 @@ static __device__ __forceinline__ void pdl_enter() {
 template <typename... P, typename... A>
 static inline void lkv_launch(lkv_bctx *b, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                               A &&...args) {
-    if (b->pdl && !b->copier) {
+    if (b->pdl && !b->copier && !lkv_cuda_tuning.no_pdl) {
         cudaLaunchAttribute at[1];
         at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[0].val.programmaticStreamSerializationAllowed = 1;

@@ -9,7 +9,7 @@
  * Why not dot_legacy.c's 8-lane order (lane l = elements 4l..4l+3 of every
  * block): that order costs 8 fused multiply-adds per (row, token, block),
  * which caps an exact GPU prefill GEMM at ~0.4x llama.cpp on an H200
- * (cuda/NOTES.md); here a block is one tensor-core integer dot and one
+ * (docs/performance.md); here a block is one tensor-core integer dot and one
  * multiply-add, and a decode mat-vec keeps 8 threads per row (one chain
  * each). The types that llama.cpp's golden data pins (the test model's q4_1
  * and q8_0) keep its AVX2 order; q4_0 weights are not pinned by it. KV cache

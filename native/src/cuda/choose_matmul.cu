@@ -1,0 +1,178 @@
+/*
+ * cuda/choose_matmul.cu: the matmul op, out (n, rows) = x (n, cols) @ W^T, and
+ * its one kernel chooser.
+ *
+ * The choice is a table from (weight type class, phase, kernel kind) to one
+ * kernel (tune.h names them); each kernel lives in its own file with its
+ * design in the file's header:
+ *
+ *   class (types)                  decode (n <= 8)       prefill, fast   prefill, exact
+ *   float (f32, f16, bf16)         matvec_f32            gemm_f16        gemm_f16
+ *   q4_0                           mvx                   mmq             mmb
+ *   legacy (q4_1 q5_0 q5_1 q8_0    mvx                   mmq             mmx
+ *           iq4_nl)
+ *   k45 (q4_K, q5_K)               matvec_q8             mmq             mmq
+ *   k-other (q2_K, q3_K, q6_K)     matvec_q8             gemm_f16        gemm_f16
+ *
+ * "fast" (gpu_kernels = 1, the default) are the fastest kernels measured on
+ * the H200 (docs/performance.md); "exact" replaces the prefill GEMM of the
+ * legacy types by the kernels whose float sums are the CPU backend's, bit for
+ * bit (decode is the same for both kinds: mvx is both the CPU's bits and the
+ * fastest, 353 against 248 t/s for matvec_q8 at depth 0 on the 8B shape). Every
+ * architecture built for (sm_80 and up) runs every kernel, so the table has
+ * no architecture column. The integer kernels read the activations as 8-bit
+ * codes in the CPU's format for the weight type (lkv_act_format), quantized
+ * once per call and per format here, or left by the norm / swiglu that wrote x
+ * (act_quant.cuh's tag). A kernel that declines a call (alignment, workspace
+ * size) hands it to the class's generic kernel: matvec_f32 for decode,
+ * gemm_f16 for prefill, which take every type. The choice depends on the
+ * weights and n only, never on the call's KV pool.
+ *
+ * matmul_swiglu (the gate / up GEMM with the swiglu in its epilogue) exists
+ * for the exact kind's q4_0 prefill (mmb.cu, SW): the same bits as matmul +
+ * swiglu; the fast kind runs mmq and the separate swiglu.
+ */
+#include "act_quant.cuh"
+#include "exact.cuh"
+#include "matmul.cuh"
+#include "tune.h"
+
+enum { MC_FLOAT, MC_Q4_0, MC_LEGACY, MC_K45, MC_KOTHER, MC_CLASSES };
+
+static int mm_class(int type) {
+    switch (type) {
+    case LKV_TYPE_Q4_0: return MC_Q4_0;
+    case LKV_TYPE_Q4_1: case LKV_TYPE_Q5_0: case LKV_TYPE_Q5_1: case LKV_TYPE_Q8_0: case LKV_TYPE_IQ4_NL:
+        return MC_LEGACY;
+    case LKV_TYPE_Q4_K: case LKV_TYPE_Q5_K: return MC_K45;
+    case LKV_TYPE_Q2_K: case LKV_TYPE_Q3_K: case LKV_TYPE_Q6_K: return MC_KOTHER;
+    default: return MC_FLOAT;
+    }
+}
+
+/* [class][phase: 0 decode, 1 prefill][kind: 0 fast, 1 exact] */
+static const unsigned char MM_TABLE[MC_CLASSES][2][2] = {
+    /* float   */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
+    /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMB}},
+    /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
+    /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
+    /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
+};
+
+static int mm_choose(const lkv_bctx *b, int type, int n) {
+    const int phase = n > MV_MAX_TOK;
+    const int forced = lkv_cuda_tuning.matmul;
+    if (forced > LKV_MM_TABLE && forced < LKV_MM_KERNELS) {
+        /* a forced kernel of the other phase does not apply */
+        const bool dec = forced == LKV_MM_MATVEC_F32 || forced == LKV_MM_MATVEC_Q8 || forced == LKV_MM_MVX;
+        if (dec == !phase) return forced;
+    }
+    return MM_TABLE[mm_class(type)][phase][b->fast ? 0 : 1];
+}
+
+/* the 8-bit codes of x in the format of `type` in b->xq / xd / xs; *have: the
+ * format they hold now (ACT_NONE, ACT_Q8, ACT_Q8K); false when the workspace
+ * does not fit the call */
+static bool mm_codes(lkv_bctx *b, const float *x, int n, int cols, int type, int *have) {
+    if (!b->xq || n > b->xq_rows || cols > b->xq_cols || cols % 32) return false;
+    const int f = lkv_act_format(type, cols);
+    if (*have != f) {
+        lkv_cuda_quantize_act(b, x, n, cols, type);
+        *have = f;
+    }
+    return true;
+}
+
+/* whether integer kernel k takes weights of `type` in ms for n tokens */
+static bool mm_takes(int k, int type, const mm_set &ms, int n) {
+    switch (k) {
+    case LKV_MM_MATVEC_Q8: return n <= MV_MAX_TOK && lkv_cuda_matvec_q8_takes(type);
+    case LKV_MM_MVX: return n <= MV_MAX_TOK && lkv_cuda_mvx_takes(type, ms);
+    case LKV_MM_MMQ: return lkv_cuda_mmq_takes(type, ms);
+    case LKV_MM_MMB: return type == LKV_TYPE_Q4_0;
+    case LKV_MM_MMX: return lkv_cuda_mmx_takes(type);
+    default: return false;
+    }
+}
+
+static bool mm_run(lkv_bctx *b, int k, int type, mm_set &ms, const float *x, int cols, int n, int *have) {
+    switch (k) {
+    case LKV_MM_MATVEC_F32: return lkv_cuda_matvec_f32(b, type, ms, x, cols, n);
+    case LKV_MM_GEMM_F16: return lkv_cuda_gemm_f16(b, type, ms, x, cols, n);
+    default: break;
+    }
+    /* the integer kernels: each checks its types and alignment before it quantizes */
+    if (!mm_takes(k, type, ms, n) || !mm_codes(b, x, n, cols, type, have)) return false;
+    bool ran = false;
+    switch (k) {
+    case LKV_MM_MATVEC_Q8: ran = lkv_cuda_matvec_q8(b, type, ms, cols, n); break;
+    case LKV_MM_MVX: ran = lkv_cuda_mvx(b, type, ms, cols, n); break;
+    case LKV_MM_MMQ: ran = lkv_cuda_mmq(b, type, ms, cols, n); break;
+    case LKV_MM_MMB: ran = lkv_cuda_mmb(b, type, ms, cols, n); break;
+    case LKV_MM_MMX: ran = lkv_cuda_mmx(b, type, ms, cols, n); break;
+    default: break;
+    }
+    if (ran) LKV_CUDA_LAUNCHED(b, "matmul");
+    return ran;
+}
+
+// ---------------------------------------------------------------- entry points
+
+void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
+                     const lkv_weight *const *ws, int n_w, int n) {
+    if (n <= 0) return;
+    /* a norm or swiglu just wrote the q8 codes of x (act_quant.cuh) */
+    int have = n_w > 0 && lkv_act_tag_take(b, x, n, (int)ws[0]->cols) ? ACT_Q8 : ACT_NONE;
+    for (int i = 0; i < n_w;) {
+        /* a run of up to 3 weights of one type and width: one launch */
+        mm_set ms = {};
+        const int type = ws[i]->type, cols = (int)ws[i]->cols;
+        while (i < n_w && ms.n_w < 3 && ws[i]->type == type && ws[i]->cols == cols) {
+            const lkv_weight *w = ws[i];
+            if (!w->dev || w->cols % 32) {
+                lkv_cuda_note(b, cudaErrorInvalidValue, "matmul: weight not on the device");
+                return;
+            }
+            ms.w[ms.n_w] = (const uint8_t *)w->dev;
+            ms.out[ms.n_w] = outs[i];
+            ms.row_bytes[ms.n_w] = w->row_bytes;
+            ms.rows[ms.n_w] = (int)w->rows;
+            ms.n_w++;
+            i++;
+        }
+        if (mm_run(b, mm_choose(b, type, n), type, ms, x, cols, n, &have)) continue;
+        /* the generic kernel of the phase */
+        if (!mm_run(b, n > MV_MAX_TOK ? LKV_MM_GEMM_F16 : LKV_MM_MATVEC_F32, type, ms, x, cols, n, &have)) {
+            lkv_cuda_note(b, cudaErrorInvalidValue, "matmul: unsupported weight type");
+            return;
+        }
+    }
+}
+
+/* out (n, rows) = silu(x @ wg^T) * (x @ wu^T) in one launch, with the codes of
+ * out for the down matmul (mmb.cu, SW): where the table gives mmb (q4_0,
+ * prefill, exact kind), gate and up of one shape; 0 when not covered (the
+ * caller runs matmul and swiglu, which give the same bits) */
+int lkv_cuda_matmul_swiglu(lkv_bctx *b, float *out, const float *x, const lkv_weight *wg,
+                           const lkv_weight *wu, int n) {
+    const int cols = (int)wg->cols, rows = (int)wg->rows;
+    if (n <= MV_MAX_TOK || wg->type != wu->type || wu->cols != wg->cols || wu->rows != wg->rows ||
+        !wg->dev || !wu->dev || rows % 32 || cols % 32 || lkv_cuda_tuning.no_fuse)
+        return 0;
+    if (mm_choose(b, wg->type, n) != LKV_MM_MMB || !b->xq2 || n > b->xq_rows || cols > b->xq_cols ||
+        rows > b->xq_cols)
+        return 0;
+    if (!lkv_act_tag_take(b, x, n, cols)) lkv_cuda_quantize_act(b, x, n, cols, LKV_TYPE_Q4_0);
+    mm_set ms = {};
+    ms.n_w = 2;
+    ms.w[0] = (const uint8_t *)wg->dev;
+    ms.w[1] = (const uint8_t *)wu->dev;
+    ms.out[0] = out;
+    ms.row_bytes[0] = wg->row_bytes;
+    ms.row_bytes[1] = wu->row_bytes;
+    ms.rows[0] = ms.rows[1] = rows;
+    if (!lkv_cuda_mmb_swiglu(b, ms, cols, n)) return 0;
+    LKV_CUDA_LAUNCHED(b, "matmul_swiglu (mmb)");
+    lkv_act_swap(b, out, (int64_t)n * rows);
+    return 1;
+}

@@ -1,0 +1,55 @@
+"""The micro-batch (n_ubatch) chosen when the user leaves it unset.
+
+A prompt runs through the forward pass n_ubatch tokens at a time. With a bounded
+KV pool on a GPU, every micro-batch brings each layer's non-resident KV across
+PCIe once, so the streaming cost of a prompt falls in proportion to the micro-batch:
+there the choice is the largest of 4096 / 2048 / 1024 / 512 that n_batch allows
+and whose activation buffers take at most a quarter of the GPU's free memory.
+All resident, and on the CPU, 512 (the size the kernels are measured at; see
+docs/performance.md). The choice is reported by ``Llama.kv_stats()["n_ubatch"]``
+and, with ``verbose=True``, on stderr.
+"""
+from __future__ import annotations
+
+CHOICES = (4096, 2048, 1024, 512)
+RESIDENT = 512
+
+
+def activation_bytes_per_token(hp: dict) -> int:
+    """Bytes of the forward pass's buffers per token of a micro-batch (context.c's list)."""
+    nq = hp["n_head"] * hp["head_dim"]
+    nkv = hp["n_head_kv"] * hp["head_dim"]
+    wide = max(nq, hp["n_embd"])
+    floats = 2 * hp["n_embd"] + wide + nq + 2 * nkv + 2 * hp["n_ff"]
+    # the CUDA backend's 8-bit activation codes (two sets), scales and attention state
+    codes = 2 * (max(hp["n_embd"], hp["n_ff"], nq) * 9 // 8)
+    return 4 * floats + codes + 4 * (nq + 2 * hp["n_head"])
+
+
+def choose_ubatch(hp: dict, device: str, n_batch: int, pool_bytes: int | None,
+                  free_bytes: int | None) -> int:
+    """The micro-batch for these settings (module docstring), at most n_batch."""
+    if device != "cuda" or pool_bytes is None:
+        return min(RESIDENT, n_batch)
+    per_token = activation_bytes_per_token(hp)
+    for u in CHOICES:
+        if u <= n_batch and (free_bytes is None or u * per_token <= free_bytes // 4):
+            return u
+    return min(RESIDENT, n_batch)
+
+
+def chosen_ubatch(hp: dict, device: str, n_ctx: int, n_batch: int, pool: int | None,
+                  type_k, type_v) -> int:
+    """Llama's hook: choose_ubatch with the GPU's free memory, the plan checked for it."""
+    free = None
+    if device == "cuda":
+        from .plan import cuda_free_bytes
+        free = cuda_free_bytes()
+    u = choose_ubatch(hp, device, n_batch, pool, free)
+    if pool is not None and u > 512:
+        from .plan import kv_plan
+        try:
+            kv_plan(hp, n_ctx, type_k=type_k, type_v=type_v, pool_bytes=pool, n_ubatch=u)
+        except Exception:   # the pool's minimum grows with the micro-batch: keep 512
+            return min(512, n_batch)
+    return u
