@@ -31,6 +31,10 @@
 static __device__ __forceinline__ void fa_cp16(uint32_t dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
+/* 16 bytes, or 16 zeros when !full (src is not read then, but must be a valid address) */
+static __device__ __forceinline__ void fa_cp16z(uint32_t dst, const void *src, bool full) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
 /* n = 4 or 8 (uniform per call site) */
 static __device__ __forceinline__ void fa_cp_small(uint32_t dst, const void *src, int n) {
     if (n == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
@@ -103,6 +107,14 @@ static __device__ __forceinline__ uint64_t fa_desc(uint32_t addr, uint32_t lbo, 
 static __device__ __forceinline__ void fa_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void fa_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void fa_wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+/* pins the registers of an accumulator after a wait: later reads are not moved above it */
+template <int N> static __device__ __forceinline__ void fa_reg_fence(float (&x)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) asm volatile("" : "+f"(x[i][k])::"memory");
+}
 
 /* d (64 x N f32, per warp its 16 rows) = (sd ? d : 0) + a (64 x 16, registers) * B (16 x N, descriptor);
  * TB: B is N-major (transposed) */

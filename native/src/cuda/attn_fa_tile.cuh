@@ -61,22 +61,31 @@ struct fa_geom {
     float scale, c2;     /* scale; scale * log2(e) */
     size_t rbk, rbv;     /* KV row bytes (all KV heads) */
     int gk, gv;          /* cp.async piece bytes for quantized K / V */
-    int wg;              /* 1: wgmma where compiled for it; 2: also V's descriptor offsets swapped (test) */
+    int wg;              /* where compiled for sm_90a: 0 mma.sync, 1 wgmma, 2 wgmma with S one tile ahead */
 };
 
-/* tile j of a call: tile j % tpc of chunk chunk_lo + j / tpc, rows [p0, pe), clipped at the
- * chunk's end and at the block's last visible position Pend; last: the chunk's last tile */
+/* a tile of a call: rows [p0, pe) of one chunk, from the chunk's start in steps of 64,
+ * clipped at its end and at the block's last visible position Pend; last: the chunk's
+ * last tile (its partial is complete after it) */
 struct fa_tile { int p0, pe; bool last; };
 
-static __device__ __forceinline__ fa_tile fa_tile_of(const lkv_attn_desc &d, const fa_geom &ge, int j, int Pend) {
-    const int cj = j / ge.tpc, t = j - cj * ge.tpc, cs = (d.chunk_lo + cj) * d.chunk;
-    const int ce = min(cs + d.chunk, Pend);
-    fa_tile tl;
-    tl.p0 = cs + t * FA_BN;
-    tl.pe = min(tl.p0 + FA_BN, ce);
-    tl.last = tl.pe >= ce;
-    return tl;
-}
+/* the same tiles walked in order without divisions: chunk cs (start), tile start p0 */
+struct fa_cursor {
+    int cs, p0;
+    __device__ __forceinline__ void start(const lkv_attn_desc &d) { cs = p0 = d.chunk_lo * d.chunk; }
+    __device__ __forceinline__ fa_tile tile(const lkv_attn_desc &d, int Pend) const {
+        const int ce = min(cs + d.chunk, Pend);
+        fa_tile tl;
+        tl.p0 = p0;
+        tl.pe = min(p0 + FA_BN, ce);
+        tl.last = tl.pe >= ce;
+        return tl;
+    }
+    __device__ __forceinline__ void next(const lkv_attn_desc &d, int Pend) {
+        if (tile(d, Pend).last) cs = p0 = cs + d.chunk;
+        else p0 += FA_BN;
+    }
+};
 
 /* segment holding position p (-1: none); the first match, like the CPU's search */
 static __device__ __forceinline__ int fa_find(const lkv_attn_desc &d, int p) {
@@ -122,6 +131,42 @@ static __device__ __forceinline__ void fa_copy_f16(const lkv_attn_desc &d, const
         uint8_t *dp = dst + pc * (FA_BN * 16) + r * 16;
         if (src) fa_cp16((uint32_t)__cvta_generic_to_shared(dp), src + pc * 16);
         else *(uint4 *)dp = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+/* the same when one segment holds every row of the call: row p at base + p * rb */
+template <int D>
+static __device__ __forceinline__ void fa_copy_f16_flat(const uint8_t *base, size_t rb, const fa_tile &tl,
+                                                        uint8_t *dst) {
+    constexpr int P = D / 8, TOTAL = FA_BN * P;
+    const uint8_t *b0 = base + (size_t)tl.p0 * rb;
+    const uint32_t rb32 = (uint32_t)rb;   /* 64 rows of a tile: 32-bit offsets (the entry point checks) */
+    const int nrow = tl.pe - tl.p0;
+#pragma unroll
+    for (int idx0 = 0; idx0 < TOTAL; idx0 += FA_THREADS) {
+        const int idx = idx0 + threadIdx.x, rlo = idx & 15, rest = idx >> 4, pc = rest % P, r = (rest / P) * 16 + rlo;
+        uint8_t *dp = dst + pc * (FA_BN * 16) + r * 16;
+        const bool in = r < nrow;   /* rows past the tile's end: zeros (row 0 is a valid address) */
+        fa_cp16z((uint32_t)__cvta_generic_to_shared(dp), b0 + (in ? (uint32_t)r * rb32 + pc * 16 : 0u), in);
+    }
+}
+
+template <int HB>
+static __device__ __forceinline__ void fa_copy_raw_flat(const uint8_t *base, size_t rb, const fa_tile &tl, int g,
+                                                        uint8_t *dst) {
+    const uint8_t *b0 = base + (size_t)tl.p0 * rb;
+    const uint32_t rb32 = (uint32_t)rb;
+    const int nrow = tl.pe - tl.p0, np = HB / g, total = FA_BN * np;
+    for (int idx = threadIdx.x; idx < total; idx += FA_THREADS) {
+        const int r = idx / np, pc = idx - r * np;
+        uint8_t *dp = dst + r * HB + pc * g;
+        if (r < nrow) {
+            const uint8_t *src = b0 + ((uint32_t)r * rb32 + pc * g);
+            if (g == 16) fa_cp16((uint32_t)__cvta_generic_to_shared(dp), src);
+            else fa_cp_small((uint32_t)__cvta_generic_to_shared(dp), src, g);
+        } else {
+            for (int k = 0; k < g; k += 4) *(uint32_t *)(dp + k) = 0u;
+        }
     }
 }
 

@@ -55,7 +55,7 @@
 #include "attn_fa_tile.cuh"
 #include "attn_mma.cuh"
 
-/* test-only: 0 auto (wgmma where compiled for sm_90a), 1 mma.sync, 2 wgmma with V's offsets swapped */
+/* test-only: 0 auto (pipelined wgmma where compiled for sm_90a), 1 mma.sync, 2 wgmma not pipelined */
 static int fa_path_sel = 0;
 extern "C" void lkv_cuda_attn_mma_path(int sel) { fa_path_sel = sel; }
 
@@ -78,7 +78,12 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     const int n_rows = d.n_q * G, f0 = mt * FA_BM;
 #if FA_HAVE_WGMMA
     const bool wg = QREG && ge.wg != 0;
+    /* S of tile j + 1 in flight during tile j's softmax: K straight from its stage, landed a tile early */
+    const bool pipe = wg && !QK && NS >= 3 && ge.wg == 2;
+#else
+    constexpr bool pipe = false;
 #endif
+    constexpr int PEND_P = NS >= 3 ? NS - 3 : 0;   /* the pipelined path's wait */
 
     const int qi_last = min(d.n_q - 1, (f0 + FA_BM - 1) / G);
     const int Pend = min(ge.P1, d.q_pos0 + qi_last + 1);
@@ -95,22 +100,42 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     }
     const size_t offk = (size_t)kh * fa_hb<TK, D>(), offv = (size_t)kh * fa_hb<TV, D>();
 
-    // -- tile j's copies into stage j % NS (an empty group past the end)
+    /* one segment holding every position of [P0, Pend) (the all-resident case): rows
+     * are found by arithmetic and every tile row is present; else a search per tile */
+    const int seg0 = fa_find(d, ge.P0);
+    const bool flat = seg0 >= 0 && Pend - d.segs[seg0].pos0 <= d.segs[seg0].n;
+    const uint8_t *kflat = nullptr, *vflat = nullptr;
+    if (flat) {
+        kflat = (const uint8_t *)d.segs[seg0].k - (ptrdiff_t)d.segs[seg0].pos0 * (ptrdiff_t)ge.rbk + offk;
+        vflat = (const uint8_t *)d.segs[seg0].v - (ptrdiff_t)d.segs[seg0].pos0 * (ptrdiff_t)ge.rbv + offv;
+    }
+
+    // -- tile j's copies into stage j % NS (an empty group past the end); ic walks the tiles
+    fa_cursor ic;
+    ic.start(d);
     auto issue = [&](int j) {
         if (j < n_tiles) {
-            const fa_tile tl = fa_tile_of(d, ge, j, Pend);
-            fa_rows rw;
-            rw.init(d, tl);
+            const fa_tile tl = ic.tile(d, Pend);
+            ic.next(d, Pend);
             uint8_t *stg = sm + L::stages + (j % NS) * L::stage;
-            if (tid < FA_BN) {
-                const bool ok = rw.row(d, tid, true, ge.rbk, 0) != nullptr;
-                const uint32_t bal = __ballot_sync(0xffffffffu, ok);
-                if (lane == 0) ((uint32_t *)(sm + L::mask))[(j % NS) * 2 + warp] = bal;
+            if (flat) {
+                if constexpr (QK) fa_copy_raw_flat<fa_hb<TK, D>()>(kflat, ge.rbk, tl, ge.gk, stg);
+                else fa_copy_f16_flat<D>(kflat, ge.rbk, tl, stg);
+                if constexpr (QV) fa_copy_raw_flat<fa_hb<TV, D>()>(vflat, ge.rbv, tl, ge.gv, stg + L::rk);
+                else fa_copy_f16_flat<D>(vflat, ge.rbv, tl, stg + L::rk);
+            } else {
+                fa_rows rw;
+                rw.init(d, tl);
+                if (tid < FA_BN) {
+                    const bool ok = rw.row(d, tid, true, ge.rbk, 0) != nullptr;
+                    const uint32_t bal = __ballot_sync(0xffffffffu, ok);
+                    if (lane == 0) ((uint32_t *)(sm + L::mask))[(j % NS) * 2 + warp] = bal;
+                }
+                if constexpr (QK) fa_copy_raw(d, rw, true, ge.rbk, offk, fa_hb<TK, D>(), ge.gk, stg);
+                else fa_copy_f16<D>(d, rw, true, ge.rbk, offk, stg);
+                if constexpr (QV) fa_copy_raw(d, rw, false, ge.rbv, offv, fa_hb<TV, D>(), ge.gv, stg + L::rk);
+                else fa_copy_f16<D>(d, rw, false, ge.rbv, offv, stg + L::rk);
             }
-            if constexpr (QK) fa_copy_raw(d, rw, true, ge.rbk, offk, fa_hb<TK, D>(), ge.gk, stg);
-            else fa_copy_f16<D>(d, rw, true, ge.rbk, offk, stg);
-            if constexpr (QV) fa_copy_raw(d, rw, false, ge.rbv, offv, fa_hb<TV, D>(), ge.gv, stg + L::rk);
-            else fa_copy_f16<D>(d, rw, false, ge.rbv, offv, stg + L::rk);
         }
         fa_cp_commit();
     };
@@ -195,9 +220,14 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         dequant(0);
     }
 
+    float sn[8][4];   /* S of the next tile (pipelined wgmma path) */
+    fa_cursor cc;   /* the tile being computed */
+    cc.start(d);
     for (int j = 0; j < n_tiles; j++) {
-        const fa_tile tl = fa_tile_of(d, ge, j, Pend);
-        fa_cp_wait<PEND>();
+        const fa_tile tl = cc.tile(d, Pend);
+        cc.next(d, Pend);
+        if (pipe) fa_cp_wait<PEND_P>();
+        else fa_cp_wait<PEND>();
         fa_fence_async();
         __syncthreads();   /* tile j (and j + 1 for NF = 2) landed; stage (j - 1) % NS is free */
         issue(j + NS - 1);
@@ -214,12 +244,26 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
 #if FA_HAVE_WGMMA
         if (wg) {
             if constexpr (QREG) {
-                fa_wg_fence();
+                if (!pipe || j == 0) {
+                    fa_wg_fence();
 #pragma unroll
-                for (int kk = 0; kk < KS; kk++)   /* kk = 0 overwrites s */
-                    fa_wgmma<BFK, 0>(s, qa[kk], fa_desc(kt + kk * 2 * (FA_BN * 16), FA_BN * 16, 128), kk > 0);
-                fa_wg_commit();
-                fa_wg_wait0();
+                    for (int kk = 0; kk < KS; kk++)   /* kk = 0 overwrites s */
+                        fa_wgmma<BFK, 0>(s, qa[kk], fa_desc(kt + kk * 2 * (FA_BN * 16), FA_BN * 16, 128), kk > 0);
+                    fa_wg_commit();
+                    fa_wg_wait0();
+                    fa_reg_fence(s);
+                } else {
+#pragma unroll
+                    for (int n = 0; n < 8; n++) s[n][0] = sn[n][0], s[n][1] = sn[n][1], s[n][2] = sn[n][2], s[n][3] = sn[n][3];
+                }
+                if (pipe && j + 1 < n_tiles) {
+                    const uint32_t kn = k_addr(j + 1);
+                    fa_wg_fence();
+#pragma unroll
+                    for (int kk = 0; kk < KS; kk++)
+                        fa_wgmma<BFK, 0>(sn, qa[kk], fa_desc(kn + kk * 2 * (FA_BN * 16), FA_BN * 16, 128), kk > 0);
+                    fa_wg_commit();
+                }
             }
         } else
 #endif
@@ -245,8 +289,14 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         }
 
         // -- mask (absent rows, causality) unless the whole tile is visible to every row
-        const uint32_t *mw = (const uint32_t *)(sm + L::mask) + (j % NS) * 2;
-        const uint64_t okm = (uint64_t)mw[0] | ((uint64_t)mw[1] << 32);
+        uint64_t okm;   /* bit r: tile row r is present */
+        if (flat) {
+            const int nr = tl.pe - tl.p0;
+            okm = nr >= 64 ? ~0ull : (1ull << nr) - 1;
+        } else {
+            const uint32_t *mw = (const uint32_t *)(sm + L::mask) + (j % NS) * 2;
+            okm = (uint64_t)mw[0] | ((uint64_t)mw[1] << 32);
+        }
         if (!(okm == ~0ull && tl.p0 + FA_BN - 1 <= qpos_min)) {
 #pragma unroll
             for (int n = 0; n < 8; n++)
@@ -317,12 +367,14 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         if (wg) {
             if constexpr (QREG) {
                 /* V is the N-major B: K (kv rows) core matrices 128 bytes apart, N (dims) FA_BN * 16 */
-                const uint32_t lbo = ge.wg == 2 ? FA_BN * 16 : 128, sbo = ge.wg == 2 ? 128 : FA_BN * 16;
+                const uint32_t lbo = 128, sbo = FA_BN * 16;
                 fa_wg_fence();
 #pragma unroll
                 for (int k = 0; k < 4; k++) fa_wgmma<BFV, 1>(o, pa[k], fa_desc(vt + k * 256, lbo, sbo), 1);
                 fa_wg_commit();
-                fa_wg_wait0();
+                fa_wg_wait0();   /* and S of tile j + 1 */
+                fa_reg_fence(o);
+                if (pipe) fa_reg_fence(sn);
             }
         } else
 #endif
@@ -438,6 +490,8 @@ extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const l
     const int64_t P1 = (int64_t)d->chunk_hi * d->chunk;
     if (P1 > INT32_MAX - FA_BN || (int64_t)d->q_pos0 + d->n_q > INT32_MAX || d->chunk_lo < 0) return false;
     if ((int64_t)d->n_q * d->n_head > INT32_MAX / 2) return false;
+    /* a tile's 64 rows within 32-bit offsets of its first */
+    if ((int64_t)d->n_head_kv * (hd / 32) * (gbk > gbv ? gbk : gbv) * FA_BN > INT32_MAX) return false;
     const bool pair = hd == 64 ? fa_pick<64>(NULL, NULL, NULL, d, NULL)
                       : hd == 128 ? fa_pick<128>(NULL, NULL, NULL, d, NULL) : fa_pick<256>(NULL, NULL, NULL, d, NULL);
     if (!pair) return false;
@@ -453,7 +507,7 @@ extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const l
     ge.rbv = (size_t)d->n_head_kv * (hd / 32) * gbv;
     ge.gk = fa_piece(hd / 32 * gbk, ge.rbk, d, true);
     ge.gv = fa_piece(hd / 32 * gbv, ge.rbv, d, false);
-    ge.wg = fa_path_sel == 1 ? 0 : fa_path_sel == 2 ? 2 : 1;
+    ge.wg = fa_path_sel == 1 ? 0 : fa_path_sel == 2 ? 1 : 2;
     /* 16-bit rows go in 16-byte pieces straight into the tile; the others need 4 */
     const bool f16k = d->type_k == LKV_TYPE_F16 || d->type_k == LKV_TYPE_BF16;
     const bool f16v = d->type_v == LKV_TYPE_F16 || d->type_v == LKV_TYPE_BF16;
