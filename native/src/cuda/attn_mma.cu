@@ -243,7 +243,9 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         dequant(0);
     }
 
+#if FA_HAVE_WGMMA
     float sn[8][4];   /* S of the next tile (pipelined wgmma path) */
+#endif
     fa_cursor cc;   /* the tile being computed */
     cc.start(d);
     for (int j = 0; j < n_tiles; j++) {
@@ -450,9 +452,25 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
 
 // ---------------------------------------------------------------- launcher
 
+/* the device's shared memory per block (opt-in); 0 if unknown */
+static int fa_smem_max(const lkv_bctx *b) {
+    static int cache[32];
+    if (b->device >= 0 && b->device < 32 && cache[b->device]) return cache[b->device];
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, b->device) != cudaSuccess) {
+        cudaGetLastError();
+        v = 0;
+    }
+    if (b->device >= 0 && b->device < 32) cache[b->device] = v;
+    return v;
+}
+
+/* false (nothing enqueued) where the instance's shared memory exceeds the device's
+ * (the pipeline is sized for Hopper's 227 KiB; sm_86 / sm_89 give 99 KiB) */
 template <int TK, int TV, int D>
 static bool fa_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const fa_geom &ge) {
     using L = fa_smem<TK, TV, D>;
+    if (L::bytes > fa_smem_max(b)) return false;
     static unsigned smem_done = 0;
     lkv_cuda_smem_limit(b, &smem_done, attn_fa_kernel<TK, TV, D>, L::bytes, "attn_mma smem");
     const int n_mt = (int)lkv_cdiv((int64_t)d->n_q * ge.G, FA_BM);
