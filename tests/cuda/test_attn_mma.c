@@ -4,13 +4,16 @@
  *
  * Built and run on the GPU machine by tools/gpu-run.sh (linked against the
  * meson build's objects, like test_ops). Prints one line per check and exits
- * non-zero if any check fails. Optional argument: "time" adds an informational
- * timing of the Llama-3-8B shape at 512 queries x 32K depth (no assertion).
+ * non-zero if any check fails. Optional argument: "time" adds informational
+ * timings (no assertion): the Llama-3-8B shape at 512 queries x 32K and 128K
+ * depth for f16 / q8_0 / q4_0 KV, 2048 queries at 32K, head_dim 256 and 64.
  *
  * What is compared: lkv_cuda_attn_mma + attn_finish against the CPU's
- * attn_accum + attn_finish on fresh random inputs, for KV f16 / q8_0 / q4_0
- * (and one mixed pair), GQA 3 at head_dim 64 and GQA 4 at head_dim 128, 16 to
- * 512 queries, contexts of several chunks with a partial last one, and:
+ * attn_accum + attn_finish on fresh random inputs, for KV f16 / bf16 / q8_0 /
+ * q4_0 (and the mixed pairs), GQA 3 at head_dim 64, GQA 4 at head_dim 128,
+ * GQA 6 and 1 at head_dim 256, 16 to 512 queries, contexts of several chunks
+ * with a partial last one, on each path (mma.sync; where the build targets
+ * sm_90a wgmma, and wgmma with S one tile ahead, the default), and:
  *   (1) one call, one segment;
  *   (2) the chunk range in two calls, rows in three segments listed out of
  *       order (boundaries inside K/V tiles); the cut lies inside the queries'
@@ -27,10 +30,11 @@
  *       state carried from call to call, rows in three segments out of
  *       order), as a streaming KV pool splits a layer's range.
  * Tolerance of (1)-(4): the GPU rounds the query (in K's dot type, then f16),
- * K, V and the probabilities to f16 and runs the softmax of a chunk across
- * its tiles; each is ~2^-12 relative per element. 2e-3 relative (L2 over all
- * outputs) leaves room for that and catches any layout or masking error
- * (those give O(1) errors). (7) has no tolerance.
+ * K, V and the probabilities to f16 (bf16 for a bf16 V) and runs an online
+ * softmax across the tiles; each is ~2^-12 (bf16: 2^-9) relative per element.
+ * 2e-3 relative (L2 over all outputs; 4e-3 with a bf16 V) leaves room for
+ * that and catches any layout or masking error (those give O(1) errors).
+ * (7) has no tolerance.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -46,8 +50,9 @@
 #include "quant/types.h"
 #include "harness.h"
 
-/* attn_mma.cu (attn_mma.cuh) and attn.cu (test only) */
+/* attn_mma.cu (attn_mma.cuh; the path switch is test-only) and attn.cu (test only) */
 bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
+void lkv_cuda_attn_mma_path(int sel);
 void lkv_cuda_attn_test_dyn(lkv_bctx *b, const int32_t *dyn_pos, int32_t cap_pos0);
 
 // ---------------------------------------------------------------- one geometry
@@ -125,6 +130,9 @@ static long words_differing(const void *a, const void *b, size_t n) {
     return nd;
 }
 
+static const char *path_name = "auto";
+static double worst_err = 0;
+
 static void run_case(const acase *c) {
     actx x = {.c = *c};
     const lkv_traits *TK = lkv_type_traits(c->tk), *TV = lkv_type_traits(c->tv);
@@ -162,9 +170,10 @@ static void run_case(const acase *c) {
     float *st0 = malloc(x.SB), *st1 = malloc(x.SB);
 
     char tag[160];
-    snprintf(tag, sizeof tag, "nh=%d nkv=%d hd=%d chunk=%d ctx=%d nq=%d k=%s v=%s", c->nh, c->nkv, c->hd,
-             c->chunk, c->n_ctx, c->n_q, TK->name, TV->name);
-    const double tol = 2e-3;
+    snprintf(tag, sizeof tag, "[%s] nh=%d nkv=%d hd=%d chunk=%d ctx=%d nq=%d k=%s v=%s", path_name, c->nh, c->nkv,
+             c->hd, c->chunk, c->n_ctx, c->n_q, TK->name, TV->name);
+    /* bf16 P (a bf16 V) rounds each probability to 2^-9: twice the room */
+    const double tol = c->tv == LKV_TYPE_BF16 ? 4e-3 : 2e-3;
 
     /* the CPU's whole range: the reference of every check */
     cpu_run(&x, x.ref, 0, x.n_chunks, 0);
@@ -176,6 +185,7 @@ static void run_case(const acase *c) {
         const bool took = lkv_cuda_attn_mma(gb, x.dst, x.dq, &d);
         gpu_finish(&x);
         const double e = rel_err_f(x.out, x.ref, x.QN);
+        if (e > worst_err) worst_err = e;
         check(took && e < tol, "attn_mma %s: one call: %s, rel err vs cpu %.2e (tol %.0e)", tag,
               took ? "taken" : "REFUSED", e, tol);
     }
@@ -274,13 +284,14 @@ static void test_refusals(void) {
     get(s0, dst, SB);
     const lkv_attn_desc base = {n_q, n_ctx - n_q, nh, nkv, hd, LKV_TYPE_F16, LKV_TYPE_F16, 64, 0, 5,
                                 1.f / sqrtf((float)hd), 1, {{0, n_ctx, dk, dv}}};
-    struct { const char *what; lkv_attn_desc d; int dyn; } cases[8];
+    struct { const char *what; lkv_attn_desc d; int dyn; } cases[10];
     int n = 0;
     cases[n].what = "n_q = 15"; cases[n].d = base; cases[n].d.n_q = 15; cases[n++].dyn = 0;
-    cases[n].what = "head_dim 256"; cases[n].d = base; cases[n].d.head_dim = 256; cases[n++].dyn = 0;
+    cases[n].what = "head_dim 32"; cases[n].d = base; cases[n].d.head_dim = 32; cases[n++].dyn = 0;
     cases[n].what = "head_dim 96"; cases[n].d = base; cases[n].d.head_dim = 96; cases[n++].dyn = 0;
     cases[n].what = "K f32"; cases[n].d = base; cases[n].d.type_k = LKV_TYPE_F32; cases[n++].dyn = 0;
     cases[n].what = "V q4_1"; cases[n].d = base; cases[n].d.type_v = LKV_TYPE_Q4_1; cases[n++].dyn = 0;
+    cases[n].what = "K bf16, V f16 (no such instance)"; cases[n].d = base; cases[n].d.type_k = LKV_TYPE_BF16; cases[n++].dyn = 0;
     cases[n].what = "n_head % n_head_kv != 0"; cases[n].d = base; cases[n].d.n_head_kv = 3; cases[n++].dyn = 0;
     cases[n].what = "f16 rows not 16-byte aligned"; cases[n].d = base; cases[n].d.segs[0].k = dk + 8;
     cases[n++].dyn = 0;
@@ -304,57 +315,69 @@ static void test_refusals(void) {
 
 // ---------------------------------------------------------------- timing (information only)
 
-static void time_8b(void) {
-    const int nh = 32, nkv = 8, hd = 128, depth = 32768, n_q = 512, chunk = 256;
-    const int types[] = {LKV_TYPE_F16, LKV_TYPE_Q8_0, LKV_TYPE_Q4_0};
-    for (int ti = 0; ti < 3; ti++) {
-        const int t = types[ti];
-        const lkv_traits *T = lkv_type_traits(t);
-        const size_t E = (size_t)nkv * hd, rb = lkv_type_row_bytes(T, E);
-        /* 256 random rows, repeated to the depth */
-        const int R = 256;
-        uint8_t *h = malloc(rb * R);
-        float *f = malloc(sizeof(float) * E);
-        for (int r = 0; r < R; r++) { fill(f, E, 2.f); T->from_float(f, h + r * rb, E); }
-        uint8_t *dk = dev_buf(rb * depth);
-        for (int r = 0; r < depth; r += R) cudaMemcpy(dk + r * rb, h, rb * R, cudaMemcpyHostToDevice);
-        cudaDeviceSynchronize();
-        const size_t QN = (size_t)n_q * nh * hd;
-        float *q = malloc(sizeof(float) * QN);
-        fill(q, QN, 1.f);
-        float *dq = dup_dev(q, sizeof(float) * QN);
-        void *dst = dev_buf(G->attn_state_bytes(n_q, nh, hd));
-        const int n_chunks = (depth + chunk - 1) / chunk;
-        lkv_attn_desc d = {n_q, depth - n_q, nh, nkv, hd, t, t, chunk, 0, n_chunks, 1.f / sqrtf((float)hd), 1,
-                           {{0, depth, dk, dk}}};   /* V reads the K rows: timing only */
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        float best = 1e30f;
-        for (int rep = 0; rep < 4; rep++) {
-            G->attn_reset(gb, dst, n_q, nh, hd);
-            G->sync(gb);
-            cudaEventRecord(e0, 0);
-            lkv_cuda_attn_mma(gb, dst, dq, &d);
-            G->sync(gb);
-            cudaEventRecord(e1, 0);
-            cudaEventSynchronize(e1);
-            float ms;
-            cudaEventElapsedTime(&ms, e0, e1);
-            if (rep > 0 && ms < best) best = ms;   /* rep 0 warms up */
-        }
-        const double flop = 4.0 * n_q * (double)depth * hd * nh;
-        printf("info: attn_mma 8B shape, %d queries at depth %d, KV %s: %.3f ms per layer (%.0f TFLOP/s)\n", n_q,
-               depth, T->name, best, flop / (best * 1e-3) / 1e12);
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-        free(h); free(f); free(q);
-        cudaFree(dk); cudaFree(dq); cudaFree(dst);
+static int cmp_f(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median of 5 timed calls (after one warm-up) of n_q queries at the end of a
+ * context of `depth` positions; TFLOP/s counts the causal part only:
+ * 4 * n_q * (mean positions per query) * head_dim * n_head */
+static void time_one(int nh, int nkv, int hd, int depth, int n_q, int t, const char *shape) {
+    const int chunk = 256, R = 256;
+    const lkv_traits *T = lkv_type_traits(t);
+    const size_t E = (size_t)nkv * hd, rb = lkv_type_row_bytes(T, E);
+    uint8_t *h = malloc(rb * R);
+    float *f = malloc(sizeof(float) * E);
+    for (int r = 0; r < R; r++) { fill(f, E, 2.f); T->from_float(f, h + r * rb, E); }
+    uint8_t *dk = dev_buf(rb * depth);
+    for (int r = 0; r < depth; r += R) cudaMemcpy(dk + r * rb, h, rb * R, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+    const size_t QN = (size_t)n_q * nh * hd;
+    float *q = malloc(sizeof(float) * QN);
+    fill(q, QN, 1.f);
+    float *dq = dup_dev(q, sizeof(float) * QN);
+    void *dst = dev_buf(G->attn_state_bytes(n_q, nh, hd));
+    const int n_chunks = (depth + chunk - 1) / chunk;
+    lkv_attn_desc d = {n_q, depth - n_q, nh, nkv, hd, t, t, chunk, 0, n_chunks, 1.f / sqrtf((float)hd), 1,
+                       {{0, depth, dk, dk}}};   /* V reads the K rows: timing only */
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float ms[6];
+    bool took = true;
+    for (int rep = 0; rep < 6; rep++) {
+        G->attn_reset(gb, dst, n_q, nh, hd);
+        G->sync(gb);
+        cudaEventRecord(e0, 0);
+        took = lkv_cuda_attn_mma(gb, dst, dq, &d) && took;
+        G->sync(gb);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[rep], e0, e1);
     }
+    qsort(ms + 1, 5, sizeof(float), cmp_f);   /* rep 0 warms up */
+    const double mean_pos = (double)(depth - n_q) + (n_q + 1) / 2.0;
+    const double flop = 4.0 * n_q * mean_pos * hd * nh;
+    printf("info: [%s] attn_mma %s, %d queries at depth %d, KV %s: %.3f ms per layer (%.0f TFLOP/s)%s\n", path_name,
+           shape, n_q, depth, T->name, ms[3], flop / (ms[3] * 1e-3) / 1e12, took ? "" : " REFUSED");
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    free(h); free(f); free(q);
+    cudaFree(dk); cudaFree(dq); cudaFree(dst);
+}
+
+static void time_all(void) {
+    const int types[] = {LKV_TYPE_F16, LKV_TYPE_Q8_0, LKV_TYPE_Q4_0};
+    for (int di = 0; di < 2; di++)
+        for (int ti = 0; ti < 3; ti++) time_one(32, 8, 128, di ? 131072 : 32768, 512, types[ti], "8B shape");
+    time_one(32, 8, 128, 32768, 2048, LKV_TYPE_Q8_0, "8B shape");
+    time_one(24, 4, 256, 32768, 512, LKV_TYPE_Q8_0, "hd256 GQA6");
+    time_one(9, 3, 64, 32768, 512, LKV_TYPE_F16, "hd64 GQA3");
 }
 
 int main(int argc, char **argv) {
-    const int op = harness_open(1024, 4096, 32, 128, 8);
+    const int op = harness_open(1024, 4096, 32, 256, 8);
     if (op) return op == 1 ? 0 : op;
     const acase cases[] = {
         /* GQA 3, head_dim 64 (SmolLM2-like); chunk 96: tiles start off the 64-grid */
@@ -387,9 +410,36 @@ int main(int argc, char **argv) {
         {8, 2, 128, 64, 1000, 100, LKV_TYPE_F16, LKV_TYPE_F16},
         {8, 2, 128, 256, 4900, 512, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
         {8, 2, 128, 96, 1500, 16, LKV_TYPE_F16, LKV_TYPE_F16},
+        /* bf16 K/V (bf16 products and P), the other mixed pairs */
+        {8, 2, 128, 256, 1300, 100, LKV_TYPE_BF16, LKV_TYPE_BF16},
+        {9, 3, 64, 96, 1000, 512, LKV_TYPE_BF16, LKV_TYPE_BF16},
+        {8, 2, 128, 256, 1300, 100, LKV_TYPE_Q8_0, LKV_TYPE_Q4_0},
+        {9, 3, 64, 128, 900, 100, LKV_TYPE_F16, LKV_TYPE_Q8_0},
+        /* head_dim 256, GQA 6 (Qwen3.5-like full attention), GQA 1 */
+        {12, 2, 256, 256, 1300, 100, LKV_TYPE_F16, LKV_TYPE_F16},
+        {12, 2, 256, 256, 1300, 512, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+        {12, 2, 256, 96, 1000, 100, LKV_TYPE_Q4_0, LKV_TYPE_Q4_0},
+        {12, 2, 256, 256, 900, 64, LKV_TYPE_Q8_0, LKV_TYPE_Q4_0},
+        {4, 4, 256, 256, 1000, 64, LKV_TYPE_BF16, LKV_TYPE_BF16},
+        {4, 4, 128, 64, 1000, 200, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
-    test_refusals();
-    if (argc > 1 && !strcmp(argv[1], "time")) time_8b();
+    /* every case on each path: auto (wgmma where built for sm_90a) and mma.sync */
+    const char *names[3] = {"mma.sync", "wgmma", "auto"};
+    const int sel[3] = {1, 2, 0};
+    const int timing = argc > 1 && !strcmp(argv[1], "time");
+    if (argc > 1 && !strcmp(argv[1], "timeonly")) {   /* timings only, the auto path */
+        time_all();
+        return harness_close();
+    }
+    for (int pi = 0; pi < 3; pi++) {
+        lkv_cuda_attn_mma_path(sel[pi]);
+        path_name = names[pi];
+        worst_err = 0;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+        printf("info: [%s] largest rel err vs cpu (one call) %.2e\n", path_name, worst_err);
+        if (pi == 2) test_refusals();
+        if (timing) time_all();
+    }
+    lkv_cuda_attn_mma_path(0);
     return harness_close();
 }

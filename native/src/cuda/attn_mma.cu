@@ -1,561 +1,513 @@
 /*
- * cuda/attn_mma.cu: prefill attention on f16 tensor cores (flash attention
- * with mma.sync m16n8k16, f32 accumulation), folded into attn.cu's state.
+ * cuda/attn_mma.cu: prefill attention on tensor cores (flash attention over
+ * the chunk grid, f32 accumulation), folded into attn.cu's state.
  *
- * Why: attn.cu's sequential kernel re-reads K/V once per query on CUDA cores;
- * at long depth a prefill batch spends its time there. Here one block reads a
- * K/V tile once for 64 (query, head) rows and multiplies on tensor cores.
+ * Work split. The M rows are (query, head) pairs of one KV head (GQA): flat
+ * index f = qi * G + g is query qi, head kh * G + g, so all G heads of a KV
+ * head share each K/V tile. A block (8 warps) owns 128 rows (warp w: rows
+ * 16w .. 16w + 15) and walks the positions [P0, Pend) of the chunk range in
+ * tiles of 64 K/V rows that start at each chunk's start and are clipped at
+ * its end (Pend: the block's last query; causality per row is a mask). Per
+ * tile: S = Q K^T, online softmax in registers, O += P V. On sm_90a the two
+ * products are warpgroup MMAs (wgmma m64n64k16 for S, m64nDk16 for O, A from
+ * registers: Q and P; B from the shared tile through a descriptor), on other
+ * architectures (and head_dim 256, whose Q does not fit in registers)
+ * mma.sync m16n8k16 with ldmatrix; both leave the same per-warp fragments.
+ * On the wgmma path S of tile j + 1 is issued before tile j's softmax and
+ * runs on the tensor cores meanwhile (K straight from its stage: f16 / bf16
+ * K only). The sm_90a code exists only in a build for sm_90a (meson
+ * gpu_arch=90a); a plain sm_90 build runs the mma.sync path.
  *
- * Work split. The rows of the M dimension are (query, head) pairs of one KV
- * head (GQA): flat index f = qi * G + g (G = n_head / n_head_kv) is query qi,
- * head kh * G + g. A block (4 warps) owns 64 such rows (warp w: rows 16w ..
- * 16w+15, one m16 tile) and walks the positions [P0, Pend) of the chunk range
- * chunk by chunk, each in tiles of up to 64 K/V rows that start at the
- * chunk's start and are clipped at its end (a chunk that is not a multiple of
- * 64 rows ends in a part-filled tile): S = Q K^T (16 x 64 per warp), online
- * softmax in registers, O += P V (16 x head_dim per warp). Pend stops at the
- * block's last query; the causal limit of each row is applied as a mask.
+ * Data movement (attn_fa_tile.cuh): a cp.async pipeline of NS stages (4 at
+ * head_dim <= 128) of raw K/V, one barrier per tile; q8_0 / q4_0 tiles are
+ * dequantized once into a shared f16 tile for all warps, one tile ahead of
+ * the products (two f16 buffers where shared memory allows), so the warps'
+ * dequantization and tensor-core work overlap. When one segment holds every
+ * position of the call (all resident) rows are found by arithmetic and tail
+ * rows zero-filled by the copies themselves; otherwise each tile searches the
+ * segments and keeps a mask of the rows present.
  *
  * Exactness across calls (DESIGN.md section 4: the split of a layer's chunk
- * range into calls, which depends on the KV pool, must not show in the
- * result). As the CPU does (cpu/attention.c), each chunk's partial
- * (m_c, l_c, O_c / l_c), computed over that chunk's rows only, is folded into
- * the state per (query, head) in increasing chunk order with the CPU's fold
- * (attn.cuh attn_fold_w / attn_fold_o: libm's expf, each operation rounded;
- * the first non-empty chunk taken as it stands, an empty one skipped). The
- * state of the block's rows lives in registers from the first chunk to the
- * last (read at the start, written once at the end), so one call over
- * [a, c) and the calls [a, b), [b, c) do the same operations on the same
- * values: bit-identical. A chunk's tiles, and so its partial, do not depend
- * on the call: they start at the chunk's start and stop at its end or at the
- * block's last query, never at the range's end.
+ * range into calls, which depends on the KV pool, must not show). The state
+ * per (query, head) is attn.cu's (m = max scaled score, l = sum of e^(s - m),
+ * o normalised) and the online softmax keeps its running values in that
+ * form at every chunk boundary: m in the scaled domain (the tile maximum of
+ * the raw scores times the scale: rounding is monotonic), and at the end of
+ * each chunk l is summed over the quad and o is normalised (o *= 1 / l);
+ * the next tile rescales o by alpha * l. A call that starts from a stored
+ * state loads exactly those values, so one call over [a, c) and the calls
+ * [a, b), [b, c) execute the same operations on the same bits. A tile (and a
+ * chunk) that shows a row nothing changes none of the row's values, as a
+ * call that shows a row nothing does not store it. A chunk's tiles do not
+ * depend on the call (they start at the chunk's start and stop at its end
+ * or at the block's last query, never at the range's end).
  *
- * Data movement, per K/V tile (double-buffered, in flight during the previous
- * tile's products): each row is found in whichever segment holds it (one
- * search per lane pair) and copied with cp.async by its warp (16 lanes per
- * row slice), f16 straight into the padded f16 tile, q8_0 / q4_0 as raw blocks
- * into a staging area that is then dequantized to f16 (code * d, one f16
- * rounding). Rows held by no segment, or past the tile's end (its chunk's end
- * or the block's last query), are zero-filled and masked. Q is converted once into the f16 tile's second buffer and kept in
- * registers as mma A fragments.
+ * Rounding (what makes it agree with the CPU to ~1e-3 and not bitwise): the
+ * query goes to K's dot type as the CPU's does (f16 / bf16; for q8_0 / q4_0
+ * K the CPU's q8_0 quantization, attn.cuh attn_qconv's rule, then code * d
+ * in f16); K and V quantized values are code * d rounded to f16; scores and
+ * sums are f32 (tensor-core order); p = 2^(s * scale * log2 e - m * log2 e)
+ * with ex2.approx, rounded to V's operand type (f16, or bf16 for a bf16 V);
+ * l sums the f32 values (2^-12 relative per term, unbiased).
  *
- * Rounding (why it agrees with the CPU to ~1e-3 and not better): the query
- * goes to K's dot type as the CPU's does (f16 for an f16 K; for q8_0 / q4_0 K
- * the CPU's q8_0 quantization, attn.cuh's attn_qconv rule, then code * d
- * rounded to f16), which keeps the largest difference away (q8 rounding of the
- * query moves scores by ~3e-3, f16 by ~1e-4); K and V dequantized values are
- * rounded to f16 (2^-12 relative); scores and sums are f32; the probabilities
- * exp2((s - m) * scale * log2 e) (ex2.approx, ~2 ulp) are rounded to f16 as
- * the P operand and l sums those rounded values, so O / l is normalised
- * consistently. Within a chunk the softmax runs across its tiles (a running
- * max); the CPU takes the chunk at once: the same value up to rounding.
+ * Speed (H200, tests/cuda/test_attn_mma.c "time", Llama-3-8B shape: 32 / 8
+ * heads of 128, 512 queries at the end of the context, TFLOP/s of the causal
+ * part, 2026-12-01): sm_90a wgmma path 192 / 134 / 165 TFLOP/s at 32K for
+ * f16 / q8_0 / q4_0 K and V, 199 / 141 / 172 at 128K; the mma.sync path
+ * 147 / 120 / 142 at 32K (the previous kernel: 138 / 65 / 80). ncu at 32K,
+ * f16: issue slots 23% busy, ~1.9 warps per scheduler with 0.3 eligible, the
+ * top stall the cp.async waits (L1TEX scoreboard, 32%), L2 51% busy: the
+ * block-wide barrier per tile and 8 warps per SM leave it latency-bound.
+ * What would take it toward FlashAttention-3's rate: producer warps that copy
+ * and dequantize behind mbarriers (no block barrier per tile), the two
+ * consumer warpgroups ping-ponging softmax against each other's products,
+ * 128-position tiles, and K/V tiles shared by the blocks of one KV head
+ * (cluster multicast: 16 blocks read each tile through L2 today).
  *
- * Fragment layouts (PTX ISA, mma.m16n8k16 .f16, g = lane >> 2, t = lane & 3;
- * the byte-for-byte same as mmq.cu's m16n8k32 .s8, which the hardware test
- * covers):
- *   A 16x16 (row): reg0 (row g, k 2t..2t+1), reg1 (row g+8, same k),
- *                  reg2 (row g, k 8+2t..), reg3 (row g+8, k 8+2t..)
- *   B 16x8 (col):  reg0 (k 2t..2t+1, col g), reg1 (k 8+2t.., col g)
- *   C 16x8:        c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, same cols)
- *   each f16 pair with the lower index in the low half.
- *   ldmatrix.x4: lanes 8i..8i+7 address the 8 rows (16 bytes each) of matrix
- *   i; register i of lane l holds row l >> 2, elements 2(l & 3), +1 of matrix
- *   i (with .trans: of its transpose).
- * Hence: Q (row-major [row][dim]) -> A via ldmatrix from row l & 15, dim
- * 8 (l >> 4); K ([kv row][dim]) -> B of S = Q K^T via ldmatrix (non-trans)
- * from kv row (l & 7) + 8 (l >> 4), dim 8 ((l >> 3) & 1): two n-tiles per
- * call; V ([kv row][dim]) -> B of O = P V via ldmatrix.trans from kv row
- * (l & 7) + 8 ((l >> 3) & 1), dim 8 (l >> 4): two n-tiles per call; and the C
- * fragments of S, rounded to f16 pairs, are the A fragments of P directly
- * (n-tiles 2k and 2k+1 of S make k-step k of P).
+ * Fragment layouts (PTX ISA, mma.m16n8k16, g = lane >> 2, t = lane & 3):
+ *   A 16x16: a0 (row g, k 2t..2t+1), a1 (row g+8), a2 (row g, k 8+2t..), a3 (row g+8, k 8+2t..)
+ *   B 16x8:  b0 (k 2t..2t+1, col g), b1 (k 8+2t.., col g)
+ *   C 16x8:  c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8)
+ * wgmma's per-warp fragments of A and of the accumulator are the same. The C
+ * fragments of S, rounded to pairs, are the A fragments of P (n-tiles 2k and
+ * 2k+1 make k-step k). ldmatrix.x4: lanes 8i..8i+7 address the rows of
+ * matrix i; in the core-matrix layout each matrix is 128 contiguous bytes.
  */
 #include <limits.h>
 
-#include "attn.cuh"   /* the CPU's fold: attn_fold_w / attn_fold_o */
+#include "attn_fa_tile.cuh"
 #include "attn_mma.cuh"
 
-enum { AM_BM = 64, AM_BN = 64, AM_WARPS = 4, AM_THREADS = 32 * AM_WARPS };
-static_assert(AM_BM == 16 * AM_WARPS, "one m16 tile per warp");
-static_assert(AM_BM == AM_BN, "Q is staged in a K tile buffer");
+/* test-only: 0 auto (pipelined wgmma where compiled for sm_90a), 1 mma.sync, 2 wgmma not pipelined */
+static int fa_path_sel = 0;
+extern "C" void lkv_cuda_attn_mma_path(int sel) { fa_path_sel = sel; }
 
-// ---------------------------------------------------------------- layout
+// ---------------------------------------------------------------- the kernel
 
-/* bytes of one head's slice of a KV row of type T, head_dim D */
-template <int T, int D> __host__ __device__ constexpr int am_head_bytes() { return D / 32 * group_bytes<T>(); }
-
-/* shared memory, byte offsets (all multiples of 16):
- *   k, v: f16 tiles [2][AM_BN][ld] (rows padded by 16 bytes: the 8 rows of an
- *         ldmatrix phase fall in distinct bank groups)
- *   rawk, rawv: staged q8_0 / q4_0 blocks [AM_BN][rs] (absent for f16)
- *   mask: [2][AM_WARPS] bit r of word w = row 16w + r of the tile is present */
-template <int TK, int TV, int D> struct am_smem {
-    static constexpr int ld = D + 8;                                   /* halves per tile row */
-    static constexpr int tile = AM_BN * ld * 2;
-    static constexpr int rsk = TK == LKV_TYPE_F16 ? 0 : (am_head_bytes<TK, D>() + 15) & ~15;
-    static constexpr int rsv = TV == LKV_TYPE_F16 ? 0 : (am_head_bytes<TV, D>() + 15) & ~15;
-    static constexpr int k = 0;
-    static constexpr int v = k + 2 * tile;
-    static constexpr int rawk = v + 2 * tile;
-    static constexpr int rawv = rawk + AM_BN * rsk;
-    static constexpr int mask = rawv + AM_BN * rsv;
-    static constexpr int bytes = mask + 2 * AM_WARPS * 4;
-};
-
-/* per-call values the kernel needs besides the desc */
-struct am_geom {
-    int G;               /* heads per KV head */
-    int P0, P1;          /* the range's positions before causality: [chunk_lo, chunk_hi) * chunk */
-    int tpc;             /* K/V tiles per chunk: ceil(chunk / AM_BN) */
-    float c2;            /* scale * log2(e): scores to exp2 exponents */
-    size_t rbk, rbv;     /* KV row bytes (all KV heads) */
-    int gk, gv;          /* cp.async piece bytes for quantized K / V (4, 8 or 16) */
-};
-
-// ---------------------------------------------------------------- PTX wrappers
-
-static __device__ __forceinline__ void am_cp(uint32_t dst, const void *src, int n) {
-    /* n is uniform per call site; cg (L2 only) needs 16 bytes, ca takes 4 / 8 */
-    if (n == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-    else if (n == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
-    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void am_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-static __device__ __forceinline__ void am_cp_wait() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-static __device__ __forceinline__ void am_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                                uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
-}
-static __device__ __forceinline__ void am_ldsm4t(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                                 uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
-}
-/* c (16x8 f32) += a (16x16 f16) * b (16x8 f16) */
-static __device__ __forceinline__ void am_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* 2^x, ~2 ulp; 2^-inf = 0 (what masked scores need) */
-static __device__ __forceinline__ float am_ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-static __device__ __forceinline__ uint32_t am_h2u(__half2 h) { return *(const uint32_t *)&h; }
-
-// ---------------------------------------------------------------- K/V tiles
-
-/* Copies the 16 rows of this warp's quarter of a tile (row i's head slice at
- * `myrow` of lane 2i; NULL: no such row) into dst (row stride `stride`):
- * f16 straight into the padded f16 tile, other types as raw bytes into the
- * staging rows, in pieces of g bytes. Consecutive lanes take consecutive
- * pieces of a row (whole sectors per request); the row address comes from
- * its owner lane by shuffle. Missing rows are zero-filled with plain stores. */
-template <int T, int D>
-static __device__ __forceinline__ void am_copy_rows(uint8_t *dst, int stride, const uint8_t *myrow, int g) {
-    const int lane = threadIdx.x & 31;
-    const int pb = T == LKV_TYPE_F16 ? 16 : g;          /* piece bytes */
-    const int np = am_head_bytes<T, D>() / pb;           /* pieces per row */
-    const int total = 16 * np;
-    for (int i0 = 0; i0 < total; i0 += 32) {
-        const int idx = i0 + lane, rr = min(idx / np, 15), pc = idx % np;
-        const uint8_t *src =
-            (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)myrow, 2 * rr);
-        if (idx >= total) continue;
-        uint8_t *dp = dst + rr * stride + pc * pb;
-        if (src) {
-            am_cp((uint32_t)__cvta_generic_to_shared(dp), src + pc * pb, pb);
-        } else {
-            for (int k = 0; k < pb; k += 4) *(uint32_t *)(dp + k) = 0u;
-        }
-    }
-}
-
-/* raw q8_0 / q4_0 rows of the staging area -> f16 tile: one thread per 8
- * elements; value = code * d as one f16 rounding of the exact product */
-template <int T, int D>
-static __device__ __forceinline__ void am_dequant(uint8_t *tile, const uint8_t *raw) {
-    constexpr int P = D / 8, LD = D + 8, GB = group_bytes<T>();
-    constexpr int RS = (am_head_bytes<T, D>() + 15) & ~15;
-    for (int i = threadIdx.x; i < AM_BN * P; i += AM_THREADS) {
-        const int r = i / P, e8 = i % P, sub = e8 & 3;
-        const uint8_t *blk = raw + r * RS + (e8 >> 2) * GB;   /* blocks start at even offsets */
-        const __half2 d2 = __half2half2(*(const __half *)blk);
-        int c[8];
-        if constexpr (T == LKV_TYPE_Q8_0) {
-            const uint16_t *q16 = (const uint16_t *)(blk + 2 + 8 * sub);   /* qs[8 sub ..] */
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                c[2 * j] = (int8_t)(q16[j] & 0xff);
-                c[2 * j + 1] = (int8_t)(q16[j] >> 8);
-            }
-        } else {   /* q4_0: element j < 16 is the low nibble of qs[j], 16 + j the high one */
-            const uint16_t *q16 = (const uint16_t *)(blk + 2 + 8 * (sub & 1));
-            const int sh = 4 * (sub >> 1);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                c[2 * j] = (int)((q16[j] >> sh) & 0xF) - 8;
-                c[2 * j + 1] = (int)((q16[j] >> (8 + sh)) & 0xF) - 8;
-            }
-        }
-        uint32_t w[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            w[j] = am_h2u(__hmul2(__floats2half2_rn((float)c[2 * j], (float)c[2 * j + 1]), d2));
-        *(uint4 *)(tile + (r * LD + 8 * e8) * 2) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-}
-
-/* segment holding position p (-1: none); the first match, like the CPU's search */
-static __device__ __forceinline__ int am_find(const lkv_attn_desc &d, int p) {
-    for (int i = 0; i < d.n_segs; i++)
-        if (p >= d.segs[i].pos0 && p - d.segs[i].pos0 < d.segs[i].n) return i;
-    return -1;
-}
-
-/* Tile j of a call: tile j % tpc of chunk chunk_lo + j / tpc, rows [p0, pe).
- * Tiles start at their chunk's start and are clipped at its end (and at the
- * block's last visible position Pend), so a tile never holds rows of two
- * chunks and a chunk's tiles are the same whatever range the call covers.
- * last: the chunk's last tile (its partial is complete after it). */
-struct am_tile { int p0, pe; bool last; };
-
-static __device__ __forceinline__ am_tile am_tile_of(const lkv_attn_desc &d, const am_geom &ge, int j, int Pend,
-                                                     int n_tiles) {
-    const int cj = j / ge.tpc, t = j - cj * ge.tpc, cs = (d.chunk_lo + cj) * d.chunk;
-    am_tile r;
-    r.p0 = cs + AM_BN * t;
-    r.pe = min(min(r.p0 + AM_BN, cs + d.chunk), Pend);
-    r.last = t == ge.tpc - 1 || j == n_tiles - 1;
-    return r;
-}
-
-// ---------------------------------------------------------------- kernel
-
-/* grid (M tiles of 64 (query, head) rows, n_head_kv); the heaviest tiles
- * (latest queries: most positions) are scheduled first */
+/* grid (M tiles of 128 rows, n_head_kv); the heaviest tiles (latest queries) first */
 template <int TK, int TV, int D>
-__global__ void __launch_bounds__(AM_THREADS, 2)
-attn_mma_kernel(float *st, const float *__restrict__ q, const __grid_constant__ lkv_attn_desc d,
-                const am_geom ge) {
-    using L = am_smem<TK, TV, D>;
-    constexpr bool QK = TK != LKV_TYPE_F16, QV = TV != LKV_TYPE_F16;
-    constexpr int LD = L::ld, KS = D / 16, NO = D / 8;
-    extern __shared__ __align__(16) uint8_t sm[];
+__global__ void __launch_bounds__(FA_THREADS, 1)
+attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ lkv_attn_desc d, const fa_geom ge) {
+    using L = fa_smem<TK, TV, D>;
+    constexpr bool QK = L::QK, QV = L::QV, ANYQ = L::ANYQ;
+    constexpr bool BFK = TK == LKV_TYPE_BF16, BFV = TV == LKV_TYPE_BF16;
+    constexpr int NS = L::NS, NF = L::NF, KS = D / 16, NO = D / 8;
+    constexpr bool QREG = D <= 128;
+    constexpr int PEND = ANYQ && NF == 2 ? NS - 3 : NS - 2;   /* copy groups left in flight at a wait */
+    extern __shared__ __align__(128) uint8_t sm[];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mt = gridDim.x - 1 - blockIdx.x, kh = blockIdx.y, G = ge.G;
-    const int n_rows = d.n_q * G, f0 = mt * AM_BM;
+    const int n_rows = d.n_q * G, f0 = mt * FA_BM;
+#if FA_HAVE_WGMMA
+    const bool wg = QREG && ge.wg != 0;
+    /* S of tile j + 1 in flight during tile j's softmax: K straight from its stage, landed a tile early */
+    const bool pipe = wg && !QK && NS >= 3 && ge.wg == 2;
+#else
+    constexpr bool pipe = false;
+#endif
+    constexpr int PEND_P = NS >= 3 ? NS - 3 : 0;   /* the pipelined path's wait */
 
-    /* positions this block reads: up to its last query */
-    const int qi_last = min(d.n_q - 1, (f0 + AM_BM - 1) / G);
+    const int qi_last = min(d.n_q - 1, (f0 + FA_BM - 1) / G);
     const int Pend = min(ge.P1, d.q_pos0 + qi_last + 1);
     if (Pend <= ge.P0) return;   /* nothing visible: every state stays as it is */
-    /* the whole chunks before the one holding Pend - 1, then that one's tiles up to Pend */
     const int c_last = (Pend - 1) / d.chunk;
-    const int n_tiles = (c_last - d.chunk_lo) * ge.tpc + (Pend - c_last * d.chunk + AM_BN - 1) / AM_BN;
+    const int n_tiles = (c_last - d.chunk_lo) * ge.tpc + (Pend - c_last * d.chunk + FA_BN - 1) / FA_BN;
+    const int qpos_min = d.q_pos0 + f0 / G;   /* the block's first query */
 
-    /* the rows of this thread's C fragments: e = 0 (row g), 1 (row g + 8) */
     int qpos[2];
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         const int f = f0 + 16 * warp + (lane >> 2) + 8 * e;
         qpos[e] = f < n_rows ? d.q_pos0 + f / G : INT_MIN;   /* padding rows see nothing */
     }
+    const size_t offk = (size_t)kh * fa_hb<TK, D>(), offv = (size_t)kh * fa_hb<TV, D>();
 
-    // -- issue the copies of tile j into buffer j & 1: the lane pair 2i, 2i+1 of
-    //    warp w locates row 16w + i; the warp then copies its 16 rows
+    /* one segment holding every position of [P0, Pend) (the all-resident case): rows
+     * are found by arithmetic and every tile row is present; else a search per tile */
+    const int seg0 = fa_find(d, ge.P0);
+    const bool flat = seg0 >= 0 && Pend - d.segs[seg0].pos0 <= d.segs[seg0].n;
+    const uint8_t *kflat = nullptr, *vflat = nullptr;
+    if (flat) {
+        kflat = (const uint8_t *)d.segs[seg0].k - (ptrdiff_t)d.segs[seg0].pos0 * (ptrdiff_t)ge.rbk + offk;
+        vflat = (const uint8_t *)d.segs[seg0].v - (ptrdiff_t)d.segs[seg0].pos0 * (ptrdiff_t)ge.rbv + offv;
+    }
+
+    // -- tile j's copies into stage j % NS (an empty group past the end); ic walks the tiles
+    fa_cursor ic;
+    ic.start(d);
     auto issue = [&](int j) {
-        const am_tile tl = am_tile_of(d, ge, j, Pend, n_tiles);
-        const int buf = j & 1, r = tid >> 1, p = tl.p0 + r;
-        const uint8_t *kr = NULL, *vr = NULL;
-        if (p < tl.pe) {   /* rows past the chunk's end (or Pend) stay zero and masked */
-            const int s = am_find(d, p);
-            if (s >= 0) {
-                const size_t row = (size_t)(p - d.segs[s].pos0);
-                kr = (const uint8_t *)d.segs[s].k + row * ge.rbk + (size_t)kh * am_head_bytes<TK, D>();
-                vr = (const uint8_t *)d.segs[s].v + row * ge.rbv + (size_t)kh * am_head_bytes<TV, D>();
+        if (j < n_tiles) {
+            const fa_tile tl = ic.tile(d, Pend);
+            ic.next(d, Pend);
+            uint8_t *stg = sm + L::stages + (j % NS) * L::stage;
+            if (flat) {
+                if constexpr (QK) fa_copy_raw_flat<fa_hb<TK, D>()>(kflat, ge.rbk, tl, ge.gk, stg);
+                else fa_copy_f16_flat<D>(kflat, ge.rbk, tl, stg);
+                if constexpr (QV) fa_copy_raw_flat<fa_hb<TV, D>()>(vflat, ge.rbv, tl, ge.gv, stg + L::rk);
+                else fa_copy_f16_flat<D>(vflat, ge.rbv, tl, stg + L::rk);
+            } else {
+                fa_rows rw;
+                rw.init(d, tl);
+                if (tid < FA_BN) {
+                    const bool ok = rw.row(d, tid, true, ge.rbk, 0) != nullptr;
+                    const uint32_t bal = __ballot_sync(0xffffffffu, ok);
+                    if (lane == 0) ((uint32_t *)(sm + L::mask))[(j % NS) * 2 + warp] = bal;
+                }
+                if constexpr (QK) fa_copy_raw(d, rw, true, ge.rbk, offk, fa_hb<TK, D>(), ge.gk, stg);
+                else fa_copy_f16<D>(d, rw, true, ge.rbk, offk, stg);
+                if constexpr (QV) fa_copy_raw(d, rw, false, ge.rbv, offv, fa_hb<TV, D>(), ge.gv, stg + L::rk);
+                else fa_copy_f16<D>(d, rw, false, ge.rbv, offv, stg + L::rk);
             }
         }
-        /* row r of the tile is present: bit r % 16 of word r / 16 (lanes 2i, 2i+1 hold row i of the warp) */
-        const uint32_t bal = __ballot_sync(0xffffffffu, kr != NULL);
-        if (lane == 0) {
-            uint32_t m16 = 0;
-#pragma unroll
-            for (int i = 0; i < 16; i++) m16 |= ((bal >> (2 * i)) & 1u) << i;
-            ((uint32_t *)(sm + L::mask))[buf * AM_WARPS + warp] = m16;
-        }
-        const int r16 = 16 * warp;   /* this warp's rows of the tile */
-        if constexpr (QK) am_copy_rows<TK, D>(sm + L::rawk + r16 * L::rsk, L::rsk, kr, ge.gk);
-        else am_copy_rows<TK, D>(sm + L::k + buf * L::tile + r16 * LD * 2, LD * 2, kr, 16);
-        if constexpr (QV) am_copy_rows<TV, D>(sm + L::rawv + r16 * L::rsv, L::rsv, vr, ge.gv);
-        else am_copy_rows<TV, D>(sm + L::v + buf * L::tile + r16 * LD * 2, LD * 2, vr, 16);
-        am_cp_commit();
+        fa_cp_commit();
     };
-    /* staged raw rows of tile j -> f16 buffers j & 1 (quantized types only) */
+    // -- tile j's quantized operands -> f16 buffer j % NF
     auto dequant = [&](int j) {
-        if constexpr (QK) am_dequant<TK, D>(sm + L::k + (j & 1) * L::tile, sm + L::rawk);
-        if constexpr (QV) am_dequant<TV, D>(sm + L::v + (j & 1) * L::tile, sm + L::rawv);
+        const uint8_t *stg = sm + L::stages + (j % NS) * L::stage;
+        uint8_t *fb = sm + L::fbufs + (j % (NF ? NF : 1)) * L::fbuf;
+        if constexpr (QK) fa_dequant<TK, D>(fb, stg);
+        if constexpr (QV) fa_dequant<TV, D>(fb + (QK ? L::tile : 0), stg + L::rk);
+        fa_fence_async();
+    };
+    /* shared addresses of tile j's K and V (16-bit tiles) */
+    auto k_addr = [&](int j) -> uint32_t {
+        if constexpr (QK) return sb + L::fbufs + (j % (NF ? NF : 1)) * L::fbuf;
+        else return sb + L::stages + (j % NS) * L::stage;
+    };
+    auto v_addr = [&](int j) -> uint32_t {
+        if constexpr (QV) return sb + L::fbufs + (j % (NF ? NF : 1)) * L::fbuf + (QK ? L::tile : 0);
+        else return sb + L::stages + (j % NS) * L::stage + L::rk;
     };
 
-    issue(0);
+    for (int s = 0; s < NS - 1; s++) issue(s);
 
-    // -- Q: 64 rows into K buffer 1 as f16 in K's dot type, one warp per 32-group
+    // -- Q: 128 rows in K's dot type into the Q tile (core-matrix layout, 128 rows)
     {
-        __half *qs = (__half *)(sm + L::k + L::tile);
-        for (int it = warp; it < AM_BM * (D / 32); it += AM_WARPS) {
-            const int r = it / (D / 32), g32 = it % (D / 32), f = f0 + r;
+        uint8_t *qs = sm + L::q;
+        for (int it = warp; it < FA_BM * (D / 32); it += FA_WARPS) {
+            const int r = it / (D / 32), g32 = it % (D / 32), f = f0 + r, c = 32 * g32 + lane;
             float x = 0.f;
-            if (f < n_rows) {
-                const int qi = f / G, h = kh * G + f % G;
-                x = q[((size_t)qi * d.n_head + h) * D + 32 * g32 + lane];
-            }
-            __half hv;
+            if (f < n_rows) x = q[((size_t)(f / G) * d.n_head + kh * G + f % G) * D + c];
+            uint16_t hv;
             if constexpr (QK) {
                 /* the CPU's q8_0 (attn.cuh attn_qconv): d = amax / 127 rounded to f16,
                  * codes rint(x * 127 / amax); the f16 operand is code * d */
                 const float amax = lkv_warp_max(fabsf(x));
                 const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
                 const float qd = __half2float(__float2half_rn(__fdiv_rn(amax, 127.f)));
-                hv = __float2half_rn(__fmul_rn(rintf(__fmul_rn(x, id)), qd));
+                hv = __half_as_ushort(__float2half_rn(__fmul_rn(rintf(__fmul_rn(x, id)), qd)));
+            } else if constexpr (BFK) {
+                hv = __bfloat16_as_ushort(__float2bfloat16_rn(x));
             } else {
-                hv = __float2half_rn(x);
+                hv = __half_as_ushort(__float2half_rn(x));
             }
-            qs[r * LD + 32 * g32 + lane] = hv;
+            *(uint16_t *)(qs + (c >> 3) * (FA_BM * 16) + r * 16 + (c & 7) * 2) = hv;
         }
     }
     __syncthreads();
-    uint32_t qa[KS][4];
-    {
-        const uint32_t qb = sb + L::k + L::tile + ((16 * warp + (lane & 15)) * LD + 8 * (lane >> 4)) * 2;
+    /* ldmatrix lane offsets: A (Q) rows; B of S (K): kv row, dim group; B of O (V, trans) */
+    const uint32_t qrow = sb + L::q + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * 16 + (lane >> 4) * (FA_BM * 16);
+    const int koff = ((lane & 7) + 8 * (lane >> 4)) * 16 + ((lane >> 3) & 1) * (FA_BN * 16);
+    const int voff = ((lane & 7) + 8 * ((lane >> 3) & 1)) * 16 + (lane >> 4) * (FA_BN * 16);
+    uint32_t qa[QREG ? KS : 1][4];
+    if constexpr (QREG) {
 #pragma unroll
-        for (int kk = 0; kk < KS; kk++) am_ldsm4(qb + kk * 32, qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]);
-    }
-    am_cp_wait();
-    __syncthreads();   /* tile 0 landed; every warp holds its Q fragments (buffer 1 is free) */
-    if constexpr (QK || QV) {
-        dequant(0);
-        __syncthreads();
+        for (int kk = 0; kk < KS; kk++)
+            fa_ldsm4(qrow + kk * 2 * (FA_BM * 16), qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]);
     }
 
-    /* the state of the thread's two rows (attn.cu's layout: m, l, o normalised),
-     * its columns of o only: read here, folded chunk by chunk in registers,
-     * written once at the end. Rows past n_rows see nothing (never folded). */
-    float *sp[2], ms[2], ls[2], os[NO][4];
-    bool changed[2] = {false, false};   /* some chunk was folded into the row */
+    /* the state of the thread's two rows (e = 0: row g, 1: row g + 8), its columns of o */
+    float *sp[2], m[2], lsum[2], ofac[2], lp[2], o[NO][4];
+    bool changed[2] = {false, false}, vis[2] = {false, false};   /* vis: the current chunk reached the row */
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         const int f = f0 + 16 * warp + (lane >> 2) + 8 * e;
         sp[e] = f < n_rows ? st + ((size_t)(f / G) * d.n_head + kh * G + f % G) * (D + 2) : NULL;
-        ms[e] = sp[e] ? sp[e][0] : -INFINITY;
-        ls[e] = sp[e] ? sp[e][1] : 0.f;
+        m[e] = sp[e] ? sp[e][0] : -INFINITY;
+        lsum[e] = sp[e] ? sp[e][1] : 0.f;
+        ofac[e] = lsum[e];                          /* o is normalised: the next tile scales it by l */
+        lp[e] = (lane & 3) == 0 ? lsum[e] : 0.f;    /* l as partial sums over the quad */
 #pragma unroll
         for (int n = 0; n < NO; n++) {
             const float2 v = sp[e] ? *(const float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) : make_float2(0.f, 0.f);
-            os[n][2 * e] = v.x;
-            os[n][2 * e + 1] = v.y;
+            o[n][2 * e] = v.x;
+            o[n][2 * e + 1] = v.y;
         }
     }
+    const float L2E = 1.4426950408889634f;
 
-    /* the current chunk's partial of the two rows: max of the raw scores q.k,
-     * the partial l of this thread's columns (summed over the quad at the
-     * chunk's end), O unnormalised */
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    float o[NO][4];
-#pragma unroll
-    for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    if constexpr (ANYQ && NF == 2) {   /* tile 0 dequantized before the loop */
+        fa_cp_wait<NS - 2>();
+        __syncthreads();
+        dequant(0);
+    }
 
-    /* lane offsets of the ldmatrix addresses (see the layouts above) */
-    const int krow = (lane & 7) + 8 * (lane >> 4), kcol = 8 * ((lane >> 3) & 1);
-    const int vrow = (lane & 7) + 8 * ((lane >> 3) & 1), vcol = 8 * (lane >> 4);
-
+#if FA_HAVE_WGMMA
+    float sn[8][4];   /* S of the next tile (pipelined wgmma path) */
+#endif
+    fa_cursor cc;   /* the tile being computed */
+    cc.start(d);
     for (int j = 0; j < n_tiles; j++) {
-        const am_tile tl = am_tile_of(d, ge, j, Pend, n_tiles);
-        const int buf = j & 1, tp0 = tl.p0;
-        if (j + 1 < n_tiles) issue(j + 1);
+        const fa_tile tl = cc.tile(d, Pend);
+        cc.next(d, Pend);
+        if (pipe) fa_cp_wait<PEND_P>();
+        else fa_cp_wait<PEND>();
+        fa_fence_async();
+        __syncthreads();   /* tile j (and j + 1 for NF = 2) landed; stage (j - 1) % NS is free */
+        issue(j + NS - 1);
+        if constexpr (ANYQ && NF == 2) {
+            if (j + 1 < n_tiles) dequant(j + 1);
+        } else if constexpr (ANYQ) {
+            dequant(j);
+            __syncthreads();
+        }
+        const uint32_t kt = k_addr(j), vt = v_addr(j);
 
         // -- S = Q K^T: 16 x 64 per warp
         float s[8][4];
+#if FA_HAVE_WGMMA
+        if (wg) {
+            if constexpr (QREG) {
+                if (!pipe || j == 0) {
+                    fa_wg_fence();
 #pragma unroll
-        for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-        const uint32_t kb = sb + L::k + buf * L::tile + (krow * LD + kcol) * 2;
+                    for (int kk = 0; kk < KS; kk++)   /* kk = 0 overwrites s */
+                        fa_wgmma<BFK, 0>(s, qa[kk], fa_desc(kt + kk * 2 * (FA_BN * 16), FA_BN * 16, 128), kk > 0);
+                    fa_wg_commit();
+                    fa_wg_wait0();
+                    fa_reg_fence(s);
+                } else {
 #pragma unroll
-        for (int kk = 0; kk < KS; kk++)
+                    for (int n = 0; n < 8; n++) s[n][0] = sn[n][0], s[n][1] = sn[n][1], s[n][2] = sn[n][2], s[n][3] = sn[n][3];
+                }
+                if (pipe && j + 1 < n_tiles) {
+                    const uint32_t kn = k_addr(j + 1);
+                    fa_wg_fence();
 #pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t b0, b1, b2, b3;
-                am_ldsm4(kb + (16 * np * LD + 16 * kk) * 2, b0, b1, b2, b3);
-                am_mma(s[2 * np], qa[kk], b0, b1);
-                am_mma(s[2 * np + 1], qa[kk], b2, b3);
+                    for (int kk = 0; kk < KS; kk++)
+                        fa_wgmma<BFK, 0>(sn, qa[kk], fa_desc(kn + kk * 2 * (FA_BN * 16), FA_BN * 16, 128), kk > 0);
+                    fa_wg_commit();
+                }
             }
+        } else
+#endif
+        {
+#pragma unroll
+            for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                uint32_t a[4];
+                if constexpr (QREG) {
+                    a[0] = qa[kk][0]; a[1] = qa[kk][1]; a[2] = qa[kk][2]; a[3] = qa[kk][3];
+                } else {
+                    fa_ldsm4(qrow + kk * 2 * (FA_BM * 16), a[0], a[1], a[2], a[3]);
+                }
+#pragma unroll
+                for (int np = 0; np < 4; np++) {
+                    uint32_t b0, b1, b2, b3;
+                    fa_ldsm4(kt + koff + np * 256 + kk * 2 * (FA_BN * 16), b0, b1, b2, b3);
+                    fa_mma<BFK>(s[2 * np], a, b0, b1);
+                    fa_mma<BFK>(s[2 * np + 1], a, b2, b3);
+                }
+            }
+        }
 
-        // -- mask (absent rows, causality), new row maxima over the quad
-        const uint32_t *mw = (const uint32_t *)(sm + L::mask) + buf * AM_WARPS;
-        const uint64_t okm = (uint64_t)(mw[0] | (mw[1] << 16)) | ((uint64_t)(mw[2] | (mw[3] << 16)) << 32);
+        // -- mask (absent rows, causality) unless the whole tile is visible to every row
+        uint64_t okm;   /* bit r: tile row r is present */
+        if (flat) {
+            const int nr = tl.pe - tl.p0;
+            okm = nr >= 64 ? ~0ull : (1ull << nr) - 1;
+        } else {
+            const uint32_t *mw = (const uint32_t *)(sm + L::mask) + (j % NS) * 2;
+            okm = (uint64_t)mw[0] | ((uint64_t)mw[1] << 32);
+        }
+        if (!(okm == ~0ull && tl.p0 + FA_BN - 1 <= qpos_min)) {
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int col = 8 * n + 2 * (lane & 3) + (i & 1);
+                    if (!((okm >> col) & 1) || tl.p0 + col > qpos[i >> 1]) s[n][i] = -INFINITY;
+                }
+        }
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int col = 8 * n + 2 * (lane & 3) + (i & 1);
-                if (!((okm >> col) & 1) || tp0 + col > qpos[i >> 1]) s[n][i] = -INFINITY;
-                mx[i >> 1] = fmaxf(mx[i >> 1], s[n][i]);
-            }
-        float alpha[2], msub[2];
+        for (int n = 0; n < 8; n++) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
+        }
+        float ml[2], fac[2];
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
             mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-            const float mn = fmaxf(m[e], mx[e]);
-            /* all masked so far: subtract 0 (exp2(-inf) = 0 keeps everything 0, no NaN) */
-            msub[e] = mn == -INFINITY ? 0.f : __fmul_rn(mn, ge.c2);
-            alpha[e] = am_ex2(fmaf(m[e], ge.c2, -msub[e]));
-            m[e] = mn;
+            /* a tile that shows the row nothing leaves every value of the row as it is
+             * (p = 2^-inf = 0): so a call that reaches a row with nothing, which does
+             * not store it, equals one that ran on through such tiles */
+            ml[e] = 0.f;
+            fac[e] = 1.f;
+            if (mx[e] != -INFINITY) {
+                changed[e] = vis[e] = true;
+                /* the running max in the state's (scaled) domain: scale > 0, rounding is monotonic */
+                const float mn = fmaxf(m[e], __fmul_rn(mx[e], ge.scale));
+                ml[e] = __fmul_rn(mn, L2E);
+                const float alpha = fa_ex2(__fsub_rn(__fmul_rn(m[e], L2E), ml[e]));   /* 1 while m holds; 0 from -inf */
+                fac[e] = __fmul_rn(alpha, ofac[e]);
+                ofac[e] = 1.f;
+                lp[e] = __fmul_rn(lp[e], alpha);
+                m[e] = mn;
+            }
         }
 
-        // -- P = exp2(s c2 - m c2) rounded to f16: the C fragments of S become
-        //    the A fragments of P (k-step k = n-tiles 2k, 2k+1); l sums the rounded values
+        // -- P = 2^(s c2 - m log2 e) rounded to V's operand type; l sums the rounded values
         uint32_t pa[4][4];
         float rs[2] = {0.f, 0.f};
 #pragma unroll
         for (int n = 0; n < 8; n++) {
-            const __half2 h01 = __floats2half2_rn(am_ex2(fmaf(s[n][0], ge.c2, -msub[0])),
-                                                  am_ex2(fmaf(s[n][1], ge.c2, -msub[0])));
-            const __half2 h23 = __floats2half2_rn(am_ex2(fmaf(s[n][2], ge.c2, -msub[1])),
-                                                  am_ex2(fmaf(s[n][3], ge.c2, -msub[1])));
-            const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
-            rs[0] += f01.x + f01.y;
-            rs[1] += f23.x + f23.y;
-            pa[n >> 1][2 * (n & 1)] = am_h2u(h01);
-            pa[n >> 1][2 * (n & 1) + 1] = am_h2u(h23);
+            const uint32_t u01 = fa_pack<BFV>(fa_ex2(fmaf(s[n][0], ge.c2, -ml[0])),
+                                              fa_ex2(fmaf(s[n][1], ge.c2, -ml[0])));
+            const uint32_t u23 = fa_pack<BFV>(fa_ex2(fmaf(s[n][2], ge.c2, -ml[1])),
+                                              fa_ex2(fmaf(s[n][3], ge.c2, -ml[1])));
+            const float2 f01 = fa_unpack<BFV>(u01), f23 = fa_unpack<BFV>(u23);
+            rs[0] = __fadd_rn(rs[0], __fadd_rn(f01.x, f01.y));
+            rs[1] = __fadd_rn(rs[1], __fadd_rn(f23.x, f23.y));
+            pa[n >> 1][2 * (n & 1)] = u01;
+            pa[n >> 1][2 * (n & 1) + 1] = u23;
         }
+        lp[0] = __fadd_rn(lp[0], rs[0]);
+        lp[1] = __fadd_rn(lp[1], rs[1]);
+        /* o rescaled where the max moved or a chunk starts (warp-uniform test: at depth
+         * the max rarely moves) */
+        if (!__all_sync(0xffffffffu, fac[0] == 1.f && fac[1] == 1.f)) {
 #pragma unroll
-        for (int e = 0; e < 2; e++) l[e] = l[e] * alpha[e] + rs[e];
-#pragma unroll
-        for (int n = 0; n < NO; n++) {
-            o[n][0] *= alpha[0]; o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1]; o[n][3] *= alpha[1];
+            for (int n = 0; n < NO; n++) {
+                o[n][0] = __fmul_rn(o[n][0], fac[0]); o[n][1] = __fmul_rn(o[n][1], fac[0]);
+                o[n][2] = __fmul_rn(o[n][2], fac[1]); o[n][3] = __fmul_rn(o[n][3], fac[1]);
+            }
         }
 
         // -- O += P V: 16 x D per warp
-        const uint32_t vb = sb + L::v + buf * L::tile + (vrow * LD + vcol) * 2;
+#if FA_HAVE_WGMMA
+        if (wg) {
+            if constexpr (QREG) {
+                /* V is the N-major B: K (kv rows) core matrices 128 bytes apart, N (dims) FA_BN * 16 */
+                const uint32_t lbo = 128, sbo = FA_BN * 16;
+                fa_wg_fence();
 #pragma unroll
-        for (int k = 0; k < 4; k++)
-#pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t b0, b1, b2, b3;
-                am_ldsm4t(vb + (16 * k * LD + 16 * dp) * 2, b0, b1, b2, b3);
-                am_mma(o[2 * dp], pa[k], b0, b1);
-                am_mma(o[2 * dp + 1], pa[k], b2, b3);
+                for (int k = 0; k < 4; k++) fa_wgmma<BFV, 1>(o, pa[k], fa_desc(vt + k * 256, lbo, sbo), 1);
+                fa_wg_commit();
+                fa_wg_wait0();   /* and S of tile j + 1 */
+                fa_reg_fence(o);
+                if (pipe) fa_reg_fence(sn);
             }
+        } else
+#endif
+        {
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int dp = 0; dp < D / 16; dp++) {
+                    uint32_t b0, b1, b2, b3;
+                    fa_ldsm4t(vt + voff + k * 256 + dp * 2 * (FA_BN * 16), b0, b1, b2, b3);
+                    fa_mma<BFV>(o[2 * dp], pa[k], b0, b1);
+                    fa_mma<BFV>(o[2 * dp + 1], pa[k], b2, b3);
+                }
+        }
 
-        // -- the chunk is complete: its partial (m_c, l_c, O / l_c) of each row
-        //    is folded into the state by the CPU's rule (attn.cuh: M = max,
-        //    W = l e^(m - M) with libm's expf, o = (o W_a + o_c W_b) / (W_a + W_b);
-        //    the first non-empty chunk as it stands, an empty one skipped), then
-        //    the partial restarts. Chunk after chunk, in order, exactly as a
-        //    call per chunk would: the split of the range into calls is invisible
+        // -- the chunk is complete: l over the quad, o normalised (the stored form)
         if (tl.last) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                /* the quad's sum; every lane of the quad gets the same bits */
-                float lc = __fadd_rn(l[e], __shfl_xor_sync(0xffffffffu, l[e], 1));
-                lc = __fadd_rn(lc, __shfl_xor_sync(0xffffffffu, lc, 2));
-                const float mc = __fmul_rn(m[e], d.scale);   /* scale > 0: -inf (empty) stays -inf */
-                const attn_fw fw = attn_fold_w(ms[e], ls[e], mc, lc);
-                const float ic = __frcp_rn(lc);   /* unused when the chunk is empty */
-                changed[e] = changed[e] || fw.kind != 0;
+                float l = __fadd_rn(lp[e], __shfl_xor_sync(0xffffffffu, lp[e], 1));
+                l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));   /* the same bits in all 4 lanes */
+                if (!vis[e]) continue;   /* the chunk showed the row nothing: unchanged */
+                vis[e] = false;
+                if (l > 0.f) {
+                    const float il = __frcp_rn(l);
 #pragma unroll
-                for (int n = 0; n < NO; n++) {
-                    os[n][2 * e] = attn_fold_o(os[n][2 * e], __fmul_rn(o[n][2 * e], ic), fw);
-                    os[n][2 * e + 1] = attn_fold_o(os[n][2 * e + 1], __fmul_rn(o[n][2 * e + 1], ic), fw);
-                    o[n][2 * e] = o[n][2 * e + 1] = 0.f;
+                    for (int n = 0; n < NO; n++) {
+                        o[n][2 * e] = __fmul_rn(o[n][2 * e], il);
+                        o[n][2 * e + 1] = __fmul_rn(o[n][2 * e + 1], il);
+                    }
                 }
-                m[e] = -INFINITY;
-                l[e] = 0.f;
-            }
-        }
-
-        // -- tile j + 1: landed, then (quantized) dequantized into buffers (j + 1) & 1
-        am_cp_wait();
-        __syncthreads();   /* also: every warp is done reading buffers j & 1 */
-        if constexpr (QK || QV) {
-            if (j + 1 < n_tiles) {
-                dequant(j + 1);
-                __syncthreads();
+                lsum[e] = l;
+                ofac[e] = l;
+                lp[e] = (lane & 3) == 0 ? l : 0.f;
             }
         }
     }
+    fa_cp_wait<0>();
 
-    // -- the state of each row that some chunk changed; the loop's barriers
-    //    order these stores after every lane's reads at the start
+    // -- the state of each row that some tile reached
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         if (!sp[e] || !changed[e]) continue;
 #pragma unroll
         for (int n = 0; n < NO; n++)
-            *(float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) = make_float2(os[n][2 * e], os[n][2 * e + 1]);
-        if ((lane & 3) == 0) { sp[e][0] = ms[e]; sp[e][1] = ls[e]; }
+            *(float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) = make_float2(o[n][2 * e], o[n][2 * e + 1]);
+        if ((lane & 3) == 0) { sp[e][0] = m[e]; sp[e][1] = lsum[e]; }
     }
 }
 
 // ---------------------------------------------------------------- launcher
 
+/* the device's shared memory per block (opt-in); 0 if unknown */
+static int fa_smem_max(const lkv_bctx *b) {
+    static int cache[32];
+    if (b->device >= 0 && b->device < 32 && cache[b->device]) return cache[b->device];
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, b->device) != cudaSuccess) {
+        cudaGetLastError();
+        v = 0;
+    }
+    if (b->device >= 0 && b->device < 32) cache[b->device] = v;
+    return v;
+}
+
+/* false (nothing enqueued) where the instance's shared memory exceeds the device's
+ * (the pipeline is sized for Hopper's 227 KiB; sm_86 / sm_89 give 99 KiB) */
 template <int TK, int TV, int D>
-static bool am_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const am_geom &ge) {
-    using L = am_smem<TK, TV, D>;
-    /* above 48 KiB the kernel must opt in, once per instantiation */
-    static int smem_ok = -1;
-    if (smem_ok < 0)
-        smem_ok = cudaFuncSetAttribute(attn_mma_kernel<TK, TV, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       L::bytes) == cudaSuccess;
-    if (!smem_ok) { cudaGetLastError(); return false; }
-    const int n_mt = (int)lkv_cdiv((int64_t)d->n_q * ge.G, AM_BM);
-    attn_mma_kernel<TK, TV, D><<<dim3(n_mt, d->n_head_kv), AM_THREADS, L::bytes, b->stream>>>(st, q, *d, ge);
+static bool fa_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const fa_geom &ge) {
+    using L = fa_smem<TK, TV, D>;
+    if (L::bytes > fa_smem_max(b)) return false;
+    static unsigned smem_done = 0;
+    lkv_cuda_smem_limit(b, &smem_done, attn_fa_kernel<TK, TV, D>, L::bytes, "attn_mma smem");
+    const int n_mt = (int)lkv_cdiv((int64_t)d->n_q * ge.G, FA_BM);
+    attn_fa_kernel<TK, TV, D><<<dim3(n_mt, d->n_head_kv), FA_THREADS, L::bytes, b->stream>>>(st, q, *d, ge);
     LKV_CUDA_LAUNCHED(b, "attn_mma");
     return true;
 }
 
-/* the kernel's instances: K type x V type x head_dim */
-#define AM_TYPES(X) X(LKV_TYPE_F16) X(LKV_TYPE_Q8_0) X(LKV_TYPE_Q4_0)
-
-template <int TK, int D>
-static bool am_pick_v(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const am_geom &ge) {
-    switch (d->type_v) {
-#define X(T) case T: return am_launch<TK, T, D>(b, st, q, d, ge);
-        AM_TYPES(X)
-#undef X
-    default: return false;
-    }
-}
+/* the (K, V) type pairs instantiated: each type with itself, and the mixed
+ * pairs in use (q8_0 K with q4_0 or f16 V, f16 K with a quantized V) */
+#define FA_PAIRS(X)                                                                                        \
+    X(LKV_TYPE_F16, LKV_TYPE_F16) X(LKV_TYPE_BF16, LKV_TYPE_BF16) X(LKV_TYPE_Q8_0, LKV_TYPE_Q8_0)          \
+    X(LKV_TYPE_Q4_0, LKV_TYPE_Q4_0) X(LKV_TYPE_Q8_0, LKV_TYPE_Q4_0) X(LKV_TYPE_Q8_0, LKV_TYPE_F16)        \
+    X(LKV_TYPE_F16, LKV_TYPE_Q8_0) X(LKV_TYPE_F16, LKV_TYPE_Q4_0)
 
 template <int D>
-static bool am_pick(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const am_geom &ge) {
-    switch (d->type_k) {
-#define X(T) case T: return am_pick_v<T, D>(b, st, q, d, ge);
-        AM_TYPES(X)
+static int fa_pick(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const fa_geom *ge) {
+#define X(A, B) if (d->type_k == A && d->type_v == B) return b ? (int)fa_launch<A, B, D>(b, st, q, d, *ge) : 1;
+    FA_PAIRS(X)
 #undef X
-    default: return false;
-    }
+    return 0;
 }
 
 /* bytes of 32 elements of a type this file reads; 0 for the others */
-static int am_group_bytes(int type) {
+static int fa_group_bytes(int type) {
     switch (type) {
-#define X(T) case T: return group_bytes<T>();
-        AM_TYPES(X)
-#undef X
+    case LKV_TYPE_F16: return group_bytes<LKV_TYPE_F16>();
+    case LKV_TYPE_BF16: return group_bytes<LKV_TYPE_BF16>();
+    case LKV_TYPE_Q8_0: return group_bytes<LKV_TYPE_Q8_0>();
+    case LKV_TYPE_Q4_0: return group_bytes<LKV_TYPE_Q4_0>();
     default: return 0;
     }
 }
 
 /* the largest cp.async piece (16, 8, 4) that divides the head slice, the row
  * and every segment's base address; 0 if not even 4 does */
-static int am_piece(int head_bytes, size_t row_bytes, const lkv_attn_desc *d, bool is_k) {
+static int fa_piece(int head_bytes, size_t row_bytes, const lkv_attn_desc *d, bool is_k) {
     for (int g = 16; g >= 4; g >>= 1) {
         bool ok = head_bytes % g == 0 && row_bytes % g == 0;
         for (int i = 0; i < d->n_segs && ok; i++)
@@ -570,30 +522,38 @@ static int am_piece(int head_bytes, size_t row_bytes, const lkv_attn_desc *d, bo
 extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d) {
     const int hd = d->head_dim;
     if (b->dyn_pos) return false;   /* captured steps are decode-sized: not this kernel's */
-    if (d->n_q < 16 || (hd != 64 && hd != 128)) return false;
+    if (d->n_q < 16 || (hd != 64 && hd != 128 && hd != 256)) return false;
     if (d->n_head_kv <= 0 || d->n_head <= 0 || d->n_head % d->n_head_kv) return false;
     if (d->chunk <= 0 || d->n_segs < 0 || d->n_segs > LKV_MAX_SEGS) return false;
     if (!(d->scale > 0.f)) return false;   /* the running max of q.k is the max score only for scale > 0 */
-    const int gbk = am_group_bytes(d->type_k), gbv = am_group_bytes(d->type_v);
+    const int gbk = fa_group_bytes(d->type_k), gbv = fa_group_bytes(d->type_v);
     if (!gbk || !gbv) return false;
-    /* positions must stay in int: the range's end, and the last query */
     const int64_t P1 = (int64_t)d->chunk_hi * d->chunk;
-    if (P1 > INT32_MAX - AM_BN || (int64_t)d->q_pos0 + d->n_q > INT32_MAX || d->chunk_lo < 0) return false;
+    if (P1 > INT32_MAX - FA_BN || (int64_t)d->q_pos0 + d->n_q > INT32_MAX || d->chunk_lo < 0) return false;
     if ((int64_t)d->n_q * d->n_head > INT32_MAX / 2) return false;
+    /* a tile's 64 rows within 32-bit offsets of its first */
+    if ((int64_t)d->n_head_kv * (hd / 32) * (gbk > gbv ? gbk : gbv) * FA_BN > INT32_MAX) return false;
+    const bool pair = hd == 64 ? fa_pick<64>(NULL, NULL, NULL, d, NULL)
+                      : hd == 128 ? fa_pick<128>(NULL, NULL, NULL, d, NULL) : fa_pick<256>(NULL, NULL, NULL, d, NULL);
+    if (!pair) return false;
     if (d->chunk_hi <= d->chunk_lo) return true;   /* nothing to fold: the state is unchanged */
 
-    am_geom ge;
+    fa_geom ge;
     ge.G = d->n_head / d->n_head_kv;
     ge.P0 = d->chunk_lo * d->chunk;
     ge.P1 = (int)P1;
-    ge.tpc = (d->chunk + AM_BN - 1) / AM_BN;
+    ge.tpc = (d->chunk + FA_BN - 1) / FA_BN;
+    ge.scale = d->scale;
     ge.c2 = d->scale * 1.4426950408889634f;
     ge.rbk = (size_t)d->n_head_kv * (hd / 32) * gbk;
     ge.rbv = (size_t)d->n_head_kv * (hd / 32) * gbv;
-    ge.gk = am_piece(hd / 32 * gbk, ge.rbk, d, true);
-    ge.gv = am_piece(hd / 32 * gbv, ge.rbv, d, false);
-    /* f16 rows go in 16-byte pieces straight into the tile; the others need 4 */
-    if (ge.gk < (d->type_k == LKV_TYPE_F16 ? 16 : 4) || ge.gv < (d->type_v == LKV_TYPE_F16 ? 16 : 4))
-        return false;
-    return hd == 64 ? am_pick<64>(b, (float *)st, q, d, ge) : am_pick<128>(b, (float *)st, q, d, ge);
+    ge.gk = fa_piece(hd / 32 * gbk, ge.rbk, d, true);
+    ge.gv = fa_piece(hd / 32 * gbv, ge.rbv, d, false);
+    ge.wg = fa_path_sel == 1 ? 0 : fa_path_sel == 2 ? 1 : 2;
+    /* 16-bit rows go in 16-byte pieces straight into the tile; the others need 4 */
+    const bool f16k = d->type_k == LKV_TYPE_F16 || d->type_k == LKV_TYPE_BF16;
+    const bool f16v = d->type_v == LKV_TYPE_F16 || d->type_v == LKV_TYPE_BF16;
+    if (ge.gk < (f16k ? 16 : 4) || ge.gv < (f16v ? 16 : 4)) return false;
+    return hd == 64 ? fa_pick<64>(b, (float *)st, q, d, &ge)
+           : hd == 128 ? fa_pick<128>(b, (float *)st, q, d, &ge) : fa_pick<256>(b, (float *)st, q, d, &ge);
 }

@@ -3,27 +3,35 @@
  *
  * lkv_cuda_attn_mma does what lkv_cuda_attn_accum does (backend.h: fold the
  * chunks [chunk_lo, chunk_hi) into the running state st, causal per query),
- * for the shapes it covers, with f16 tensor-core products: one flash-attention
- * pass per chunk and tile of 64 (query, head) rows, each chunk's partial
- * folded into the state with the CPU's fold, chunk after chunk. The state's
- * layout and meaning are attn.cu's ((m, l, o) per (query, head), o
- * normalised), so calls mix freely with attn.cu's kernels and attn_finish.
- * Not bit-identical with the CPU: the query, K, V and the probabilities are
- * rounded to f16 (relative error ~1e-3). Bit-identical with itself however
- * the range is split into calls: chunks [a, c) in one call give the state
- * that [a, b) then [b, c) give (same inputs, same segments' contents), which
- * is what keeps a streaming KV pool's logits equal to the all-resident run's.
+ * for the shapes it covers, as a flash attention on tensor cores (wgmma on
+ * sm_90a, mma.sync elsewhere) over tiles of 128 (query, head) rows of one KV
+ * head and 64 positions of one chunk, the running softmax brought to the
+ * state's form at the end of every chunk. The state's layout and meaning are
+ * attn.cu's ((m, l, o) per (query, head), o normalised), so calls mix freely
+ * with attn.cu's kernels and attn_finish. Not bit-identical with the CPU: the
+ * query, K, V and the probabilities are rounded to f16 (bf16 for bf16 K / V;
+ * relative error ~1e-3, test_attn_mma's tolerance 2e-3, 4e-3 with a bf16 V).
+ * Bit-identical with itself however the range is split into calls: chunks
+ * [a, c) in one call give the state that [a, b) then [b, c) give (same
+ * inputs, same segments' contents), which is what keeps a streaming KV
+ * pool's logits equal to the all-resident run's.
  *
  * Returns true when the work was enqueued on b->stream (a launch error is
  * recorded in b as for every op, and sync reports it), or when there was
  * nothing to do (an empty chunk range: the state is unchanged). Returns false,
  * having enqueued nothing, for what it does not cover, so that the caller
- * runs the exact kernels instead: n_q < 16, head_dim other than 64 / 128, K
- * or V of a type other than f16 / q8_0 / q4_0, n_head not a multiple of
- * n_head_kv, a captured step (b->dyn_pos set; graphs are for n <= 8 tokens),
- * KV rows not aligned for the copies (f16: 16 bytes, others: 4), positions
- * past 2^31. Host-side only; same threading rules as the other ops.
- * extern "C" so that the C test (tests/cuda/test_attn_mma.c) can call it.
+ * runs the exact kernels instead: n_q < 16, head_dim other than 64 / 128 /
+ * 256, a (K, V) type pair other than f16 / bf16 / q8_0 / q4_0 with itself,
+ * q8_0 with q4_0 or f16, f16 with q8_0 or q4_0 (attn_mma.cu FA_PAIRS),
+ * n_head not a multiple of n_head_kv, a captured step (b->dyn_pos set;
+ * graphs are for n <= 8 tokens), KV rows not aligned for the copies (f16 /
+ * bf16: 16 bytes, others: 4), 64 KV rows past 2^31 bytes, positions
+ * past 2^31, and an instance whose shared memory (sized for Hopper's 227
+ * KiB) exceeds the device's: on sm_80 the quantized head_dim 128 ones and
+ * up, on sm_86 / 89 / 120 (99 KiB) all but head_dim 64 with 16-bit K/V. Host-side only; same threading rules as the other ops.
+ * extern "C" so that the C test (tests/cuda/test_attn_mma.c) can call it;
+ * the test also calls lkv_cuda_attn_mma_path (attn_mma.cu, test-only) to run
+ * each of the kernel's paths.
  */
 #ifndef LKV_CUDA_ATTN_MMA_CUH
 #define LKV_CUDA_ATTN_MMA_CUH
