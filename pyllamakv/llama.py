@@ -37,7 +37,7 @@ class Llama:
                  logits_all: bool = False, verbose: bool = False,
                  n_gpu_layers: int | None = None, chat_format: str | None = None,
                  flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
-                 gpu_kernels: str = "exact"):
+                 gpu_kernels: str = "exact", _model: "_native.Model | None" = None):
         self._ctx = self._model = None
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
@@ -49,10 +49,13 @@ class Llama:
         _native.type_id(type_k, kv=True), _native.type_id(type_v, kv=True)  # fail before loading
         self.model_path = str(model_path) if model_path is not None else default_model_path()
         t0 = time.perf_counter()
-        file = _native.GGUFFile(self.model_path)
-        hp = _native.model_params(file)
-        self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
-        self._model = _native.Model(file, self.device, n_threads)
+        if _model is None:
+            file = _native.GGUFFile(self.model_path)
+            hp = _native.model_params(file)
+            self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
+            self._model = _native.Model(file, self.device, n_threads)
+        else:   # a context of its own over a loaded model (the server's slots share one)
+            file, hp, self.device, self._model = _model.file, _model.hparams, _model.device, _model
         self.metadata = file.metadata
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
         if cfg.kv_pool_mib == "auto":
