@@ -57,12 +57,13 @@ async def _parse(request: Request, model):
     except ValidationError as e:
         err = e.errors()[0]
         cause = (err.get("ctx") or {}).get("error")
-        param = ".".join(str(x) for x in err["loc"]) or None
+        where = ".".join(str(x) for x in err["loc"]) or None   # e.g. messages.0.role
+        param = str(err["loc"][0]) if err["loc"] else None
         if isinstance(cause, Unsupported):
             raise ApiError(400, error_body(str(cause), param=cause.param,
                                            code="unsupported_parameter")) from None
         msg = err["msg"].removeprefix("Value error, ")
-        raise ApiError(400, error_body(f"{param}: {msg}" if param else msg, param=param,
+        raise ApiError(400, error_body(f"{where}: {msg}" if where else msg, param=param,
                                        code="invalid_value")) from None
 
 
