@@ -14,6 +14,7 @@ import contextlib
 import hmac
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -221,7 +222,7 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
     async def health():
         busy = pool.busy
         return {"status": "ok", "slots_idle": len(pool.slots) - busy, "slots_busy": busy,
-                "queue_length": pool.queue_length}
+                "queue_length": pool.queue_length, "pid": os.getpid()}
 
     @app.get("/", response_class=HTMLResponse)
     async def index():
