@@ -154,3 +154,19 @@ def test_settings_are_checked():
             ServerSettings(**bad)
     s = ServerSettings(parallel=4, kv_pool_mib=64)
     assert s.slot_pool_mib == 16 and s.threads_per_slot >= 1
+
+
+def test_serve_command_checks_its_options():
+    from click.testing import CliRunner
+    from pyllamakv.cli import main
+    r = CliRunner().invoke(main, ["serve", "--help"])
+    assert r.exit_code == 0 and "--parallel" in r.output and "--api-key" in r.output
+    r = CliRunner().invoke(main, ["serve", "--parallel", "0"])
+    assert r.exit_code == 1 and "parallel must be an int >= 1" in r.output
+    r = CliRunner().invoke(main, ["serve", "--kv-pool-mib", "lots"])
+    assert r.exit_code == 2 and "neither a number of MiB nor 'auto'" in r.output
+    import inspect
+    from pyllamakv import Llama
+    if "gpu_memory_mib" not in inspect.signature(Llama.__init__).parameters:
+        r = CliRunner().invoke(main, ["serve", "--gpu-memory-mib", "512"])
+        assert r.exit_code == 1 and "takes no gpu_memory_mib" in r.output
