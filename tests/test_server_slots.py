@@ -90,6 +90,28 @@ def test_full_queue_answers_503_and_recovers(gate_server):
         assert c.post(url, json=body).status_code == 200  # serving again
 
 
+def test_queued_requests_leave_on_time_limit_and_disconnect(gate_server):
+    server, pool, gate = gate_server
+    url = server.url + "/v1/completions"
+    with httpx.Client(timeout=30) as c:
+        holder = threading.Thread(target=lambda: c.post(url, json={"prompt": "a",
+                                                                 "max_tokens": 1}))
+        holder.start()
+        assert gate.started.acquire(timeout=10)          # the slot is busy
+        r = c.post(url, json={"prompt": "a", "timeout": 0.3})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "timeout"
+        assert r.headers["retry-after"] == "1" and pool.queue_length == 0
+        with pytest.raises(httpx.ReadTimeout):          # the client gives up while queued
+            httpx.post(url, json={"prompt": "a"}, timeout=0.5)
+        t_end = time.monotonic() + 10
+        while pool.queue_length and time.monotonic() < t_end:
+            time.sleep(0.02)
+        assert pool.queue_length == 0                    # its place is free again
+        gate.step.release()
+        holder.join(30)
+    assert gate.calls == 1                               # neither queued request ran
+
+
 def test_engine_failure_is_500_and_the_slot_goes_on(gate_server):
     server, _, gate = gate_server
     r = httpx.post(server.url + "/v1/completions", json={"prompt": "boom"})

@@ -150,7 +150,11 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
             except asyncio.TimeoutError:
                 if await request.is_disconnected():
                     job.cancel()
+                    pool.withdraw(job)
                     return "error", JobStopped("the client went away")
+                if time.monotonic() > job.deadline and pool.withdraw(job):
+                    job.cancel()
+                    return "error", JobStopped("timed out waiting for a slot")
                 if time.monotonic() > job.deadline + 60:   # a slot stuck in one decode call
                     job.cancel()
                     return "error", JobStopped("the request ran past its time limit")

@@ -187,6 +187,15 @@ class SlotPool:
             self._waiting.append(job)
             self._cv.notify()
 
+    def withdraw(self, job: Job) -> bool:
+        """Take job out of the queue if it has not reached a slot yet (its place frees)."""
+        with self._cv:
+            try:
+                self._waiting.remove(job)
+                return True
+            except ValueError:
+                return False
+
     def _work(self, slot: Slot) -> None:
         while True:
             with self._cv:
