@@ -11,10 +11,12 @@ import contextlib
 import itertools
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -40,16 +42,18 @@ class Page:
              "--disable-dev-shm-usage", "--remote-debugging-port=0",
              f"--user-data-dir={self._dir}", url],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        browser_ws = None
-        t_end = time.monotonic() + 60
-        while time.monotonic() < t_end and browser_ws is None:
-            line = self.proc.stderr.readline()
-            if not line and self.proc.poll() is not None:
-                raise RuntimeError(f"chromium exited with {self.proc.returncode}")
+        lines: queue.Queue = queue.Queue()   # stderr, read in a thread: never block on it
+        threading.Thread(target=lambda: [lines.put(ln) for ln in self.proc.stderr],
+                         daemon=True).start()
+        browser_ws, t_end = None, time.monotonic() + 90
+        while browser_ws is None:
+            try:
+                line = lines.get(timeout=max(0.0, t_end - time.monotonic()))
+            except queue.Empty:
+                self.close()
+                raise RuntimeError("chromium did not open its DevTools port in 90 s") from None
             m = re.search(r"DevTools listening on (ws://\S+)", line)
             browser_ws = m and m.group(1)
-        if browser_ws is None:
-            raise RuntimeError("chromium did not open its DevTools port")
         import httpx
         port = re.match(r"ws://[^:]+:(\d+)/", browser_ws).group(1)
         for _ in range(100):
@@ -90,7 +94,8 @@ class Page:
 
     def close(self):
         try:
-            self._stack.close()
+            if hasattr(self, "_stack"):
+                self._stack.close()
         finally:
             self.proc.terminate()
             try:
@@ -98,7 +103,6 @@ class Page:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-            self.proc.stderr.close()
             shutil.rmtree(self._dir, ignore_errors=True)
 
 
