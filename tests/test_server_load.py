@@ -79,7 +79,7 @@ def server():
 def test_load(server):
     async def main():
         limits = httpx.Limits(max_connections=CLIENTS + 8, max_keepalive_connections=CLIENTS)
-        async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as c:
+        async with httpx.AsyncClient(base_url=server.url, timeout=600, limits=limits) as c:
             want = {}
             for p in PROMPTS:            # the answers of an idle server: the reference
                 for chat in (False, True):
