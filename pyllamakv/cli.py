@@ -1,4 +1,4 @@
-"""The ``pyllamakv`` command: generate, chat, info, bench.
+"""The ``pyllamakv`` command: generate, chat, info, bench, serve (pyllamakv/server/).
 
 Without -m every command runs the default model. Errors print one line and
 exit with status 1 (2 for bad usage, as click does); no tracebacks.
@@ -171,6 +171,10 @@ def bench(n_prompt, n_gen, repetitions, **load):
         click.echo(b.table(rows, llm.model_path.rsplit("/", 1)[-1], llm.device,
                            str(load["type_k"]), str(load["type_v"])))
 
+
+from .server.command import serve  # noqa: E402  (its own module: the server's options)
+
+main.add_command(serve)
 
 if __name__ == "__main__":
     main()

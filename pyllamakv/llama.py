@@ -57,7 +57,7 @@ class Llama:
                  gpu_kernels: str = "fast", embedding: bool = False,
                  pooling_type: int | str = -1, draft_model=None,
                  progress_callback: ProgressCallback | None = None,
-                 **llama_cpp_kwargs):
+                 _model: "_native.Model | None" = None, **llama_cpp_kwargs):
         self._ctx = self._model = None
         self._guard = Guard("Llama")
         self.verbose = bool(verbose)
@@ -75,11 +75,14 @@ class Llama:
         self.progress_callback = progress = progress_callback or (lambda *a: None)
         t0 = time.perf_counter()
         progress("load", 0, 4)
-        file = _native.GGUFFile(self.model_path)
-        progress("load", 1, 4)
-        hp = _native.model_params(file)
-        self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
-        self._model = _native.Model(file, self.device, n_threads)
+        if _model is None:
+            file = _native.GGUFFile(self.model_path)
+            progress("load", 1, 4)
+            hp = _native.model_params(file)
+            self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
+            self._model = _native.Model(file, self.device, n_threads)
+        else:   # a context of its own over a loaded model (the server's slots share one)
+            file, hp, self.device, self._model = _model.file, _model.hparams, _model.device, _model
         progress("load", 2, 4)
         self.metadata = file.metadata
         self._fingerprint = model_fingerprint(file.metadata, file.tensors)

@@ -1,0 +1,46 @@
+"""The `pyllamakv serve` click command (added to the CLI group in cli.py)."""
+from __future__ import annotations
+
+import click
+
+
+def _pool(ctx, param, value: str | None):
+    if value is None or value == "auto":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a number of MiB nor 'auto'") from None
+
+
+@click.command()
+@click.argument("model", required=False)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--parallel", "-np", type=int, default=1, show_default=True,
+              help="requests generated at the same time (slots)")
+@click.option("--ctx", "n_ctx", type=int, default=2048, show_default=True,
+              help="context window of each slot, in tokens")
+@click.option("--kv-pool-mib", default=None, callback=_pool,
+              help="device KV pool of the server in MiB, shared by the slots "
+                   "(default: all resident)")
+@click.option("--gpu-memory-mib", type=float, default=None,
+              help="device memory the server may use, in MiB")
+@click.option("--api-key", envvar="PYLLAMAKV_API_KEY", default=None,
+              help="require 'Authorization: Bearer KEY' (env PYLLAMAKV_API_KEY)")
+@click.option("--queue-size", type=int, default=64, show_default=True,
+              help="requests waiting for a slot before 503")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
+              help="time limit of a request in seconds, queueing included")
+@click.option("--threads", "n_threads", type=int, default=None,
+              help="CPU threads per slot (default: the cores divided by the slots)")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              show_default=True)
+@click.option("--type-k", default="f16", show_default=True, help="K cache type")
+@click.option("--type-v", default="f16", show_default=True, help="V cache type")
+@click.option("--alias", "model_alias", default=None, help="the model name /v1/models reports")
+def serve(**kw):
+    """Serve MODEL (default: the default model) over OpenAI's HTTP API."""
+    from . import ServerSettings
+    from .run import serve as run
+    run(ServerSettings(**kw))

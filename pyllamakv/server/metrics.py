@@ -1,0 +1,79 @@
+"""The server's Prometheus metrics, in a registry of its own (one per app).
+
+Counters for requests (by endpoint and status), prompt and generated tokens
+and the bytes of SSE events sent; gauges for the queue and the slots, read
+when scraped; and each slot's KV cache figures from its last kv_stats()
+snapshot (taken by the slot's own thread after each request, since a context
+is used by one thread at a time): pool, ring and resident bytes, resident
+chunks, and the host-to-device bytes streamed.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from .slots import Job, SlotPool
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_KV_GAUGES = (("pool_bytes", "device KV pool bytes"), ("ring_bytes", "transfer ring bytes"),
+              ("resident_bytes", "KV bytes resident in the pool"))
+_KV_COUNTERS = (("bytes_streamed", "KV bytes streamed host -> device"),
+                ("bytes_written_back", "KV bytes written through device -> host"),
+                ("copies", "KV span copies"), ("replans", "residency re-plans"))
+
+
+class _KVCollector:
+    def __init__(self, pool: SlotPool):
+        self.pool = pool
+
+    def collect(self):
+        fams = {k: GaugeMetricFamily(f"pyllamakv_kv_{k}", d, labels=["slot"])
+                for k, d in _KV_GAUGES}
+        fams.update({k: CounterMetricFamily(f"pyllamakv_kv_{k}", d, labels=["slot"])
+                     for k, d in _KV_COUNTERS})
+        chunks = GaugeMetricFamily("pyllamakv_kv_resident_chunks",
+                                   "KV chunks resident in the pool, all layers", labels=["slot"])
+        for s in self.pool.slots:
+            st, label = s.kv_stats, [str(s.index)]
+            for k, fam in fams.items():
+                if k in st:
+                    fam.add_metric(label, float(st[k]))
+            if "resident_chunks" in st:
+                chunks.add_metric(label, float(sum(st["resident_chunks"])))
+        yield from fams.values()
+        yield chunks
+
+
+class Metrics:
+    def __init__(self, pool: SlotPool):
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("pyllamakv_requests", "HTTP requests answered",
+                                ["endpoint", "status"], registry=r)
+        self.latency = Histogram("pyllamakv_request_seconds", "request time, queueing included",
+                                 ["endpoint"], registry=r)
+        self.prompt_tokens = Counter("pyllamakv_prompt_tokens", "prompt tokens of requests run",
+                                     registry=r)
+        self.generated_tokens = Counter("pyllamakv_generated_tokens", "tokens sampled",
+                                        registry=r)
+        self.sse_bytes = Counter("pyllamakv_sse_bytes", "bytes of server-sent events sent",
+                                 registry=r)
+        self.cancelled = Counter("pyllamakv_cancelled_requests",
+                                 "requests stopped because the client went away", registry=r)
+        Gauge("pyllamakv_queue_length", "requests waiting for a slot",
+              registry=r).set_function(lambda: pool.queue_length)
+        Gauge("pyllamakv_slots_busy", "slots generating now",
+              registry=r).set_function(lambda: pool.busy)
+        Gauge("pyllamakv_slots", "slots (--parallel)",
+              registry=r).set_function(lambda: len(pool.slots))
+        r.register(_KVCollector(pool))
+
+    def job_done(self, job: Job) -> None:
+        """The pool's on_done hook (runs in the slot's thread)."""
+        self.prompt_tokens.inc(job.prompt_tokens)
+        self.generated_tokens.inc(job.generated_tokens)
+        if job.cancelled:
+            self.cancelled.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

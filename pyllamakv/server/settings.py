@@ -1,0 +1,76 @@
+"""ServerSettings: what `pyllamakv serve` was asked for, checked before anything loads.
+
+The model's own parameters (context, KV types, pool) are checked again by
+LlamaConfig when the slots are built; this class checks what only the server
+has (slots, queue, time limit, address) and the meaning of the shared ones
+across slots: ``n_ctx`` is each slot's context window, ``kv_pool_mib`` the
+device KV pool of the whole server, divided evenly between the slots while
+each slot is a context of its own.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+@dataclass(slots=True)
+class ServerSettings:
+    model: str | None = None          # GGUF path; None: the default model
+    host: str = "127.0.0.1"
+    port: int = 8080
+    parallel: int = 1                 # slots: requests generated at the same time
+    n_ctx: int = 2048                 # per slot
+    kv_pool_mib: float | str | None = None   # whole server; None: all resident
+    gpu_memory_mib: float | None = None      # passed to Llama where it takes it
+    api_key: str | None = None        # None: no authentication
+    queue_size: int = 64              # requests waiting for a slot before 503
+    timeout_s: float = 600.0          # per request, queueing included
+    n_threads: int | None = None      # per slot; None: the cores divided by the slots
+    device: str = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    model_alias: str | None = None    # the name /v1/models reports; None: the file name
+
+    def __post_init__(self) -> None:
+        for name, lo in (("port", 0), ("parallel", 1), ("n_ctx", 1), ("queue_size", 0)):
+            v = getattr(self, name)
+            if not _is_int(v) or v < lo:
+                raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+        if self.port > 65535:
+            raise ValueError(f"port must be <= 65535, got {self.port}")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
+                or not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be a finite number of seconds > 0, "
+                             f"got {self.timeout_s!r}")
+        if self.n_threads is not None and (not _is_int(self.n_threads) or self.n_threads < 1):
+            raise ValueError(f"n_threads must be None or an int >= 1, got {self.n_threads!r}")
+        if self.api_key is not None and not (isinstance(self.api_key, str) and self.api_key):
+            raise ValueError("api_key must be a non-empty string or None")
+        p = self.kv_pool_mib
+        if p is not None and p != "auto" and (isinstance(p, (bool, str)) or
+                                             not isinstance(p, (int, float)) or
+                                             not math.isfinite(p) or p < 0):
+            raise ValueError(f"kv_pool_mib must be None, a number of MiB >= 0 or 'auto', "
+                             f"got {p!r}")
+        if p == "auto" and self.parallel > 1:
+            raise ValueError("kv_pool_mib='auto' sizes one context's pool from the free device "
+                             "memory; with parallel > 1 give the server's pool in MiB")
+        g = self.gpu_memory_mib
+        if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float))
+                              or not math.isfinite(g) or g <= 0):
+            raise ValueError(f"gpu_memory_mib must be None or a number of MiB > 0, got {g!r}")
+
+    @property
+    def threads_per_slot(self) -> int:
+        return self.n_threads or max(1, (os.cpu_count() or 1) // self.parallel)
+
+    @property
+    def slot_pool_mib(self) -> float | str | None:
+        """Each slot's share of the KV pool."""
+        p = self.kv_pool_mib
+        return p if p is None or p == "auto" else p / self.parallel

