@@ -89,9 +89,10 @@ class SlotLlama(Llama):
 
     job: Job | None = None
 
-    def generate(self, tokens, *args, **kw):
+    def _generate(self, tokens, *args, **kw):
+        # the token stream every completion and chat reads (completion_pieces)
         job = self.job
-        inner = super().generate(tokens, *args, **kw)
+        inner = super()._generate(tokens, *args, **kw)
         if job is not None:
             job.prompt_tokens = len(tokens)
         try:
