@@ -18,6 +18,7 @@ from ._ffi import ffi, last_error, lib
 from .errors import error_for_status
 from .gguf_file import GGUFError, GGUFFile
 from .hparams import ARCHS, model_params  # noqa: F401  (re-exported)
+from .weight_check import check_finite
 
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 
@@ -80,6 +81,7 @@ class Model:
         self._ptr = None
         self.file = path if isinstance(path, GGUFFile) else GGUFFile(path)
         self.hparams = model_params(self.file)
+        check_finite(self.file)
         self.device = device
         p = ffi.new("lkv_model_params *")
         lib.lkv_model_params_init(p)

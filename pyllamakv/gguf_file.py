@@ -158,11 +158,13 @@ class GGUFFile:
         self.metadata: dict[str, Any] = {}
         self.value_types: dict[str, str] = {}
         self.tensors: list[TensorInfo] = []
+        self._by_name: dict[str, TensorInfo] = {}
         cur = _Cursor(self._map, self.path)
         self.version, n_tensors, n_kv = self._header(cur)
         self._read_metadata(cur, n_kv)
         self.alignment = self._alignment()
         self._read_tensors(cur, n_tensors)
+        self._by_name = {t.name: t for t in self.tensors}
 
     def _header(self, cur: _Cursor) -> tuple[int, int, int]:
         cur.need(4, "the magic number")
@@ -266,6 +268,9 @@ class GGUFFile:
     def architecture(self) -> str:
         return str(self.metadata.get("general.architecture", ""))
 
+    def tensor(self, name: str) -> TensorInfo | None:
+        return self._by_name.get(name)
+
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
 
@@ -280,7 +285,7 @@ class GGUFFile:
 
     def close(self) -> None:
         # the map itself closes once the last view into it is gone
-        self.tensors = []
+        self.tensors, self._by_name = [], {}
         self._map = None
 
 
