@@ -53,7 +53,7 @@ class Llama:
         hp = _native.model_params(file)
         self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
         self._model = _native.Model(file, self.device, n_threads)
-        self.metadata = file.metadata
+        self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
         if cfg.kv_pool_mib == "auto":
             pool = auto_pool_bytes(hp, self._n_ctx, self.device, type_k=type_k, type_v=type_v,
