@@ -228,7 +228,7 @@ class GGUFFile:
             infos.append((name, shape, tid, offset, self._nbytes(name, shape, tid)))
         data_start = -(-cur.pos // self.alignment) * self.alignment
         size = len(self._map)
-        expect = 0
+        expect, prev = 0, None
         for name, shape, tid, offset, nbytes in infos:
             where = f"tensor {name!r} ({nbytes} bytes at data offset {offset})"
             if data_start + offset + nbytes > size:
@@ -237,9 +237,12 @@ class GGUFFile:
             if offset % self.alignment:
                 raise cur.fail(f"{where} is not aligned to {self.alignment} bytes")
             if offset != expect:
-                raise cur.fail(f"{where} should start at data offset {expect}: tensors must be "
-                               "stored in order, without overlaps or gaps")
+                after = f"after {prev[0]!r} ({prev[1]} bytes by its shape and type)" if prev \
+                    else "as the first tensor"
+                raise cur.fail(f"{where} should start at data offset {expect} {after}: tensors "
+                               "must be stored in order, without overlaps or gaps")
             expect += -(-nbytes // self.alignment) * self.alignment
+            prev = (name, nbytes)
             self.tensors.append(TensorInfo(
                 name, tid, shape, np.frombuffer(self._map, np.uint8, nbytes, data_start + offset),
                 nbytes, data_start + offset))
