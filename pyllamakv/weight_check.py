@@ -8,11 +8,12 @@ an IEEE value is inf or NaN exactly when its exponent field is all ones.
   if it fits in what is left of ``CHECK_BUDGET`` bytes (the default model:
   all of them):
   F32 / F16 / BF16 every element; quantized formats whose scales are plain
-  f16 fields (Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL, IQ4_XS) every block's scales
-  (their codes are integers, so finite scales mean finite weights).
+  f16 fields (Q4_0 .. Q8_0, Q2_K .. Q6_K, the IQ types but IQ1_M, TQ1_0,
+  TQ2_0) every block's scales (their codes are integers, so finite scales
+  mean finite weights).
 - Not checked: matrices past the budget (reading them would page in a large
-  file at load), and formats without plain f16 scales (other IQ types, TQ,
-  MXFP4).
+  file at load), and formats without plain f16 scales (IQ1_M, MXFP4, NVFP4,
+  Q1_0, Q8_1 / Q8_K, integer types).
 """
 from __future__ import annotations
 

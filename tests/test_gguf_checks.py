@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFValueType as V
+from gguf import quants
 
 from pyllamakv import Llama, errors
 from pyllamakv._native import Context, Model
 from pyllamakv.gguf_file import GGUFError, GGUFFile, TensorInfo
+from pyllamakv.gguf_types import F16_SCALE_FIELDS, TENSOR_TYPES
 from pyllamakv.hparams import model_params
 from pyllamakv.tokenizer import Tokenizer
 from pyllamakv.weight_check import check_finite, nonfinite
@@ -221,6 +223,26 @@ def test_nonfinite_matches_numpy(tid, dtype):
         raw = (x.astype(dtype) if dtype else (x.view(np.uint32) >> 16).astype(np.uint16))
         t = TensorInfo("x", tid, (len(x),), raw.view(np.uint8), raw.nbytes)
         assert nonfinite(t) == (not np.isfinite(x).all())
+
+
+@pytest.mark.parametrize("tid", sorted(F16_SCALE_FIELDS))
+def test_scale_fields_match_the_dequantizer(tid):
+    """Each listed scale field is where gguf-py's dequantizer reads a scale:
+    finite there gives finite weights; inf at any one of them does not."""
+    rng = np.random.default_rng()
+    name, _, size = TENSOR_TYPES[tid]
+    raw = rng.integers(0, 256, (6, size), dtype=np.uint8)
+    for off in F16_SCALE_FIELDS[tid]:
+        raw[:, off:off + 2] = rng.uniform(0.1, 2, (6, 1)).astype(np.float16).view(np.uint8)
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert np.isfinite(quants.dequantize(raw.reshape(-1), T(tid))).all()
+        assert nonfinite(TensorInfo("x", tid, (0,), raw.reshape(-1), raw.size)) is False
+        for off in F16_SCALE_FIELDS[tid]:
+            bad = raw.copy()
+            bad[int(rng.integers(0, 6)), off:off + 2] = np.frombuffer(
+                np.float16(rng.choice([np.inf, np.nan])).tobytes(), np.uint8)
+            assert not np.isfinite(quants.dequantize(bad.reshape(-1), T(tid))).all(), (name, off)
+            assert nonfinite(TensorInfo("x", tid, (0,), bad.reshape(-1), bad.size)), (name, off)
 
 
 # ---------------------------------------------------------------- Llama.metadata
