@@ -11,6 +11,7 @@ its own keys (``params``) and the tensors each of its layers adds
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -188,7 +189,7 @@ def expected_shapes(arch: str, hp: dict, layer: int | None):
 def check_shapes(f: GGUFFile, hp: dict) -> None:
     """Every tensor the forward pass uses is present with its expected shape
     (ShapeError naming it). Types are the core's to check."""
-    for layer in (None, *range(hp["n_layer"])):
+    for layer in itertools.chain((None,), range(hp["n_layer"])):   # lazily: n_layer may lie
         for name, shape, required in expected_shapes(f.architecture, hp, layer):
             t = f.tensor(name)
             if t is None:

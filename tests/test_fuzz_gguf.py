@@ -6,7 +6,6 @@ every example the good model gives the logits it gave before."""
 from __future__ import annotations
 
 import copy
-import faulthandler
 import os
 import tempfile
 from datetime import timedelta
@@ -196,11 +195,8 @@ def test_mutated_files_load_or_raise(reference, change):
     path = os.path.join(_DIR, "mutant.gguf")
     with open(path, "wb") as fh:
         fh.write(change)
-    faulthandler.dump_traceback_later(120, exit=True)   # a hang in C ends the run loudly
     try:
         _run(path)
     except PROJECT_ERRORS:
         pass
-    finally:
-        faulthandler.cancel_dump_traceback_later()
     assert np.array_equal(_run(GOOD), reference)

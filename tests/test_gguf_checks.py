@@ -5,6 +5,7 @@ an error naming the key or tensor, and the good model keeps working."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -94,6 +95,14 @@ def test_bad_hyper_parameters(spec, tmp_path, model, key, vtype, value, words):
     spec.set(key, vtype, value, V.UINT32 if vtype == V.ARRAY else None)
     refused(spec, tmp_path / "h.gguf", GGUFError, *words)
     _still_works(model)
+
+
+def test_huge_block_count_fails_at_the_first_missing_layer(spec, tmp_path):
+    """A hang guard: the layers are checked one by one, not listed first."""
+    spec.set("llama.block_count", V.UINT32, 2**31 - 1)
+    t0 = time.perf_counter()
+    refused(spec, tmp_path / "b.gguf", errors.ShapeError, "missing tensor 'blk.2.attn_norm")
+    assert time.perf_counter() - t0 < 10
 
 
 def test_missing_key(spec, tmp_path):
