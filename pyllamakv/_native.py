@@ -63,6 +63,14 @@ def _is_kv(tid: int) -> bool:
     return lib.lkv_type_info_get(tid, info) == 0 and bool(info.is_kv_type)
 
 
+def _is_weight(tid: int) -> bool:
+    info = ffi.new("lkv_type_info *")
+    return lib.lkv_type_info_get(tid, info) == 0 and bool(info.is_weight_type)
+
+
+WEIGHT_TYPES = frozenset(t for t in TYPE_NAMES if _is_weight(t))
+
+
 def row_bytes(t: str | int, n: int) -> int:
     return int(lib.lkv_row_bytes(type_id(t), n))
 
@@ -81,7 +89,7 @@ class Model:
         self._ptr = None
         self.file = path if isinstance(path, GGUFFile) else GGUFFile(path)
         self.hparams = model_params(self.file)
-        check_finite(self.file)
+        check_finite(self.file, WEIGHT_TYPES)   # the core refuses the other types by name
         self.device = device
         p = ffi.new("lkv_model_params *")
         lib.lkv_model_params_init(p)

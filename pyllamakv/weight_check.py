@@ -57,12 +57,14 @@ def _is_matrix(t: TensorInfo) -> bool:
     return sum(d > 1 for d in t.shape) > 1
 
 
-def check_finite(f: GGUFFile, budget: int = CHECK_BUDGET) -> None:
+def check_finite(f: GGUFFile, types=None, budget: int = CHECK_BUDGET) -> None:
     """GGUFError naming the first tensor found holding NaN or inf (see above
-    for which are examined)."""
+    for which are examined); types: only tensors of these type ids (None: all)."""
     first = ("token_embd.weight", "output.weight")
     order = sorted(f.tensors, key=lambda t: 0 if not _is_matrix(t) else 1 + (t.name not in first))
     for t in order:
+        if types is not None and t.type not in types:
+            continue
         if _is_matrix(t):
             if t.nbytes > budget:
                 continue

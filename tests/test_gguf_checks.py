@@ -219,6 +219,7 @@ def test_nonfinite_f16_matrix(tmp_path):
     refused(spec, tmp_path / "n.gguf", GGUFError, "'blk.1.ffn_up.weight' (F16)")
     f = GGUFFile(tmp_path / "n.gguf")
     check_finite(f, budget=0)       # matrices past the budget are not examined
+    check_finite(f, types={0})      # nor tensors of other types than those asked for
 
 
 @pytest.mark.parametrize("tid,dtype", [(0, np.float32), (1, np.float16), (30, None)])
