@@ -22,12 +22,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._ffi import ffi, last_error, lib
-from .arch_qwen35 import qwen35_params
 from .errors import ClosedError, ParameterError, ParameterTypeError, error_for_status
-from .gguf_file import GGUFError, GGUFFile
+from .gguf_file import GGUFError, GGUFFile  # noqa: F401  (GGUFError re-exported)
 from .guard import Guard, abortable
+from .hparams import ARCHS, model_params  # noqa: F401  (re-exported)
+from .weight_check import check_finite
 
-ARCHS = {"llama": 0, "mistral": 0, "qwen2": 1, "qwen3": 2, "qwen35": 3}
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 
 
@@ -80,48 +80,20 @@ def _is_kv(tid: int) -> bool:
     return lib.lkv_type_info_get(tid, info) == 0 and bool(info.is_kv_type)
 
 
+def _is_weight(tid: int) -> bool:
+    info = ffi.new("lkv_type_info *")
+    return lib.lkv_type_info_get(tid, info) == 0 and bool(info.is_weight_type)
+
+
+WEIGHT_TYPES = frozenset(t for t in TYPE_NAMES if _is_weight(t))
+
+
 def row_bytes(t: str | int, n: int) -> int:
     return int(lib.lkv_row_bytes(type_id(t), n))
 
 
 def cuda_device_count() -> int:
     return int(lib.lkv_cuda_device_count())
-
-
-# ---------------------------------------------------------------- hyper-parameters
-
-def model_params(f: GGUFFile) -> dict[str, Any]:
-    """The core's model parameters read from GGUF metadata, as a dict."""
-    arch = f.architecture
-    if arch not in ARCHS:
-        raise GGUFError(f"{f.path}: unsupported architecture {arch!r}; supported: "
-                        f"{', '.join(sorted(ARCHS))}")
-    k = f.arch_key
-    n_embd = k("embedding_length")
-    n_head = k("attention.head_count")
-    if n_embd is None or n_head is None or k("block_count") is None:
-        raise GGUFError(f"{f.path}: metadata lacks {arch}.embedding_length, block_count or "
-                        "attention.head_count")
-    if isinstance(n_head, list):
-        raise GGUFError(f"{f.path}: per-layer head counts are not supported")
-    head_dim = k("attention.key_length", n_embd // n_head)
-    tokens = f.get("tokenizer.ggml.tokens")
-    embd = next((t for t in f.tensors if t.name == "token_embd.weight"), None)
-    n_vocab = k("vocab_size") or (len(tokens) if tokens else None) or (embd.shape[1] if embd else 0)
-    scale = 1.0
-    if k("rope.scaling.type") == "linear" and k("rope.scaling.factor"):
-        scale = 1.0 / float(k("rope.scaling.factor"))
-    hp = dict(
-        arch=ARCHS[arch], n_vocab=int(n_vocab), n_embd=int(n_embd),
-        n_layer=int(k("block_count")), n_head=int(n_head),
-        n_head_kv=int(k("attention.head_count_kv", n_head)), head_dim=int(head_dim),
-        n_ff=int(k("feed_forward_length", 0)), n_ctx_train=int(k("context_length", 0)),
-        rope_dim=int(k("rope.dimension_count", head_dim)),
-        rms_eps=float(k("attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_freq_base=float(k("rope.freq_base", 10000.0)), rope_freq_scale=scale)
-    if arch == "qwen35":
-        hp.update(qwen35_params(f))
-    return hp
 
 
 # ---------------------------------------------------------------- model
@@ -136,6 +108,7 @@ class Model:
         self._contexts: weakref.WeakSet = weakref.WeakSet()
         self.file = path if isinstance(path, GGUFFile) else GGUFFile(path)
         self.hparams = model_params(self.file)
+        check_finite(self.file, WEIGHT_TYPES)   # the core refuses the other types by name
         self.device = device
         p = ffi.new("lkv_model_params *")
         lib.lkv_model_params_init(p)

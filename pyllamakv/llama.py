@@ -84,7 +84,7 @@ class Llama:
         else:   # a context of its own over a loaded model (the server's slots share one)
             file, hp, self.device, self._model = _model.file, _model.hparams, _model.device, _model
         progress("load", 2, 4)
-        self.metadata = file.metadata
+        self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file
         self._fingerprint = model_fingerprint(file.metadata, file.tensors)
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
         n_ubatch = cfg.n_ubatch or 512   # unset: chosen below, once the pool is known (ubatch.py)

@@ -292,11 +292,20 @@ def _build_hf(vocab: Vocab, pre: PreTokenizer | None) -> _HFTokenizer:
         tk = _HFTokenizer(model)
         tk.pre_tokenizer = _hf_pre.ByteLevel(add_prefix_space=False, use_regex=False)
         return tk
-    # SPM: every split of an entry into two entries is a merge, best score first
+    # SPM: every split of an entry into two entries is a merge, best score first;
+    # only cuts where both sides have the length of some entry are tried (a
+    # 300k-character entry would otherwise cost 300k slices of itself)
     scores = vocab.scores
+    have = {len(t) for t in ids}
+    lengths = sorted(have)
     ranked = []
     for text, tid in ids.items():
-        for i in range(1, len(text)):
+        n = len(text)
+        for i in lengths:
+            if i >= n:
+                break
+            if n - i not in have:
+                continue
             a, b = text[:i], text[i:]
             if a in ids and b in ids:
                 ranked.append((-scores[tid], tid, i, a, b))
