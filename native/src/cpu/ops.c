@@ -59,12 +59,13 @@ static lkv_status cpu_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n_
     for (int i = 0; i < 3; i++) b->act_q[i] = cpu_alloc(b, b->act_q_bytes);
     b->attn_scratch = cpu_alloc(b, sizeof(float) * b->attn_scratch_floats * (size_t)n_threads);
     b->tp = lkv_tp_create(n_threads);
-    if (m->arch->hybrid) {
+    const bool hybrid = m->arch && m->arch->hybrid;   /* the kernel harnesses bind no arch */
+    if (hybrid) {
         b->delta_scratch_floats = lkv_cpu_delta_scratch_floats(hp->ssm_head_k_dim, hp->ssm_head_v_dim);
         b->delta_scratch = cpu_alloc(b, sizeof(float) * b->delta_scratch_floats * (size_t)n_threads);
     }
     if (!b->act_q[0] || !b->act_q[1] || !b->act_q[2] || !b->attn_scratch || !b->tp ||
-        (m->arch->hybrid && !b->delta_scratch)) {
+        (hybrid && !b->delta_scratch)) {
         cpu_ctx_free(b);
         return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the CPU backend's buffers "
                         "(%d threads, %d tokens)", n_threads, max_tokens);
