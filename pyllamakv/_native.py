@@ -223,13 +223,15 @@ class Context:
     def n_ctx(self) -> int:
         return int(lib.lkv_context_n_ctx(self.ptr))
 
-    def decode(self, tokens: Sequence[int], pos0: int | None = None) -> None:
+    def decode(self, tokens: Sequence[int], pos0: int | None = None, n_logits: int = 0) -> None:
+        """Decode tokens; keep the logits of the last n_logits of them (0: the
+        last one, or all with logits_all)."""
         arr = np.ascontiguousarray(tokens, dtype=np.int32)
         if arr.ndim != 1:
             raise ValueError("tokens must be a 1-D sequence of ids")
         pos = self.n_tokens if pos0 is None else int(pos0)
-        _check(lib.lkv_decode(self.ptr, ffi.from_buffer("int32_t[]", arr), len(arr), pos),
-               "decode")
+        _check(lib.lkv_decode_ex(self.ptr, ffi.from_buffer("int32_t[]", arr), len(arr), pos,
+                                 int(n_logits)), "decode")
 
     def logits(self) -> np.ndarray:
         """Logits of the last decode, (rows, n_vocab) float32 (a copy)."""

@@ -174,6 +174,12 @@ void lkv_context_free(lkv_context *c);
  * the n tokens) are available through lkv_context_logits. On failure other
  * than LKV_ERR_DEVICE the cache is as it was before the call. */
 lkv_status lkv_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0);
+/* lkv_decode keeping the logits of the last n_logits of the n tokens (the rows
+ * a speculative verification reads); 0: as lkv_decode. 0 <= n_logits <= n.
+ * The first call that asks for more rows than the context keeps (1, or
+ * n_ubatch with logits_all) allocates room for n_batch rows once. */
+lkv_status lkv_decode_ex(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
+                         int32_t n_logits);
 /* Logits of the last decode: n_rows rows of n_vocab floats, row-major.
  * Valid until the next decode, truncate or free on this context. */
 const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows);
