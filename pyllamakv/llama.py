@@ -23,6 +23,8 @@ from .config import LlamaConfig, choose_device, requested_pool_bytes
 from .default_model import default_model_path
 from .plan import auto_pool_bytes, kv_plan
 from .sampling import Sampler, SamplingParams
+from .spec_decode import speculative_tokens
+from .speculative import make_drafter
 from .state import LlamaState, Timings
 from .tokenizer import Tokenizer
 
@@ -37,7 +39,7 @@ class Llama:
                  logits_all: bool = False, verbose: bool = False,
                  n_gpu_layers: int | None = None, chat_format: str | None = None,
                  flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
-                 gpu_kernels: str = "exact"):
+                 gpu_kernels: str = "exact", draft_model=None):
         self._ctx = self._model = None
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
@@ -78,6 +80,7 @@ class Llama:
         self._n_tokens = 0
         self._rng = np.random.default_rng(None if cfg.random_seed else cfg.seed)
         self.timings = Timings()
+        self.draft_model = make_drafter(draft_model, self)   # speculative.py; None: off
         if self.verbose:
             print(f"pyllamakv: loaded {self.model_path} on {self.device} in "
                   f"{time.perf_counter() - t0:.1f} s (n_ctx={self._n_ctx}, "
@@ -224,6 +227,8 @@ class Llama:
         if not tokens and self._n_tokens == 0:
             raise ValueError("generate needs at least one token")
         self._prefill(tokens)
+        if self.draft_model is not None and not self.config.logits_all:   # spec_decode.py
+            yield from speculative_tokens(self, sampler, self.draft_model)
         while True:
             token = self._sample(sampler)
             yield token
