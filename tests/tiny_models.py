@@ -46,8 +46,9 @@ def _tensor(rng, rows: int, cols: int, qtype: T, scale: float):
 def write_tiny_model(path: str | Path, arch: str = "llama", wtype: T = T.Q8_0, *,
                      n_vocab: int = 320, n_embd: int = 256, n_layer: int = 2, n_head: int = 4,
                      n_head_kv: int = 2, n_ff: int = 512, tied: bool = False,
-                     seed: int | None = None) -> Path:
-    """Writes a random model and returns its path."""
+                     seed: int | None = None, vocab: bool = False) -> Path:
+    """Writes a random model and returns its path; with vocab, a SentencePiece-
+    style vocabulary of n_vocab made-up pieces too (so Llama can load it)."""
     rng = np.random.default_rng(seed)
     hd = n_embd // n_head
     w = GGUFWriter(str(path), arch)
@@ -61,6 +62,13 @@ def write_tiny_model(path: str | Path, arch: str = "llama", wtype: T = T.Q8_0, *
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(n_vocab)
+    if vocab:
+        w.add_tokenizer_model("llama")
+        w.add_token_list(["<unk>", "<s>", "</s>"] + [f"\u2581t{i}" for i in range(3, n_vocab)])
+        w.add_token_scores([0.0] * n_vocab)
+        w.add_token_types([2, 3, 3] + [1] * (n_vocab - 3))
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
 
     def add(name, rows, cols, qtype, scale):
         data, raw = _tensor(rng, rows, cols, qtype, scale)
