@@ -76,7 +76,9 @@ def verify(llm: "Llama", tokens: list[int]) -> np.ndarray:
 
 def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> Iterator[int]:
     """Like the plain loop of Llama.generate after the prefill: sampled ids,
-    without end, several per target pass when drafts are kept."""
+    without end, several per target pass when drafts are kept. As there, the
+    cache holds every token before the one last yielded (when the consumer
+    stops amid kept drafts, the rest are truncated)."""
     tm, n_vocab = llm.timings, llm.n_vocab()
     token = llm._sample(sampler)
     while True:
@@ -109,6 +111,11 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
         tm.verify_passes += 1
         tm.drafted_tokens += len(drafts)
         tm.accepted_tokens += kept
-        for d in drafts[:kept]:
-            yield d
+        for j, d in enumerate(drafts[:kept]):
+            try:
+                yield d
+            except GeneratorExit:   # leave the cache as the plain loop would: all before d
+                llm._truncate(n_base + j)
+                llm._scores[0] = rows[j]
+                raise
         token = nxt

@@ -140,7 +140,7 @@ def make_drafter(spec: Any, llm: "Llama") -> Drafter | None:
         raise UnsupportedError("draft_model='mtp' needs a qwen35 model with an MTP layer; "
                                "not supported yet")
     if isinstance(spec, (str, os.PathLike)):
-        spec = DraftModel(spec, device=llm.device)
+        spec = DraftModel(spec, n_ctx=llm.n_ctx(), device=llm.device)
     if not callable(spec):
         raise TypeError(f"draft_model must be 'lookup', a GGUF path or a callable "
                         f"draft(input_ids) -> ids, not {type(spec).__name__}")

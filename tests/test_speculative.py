@@ -104,6 +104,16 @@ def test_draft_model_of_itself_is_accepted_greedily(tiny):
         t = spec.timings
         assert t.drafted_tokens > 0 and t.accepted_tokens == t.drafted_tokens
         assert t.tokens_per_pass > 3.0
+        for n in (20, 21, 22):   # stopped amid kept drafts: the cache is the plain loop's
+            g = plain.generate(prompt, temp=0)
+            [next(g) for _ in range(n)]
+            g.close()
+            g = spec.generate(prompt, temp=0)
+            [next(g) for _ in range(n)]
+            g.close()
+            assert spec.n_tokens == plain.n_tokens == len(prompt) + n - 1
+            assert spec.input_ids.tolist() == plain.input_ids.tolist()
+            np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-4, atol=1e-4)
 
 
 # ---------------------------------------------------------------- greedy exactness
