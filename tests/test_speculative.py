@@ -116,6 +116,30 @@ def test_draft_model_of_itself_is_accepted_greedily(tiny):
             np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-4, atol=1e-4)
 
 
+def test_any_callable_drafts_and_bad_drafts_cost_only_speed(tiny):
+    rng = np.random.default_rng()
+    calls = []
+
+    def noisy(input_ids, **kw):   # random guesses, some out of range, some too many
+        calls.append(len(input_ids))
+        r = rng.random()
+        if r < 0.2:
+            return [-1, 5]
+        if r < 0.4:
+            return rng.integers(0, 320, 400)
+        return rng.integers(0, 400, int(rng.integers(0, 6)))
+
+    prompt = rng.integers(3, 320, 6).tolist()
+    with Llama(tiny, n_ctx=128, n_batch=16, n_threads=1) as plain, \
+            Llama(tiny, n_ctx=128, n_batch=16, n_threads=1, draft_model=noisy) as spec:
+        g = plain.generate(prompt, temp=0)
+        want = [next(g) for _ in range(40)]
+        g = spec.generate(prompt, temp=0)
+        assert [next(g) for _ in range(40)] == want
+        assert calls and spec.timings.drafted_tokens > 0
+        assert spec.timings.drafted_tokens <= 15 * spec.timings.verify_passes   # n_batch - 1
+
+
 # ---------------------------------------------------------------- greedy exactness
 
 PROMPTS = [
