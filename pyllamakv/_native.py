@@ -241,24 +241,27 @@ class Context:
     def n_ctx(self) -> int:
         return self._guard.call(lambda: int(lib.lkv_context_n_ctx(self.ptr)))
 
-    def decode(self, tokens: Sequence[int], pos0: int | None = None) -> None:
-        """Appends tokens; all or nothing (also when interrupted: KeyboardInterrupt
-        during a decode of several tokens stops it and leaves the cache as it was)."""
+    def decode(self, tokens: Sequence[int], pos0: int | None = None, n_logits: int = 0) -> None:
+        """Appends tokens, keeping the logits of the last n_logits of them (0: the
+        last one, or all with logits_all); all or nothing (also when interrupted:
+        KeyboardInterrupt during a decode of several tokens stops it and leaves
+        the cache as it was)."""
         arr = np.ascontiguousarray(tokens, dtype=np.int64)
         if arr.ndim != 1:
             raise ParameterError("tokens must be a 1-D sequence of token ids")
         if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
             raise ParameterError(f"tokens: id {int(arr.max())} out of range [0, {self.n_vocab})")
         arr = arr.astype(np.int32)
-        self._guard.call(self._decode, arr, pos0)
+        n_logits = _int32("n_logits", n_logits)
+        self._guard.call(self._decode, arr, pos0, n_logits)
 
-    def _decode(self, arr: np.ndarray, pos0: int | None) -> None:
+    def _decode(self, arr: np.ndarray, pos0: int | None, n_logits: int) -> None:
         ptr = self.ptr
         pos = int(lib.lkv_context_n_tokens(ptr)) if pos0 is None else _int32("pos0", pos0)
         buf = ffi.from_buffer("int32_t[]", arr)
 
         def run() -> None:
-            _check(lib.lkv_decode(ptr, buf, len(arr), pos), "decode")
+            _check(lib.lkv_decode_ex(ptr, buf, len(arr), pos, n_logits), "decode")
         if len(arr) <= 1:
             run()
         else:

@@ -54,6 +54,12 @@ def _model_options(f):
     return f
 
 
+_draft_option = click.option(
+    "--draft", "draft_model", default=None,
+    help="speculative decoding: a draft GGUF sharing the model's vocabulary, or 'lookup' "
+         "(prompt lookup: n-grams of the context)")
+
+
 def _load(model, n_ctx, type_k, type_v, device, kv_pool_mib, n_threads, gpu_kernels, **extra):
     from .llama import Llama
     from .progress import TqdmProgress
@@ -70,7 +76,9 @@ def _load(model, n_ctx, type_k, type_v, device, kv_pool_mib, n_threads, gpu_kern
 def _rates(llm) -> str:
     t = llm.timings
     return (f"prefill: {t.prefill_tokens} tokens, {t.prefill_tps:.1f} tokens/s; "
-            f"decode: {t.decode_tokens} tokens, {t.decode_tps:.1f} tokens/s")
+            f"decode: {t.decode_tokens} tokens, {t.decode_tps:.1f} tokens/s"
+            + (f"; drafts: {t.accepted_tokens}/{t.drafted_tokens} accepted, "
+               f"{t.tokens_per_pass:.2f} tokens/pass" if t.verify_passes else ""))
 
 
 @click.group(cls=_Group)
@@ -84,6 +92,7 @@ def main() -> None:
 @main.command()
 @click.argument("prompt")
 @_model_options
+@_draft_option
 @click.option("-n", "--n-predict", "n_predict", type=int, default=128, show_default=True,
               help="most tokens to generate")
 @click.option("--temp", type=float, default=0.8, show_default=True,
@@ -110,6 +119,7 @@ def generate(prompt, n_predict, temp, top_k, top_p, seed, **load):
 
 @main.command()
 @_model_options
+@_draft_option
 @click.option("-n", "--n-predict", "n_predict", type=int, default=512, show_default=True,
               help="most tokens per reply")
 @click.option("--temp", type=float, default=0.2, show_default=True,

@@ -74,6 +74,32 @@ class History:
             if report:
                 progress("prefill", i + len(part), len(tokens))
 
+    def eval_rows(self, tokens: Sequence[int]) -> np.ndarray:
+        """Decode tokens in one pass (one batch); the logits of every one of
+        them, (len, n_vocab): a speculative verification."""
+        n = self.sync()
+        if n + len(tokens) > self.n_ctx or len(tokens) > self.n_batch:
+            raise ContextFullError(f"{len(tokens)} tokens after {n} exceed the context "
+                                   f"(n_ctx={self.n_ctx}) or a batch (n_batch={self.n_batch})")
+        self._ids[n:n + len(tokens)] = tokens
+        self.ctx.decode(tokens, n_logits=len(tokens))
+        rows = self.ctx.logits()
+        self.sync()
+        return rows
+
+    def prefix(self, n: int) -> np.ndarray:
+        """The first n ids written (n may pass the core's count within a verification)."""
+        return self._ids[:n]
+
+    def truncate_to_row(self, n: int, logits: np.ndarray) -> None:
+        """Truncate to n positions whose last logits are `logits` (a row a
+        verification returned), as one step an interrupt cannot split."""
+        def run() -> None:
+            self.truncate(n)
+            if not self.logits_all:
+                self._scores[0] = logits
+        atomic(run)
+
     def keep_prefix(self, tokens: list[int]) -> list[int]:
         """Keep the longest cached prefix of tokens (all but the last token at
         most, for its logits); returns the tokens still to evaluate."""

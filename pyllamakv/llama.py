@@ -22,7 +22,7 @@ import numpy as np
 from . import _native
 from .chat import ChatFormatter
 from .chat_formats import chat_format_template
-from .compat import UnsupportedFeature, check_extra_kwargs
+from .compat import check_extra_kwargs
 from .completion import completion_pieces, run_pieces
 from .response import (Usage, chat_chunks, chat_response, chunks_of, completion_chunks,
                        completion_response, with_tool_calls)
@@ -40,6 +40,8 @@ from .tools import normalize_messages, plan_tools
 from .plan import auto_pool_bytes, kv_plan
 from .ubatch import chosen_ubatch
 from .sampling import Sampler, SamplingParams
+from .spec_decode import speculative_tokens
+from .speculative import make_drafter
 from .state import LlamaState, Timings, load_state, model_fingerprint, save_state
 from .tokenizer import Tokenizer
 
@@ -66,9 +68,6 @@ class Llama:
                                         gpu_kernels)
         n_threads = cfg.n_threads
         check_extra_kwargs("Llama", llama_cpp_kwargs)
-        if draft_model is not None:
-            raise UnsupportedFeature("Llama: draft_model (speculative decoding) is not "
-                                     "implemented yet")
         fmt = None if chat_format is None else chat_format_template(chat_format)
         _native.type_id(type_k, kv=True), _native.type_id(type_v, kv=True)  # fail before loading
         self.model_path = str(model_path) if model_path is not None else default_model_path()
@@ -118,6 +117,7 @@ class Llama:
                              cfg.logits_all)
         self._rng = np.random.default_rng(None if cfg.random_seed else cfg.seed)
         self.timings = Timings()
+        self.draft_model = make_drafter(draft_model, self)   # speculative.py; None: off
         progress("load", 4, 4)
         if self.verbose:
             print(f"pyllamakv: loaded {self.model_path} on {self.device} in "
@@ -302,6 +302,13 @@ class Llama:
             self._ctx.snapshot()
             tokens = tokens[-1:]
         self._prefill(tokens)
+        # spec_decode.py; a grammar, mirostat or logits processors keep state per
+        # sampled token, which verification does not advance, and a hybrid's
+        # recurrent state cannot drop rejected rows: plain decoding then
+        if (self.draft_model is not None and not self.config.logits_all
+                and sampler.constraint is None and sampler.mirostat is None
+                and not sampler.processors and not self._ctx.recurrent_bytes):
+            yield from speculative_tokens(self, sampler, self.draft_model)
         while True:
             token = self._sample(sampler)
             yield token

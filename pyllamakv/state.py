@@ -183,6 +183,19 @@ class Timings:
     decode_tokens: int = 0
     decode_s: float = 0.0
     sample_s: float = 0.0
+    draft_s: float = 0.0              # speculative decoding (spec_decode.py):
+    verify_passes: int = 0            # target passes over [token + drafts]
+    drafted_tokens: int = 0           # drafts proposed to them
+    accepted_tokens: int = 0          # drafts kept
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """Tokens added to the cache per verification pass (1 + kept drafts)."""
+        return self.decode_tokens / self.verify_passes if self.verify_passes else 0.0
 
     def add(self, stage: str, seconds: float, tokens: int) -> None:
         """Count tokens and seconds for stage "prefill" or "decode"."""

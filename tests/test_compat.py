@@ -39,8 +39,7 @@ def test_tuning_arguments_warn_once(path):
 def test_unsupported_features_raise(path):
     from pyllamakv import Llama
     from pyllamakv.compat import UnsupportedFeature
-    for kw in (dict(lora_path="x.gguf"), dict(kv_overrides={"a": 1}), dict(draft_model=object()),
-               dict(chat_handler=object())):
+    for kw in (dict(lora_path="x.gguf"), dict(kv_overrides={"a": 1}), dict(chat_handler=object())):
         with pytest.raises(UnsupportedFeature, match=next(iter(kw))):
             Llama(path, n_ctx=64, **kw)
     Llama(path, n_ctx=64, lora_path=None, lora_base=None, rpc_servers=None).close()

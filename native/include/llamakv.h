@@ -209,6 +209,12 @@ lkv_status lkv_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t 
  * LKV_ERR_ABORTED with the cache as it was before the call. The flag stays
  * set until cleared. */
 lkv_status lkv_context_set_abort(lkv_context *c, int32_t abort);
+/* lkv_decode keeping the logits of the last n_logits of the n tokens (the rows
+ * a speculative verification reads); 0: as lkv_decode. 0 <= n_logits <= n.
+ * The first call that asks for more rows than the context keeps (1, or
+ * n_ubatch with logits_all) allocates room for n_batch rows once. */
+lkv_status lkv_decode_ex(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
+                         int32_t n_logits);
 /* Logits of the last decode: n_rows rows of n_vocab floats (with embeddings:
  * hidden states, n_embd floats), row-major.
  * Valid until the next decode, truncate or free on this context. */

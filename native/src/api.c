@@ -183,7 +183,14 @@ API void lkv_context_free(lkv_context *c) { lkv_context_destroy(c); }
 API lkv_status lkv_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0) {
     lkv_clear_error();
     if (!c || (!tokens && n > 0)) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_decode: NULL argument");
-    return lkv_context_decode(c, tokens, n, pos0);
+    return lkv_context_decode(c, tokens, n, pos0, 0);
+}
+
+API lkv_status lkv_decode_ex(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
+                             int32_t n_logits) {
+    lkv_clear_error();
+    if (!c || (!tokens && n > 0)) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_decode_ex: NULL argument");
+    return lkv_context_decode(c, tokens, n, pos0, n_logits);
 }
 
 API lkv_status lkv_context_set_abort(lkv_context *c, int32_t abort) {

@@ -107,7 +107,8 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     }
 #undef ALLOC
     if (!st) {
-        c->logits = malloc(sizeof(float) * (size_t)(p.logits_all ? p.n_batch : 1) * c->out_width);
+        c->logit_rows_host = p.logits_all ? p.n_batch : 1;
+        c->logits = malloc(sizeof(float) * (size_t)c->logit_rows_host * c->out_width);
         if (!c->logits) st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the logits");
     }
     if (!st) {
@@ -144,8 +145,8 @@ void lkv_context_destroy(lkv_context *c) {
     lkv_kv_free(c->kv);
     lkv_recur_free(c->rs);
     void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->ffn_g, c->ffn_u, c->o, c->attn_st,
-                    c->logits_dev, c->qg, c->gate, c->rs_qkv, c->rs_conv, c->rs_z, c->rs_beta,
-                    c->rs_alpha, c->rs_out};
+                    c->logits_dev, c->logits_wide, c->qg, c->gate, c->rs_qkv, c->rs_conv,
+                    c->rs_z, c->rs_beta, c->rs_alpha, c->rs_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) c->be->free(c->b, bufs[i]);
     c->be->ctx_free(c->b);
@@ -155,22 +156,43 @@ void lkv_context_destroy(lkv_context *c) {
 
 // ------------------------------------------------------------------ decode
 
-/* the first row of a micro-batch of nu tokens whose logits are kept */
-static int32_t lo_of(const lkv_context *c, int32_t nu, bool last) {
-    return c->p.logits_all ? 0 : last ? nu - 1 : nu;
-}
-
 lkv_status lkv_context_check_abort(const lkv_context *c) {
     if (!atomic_load_explicit(&c->abort, memory_order_relaxed)) return LKV_OK;
     return lkv_fail(LKV_ERR_ABORTED, "decode aborted (lkv_context_set_abort); the cache is as it "
                     "was before the call");
 }
 
-lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0) {
+float *lkv_logits_dev(const lkv_context *c, int32_t nl) {
+    return nl > (c->p.logits_all ? c->p.n_ubatch : 1) ? c->logits_wide : c->logits_dev;
+}
+
+/* Room for the logits of n_logits > 1 rows without logits_all: a device
+ * buffer of U rows and a host one of n_batch rows, made once. */
+static lkv_status wide_logits(lkv_context *c) {
+    if (c->logits_wide) return LKV_OK;
+    const size_t W = (size_t)c->out_width;   /* n_vocab, or n_embd with embeddings */
+    float *host = malloc(sizeof(float) * (size_t)c->p.n_batch * W);
+    if (!host) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for %d logits rows", c->p.n_batch);
+    float *dev = c->be->alloc(c->b, sizeof(float) * (size_t)c->p.n_ubatch * W);
+    if (!dev) {
+        free(host);
+        return lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate %d logits rows", c->p.n_ubatch);
+    }
+    free(c->logits);
+    c->logits = host;
+    c->logit_rows_host = c->p.n_batch;
+    c->logits_wide = dev;
+    return LKV_OK;
+}
+
+lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
+                              int32_t n_logits) {
     if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
     if (n <= 0) return lkv_fail(LKV_ERR_INVALID_ARG, "no tokens to decode (n = %d)", n);
     if (n > c->p.n_batch)
         return lkv_fail(LKV_ERR_INVALID_ARG, "%d tokens exceed n_batch = %d", n, c->p.n_batch);
+    if (n_logits < 0 || n_logits > n)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_logits = %d is outside [0, n = %d]", n_logits, n);
     if (pos0 != c->n_tokens)
         return lkv_fail(LKV_ERR_INVALID_ARG, "position %d does not follow the cache, which holds %d "
                         "positions; truncate first", pos0, c->n_tokens);
@@ -181,14 +203,18 @@ lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, 
         if (tokens[i] < 0 || tokens[i] >= c->model->hp.n_vocab)
             return lkv_fail(LKV_ERR_INVALID_ARG, "token id %d at index %d is outside the vocabulary "
                             "[0, %d)", tokens[i], i, c->model->hp.n_vocab);
-    const int32_t U = c->p.n_ubatch;
+    if (n_logits == 0) n_logits = c->p.logits_all ? n : 1;
+    if (n_logits > c->logit_rows_host) LKV_TRY(wide_logits(c));
+    const int32_t W = c->out_width, U = c->p.n_ubatch;
+    const int32_t first = n - n_logits;      /* first row whose logits are kept */
     c->n_logit_rows = 0;
     lkv_kv_decode_begin(c->kv);
     for (int32_t done = 0; done < n; done += U) {
         const int32_t nu = n - done < U ? n - done : U;
+        const int32_t lo = first <= done ? 0 : first - done < nu ? first - done : nu;
+        float *dst = lo < nu ? c->logits + (size_t)(done + lo - first) * W : NULL;
         lkv_status st = lkv_context_check_abort(c);
-        if (!st) st = lkv_forward(c, tokens + done, nu, pos0 + done, lo_of(c, nu, done + nu == n),
-                                  c->p.logits_all ? c->logits + (size_t)done * c->out_width : c->logits);
+        if (!st) st = lkv_forward(c, tokens + done, nu, pos0 + done, lo, dst);
         if (st) {
             if (st == LKV_ERR_DEVICE) c->dead = true;
             int32_t back = pos0;
@@ -202,7 +228,7 @@ lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, 
         }
         c->n_tokens = pos0 + done + nu;
     }
-    c->n_logit_rows = c->p.logits_all ? n : 1;
+    c->n_logit_rows = n_logits;
     return LKV_OK;
 }
 

@@ -31,7 +31,10 @@ struct lkv_context {
     float *ffn_g, *ffn_u;    /* (U, n_ff) */
     float *o;                /* (U, n_embd) projection output */
     void *attn_st;           /* backend attention state for U queries */
-    float *logits_dev;       /* (logits_all ? U : 1, n_vocab) */
+    float *logits_dev;       /* (logits_all ? U : 1, out_width) */
+    float *logits_wide;      /* (U, n_vocab), allocated by the first decode that asks for
+                                more rows than logits_dev holds; never moves after that
+                                (step graphs record it) */
 
     /* hybrid models (NULL otherwise); nv*dv = VD, conv_dim = CD */
     lkv_recur *rs;           /* per-sequence recurrent state and its snapshots */
@@ -43,7 +46,8 @@ struct lkv_context {
     float *rs_out;           /* (U, VD) delta-rule output, then gated-normed */
     lkv_delta_desc delta;
 
-    float *logits;           /* host (logits_all ? n_batch : 1, n_vocab) */
+    float *logits;           /* host (logit_rows_host, n_vocab) */
+    int32_t logit_rows_host; /* logits_all ? n_batch : 1, n_batch once logits_wide exists */
     int32_t n_logit_rows;    /* rows valid after the last decode */
     int32_t out_width;       /* floats per output row: n_vocab, or n_embd with embeddings */
 
@@ -54,6 +58,9 @@ struct lkv_context {
 /* One micro-batch of n <= n_ubatch tokens at pos0. Logits of rows
  * [logit_lo, n) are written to host `logits_out` (row 0 = row logit_lo);
  * logit_lo == n means none. */
+/* The device buffer the output head writes nl logits rows into. */
+float *lkv_logits_dev(const struct lkv_context *c, int32_t nl);
+
 lkv_status lkv_forward(struct lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
                        int32_t logit_lo, float *logits_out);
 

@@ -137,13 +137,13 @@ static void output_head(lkv_context *c, int32_t n, int32_t logit_lo) {
     const lkv_model *m = c->model;
     const lkv_model_params *hp = &m->hp;
     const float *xl = c->x + (size_t)logit_lo * hp->n_embd;
+    float *out = lkv_logits_dev(c, n - logit_lo);
     if (c->p.embeddings) {
-        c->be->rmsnorm(c->b, c->logits_dev, xl, &m->output_norm, n - logit_lo, hp->n_embd,
-                       hp->rms_eps);
+        c->be->rmsnorm(c->b, out, xl, &m->output_norm, n - logit_lo, hp->n_embd, hp->rms_eps);
         return;
     }
     c->be->rmsnorm(c->b, c->h, xl, &m->output_norm, n - logit_lo, hp->n_embd, hp->rms_eps);
-    float *lo[1] = {c->logits_dev};
+    float *lo[1] = {out};
     const lkv_weight *wout[1] = {&m->output};
     c->be->matmul(c->b, lo, c->h, wout, 1, n - logit_lo);
 }
@@ -161,7 +161,7 @@ static int graph_key(const lkv_context *c, int32_t n, int32_t pos0, int32_t logi
 
 static lkv_status download_logits(lkv_context *c, int32_t nl, float *logits_out) {
     if (nl > 0)
-        c->be->download(c->b, logits_out, c->logits_dev,
+        c->be->download(c->b, logits_out, lkv_logits_dev(c, nl),
                         sizeof(float) * (size_t)nl * c->out_width);
     return c->be->sync(c->b);
 }

@@ -14,7 +14,8 @@ void lkv_model_destroy(lkv_model *m);
 
 lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *p, lkv_context **out);
 void lkv_context_destroy(lkv_context *c);
-lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0);
+lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
+                              int32_t n_logits);
 lkv_status lkv_context_set_length(lkv_context *c, int32_t n);
 int32_t lkv_context_restore(const lkv_context *c, int32_t n);
 lkv_status lkv_context_keep_snapshot(lkv_context *c);
