@@ -28,9 +28,9 @@ def _run_interrupted(fn, delay: float, kind: str) -> bool:
     inside fn (False: fn finished first and the interrupt came after it)."""
     fired = threading.Event()
     timer = threading.Timer(delay, lambda: (_interrupt(kind), fired.set()))
-    timer.start()
     inside = False
     try:
+        timer.start()          # inside the try: a short delay can land the interrupt here
         try:
             fn()
         except KeyboardInterrupt:
