@@ -15,8 +15,8 @@ def _pool(ctx, param, value: str | None):
 
 @click.command()
 @click.argument("model", required=False)
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", type=int, default=8080, show_default=True, help="port to listen on")
 @click.option("--parallel", "-np", type=int, default=1, show_default=True,
               help="requests generated at the same time (slots)")
 @click.option("--ctx", "n_ctx", type=int, default=2048, show_default=True,
@@ -35,7 +35,7 @@ def _pool(ctx, param, value: str | None):
 @click.option("--threads", "n_threads", type=int, default=None,
               help="CPU threads per slot (default: the cores divided by the slots)")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
-              show_default=True)
+              show_default=True, help="where to run (auto: CUDA when a GPU is usable)")
 @click.option("--type-k", default="f16", show_default=True, help="K cache type")
 @click.option("--type-v", default="f16", show_default=True, help="V cache type")
 @click.option("--alias", "model_alias", default=None, help="the model name /v1/models reports")
