@@ -44,7 +44,8 @@ if [[ $STAGES == *build* ]]; then
     stamp "build (meson, sm_$ARCH)"
     { meson setup "$B" -Dcuda=enabled -Dgpu_arch="$ARCH" --buildtype=release && ninja -C "$B"; } \
         > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-    OBJS=$(ls $B/native/libllamakv.so.p/*.o)
+    # the per-ISA quant kernels are static libraries beside the module (native/src/quant/meson.build)
+    OBJS="$(ls $B/native/libllamakv.so.p/*.o) $(ls $B/native/src/quant/liblkv_quant_*.a)"
     for prog in tests/cuda/test_ops.c:test_ops tests/cuda/test_attn_mma.c:test_attn_mma \
                 benchmarks/cuda_bench.c:cuda_bench; do
         src=${prog%%:*}; name=${prog##*:}
