@@ -134,7 +134,7 @@ static inline void axpy_f16(int simd, float *acc, const uint16_t *v, float p, in
     for (int k = 0; k < n; k++) acc[k] = fmaf(f16_to_f32(v[k]), p, acc[k]);
 }
 
-static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
+LKV_ISA_CLONES static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
     const lkv_attn_desc *d = j->d;
     const int hd = d->head_dim;
     const int kvh = h / (d->n_head / d->n_head_kv);
