@@ -58,8 +58,10 @@ int32_t lkv_abi_version(void);
 /* Message of the last failed call on this thread ("" if none). Valid until
  * the next failing call on the same thread. */
 const char *lkv_last_error(void);
-/* Library version string, and a space separated list of build features
- * ("avx2 fma f16c cuda ..."). Static strings. */
+/* Library version string, and a space separated list of features: the CPU
+ * kernels' ISA level chosen at load ("isa:portable", "isa:avx2" (with FMA and
+ * F16C) or "isa:avx512-vnni"), "cuda" where built with it, "cpu". Static
+ * strings. */
 const char *lkv_version(void);
 const char *lkv_build_features(void);
 
@@ -89,6 +91,13 @@ lkv_status lkv_vec_dot(int32_t type, int64_t n, const void *x, const float *y, f
  * CPU with AVX2. Process-wide; switch it only while no decode runs. Returns
  * the previous setting. */
 int32_t lkv_quant_force_portable(int32_t portable);
+/* Testing: the ISA level of the CPU kernels, chosen at load as the best the
+ * CPU has: 0 portable, 1 AVX2+FMA+F16C, 2 AVX-512 with VNNI. lkv_cpu_isa_set
+ * installs `level` (-1: the best again) and returns the previous level, or -1
+ * where this CPU or build lacks it (nothing changes). Every level gives the
+ * same bits. Process-wide; switch it only while no decode runs. */
+int32_t lkv_cpu_isa(void);
+int32_t lkv_cpu_isa_set(int32_t level);
 
 /* ---- devices ------------------------------------------------------------ */
 

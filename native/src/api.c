@@ -9,6 +9,7 @@
 #include "llamakv.h"
 #include "error.h"
 #include "quant/types.h"
+#include "quant/isa.h"
 #include "model_api.h"
 #include "context.h"
 #include "kv/plan.h"
@@ -23,24 +24,18 @@ API const char *lkv_last_error(void) { return lkv_error_message(); }
 
 API const char *lkv_version(void) { return "0.1.0"; }
 
-API const char *lkv_build_features(void) {
-    return ""
-#ifdef __AVX2__
-           "avx2 "
-#endif
-#ifdef __FMA__
-           "fma "
-#endif
-#ifdef __F16C__
-           "f16c "
-#endif
-#ifdef __AVX512F__
-           "avx512f "
-#endif
 #ifdef LKV_HAVE_CUDA
-           "cuda "
+#define CUDA_FEATURE "cuda "
+#else
+#define CUDA_FEATURE ""
 #endif
-           "cpu";
+
+API const char *lkv_build_features(void) {
+    switch (lkv_quant_isa()) {
+    case LKV_ISA_AVX512: return "isa:avx512-vnni " CUDA_FEATURE "cpu";
+    case LKV_ISA_AVX2: return "isa:avx2 " CUDA_FEATURE "cpu";
+    default: return "isa:portable " CUDA_FEATURE "cpu";
+    }
 }
 
 // ---------------------------------------------------------------- types
@@ -113,8 +108,16 @@ API lkv_status lkv_vec_dot(int32_t type, int64_t n, const void *x, const float *
 }
 
 API int32_t lkv_quant_force_portable(int32_t portable) {
-    return lkv_iq_dot_force_portable(portable);
+    static int forced;  /* a test switch, see llamakv.h */
+    const int prev = forced;
+    forced = portable != 0;
+    lkv_quant_set_isa(forced ? LKV_ISA_PORTABLE : -1);
+    return prev;
 }
+
+API int32_t lkv_cpu_isa(void) { return lkv_quant_isa(); }
+
+API int32_t lkv_cpu_isa_set(int32_t level) { return lkv_quant_set_isa(level); }
 
 // ---------------------------------------------------------------- devices
 

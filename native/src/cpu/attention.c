@@ -30,6 +30,8 @@
 
 #include "cpu/cpu.h"
 #include "cpu/expf.h"
+#include "quant/isa.h"
+#include "quant/simd.h"
 #include "quant/types.h"
 
 typedef struct {
@@ -79,60 +81,60 @@ static inline float reduce8(const float *a) {
     return (t[0] + t[2]) + (t[1] + t[3]);
 }
 
-#ifdef __F16C__
-#include <immintrin.h>
-#endif
+/* f16 <-> f32, exact (the bit arithmetic of quant/simd.h) */
+static inline float f16_to_f32(uint16_t h) { return fp16_to_fp32_bits(h); }
+static inline uint16_t f32_to_f16(float f) { return fp32_to_fp16_bits(f); }
 
-static inline float f16_to_f32(uint16_t h) {
-#ifdef __F16C__
-    return _cvtsh_ss(h);
-#else
-    float f;
-    lkv_type_traits(LKV_TYPE_F16)->to_float(&h, &f, 1);
-    return f;
-#endif
-}
+/* The f16 dot and axpy below come in two builds, chosen per call by `simd`
+ * (the CPU kernels' ISA level, quant/isa.h): F16C + FMA instructions, and
+ * portable C with fmaf. Both do the same roundings, so the bits agree. */
+#ifdef LKV_X86
+#define F16_SIMD __attribute__((target("avx2,fma,f16c")))
 
-static inline uint16_t f32_to_f16(float f) {
-#ifdef __F16C__
-    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
-#else
-    uint16_t h;
-    lkv_type_traits(LKV_TYPE_F16)->from_float(&f, &h, 1);
-    return h;
-#endif
-}
-
-/* 8-lane f16 dot (lane l takes elements l, l+8, ...), n a multiple of 8 */
-static inline float dot8_f16(const uint16_t *a, const uint16_t *b, int n) {
+static F16_SIMD float dot8_f16_simd(const uint16_t *a, const uint16_t *b, int n) {
     float lanes[8];
-#if defined(__F16C__) && defined(__FMA__)
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n; i += 8)
         acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))),
                               _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), acc);
     _mm256_storeu_ps(lanes, acc);
-#else
-    for (int l = 0; l < 8; l++) lanes[l] = 0.0f;
-    for (int i = 0; i < n; i += 8)
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf(f16_to_f32(a[i + l]), f16_to_f32(b[i + l]), lanes[l]);
-#endif
     return reduce8(lanes);
 }
 
-/* acc[k] = fma(v[k], p, acc[k]) for k < n */
-static inline void axpy_f16(float *acc, const uint16_t *v, float p, int n) {
+static F16_SIMD void axpy_f16_simd(float *acc, const uint16_t *v, float p, int n) {
     int k = 0;
-#if defined(__F16C__) && defined(__FMA__)
     const __m256 pv = _mm256_set1_ps(p);
     for (; k + 8 <= n; k += 8)
         _mm256_storeu_ps(acc + k, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + k))),
                                                   pv, _mm256_loadu_ps(acc + k)));
+    for (; k < n; k++) acc[k] = fmaf(_cvtsh_ss(v[k]), p, acc[k]);
+}
 #endif
-    for (; k < n; k++) acc[k] = fmaf(f16_to_f32(v[k]), p, acc[k]);
+
+/* 8-lane f16 dot (lane l takes elements l, l+8, ...), n a multiple of 8 */
+static inline float dot8_f16(int simd, const uint16_t *a, const uint16_t *b, int n) {
+#ifdef LKV_X86
+    if (simd) return dot8_f16_simd(a, b, n);
+#endif
+    float lanes[8];
+    for (int l = 0; l < 8; l++) lanes[l] = 0.0f;
+    for (int i = 0; i < n; i += 8)
+        for (int l = 0; l < 8; l++) lanes[l] = fmaf(f16_to_f32(a[i + l]), f16_to_f32(b[i + l]), lanes[l]);
+    return reduce8(lanes);
 }
 
-static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
+/* acc[k] = fma(v[k], p, acc[k]) for k < n */
+static inline void axpy_f16(int simd, float *acc, const uint16_t *v, float p, int n) {
+#ifdef LKV_X86
+    if (simd) {
+        axpy_f16_simd(acc, v, p, n);
+        return;
+    }
+#endif
+    for (int k = 0; k < n; k++) acc[k] = fmaf(f16_to_f32(v[k]), p, acc[k]);
+}
+
+LKV_ISA_CLONES static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
     const lkv_attn_desc *d = j->d;
     const int hd = d->head_dim;
     const int kvh = h / (d->n_head / d->n_head_kv);
@@ -145,6 +147,7 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
     const size_t hv = (size_t)lkv_type_row_bytes(tv, hd) * kvh;
     const int f16k = d->type_k == LKV_TYPE_F16 && hd % 8 == 0;
     const int f16v = d->type_v == LKV_TYPE_F16;
+    const int simd = lkv_quant_isa() >= LKV_ISA_AVX2;
 
     /* scratch: scores/probabilities (chunk) | q converted (2*hd) | lanes (8*hd) | v row (hd) */
     float *scores = scratch;
@@ -167,7 +170,7 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
             const lkv_kv_seg *s = find_seg(d, p0 + r, &hint);
             const char *krow = (const char *)s->k + (size_t)(p0 + r - s->pos0) * rbk + hk;
             float sc;
-            if (f16k) sc = dot8_f16((const uint16_t *)krow, (const uint16_t *)qc, hd);
+            if (f16k) sc = dot8_f16(simd, (const uint16_t *)krow, (const uint16_t *)qc, hd);
             else kdot(hd, &sc, krow, qc);
             sc *= d->scale;
             scores[r] = sc;
@@ -193,7 +196,7 @@ static void accum_one(const accum_job *j, int qi, int h, float *scratch) {
             const float pr = f16v ? f16_to_f32(f32_to_f16(scores[r] * inv)) : scores[r] * inv;
             float *acc = lanes + (size_t)(r & 7) * hd;
             if (f16v) {
-                axpy_f16(acc, (const uint16_t *)vr, pr, hd);
+                axpy_f16(simd, acc, (const uint16_t *)vr, pr, hd);
             } else {
                 tv->to_float(vr, vrow, hd);
                 for (int k = 0; k < hd; k++) acc[k] = fmaf(vrow[k], pr, acc[k]);

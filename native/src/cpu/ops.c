@@ -14,6 +14,7 @@
 #include "cpu/cpu.h"
 #include "cpu/expf.h"
 #include "error.h"
+#include "quant/simd.h"
 #include "quant/types.h"
 
 // ------------------------------------------------------------------ model / context
@@ -147,7 +148,7 @@ static void cpu_rope(lkv_bctx *b, float *x, int n, int32_t pos0, const lkv_rope_
 
 /* silu(g) * up with silu(g) = g / (1 + exp(-g)), the exp as above (llama.cpp's
  * CPU swiglu computes the same values, so quantization downstream agrees) */
-static void cpu_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n) {
+LKV_ISA_CLONES static void cpu_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n) {
     (void)b;
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i];

@@ -24,6 +24,7 @@
 
 #include "quant/blocks.h"
 #include "quant/impl.h"
+#include "quant/isa.h"
 #include "quant/simd.h"
 
 #define YROW(vy, stride, r) ((const block_q8_0 *)((const char *)(vy) + (size_t)(r) * (stride)))
@@ -102,8 +103,13 @@ static void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, size_
 }
 #endif
 
-void lkv_q4_0_vec_dot(int n, float *s, const void *x, const void *y) { k_q4_0_blocks(n, s, x, y, 0, 1); }
+static void q4_0_vec_dot(int n, float *s, const void *x, const void *y) { k_q4_0_blocks(n, s, x, y, 0, 1); }
 
-void lkv_q4_0_vec_dot_rows(int n, float *s, const void *x, const void *y, size_t stride, int ny) {
+static void q4_0_vec_dot_rows(int n, float *s, const void *x, const void *y, size_t stride, int ny) {
     LKV_ROWS_DISPATCH(k_q4_0_blocks, n, s, x, y, stride, ny);
+}
+
+void LKV_ISA_FN(lkv_install_dot_blocks)(lkv_traits *t) {
+    t[LKV_TYPE_Q4_0].vec_dot = q4_0_vec_dot;
+    t[LKV_TYPE_Q4_0].vec_dot_rows = q4_0_vec_dot_rows;
 }

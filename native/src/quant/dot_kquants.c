@@ -13,10 +13,14 @@
  * super-block and row. The kernels take up to 4 activation rows with the
  * per-row operation sequence of vec_dot, so vec_dot_rows equals vec_dot bit
  * for bit. The portable path decodes codes with the same formulas as
- * kquants.c and sums in int per sub-block.
+ * kquants.c and repeats the AVX2 path's integer lanes and float steps: the
+ * same bits.
  */
+#include <math.h>
+
 #include "quant/blocks.h"
 #include "quant/impl.h"
+#include "quant/isa.h"
 #include "quant/simd.h"
 
 #define YROW(T, vy, stride, r) ((const T *)((const char *)(vy) + (size_t)(r) * (stride)))
@@ -217,30 +221,37 @@ static inline void codes_q6_K(const block_q6_K *b, uint8_t q[QK_K]) {
     }
 }
 
+/* The AVX2 path's steps in scalar form: lane l sums, exactly in int, the
+ * scaled products of elements 32v+4l .. 32v+4l+3 of every 32-vector v (and
+ * for FOLD the bsum correction of its two 16-groups); one fmaf per lane and
+ * super-block; hsum_ps's tree at the end. */
 #define KERNEL_K(name, BT, params, codes, FOLD)                                          \
     static void name(int n, float *s, const void *vx, const void *vy, size_t stride,      \
                      int ny) {                                                            \
         const BT *x = vx;                                                                 \
         for (int r = 0; r < ny; r++) {                                                    \
             const block_q8_K *y = YROW(block_q8_K, vy, stride, r);                        \
-            float acc = 0.0f, accm = 0.0f;                                                \
+            float acc[8] = {0}, accm = 0.0f;                                              \
             for (int i = 0; i < n / QK_K; i++) {                                          \
                 kparams p;                                                                \
                 uint8_t q[QK_K];                                                          \
                 params(&x[i], &p);                                                        \
                 codes(&x[i], q);                                                          \
-                int sumi = 0, sumw = 0;                                                   \
-                for (int k = 0; k < 16; k++) {                                            \
-                    int t = 0;                                                            \
-                    for (int l = 0; l < 16; l++) t += q[16 * k + l] * y[i].qs[16 * k + l]; \
-                    sumi += p.sc[k] * t;                                                  \
-                    sumw += p.w[k] * y[i].bsums[k];                                       \
+                int lane[8] = {0}, sumw = 0;                                              \
+                for (int e = 0; e < QK_K; e++)                                            \
+                    lane[(e >> 2) & 7] += p.sc[e >> 4] * (q[e] * y[i].qs[e]);             \
+                for (int l = 0; l < 8; l++) {                                             \
+                    const int bw = p.w[2 * l] * y[i].bsums[2 * l] +                       \
+                                   p.w[2 * l + 1] * y[i].bsums[2 * l + 1];                \
+                    if (FOLD) lane[l] -= bw;                                              \
+                    sumw += bw;                                                           \
                 }                                                                         \
-                if (FOLD) sumi -= sumw;                                                   \
-                else accm += (p.dmin * y[i].d) * (float)sumw;                             \
-                acc += (p.d * y[i].d) * (float)sumi;                                      \
+                if (!FOLD) accm += (p.dmin * y[i].d) * (float)sumw;                       \
+                const float f = p.d * y[i].d;                                             \
+                for (int l = 0; l < 8; l++) acc[l] = fmaf(f, (float)lane[l], acc[l]);     \
             }                                                                             \
-            s[r] = acc - accm;                                                            \
+            s[r] = (((acc[0] + acc[4]) + (acc[2] + acc[6])) +                             \
+                    ((acc[1] + acc[5]) + (acc[3] + acc[7]))) - accm;                      \
         }                                                                                 \
     }
 #endif
@@ -254,16 +265,25 @@ KERNEL_K(k_q6_K, block_q6_K, params_q6_K, codes_q6_K, 1)
 // ---------------------------------------------------------------- entry points
 
 #define DOT_ENTRIES(T, kernel)                                                           \
-    void lkv_##T##_vec_dot(int n, float *s, const void *x, const void *y) {              \
+    static void T##_vec_dot(int n, float *s, const void *x, const void *y) {             \
         kernel(n, s, x, y, 0, 1);                                                         \
     }                                                                                     \
-    void lkv_##T##_vec_dot_rows(int n, float *s, const void *x, const void *y,           \
-                                size_t stride, int ny) {                                  \
+    static void T##_vec_dot_rows(int n, float *s, const void *x, const void *y,          \
+                                 size_t stride, int ny) {                                 \
         LKV_ROWS_DISPATCH(kernel, n, s, x, y, stride, ny);                                \
     }
+#define INSTALL(ID, T) t[ID].vec_dot = T##_vec_dot, t[ID].vec_dot_rows = T##_vec_dot_rows
 
 DOT_ENTRIES(q2_K, k_q2_K)
 DOT_ENTRIES(q3_K, k_q3_K)
 DOT_ENTRIES(q4_K, k_q4_K)
 DOT_ENTRIES(q5_K, k_q5_K)
 DOT_ENTRIES(q6_K, k_q6_K)
+
+void LKV_ISA_FN(lkv_install_dot_kquants)(lkv_traits *t) {
+    INSTALL(LKV_TYPE_Q2_K, q2_K);
+    INSTALL(LKV_TYPE_Q3_K, q3_K);
+    INSTALL(LKV_TYPE_Q4_K, q4_K);
+    INSTALL(LKV_TYPE_Q5_K, q5_K);
+    INSTALL(LKV_TYPE_Q6_K, q6_K);
+}

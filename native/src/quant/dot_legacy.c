@@ -9,25 +9,29 @@
  * sum(qy) is stored in the q8_1 block). The AVX2 path expands a block's codes
  * to 32 bytes and uses the u8 x s8 multiply-add (VNNI where present), 8 f32
  * lanes per accumulator; the portable path sums the block in int and
- * accumulates a scalar. The two paths round differently but each is
- * deterministic. Every kernel takes up to 4 activation rows: the weight block
+ * does the same float steps in scalar form (8 fmaf chains, the same
+ * reduction tree), so the two give the same bits. Every kernel takes up to 4 activation rows: the weight block
  * is unpacked once and each row's accumulator sees the same operations as in
  * vec_dot, so vec_dot_rows results equal vec_dot's bit for bit.
  */
+#include <math.h>
+
 #include "quant/blocks.h"
 #include "quant/impl.h"
+#include "quant/isa.h"
 #include "quant/simd.h"
 
 #define YROW(T, vy, stride, r) ((const T *)((const char *)(vy) + (size_t)(r) * (stride)))
 
 #define DOT_ENTRIES(T, kernel)                                                           \
-    void lkv_##T##_vec_dot(int n, float *s, const void *x, const void *y) {              \
+    static void T##_vec_dot(int n, float *s, const void *x, const void *y) {             \
         kernel(n, s, x, y, 0, 1);                                                         \
     }                                                                                     \
-    void lkv_##T##_vec_dot_rows(int n, float *s, const void *x, const void *y,           \
-                                size_t stride, int ny) {                                  \
+    static void T##_vec_dot_rows(int n, float *s, const void *x, const void *y,          \
+                                 size_t stride, int ny) {                                 \
         LKV_ROWS_DISPATCH(kernel, n, s, x, y, stride, ny);                                \
     }
+#define INSTALL(ID, T) t[ID].vec_dot = T##_vec_dot, t[ID].vec_dot_rows = T##_vec_dot_rows
 
 #ifdef __AVX2__
 // ---------------------------------------------------------------- AVX2
@@ -147,35 +151,50 @@ static inline int code_iq4_nl(const block_iq4_nl *b, int j) {
     return lkv_iq4nl_values[j < 16 ? b->qs[j] & 15 : b->qs[j - 16] >> 4];
 }
 
+/* The AVX2 path's float steps in scalar form: lane l holds the exact sum of
+ * elements 4l..4l+3 of each block, scaled with fmaf into its own chain, and
+ * the chains end in hsum_ps's tree. */
+LKV_INLINE float fold8(const float c[8]) {
+    return ((c[0] + c[4]) + (c[2] + c[6])) + ((c[1] + c[5]) + (c[3] + c[7]));
+}
+
 #define KERNEL_S8_Q8_0(name, BT, code)                                                   \
     static void name(int n, float *s, const void *vx, const void *vy, size_t stride,      \
                      int ny) {                                                            \
         const BT *x = vx;                                                                 \
         for (int r = 0; r < ny; r++) {                                                    \
             const block_q8_0 *y = YROW(block_q8_0, vy, stride, r);                        \
-            float acc = 0.0f;                                                             \
+            float acc[8] = {0};                                                           \
             for (int i = 0; i < n / 32; i++) {                                            \
-                int sumi = 0;                                                             \
-                for (int j = 0; j < 32; j++) sumi += code(&x[i], j) * y[i].qs[j];         \
-                acc += (h2f(x[i].d) * h2f(y[i].d)) * (float)sumi;                         \
+                const float f = h2f(x[i].d) * h2f(y[i].d);                                \
+                for (int l = 0; l < 8; l++) {                                             \
+                    int sumi = 0;                                                         \
+                    for (int j = 4 * l; j < 4 * l + 4; j++) sumi += code(&x[i], j) * y[i].qs[j]; \
+                    acc[l] = fmaf(f, (float)sumi, acc[l]);                                \
+                }                                                                         \
             }                                                                             \
-            s[r] = acc;                                                                   \
+            s[r] = fold8(acc);                                                            \
         }                                                                                 \
     }
 
+/* the minimum's term m * s is summed apart, as the AVX2 path's lane 1 */
 #define KERNEL_U8_Q8_1(name, BT, code)                                                   \
     static void name(int n, float *s, const void *vx, const void *vy, size_t stride,      \
                      int ny) {                                                            \
         const BT *x = vx;                                                                 \
         for (int r = 0; r < ny; r++) {                                                    \
             const block_q8_1 *y = YROW(block_q8_1, vy, stride, r);                        \
-            float acc = 0.0f;                                                             \
+            float acc[8] = {0}, summ = 0.0f;                                              \
             for (int i = 0; i < n / 32; i++) {                                            \
-                int sumi = 0;                                                             \
-                for (int j = 0; j < 32; j++) sumi += code(&x[i], j) * y[i].qs[j];         \
-                acc += (h2f(x[i].d) * h2f(y[i].d)) * (float)sumi + h2f(x[i].m) * h2f(y[i].s); \
+                const float f = h2f(x[i].d) * h2f(y[i].d);                                \
+                for (int l = 0; l < 8; l++) {                                             \
+                    int sumi = 0;                                                         \
+                    for (int j = 4 * l; j < 4 * l + 4; j++) sumi += code(&x[i], j) * y[i].qs[j]; \
+                    acc[l] = fmaf(f, (float)sumi, acc[l]);                                \
+                }                                                                         \
+                summ += h2f(x[i].m) * h2f(y[i].s);                                        \
             }                                                                             \
-            s[r] = acc;                                                                   \
+            s[r] = fold8(acc) + summ;                                                     \
         }                                                                                 \
     }
 
@@ -190,9 +209,18 @@ KERNEL_U8_Q8_1(k_q5_1, block_q5_1, code_q5_1)
 // ---------------------------------------------------------------- entry points
 
 /* q4_0 weights take dot_blocks.c's block order; this 8-lane one is the KV rows' */
-void lkv_q4_0_kv_dot(int n, float *s, const void *x, const void *y) { k_q4_0(n, s, x, y, 0, 1); }
+static void q4_0_kv_dot(int n, float *s, const void *x, const void *y) { k_q4_0(n, s, x, y, 0, 1); }
 DOT_ENTRIES(q4_1, k_q4_1)
 DOT_ENTRIES(q5_0, k_q5_0)
 DOT_ENTRIES(q5_1, k_q5_1)
 DOT_ENTRIES(q8_0, k_q8_0)
 DOT_ENTRIES(iq4_nl, k_iq4_nl)
+
+void LKV_ISA_FN(lkv_install_dot_legacy)(lkv_traits *t) {
+    t[LKV_TYPE_Q4_0].kv_dot = q4_0_kv_dot;
+    INSTALL(LKV_TYPE_Q4_1, q4_1);
+    INSTALL(LKV_TYPE_Q5_0, q5_0);
+    INSTALL(LKV_TYPE_Q5_1, q5_1);
+    INSTALL(LKV_TYPE_Q8_0, q8_0);
+    INSTALL(LKV_TYPE_IQ4_NL, iq4_nl);
+}

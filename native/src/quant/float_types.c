@@ -1,43 +1,28 @@
 /*
  * quant/float_types.c: the unquantized element types f32, f16 and bf16.
  *
- * Owns the exported scalar conversions declared in quant/types.h, the row
- * conversions to and from f32, and the float dot products. A weight of one
+ * Owns the row conversions to and from f32 and the float dot products
+ * (compiled once per ISA level, quant/isa.h; the scalar conversions are in
+ * float_scalars.c). A weight of one
  * of these types is dotted with an activation row of the same type (ggml's
  * vec_dot_type), accumulated in f32 lanes: 16 lanes (two 8-wide FMA chains)
- * with AVX2, 16 scalar partial sums in portable C, then a fixed reduction.
+ * with AVX2, 16 scalar fmaf partial sums in portable C, then the same
+ * reduction tree: both paths give the same bits.
  * The row kernels take ny activation rows; the per-row sequence of operations
  * does not depend on ny, so vec_dot_rows equals vec_dot bit for bit.
  */
+#include <math.h>
+
 #include "quant/impl.h"
+#include "quant/isa.h"
 #include "quant/simd.h"
-
-// ---------------------------------------------------------------- scalar conversions
-
-float lkv_fp16_to_fp32(uint16_t h) { return fp16_to_fp32_bits(h); }
-uint16_t lkv_fp32_to_fp16(float f) { return fp32_to_fp16_bits(f); }
-
-float lkv_bf16_to_fp32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-/* Round to nearest even on the upper half; a NaN is kept quiet. */
-uint16_t lkv_fp32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
-}
 
 // ---------------------------------------------------------------- row conversions
 
-void lkv_f32_to_float(const void *x, float *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
-void lkv_f32_from_float(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
+static void f32_to_float(const void *x, float *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
+static void f32_from_float(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
 
-void lkv_f16_to_float(const void *vx, float *y, int64_t n) {
+static void f16_to_float(const void *vx, float *y, int64_t n) {
     const uint16_t *x = vx;
     int64_t i = 0;
 #ifdef __F16C__
@@ -47,7 +32,7 @@ void lkv_f16_to_float(const void *vx, float *y, int64_t n) {
     for (; i < n; i++) y[i] = h2f(x[i]);
 }
 
-void lkv_f16_from_float(const float *x, void *vy, int64_t n) {
+static void f16_from_float(const float *x, void *vy, int64_t n) {
     uint16_t *y = vy;
     int64_t i = 0;
 #ifdef __F16C__
@@ -58,12 +43,12 @@ void lkv_f16_from_float(const float *x, void *vy, int64_t n) {
     for (; i < n; i++) y[i] = f2h(x[i]);
 }
 
-void lkv_bf16_to_float(const void *vx, float *y, int64_t n) {
+static void bf16_to_float(const void *vx, float *y, int64_t n) {
     const uint16_t *x = vx;
     for (int64_t i = 0; i < n; i++) y[i] = lkv_bf16_to_fp32(x[i]);
 }
 
-void lkv_bf16_from_float(const float *x, void *vy, int64_t n) {
+static void bf16_from_float(const float *x, void *vy, int64_t n) {
     uint16_t *y = vy;
     for (int64_t i = 0; i < n; i++) y[i] = lkv_fp32_to_bf16(x[i]);
 }
@@ -116,7 +101,7 @@ LKV_INLINE float load1_bf16(const void *p, int i) { return lkv_bf16_to_fp32(((co
             float acc[16] = {0};                                                          \
             int i = 0;                                                                    \
             for (; i + 16 <= n; i += 16)                                                  \
-                for (int k = 0; k < 16; k++) acc[k] += load1_##T(x, i + k) * load1_##T(yr, i + k); \
+                for (int k = 0; k < 16; k++) acc[k] = fmaf(load1_##T(x, i + k), load1_##T(yr, i + k), acc[k]); \
             for (int w = 8; w >= 1; w /= 2)                                               \
                 for (int k = 0; k < w; k++) acc[k] += acc[k + w];                         \
             float t = acc[0];                                                             \
@@ -128,14 +113,24 @@ LKV_INLINE float load1_bf16(const void *p, int i) { return lkv_bf16_to_fp32(((co
 
 #define FLOAT_DOT_ENTRIES(T)                                                             \
     FLOAT_DOT_KERNEL(T)                                                                   \
-    void lkv_##T##_vec_dot(int n, float *s, const void *x, const void *y) {              \
+    static void T##_vec_dot(int n, float *s, const void *x, const void *y) {             \
         dot_rows_##T(n, s, x, y, 0, 1);                                                   \
     }                                                                                     \
-    void lkv_##T##_vec_dot_rows(int n, float *s, const void *x, const void *y,           \
-                                size_t stride, int ny) {                                  \
+    static void T##_vec_dot_rows(int n, float *s, const void *x, const void *y,          \
+                                 size_t stride, int ny) {                                 \
         LKV_ROWS_DISPATCH(dot_rows_##T, n, s, x, y, stride, ny);                          \
     }
 
 FLOAT_DOT_ENTRIES(f32)
 FLOAT_DOT_ENTRIES(f16)
 FLOAT_DOT_ENTRIES(bf16)
+
+#define INSTALL(ID, T)                                                                   \
+    t[ID].to_float = T##_to_float, t[ID].from_float = T##_from_float,                     \
+    t[ID].vec_dot = T##_vec_dot, t[ID].vec_dot_rows = T##_vec_dot_rows
+
+void LKV_ISA_FN(lkv_install_float_types)(lkv_traits *t) {
+    INSTALL(LKV_TYPE_F32, f32);
+    INSTALL(LKV_TYPE_F16, f16);
+    INSTALL(LKV_TYPE_BF16, bf16);
+}

@@ -8,32 +8,33 @@
 
 #include "quant/types.h"
 
-#define LKV_DECL_TYPE(t)                                                    \
+#define LKV_DECL_CONV(t)                                                    \
     void lkv_##t##_to_float(const void *x, float *y, int64_t n);            \
-    void lkv_##t##_from_float(const float *x, void *y, int64_t n);          \
+    void lkv_##t##_from_float(const float *x, void *y, int64_t n);
+#define LKV_DECL_TYPE(t)                                                    \
+    LKV_DECL_CONV(t)                                                        \
     void lkv_##t##_vec_dot(int n, float *s, const void *x, const void *y);  \
     void lkv_##t##_vec_dot_rows(int n, float *s, const void *x, const void *y, \
                                 size_t y_stride, int ny);
 
-/* float_types.c */
-LKV_DECL_TYPE(f32)
-LKV_DECL_TYPE(f16)
-LKV_DECL_TYPE(bf16)
-/* legacy.c (conversions), dot_legacy.c (dots) */
-LKV_DECL_TYPE(q4_0)
-LKV_DECL_TYPE(q4_1)
-LKV_DECL_TYPE(q5_0)
-LKV_DECL_TYPE(q5_1)
-LKV_DECL_TYPE(q8_0)
-LKV_DECL_TYPE(q8_1)
-LKV_DECL_TYPE(iq4_nl)
-/* kquants.c (conversions), dot_kquants.c (dots) */
-LKV_DECL_TYPE(q2_K)
-LKV_DECL_TYPE(q3_K)
-LKV_DECL_TYPE(q4_K)
-LKV_DECL_TYPE(q5_K)
-LKV_DECL_TYPE(q6_K)
-LKV_DECL_TYPE(q8_K)
+/* The float types' functions and the dots of the legacy formats and
+ * k-quants are per ISA level (float_types.c, dot_*.c): their installers are
+ * declared in quant/isa.h. */
+/* legacy.c (conversions) */
+LKV_DECL_CONV(q4_0)
+LKV_DECL_CONV(q4_1)
+LKV_DECL_CONV(q5_0)
+LKV_DECL_CONV(q5_1)
+LKV_DECL_CONV(q8_0)
+LKV_DECL_CONV(q8_1)
+LKV_DECL_CONV(iq4_nl)
+/* kquants.c (conversions) */
+LKV_DECL_CONV(q2_K)
+LKV_DECL_CONV(q3_K)
+LKV_DECL_CONV(q4_K)
+LKV_DECL_CONV(q5_K)
+LKV_DECL_CONV(q6_K)
+LKV_DECL_CONV(q8_K)
 /* iquants.c (conversions), dot_iquants.c (dots) */
 LKV_DECL_TYPE(iq2_xxs)
 LKV_DECL_TYPE(iq2_xs)
@@ -45,10 +46,7 @@ LKV_DECL_TYPE(iq1_m)
 LKV_DECL_TYPE(iq4_xs)
 
 #undef LKV_DECL_TYPE
-
-/* dot_legacy.c: q4_0 against q8_0 in the 8-lane order, for KV cache rows
- * (the weights' lkv_q4_0_vec_dot is dot_blocks.c's block order) */
-void lkv_q4_0_kv_dot(int n, float *s, const void *x, const void *y);
+#undef LKV_DECL_CONV
 
 /* The iq4_nl table of non-linear levels (int8, ascending). */
 extern const int8_t lkv_iq4nl_values[16];

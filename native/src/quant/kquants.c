@@ -126,7 +126,7 @@ void lkv_q8_K_to_float(const void *vx, float *y, int64_t n) {
         for (int j = 0; j < QK_K; j++) y[j] = x[i].d * (float)x[i].qs[j];
 }
 
-void lkv_q8_K_from_float(const float *x, void *vy, int64_t n) {
+LKV_ISA_CLONES void lkv_q8_K_from_float(const float *x, void *vy, int64_t n) {
     block_q8_K *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float amax = 0.0f, max = 0.0f;

@@ -201,7 +201,7 @@ void lkv_q8_0_to_float(const void *vx, float *y, int64_t n) {
     }
 }
 
-void lkv_q8_0_from_float(const float *x, void *vy, int64_t n) {
+LKV_ISA_CLONES void lkv_q8_0_from_float(const float *x, void *vy, int64_t n) {
     block_q8_0 *y = vy;
     int sum;
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) y[i].d = f2h(quantize8(x, y[i].qs, &sum));
@@ -215,7 +215,7 @@ void lkv_q8_1_to_float(const void *vx, float *y, int64_t n) {
     }
 }
 
-void lkv_q8_1_from_float(const float *x, void *vy, int64_t n) {
+LKV_ISA_CLONES void lkv_q8_1_from_float(const float *x, void *vy, int64_t n) {
     block_q8_1 *y = vy;
     int sum;
     for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {

@@ -24,6 +24,15 @@
 #define LKV_AVX2 __attribute__((target("avx2")))
 #define LKV_AVX2_INLINE static inline __attribute__((always_inline, target("avx2")))
 
+/* Plain C loops the compiler vectorizes (elementwise ops, activation
+ * quantization): one clone per ISA level, picked by the loader (ifunc).
+ * Elementwise IEEE operations and fmaf round the same on every level. */
+#if defined(LKV_X86) && defined(LKV_HAVE_ISA_LEVELS)
+#define LKV_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define LKV_ISA_CLONES
+#endif
+
 // ---------------------------------------------------------------- fp16 scalars
 
 LKV_INLINE float fp16_to_fp32_bits(uint16_t h) {
