@@ -9,6 +9,7 @@ import time
 
 import click
 
+from .cli_values import pool_mib
 from .default_model import default_model_path
 from .errors import LlamaKVError
 
@@ -23,15 +24,6 @@ class _Group(click.Group):
             raise click.ClickException(str(e) or type(e).__name__) from None
 
 
-def _pool(ctx, param, value: str | None):
-    if value is None or value == "auto":
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is neither a number of MiB nor 'auto'") from None
-
-
 def _model_options(f):
     """Options shared by the commands that load a model."""
     for opt in reversed([
@@ -44,7 +36,7 @@ def _model_options(f):
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
                      show_default=True, help="where to run (auto: CUDA when a GPU is usable)"),
         click.option("--kv-pool-mib", "--kv-stream-stage-mib", "kv_pool_mib", default=None,
-                     callback=_pool, help="device KV pool in MiB, or 'auto' (default: all resident)"),
+                     callback=pool_mib, help="device KV pool in MiB, or 'auto' (default: all resident)"),
         click.option("--threads", "n_threads", type=int, default=None, help="CPU threads"),
         click.option("--gpu-kernels", type=click.Choice(["fast", "exact"]), default="fast",
                      show_default=True,

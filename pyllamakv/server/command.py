@@ -3,14 +3,7 @@ from __future__ import annotations
 
 import click
 
-
-def _pool(ctx, param, value: str | None):
-    if value is None or value == "auto":
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is neither a number of MiB nor 'auto'") from None
+from ..cli_values import pool_mib
 
 
 @click.command()
@@ -21,7 +14,7 @@ def _pool(ctx, param, value: str | None):
               help="requests generated at the same time (slots)")
 @click.option("--ctx", "n_ctx", type=int, default=2048, show_default=True,
               help="context window of each slot, in tokens")
-@click.option("--kv-pool-mib", default=None, callback=_pool,
+@click.option("--kv-pool-mib", default=None, callback=pool_mib,
               help="device KV pool of the server in MiB, shared by the slots "
                    "(default: all resident)")
 @click.option("--gpu-memory-mib", type=float, default=None,
