@@ -3,8 +3,8 @@
 Generation runs in three named stages: ``_prefill`` (a token list, in n_batch
 slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id).
 ``generate`` strings them together and reuses the longest prefix of the new
-tokens that the KV cache already holds; completion and chat build on it and
-shape the result with completion.py.
+tokens that the KV cache already holds; the OpenAI-style requests
+(completion, chat, embeddings: openai_api.py) build on it.
 
 Threads: a Llama may be shared; its calls are serialised and a stream keeps
 other threads waiting until it ends (guard.py says exactly how). Python's
@@ -23,30 +23,26 @@ from . import _native
 from .chat import ChatFormatter
 from .chat_formats import chat_format_template
 from .compat import check_extra_kwargs
-from .completion import completion_pieces, run_pieces
-from .response import (Usage, chat_chunks, chat_response, chunks_of, completion_chunks,
-                       completion_response, with_tool_calls)
-from .config import CompletionConfig, LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
+from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
 from .default_model import default_model_path
-from .embedding import create_embedding, embed
 from .embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
-from .grammar import GrammarConstraint, LlamaGrammar, response_format_grammar
+from .grammar import GrammarConstraint, LlamaGrammar
 from .guard import Guard, guarded
 from .history import History
 from .hub import hub_file
-from .progress import ProgressCallback
-from .tools import normalize_messages, plan_tools
+from .openai_api import OpenAIMethods
 from .plan import auto_pool_bytes, kv_plan
-from .ubatch import chosen_ubatch
+from .progress import ProgressCallback
 from .sampling import Sampler, SamplingParams
 from .spec_decode import speculative_tokens
 from .speculative import make_drafter
 from .state import LlamaState, Timings, load_state, model_fingerprint, save_state
+from .ubatch import chosen_ubatch
 from .tokenizer import Tokenizer
 
 
-class Llama:
+class Llama(OpenAIMethods):
     """A GGUF model ready to generate. ``model_path=None``: the default model."""
 
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 512, n_batch: int = 512,
@@ -313,120 +309,6 @@ class Llama:
             token = self._sample(sampler)
             yield token
             self._decode_one(token)
-
-    # ------------------------------------------------------------ completion
-
-    def _prompt_tokens(self, prompt: str | bytes | Sequence[int]) -> list[int]:
-        if isinstance(prompt, (str, bytes)):
-            return self.tokenizer.encode(prompt.encode() if isinstance(prompt, str) else prompt,
-                                         add_bos=True, special=True, max_tokens=self._n_ctx)
-        return tokens_arg("prompt", prompt, self._model.n_vocab)
-
-    def create_completion(self, prompt: str | bytes | Sequence[int], suffix: None = None,
-                          max_tokens: int | None = 16, temperature: float = 0.8,
-                          top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
-                          logprobs: int | None = None, echo: bool = False,
-                          stop: str | list[str] | None = None, frequency_penalty: float = 0.0,
-                          presence_penalty: float = 0.0, repeat_penalty: float = 1.0,
-                          top_k: int = 40, stream: bool = False, seed: int | None = None,
-                          logit_bias: dict | None = None, model: str | None = None,
-                          grammar: LlamaGrammar | None = None, mirostat_mode: int = 0,
-                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
-                          logits_processor=None, stopping_criteria=None, **llama_cpp_kwargs):
-        """A text completion dict, or with stream=True an iterator of chunks."""
-        check_extra_kwargs("create_completion", llama_cpp_kwargs)
-        c = CompletionConfig(max_tokens, stop, echo, logprobs, stream, suffix)
-        tokens = self._prompt_tokens(prompt)
-        sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                               typical_p=typical_p, repeat_penalty=repeat_penalty,
-                               presence_penalty=presence_penalty,
-                               frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                               seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
-                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-                               logits_processor=logits_processor)
-        usage, name, lp = Usage(), model or self.model_path, c.logprobs is not None
-        self._from_cache(tokens)
-        return run_pieces(
-            self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, c.stop, c.echo,
-                                            c.logprobs, sampler,
-                                            stopping_criteria=stopping_criteria),
-            c.stream, lambda p: completion_chunks(p, name, usage, lp),
-            lambda p: completion_response(p, name, usage, lp))
-
-    __call__ = create_completion
-
-    def create_chat_completion(self, messages: list[dict], temperature: float = 0.2,
-                               top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
-                               typical_p: float = 1.0, stream: bool = False,
-                               stop: str | list[str] | None = None, seed: int | None = None,
-                               max_tokens: int | None = None, presence_penalty: float = 0.0,
-                               frequency_penalty: float = 0.0, repeat_penalty: float = 1.0,
-                               logit_bias: dict | None = None, logprobs: bool = False,
-                               top_logprobs: int | None = None, model: str | None = None,
-                               response_format: dict | None = None,
-                               grammar: LlamaGrammar | None = None, tools: list | None = None,
-                               tool_choice: str | dict | None = None,
-                               functions: list | None = None,
-                               function_call: str | dict | None = None,
-                               mirostat_mode: int = 0, mirostat_tau: float = 5.0,
-                               mirostat_eta: float = 0.1, logits_processor=None,
-                               stopping_criteria=None, **llama_cpp_kwargs):
-        """A chat.completion dict, or with stream=True an iterator of chunks.
-        response_format / grammar constrain the reply (grammar.py); tools,
-        tool_choice and the legacy functions / function_call give tool calls
-        (tools.py)."""
-        self._open()
-        check_extra_kwargs("create_chat_completion", llama_cpp_kwargs)
-        c = CompletionConfig(max_tokens, stop, False, top_logprobs, stream)
-        logprobs = bool(logprobs)
-        plan = plan_tools(self._chat.template, tools, tool_choice, functions, function_call)
-        if plan is not None and plan.grammar is not None:
-            grammar = plan.grammar
-        elif response_format is not None:
-            if grammar is not None:
-                raise ValueError("give response_format or grammar, not both")
-            grammar = response_format_grammar(response_format)
-        chat = self._chat.format(normalize_messages(messages, plan), add_generation_prompt=True,
-                                 **(plan.template_vars if plan else {}))
-        prompt = chat.prompt + (plan.prompt_suffix if plan else "")
-        tokens = self.tokenizer.encode(prompt.encode(), add_bos=not chat.added_special,
-                                       special=True, max_tokens=self._n_ctx)
-        stops = list(chat.stop) + c.stop
-        sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                               typical_p=typical_p, repeat_penalty=repeat_penalty,
-                               presence_penalty=presence_penalty,
-                               frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                               seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
-                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-                               logits_processor=logits_processor)
-        n_lp = (c.logprobs or 0) if logprobs else None
-        usage, name = Usage(), model or self.model_path
-        self._from_cache(tokens)
-        if plan is not None:     # the reply is parsed for tool calls once it is whole
-            return run_pieces(
-                self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,
-                                                n_lp, sampler, chat.stop_token_ids,
-                                                stopping_criteria=stopping_criteria),
-                False, None,
-                lambda p: (chunks_of if c.stream else (lambda r: r))(
-                    with_tool_calls(chat_response(p, name, usage, logprobs), plan)))
-        return run_pieces(
-            self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,
-                                            n_lp, sampler, chat.stop_token_ids,
-                                            stopping_criteria=stopping_criteria),
-            c.stream, lambda p: chat_chunks(p, name, usage, logprobs),
-            lambda p: chat_response(p, name, usage, logprobs))
-
-    @guarded
-    def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,
-              return_count: bool = False):
-        """Embeddings of input (embedding.py); needs embedding=True."""
-        return embed(self, input, normalize, truncate, return_count)
-
-    @guarded
-    def create_embedding(self, input: str | list[str], model: str | None = None) -> dict:
-        """OpenAI's embedding response for input; needs embedding=True."""
-        return create_embedding(self, input, model)
 
     # ------------------------------------------------------------ state
 
