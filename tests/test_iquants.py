@@ -61,8 +61,9 @@ def test_type_info(t: T):
 
 
 def test_generated_tables_are_current(tmp_path):
-    """native/src/quant/iq_tables.c and native/src/cuda/iq_tables.cuh are what
-    tools/gen_iq_tables.py writes from the installed gguf.quants."""
+    """native/src/quant/iq_tables.inc (the data of quant/iq_tables.c and
+    cuda/iq_tables.cuh) is what tools/gen_iq_tables.py writes from the
+    installed gguf.quants."""
     import importlib.util
     root = Path(__file__).resolve().parent.parent
     if not (root / "tools/gen_iq_tables.py").exists():
@@ -70,9 +71,8 @@ def test_generated_tables_are_current(tmp_path):
     spec = importlib.util.spec_from_file_location("gen_iq_tables", root / "tools/gen_iq_tables.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    gen.main(tmp_path / "t.c", tmp_path / "t.cuh")
-    assert (tmp_path / "t.c").read_text() == (root / "native/src/quant/iq_tables.c").read_text()
-    assert (tmp_path / "t.cuh").read_text() == (root / "native/src/cuda/iq_tables.cuh").read_text()
+    gen.main(tmp_path / "t.inc")
+    assert (tmp_path / "t.inc").read_text() == (root / "native/src/quant/iq_tables.inc").read_text()
 
 
 # ---------------------------------------------------------------- dequantization
