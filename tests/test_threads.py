@@ -27,9 +27,12 @@ def tiny(tmp_path_factory):
 def _subprocess(code: str, timeout: float = 300) -> str:
     import os
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
+    # the source tree only with a built library (development; conftest.py's rule):
+    # otherwise its pyllamakv, which has no core, would shadow the installed one
+    src = [str(ROOT)] if os.environ.get("PYLLAMAKV_LIBRARY") else []
+    env["PYTHONPATH"] = os.pathsep.join(src + [str(TESTS), env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, timeout=timeout, env=env)
+                         text=True, timeout=timeout, env=env, cwd=str(TESTS))
     assert out.returncode == 0, f"rc={out.returncode}\n{out.stdout}\n{out.stderr[-3000:]}"
     return out.stdout
 
