@@ -103,7 +103,13 @@ class Page:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-            shutil.rmtree(self._dir, ignore_errors=True)
+            # chromium's helper processes can still write into the profile for a
+            # moment after the browser exits: remove it until it stays removed
+            for _ in range(50):
+                shutil.rmtree(self._dir, ignore_errors=True)
+                if not os.path.exists(self._dir):
+                    break
+                time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
