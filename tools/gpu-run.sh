@@ -16,7 +16,8 @@
 #   stash    keeps .sma/sm-a (the first half of SmolLM2) in /tmp for the next call
 #   pytest   (with .smb carried, on the same warm machine after a call that stashed
 #            .sma) joins SmolLM2, cuts it to 8 layers (tools/truncate_gguf.py) and runs
-#            tests/test_cuda.py (golden data from .smb/golden)
+#            PYTESTS (default tests/test_cuda.py; golden data from .smb/golden); without
+#            the halves, the 8-layer cut carried in .models/smollm2-8l.gguf
 #   kvstream benchmarks/benchmark_kv_stream.py (synthetic 8B shape, q8_0 KV)
 #
 # Here, once:  bash ../shared/tools/device-wheels.sh          (makes .whl/)
@@ -97,10 +98,13 @@ if [[ $STAGES == *pytest* ]]; then
         python3 tools/truncate_gguf.py $SMPKG/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/smollm2-8l.gguf 8
         export PYTHONPATH=/tmp/smpkg:$PYTHONPATH PYLLAMAKV_GOLDEN_DIR=$PWD/.smb/golden
         export PYLLAMAKV_TEST_GGUF=/tmp/smollm2-8l.gguf
+    elif [ -f .models/smollm2-8l.gguf ]; then
+        echo "SmolLM2 halves missing: the 8-layer cut from .models, no golden data"
+        export PYLLAMAKV_TEST_GGUF=$PWD/.models/smollm2-8l.gguf
     else
         echo "SmolLM2 halves missing (a warm machine after the stash stage, .smb carried): tiny models only"
     fi
-    timeout "$(cap 400)" python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py \
+    timeout "$(cap 400)" python3 -m pytest -q -p no:cacheprovider -rs ${PYTESTS:-tests/test_cuda.py} \
         > "$OUT/pytest.log" 2>&1
     echo "pytest rc=$?" >> "$OUT/pytest.log"
     grep -E "passed|failed|FAILED|Error|rc=" "$OUT/pytest.log" | tail -25

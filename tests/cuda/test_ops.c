@@ -365,6 +365,100 @@ static void test_gemm_exact_tails(void) {
     }
 }
 
+/* gemm_wg.cu (sm_90a's prefill GEMM), forced through tune.h: every weight
+ * type against gemm_f16.cu, which rounds both operands to f16 the same way
+ * (so only the order of the f32 adds differs), and against the f64
+ * reference; shapes with row tiles and token tiles cut short, a K tail of 32
+ * (cols % 64 == 32), three weights in one call, and a weight larger than the
+ * f16 scratch (split by rows into two GEMMs). Skipped where the device's code
+ * has no wgmma kernel. */
+extern int lkv_cuda_gemm_wg_ok(const lkv_bctx *b);
+static void test_gemm_wg(void) {
+    if (!lkv_cuda_gemm_wg_ok(gb)) {
+        printf("gemm_wg: skipped (the device's code has no wgmma kernel: not an sm_90a build on a Hopper GPU)\n");
+        return;
+    }
+    const int shapes[][2] = {{300, 768}, {129, 1056}, {77, 576}};
+    const int ns[] = {9, 64, 133, 200};
+    for (int si = 0; si < NELEM(shapes); si++)
+        for (int ti = 0; ti < NELEM(WTYPES); ti++) {
+            const int rows = shapes[si][0], cols = shapes[si][1], type = WTYPES[ti];
+            const lkv_traits *t = lkv_type_traits(type);
+            if (cols % t->block_size) continue;
+            lkv_weight w[3] = {{0}};
+            const int wr[3] = {rows, 100, 37};
+            for (int i = 0; i < 3; i++) make_weight(&w[i], type, wr[i], cols);
+            float *wf = malloc(sizeof(float) * rows * cols);
+            for (int r = 0; r < rows; r++)
+                t->to_float((const uint8_t *)w[0].data + r * w[0].row_bytes, wf + (size_t)r * cols, cols);
+            for (int ni = 0; ni < NELEM(ns); ni++) {
+                const int n = ns[ni];
+                float *x = malloc(sizeof(float) * n * cols);
+                fill(x, (size_t)n * cols, 1.f);
+                double *ref = malloc(sizeof(double) * n * rows);
+                for (int i = 0; i < n; i++)
+                    for (int r = 0; r < rows; r++) {
+                        double acc = 0;
+                        for (int k = 0; k < cols; k++) acc += (double)x[(size_t)i * cols + k] * wf[(size_t)r * cols + k];
+                        ref[(size_t)i * rows + r] = acc;
+                    }
+                float *dx = dup_dev(x, sizeof(float) * n * cols);
+                float *dwg[3], *df[3], *hwg[3], *hf[3];
+                const lkv_weight *ws[3] = {&w[0], &w[1], &w[2]};
+                for (int i = 0; i < 3; i++) {
+                    dwg[i] = dev_buf(sizeof(float) * n * wr[i]);
+                    df[i] = dev_buf(sizeof(float) * n * wr[i]);
+                    cudaMemset(dwg[i], 0xff, sizeof(float) * n * wr[i]);   /* NaN: an output not written shows */
+                    hwg[i] = malloc(sizeof(float) * n * wr[i]);
+                    hf[i] = malloc(sizeof(float) * n * wr[i]);
+                }
+                lkv_cuda_tuning.matmul = LKV_MM_GEMM_WG; lkv_cuda_tuning.gen++;
+                G->matmul(gb, dwg, dx, ws, 3, n);
+                lkv_cuda_tuning.matmul = LKV_MM_GEMM_F16; lkv_cuda_tuning.gen++;
+                G->matmul(gb, df, dx, ws, 3, n);
+                lkv_cuda_tuning.matmul = LKV_MM_TABLE; lkv_cuda_tuning.gen++;
+                double ewf = 0;
+                for (int i = 0; i < 3; i++) {
+                    get(hwg[i], dwg[i], sizeof(float) * n * wr[i]);
+                    get(hf[i], df[i], sizeof(float) * n * wr[i]);
+                    const double e = rel_err_f(hwg[i], hf[i], (size_t)n * wr[i]);
+                    if (!(e <= ewf)) ewf = isnan(e) ? INFINITY : e;
+                }
+                const double eg = rel_err(hwg[0], ref, (size_t)n * rows);
+                check(ewf < 1e-5, "gemm_wg %-7s %d+100+37x%d n=%-3d vs gemm_f16 rel err %.2e", t->name, rows, cols,
+                      n, ewf);
+                check(eg < 4e-3, "gemm_wg %-7s %dx%d n=%-3d vs f64 rel err %.2e", t->name, rows, cols, n, eg);
+                for (int i = 0; i < 3; i++) { cudaFree(dwg[i]); cudaFree(df[i]); free(hwg[i]); free(hf[i]); }
+                cudaFree(dx); free(x); free(ref);
+            }
+            free(wf);
+            for (int i = 0; i < 3; i++) free_weight(&w[i]);
+        }
+    /* larger than the 128 MiB scratch: 17000 rows of 4096 (136 MB as f16) */
+    {
+        const int rows = 17000, cols = 4096, n = 133;
+        lkv_weight w = {0};
+        make_weight(&w, LKV_TYPE_Q4_0, rows, cols);
+        float *x = malloc(sizeof(float) * n * cols);
+        fill(x, (size_t)n * cols, 1.f);
+        float *dx = dup_dev(x, sizeof(float) * n * cols), *d1 = dev_buf(sizeof(float) * n * rows),
+              *d2 = dev_buf(sizeof(float) * n * rows);
+        float *h1 = malloc(sizeof(float) * n * rows), *h2 = malloc(sizeof(float) * n * rows);
+        const lkv_weight *ws[1] = {&w};
+        cudaMemset(d1, 0xff, sizeof(float) * n * rows);
+        lkv_cuda_tuning.matmul = LKV_MM_GEMM_WG; lkv_cuda_tuning.gen++;
+        G->matmul(gb, &d1, dx, ws, 1, n);
+        lkv_cuda_tuning.matmul = LKV_MM_GEMM_F16; lkv_cuda_tuning.gen++;
+        G->matmul(gb, &d2, dx, ws, 1, n);
+        lkv_cuda_tuning.matmul = LKV_MM_TABLE; lkv_cuda_tuning.gen++;
+        get(h1, d1, sizeof(float) * n * rows);
+        get(h2, d2, sizeof(float) * n * rows);
+        const double e = rel_err_f(h1, h2, (size_t)n * rows);
+        check(e < 1e-5, "gemm_wg q4_0 %dx%d n=%d (split by rows) vs gemm_f16 rel err %.2e", rows, cols, n, e);
+        cudaFree(dx); cudaFree(d1); cudaFree(d2); free(x); free(h1); free(h2); free_weight(&w);
+    }
+}
+
 static void test_matmul(void) {
     test_matmul_shape(300, 768, -1);
     test_matmul_shape(37, 9216, LKV_TYPE_Q4_0);
@@ -375,6 +469,7 @@ static void test_matmul(void) {
     test_matmul_exact(19, 14336);
     test_matmul_set();
     test_gemm_exact_tails();
+    test_gemm_wg();
 }
 
 // ---------------------------------------------------------------- elementwise ops vs the CPU backend

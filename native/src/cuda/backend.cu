@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common.cuh"
+#include "matmul.cuh"
 #include "quant.cuh"
 
 // ---------------------------------------------------------------- devices
@@ -157,6 +158,7 @@ static void cuda_ctx_free(lkv_bctx *b) {
     if (b->h_pos) cudaFreeHost(b->h_pos);
     if (b->attn_ws) cudaFree(b->attn_ws);
     if (b->xq) cudaFree(b->xq);
+    lkv_cuda_gemm_wg_free(b);
     if (b->xd) cudaFree(b->xd);
     if (b->xs) cudaFree(b->xs);
     if (b->xq2) cudaFree(b->xq2);
@@ -229,6 +231,7 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
                         cudaGetErrorString(e));
     }
     lkv_cuda_attn_setup();
+    b->wg_ok = lkv_cuda_gemm_wg_probe(b);
     *out = b;
     return LKV_OK;
 }

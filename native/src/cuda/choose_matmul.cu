@@ -2,31 +2,34 @@
  * cuda/choose_matmul.cu: the matmul op, out (n, rows) = x (n, cols) @ W^T, and
  * its one kernel chooser.
  *
- * The choice is a table from (weight type class, phase, kernel kind) to one
- * kernel (tune.h names them); each kernel lives in its own file with its
- * design in the file's header:
+ * The choice is a table from (weight type class, phase, kernel kind,
+ * architecture) to one kernel (tune.h names them); each kernel lives in its
+ * own file with its design in the file's header:
  *
- *   class (types)                  decode (n <= 8)       prefill, fast   prefill, exact
- *   float (f32, f16, bf16)         matvec_f32            gemm_f16        gemm_f16
- *   q4_0                           mvx                   mmq             mmb
- *   legacy (q4_1 q5_0 q5_1 q8_0    mvx                   mmq             mmx
+ *   class (types)                  decode (n <= 8)   prefill, fast        prefill, exact
+ *                                                    sm_90a   other
+ *   float (f32, f16, bf16)         matvec_f32        gemm_wg  gemm_f16    gemm_f16
+ *   q4_0                           mvx               mmq      mmq         mmb
+ *   legacy (q4_1 q5_0 q5_1 q8_0    mvx               mmq      mmq         mmx
  *           iq4_nl)
- *   k45 (q4_K, q5_K)               matvec_q8             mmq             mmq
- *   k-other (q2_K, q3_K, q6_K)     matvec_q8             gemm_f16        gemm_f16
+ *   k45 (q4_K, q5_K)               matvec_q8         mmq      mmq         mmq
+ *   k-other (q2_K, q3_K, q6_K)     matvec_q8         gemm_wg  gemm_f16    gemm_f16
  *
  * "fast" (gpu_kernels = 1, the default) are the fastest kernels measured on
  * the H200 (docs/performance.md); "exact" replaces the prefill GEMM of the
  * legacy types by the kernels whose float sums are the CPU backend's, bit for
  * bit (decode is the same for both kinds: mvx is both the CPU's bits and the
- * fastest, 353 against 248 t/s for matvec_q8 at depth 0 on the 8B shape). Every
- * architecture built for (sm_80 and up) runs every kernel, so the table has
- * no architecture column. The integer kernels read the activations as 8-bit
+ * fastest, 353 against 248 t/s for matvec_q8 at depth 0 on the 8B shape). The
+ * architecture column is "sm_90a" where the code the device runs has the
+ * wgmma kernel (gemm_wg.cu's probe at context creation: a Hopper GPU and a
+ * build with 90 in gpu_arch), "other" everywhere else (sm_80 to sm_89,
+ * sm_120). The integer kernels read the activations as 8-bit
  * codes in the CPU's format for the weight type (lkv_act_format), quantized
  * once per call and per format here, or left by the norm / swiglu that wrote x
  * (act_quant.cuh's tag). A kernel that declines a call (alignment, workspace
  * size) hands it to the class's generic kernel: matvec_f32 for decode,
  * gemm_f16 for prefill, which take every type. The choice depends on the
- * weights and n only, never on the call's KV pool.
+ * weights, n and the device only, never on the call's KV pool.
  *
  * matmul_swiglu (the gate / up GEMM with the swiglu in its epilogue) exists
  * for the exact kind's q4_0 prefill (mmb.cu, SW): the same bits as matmul +
@@ -50,13 +53,22 @@ static int mm_class(int type) {
     }
 }
 
-/* [class][phase: 0 decode, 1 prefill][kind: 0 fast, 1 exact] */
-static const unsigned char MM_TABLE[MC_CLASSES][2][2] = {
-    /* float   */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
-    /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMB}},
-    /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
-    /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
-    /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
+/* [arch: 0 other, 1 sm_90a][class][phase: 0 decode, 1 prefill][kind: 0 fast, 1 exact] */
+static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
+    {
+        /* float   */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
+        /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMB}},
+        /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
+        /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
+        /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
+    },
+    {
+        /* float   */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
+        /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMB}},
+        /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
+        /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
+        /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
+    },
 };
 
 static int mm_choose(const lkv_bctx *b, int type, int n) {
@@ -67,7 +79,7 @@ static int mm_choose(const lkv_bctx *b, int type, int n) {
         const bool dec = forced == LKV_MM_MATVEC_F32 || forced == LKV_MM_MATVEC_Q8 || forced == LKV_MM_MVX;
         if (dec == !phase) return forced;
     }
-    return MM_TABLE[mm_class(type)][phase][b->fast ? 0 : 1];
+    return MM_TABLE[b->wg_ok ? 1 : 0][mm_class(type)][phase][b->fast ? 0 : 1];
 }
 
 /* the 8-bit codes of x in the format of `type` in b->xq / xd / xs; *have: the
@@ -99,6 +111,7 @@ static bool mm_run(lkv_bctx *b, int k, int type, mm_set &ms, const float *x, int
     switch (k) {
     case LKV_MM_MATVEC_F32: return lkv_cuda_matvec_f32(b, type, ms, x, cols, n);
     case LKV_MM_GEMM_F16: return lkv_cuda_gemm_f16(b, type, ms, x, cols, n);
+    case LKV_MM_GEMM_WG: return lkv_cuda_gemm_wg(b, type, ms, x, cols, n);
     default: break;
     }
     /* the integer kernels: each checks its types and alignment before it quantizes */

@@ -62,6 +62,12 @@ struct lkv_bctx {
     int64_t xq_src_total;
     uint64_t xq_seq, op_seq;
 
+    /* gemm_wg.cu (sm_90a): whether the device runs its kernel; its f16 copies
+     * of the activations and of the weights of one GEMM (grown on use) */
+    int wg_ok;
+    void *wg_x16, *wg_w16;
+    size_t wg_x16_cap, wg_w16_cap;
+
     float *attn_ws;              /* per-chunk partials of split attention */
     size_t attn_ws_bytes;
 

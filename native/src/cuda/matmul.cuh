@@ -56,6 +56,11 @@ bool lkv_cuda_quantize_q8k(lkv_bctx *b, const float *x, int n, int cols);
  * the codes are made. The float ones read x and take every weight type. */
 bool lkv_cuda_matvec_f32(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n);
 bool lkv_cuda_gemm_f16(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n);
+/* gemm_wg.cu: wgmma f16 GEMM (sm_90a), every weight type; false when the
+ * device's code lacks it (b->wg_ok, from the probe at context creation) */
+bool lkv_cuda_gemm_wg(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n);
+bool lkv_cuda_gemm_wg_probe(lkv_bctx *b);
+void lkv_cuda_gemm_wg_free(lkv_bctx *b);
 bool lkv_cuda_matvec_q8_takes(int type);
 bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
 bool lkv_cuda_mmq_takes(int type, const mm_set &ms);
