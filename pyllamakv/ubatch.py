@@ -5,13 +5,16 @@ KV pool on a GPU, every micro-batch brings each layer's non-resident KV across
 PCIe once, so the streaming cost of a prompt falls in proportion to the micro-batch:
 there the choice is the largest of 4096 / 2048 / 1024 / 512 that n_batch allows
 and whose activation buffers take at most a quarter of the GPU's free memory.
-All resident, and on the CPU, 512 (the size the kernels are measured at; see
-docs/performance.md). The choice is reported by ``Llama.kv_stats()["n_ubatch"]``
+All resident on a GPU, the largest of 2048 / 1024 / 512 under the same rules:
+bigger micro-batches keep the prefill GEMM's tiles fuller (H200, 8B shape,
+q8_0 KV, 2026-12-02: a 32K prompt in 4.59 s at 2048 against 4.95 s at 512; see
+docs/performance.md). On the CPU, 512. The choice is reported by ``Llama.kv_stats()["n_ubatch"]``
 and, with ``verbose=True``, on stderr.
 """
 from __future__ import annotations
 
 CHOICES = (4096, 2048, 1024, 512)
+CHOICES_RESIDENT = (2048, 1024, 512)
 RESIDENT = 512
 
 
@@ -22,17 +25,19 @@ def activation_bytes_per_token(hp: dict) -> int:
     wide = max(nq, hp["n_embd"])
     floats = 2 * hp["n_embd"] + wide + nq + 2 * nkv + 2 * hp["n_ff"]
     # the CUDA backend's 8-bit activation codes (two sets), scales and attention state
-    codes = 2 * (max(hp["n_embd"], hp["n_ff"], nq) * 9 // 8)
-    return 4 * floats + codes + 4 * (nq + 2 * hp["n_head"])
+    widest = max(hp["n_embd"], hp["n_ff"], nq)
+    codes = 2 * (widest * 9 // 8)
+    x16 = 2 * widest   # gemm_wg.cu's f16 copy of a matmul's input (sm_90a)
+    return 4 * floats + codes + x16 + 4 * (nq + 2 * hp["n_head"])
 
 
 def choose_ubatch(hp: dict, device: str, n_batch: int, pool_bytes: int | None,
                   free_bytes: int | None) -> int:
     """The micro-batch for these settings (module docstring), at most n_batch."""
-    if device != "cuda" or pool_bytes is None:
+    if device != "cuda":
         return min(RESIDENT, n_batch)
     per_token = activation_bytes_per_token(hp)
-    for u in CHOICES:
+    for u in CHOICES if pool_bytes is not None else CHOICES_RESIDENT:
         if u <= n_batch and (free_bytes is None or u * per_token <= free_bytes // 4):
             return u
     return min(RESIDENT, n_batch)

@@ -16,9 +16,12 @@ def test_streaming_on_the_gpu_takes_the_largest_that_fits():
     assert choose_ubatch(HP, "cuda", 8192, 1 * gib, 4 * 1500 * per) == 1024
 
 
-def test_resident_and_cpu_keep_512():
+def test_resident_on_the_gpu_takes_up_to_2048_and_the_cpu_512():
     gib = 1 << 30
-    assert choose_ubatch(HP, "cuda", 8192, None, 100 * gib) == 512
+    assert choose_ubatch(HP, "cuda", 8192, None, 100 * gib) == 2048
+    assert choose_ubatch(HP, "cuda", 512, None, 100 * gib) == 512      # n_batch caps it
+    per = activation_bytes_per_token(HP)
+    assert choose_ubatch(HP, "cuda", 8192, None, 4 * 1500 * per) == 1024
     assert choose_ubatch(HP, "cpu", 8192, 1 * gib, None) == 512
     assert choose_ubatch(HP, "cpu", 64, None, None) == 64
 
