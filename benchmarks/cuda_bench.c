@@ -142,11 +142,12 @@ int main(int argc, char **argv) {
      * switch), tune.h's forced matmul kernel */
     struct { const char *name; int fast, graph, mm; } vars[] = {
         {"default: the fastest kernels, decode step as a replayed graph", 1, 1, LKV_MM_TABLE},
-        {"wgmma f16 GEMM gemm_wg for prefill (tune.h; the default for float / q2_K / q3_K / q6_K on sm_90a)", 1, 1, LKV_MM_GEMM_WG},
+        {"int8 GEMM mmq for prefill (tune.h)", 1, 1, LKV_MM_MMQ},
         {"exact kernels (gpu_kernels=\"exact\": bit-identical with the CPU)", 0, 1, LKV_MM_TABLE},
+        {"wgmma f16 GEMM gemm_wg for prefill (tune.h; sm_90a)", 1, 1, LKV_MM_GEMM_WG},
         {"int8 mat-vec matvec_q8 for decode (tune.h; mvx is the default)", 1, 1, LKV_MM_MATVEC_Q8},
         {"the default, launched op by op (LKV_CUDA_GRAPH=0)", 1, 0, LKV_MM_TABLE},
-        {"f16 WMMA GEMM gemm_f16 for prefill (tune.h; the default off sm_90a for float / q2_K / q3_K / q6_K)", 1, 1, LKV_MM_GEMM_F16}};
+        {"f16 WMMA GEMM gemm_f16 for prefill (tune.h)", 1, 1, LKV_MM_GEMM_F16}};
     const int n_vars = (int)(sizeof vars / sizeof vars[0]);
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
     if (n_var > n_vars) n_var = n_vars;

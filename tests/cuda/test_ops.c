@@ -303,6 +303,9 @@ static void test_matmul_set(void) {
         for (int b = 0; b < (legacy ? 3 : 2); b++) {
             const int exact = b == 2;
             lkv_cuda_tuning.mmq_bn = exact ? 0 : atoi(bns[b]);
+            /* mmq itself (on sm_90a the table gives q4_0's fast prefill to gemm_wg) */
+            lkv_cuda_tuning.matmul = exact ? LKV_MM_TABLE : LKV_MM_MMQ;
+            lkv_cuda_tuning.gen++;
             if (legacy && !exact) G->set_fast(gb, 1);
             for (int i = 0; i < 3; i++) cudaMemset(dout[i], 0xff, sizeof(float) * n * rows[i]);
             cudaDeviceSynchronize();
@@ -331,6 +334,8 @@ static void test_matmul_set(void) {
                       t->name, n, bns[b], egc);
         }
         lkv_cuda_tuning.mmq_bn = 0;
+        lkv_cuda_tuning.matmul = LKV_MM_TABLE;
+        lkv_cuda_tuning.gen++;
         for (int i = 0; i < 3; i++) {
             free(out[i]); free(cout[i]); free(mv[i]); free(ref[i]); cudaFree(dout[i]);
             free_weight(&w[i]);
@@ -369,8 +374,9 @@ static void test_gemm_exact_tails(void) {
  * type against gemm_f16.cu, which rounds both operands to f16 the same way
  * (so only the order of the f32 adds differs), and against the f64
  * reference; shapes with row tiles and token tiles cut short, a K tail of 32
- * (cols % 64 == 32), three weights in one call, and a weight larger than the
- * f16 scratch (split by rows into two GEMMs). Skipped where the device's code
+ * (cols % 64 == 32, which sends q4_0 / q8_0 through the f16 scratch instead of
+ * their raw-block kernel), three weights in one call, and a weight larger
+ * than the f16 scratch (split by rows into two GEMMs). Skipped where the device's code
  * has no wgmma kernel. */
 extern int lkv_cuda_gemm_wg_ok(const lkv_bctx *b);
 static void test_gemm_wg(void) {
@@ -438,7 +444,7 @@ static void test_gemm_wg(void) {
     {
         const int rows = 17000, cols = 4096, n = 133;
         lkv_weight w = {0};
-        make_weight(&w, LKV_TYPE_Q4_0, rows, cols);
+        make_weight(&w, LKV_TYPE_Q4_1, rows, cols);   /* q4_0 / q8_0 skip the scratch */
         float *x = malloc(sizeof(float) * n * cols);
         fill(x, (size_t)n * cols, 1.f);
         float *dx = dup_dev(x, sizeof(float) * n * cols), *d1 = dev_buf(sizeof(float) * n * rows),
@@ -454,7 +460,7 @@ static void test_gemm_wg(void) {
         get(h1, d1, sizeof(float) * n * rows);
         get(h2, d2, sizeof(float) * n * rows);
         const double e = rel_err_f(h1, h2, (size_t)n * rows);
-        check(e < 1e-5, "gemm_wg q4_0 %dx%d n=%d (split by rows) vs gemm_f16 rel err %.2e", rows, cols, n, e);
+        check(e < 1e-5, "gemm_wg q4_1 %dx%d n=%d (split by rows) vs gemm_f16 rel err %.2e", rows, cols, n, e);
         cudaFree(dx); cudaFree(d1); cudaFree(d2); free(x); free(h1); free(h2); free_weight(&w);
     }
 }
