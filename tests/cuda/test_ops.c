@@ -303,7 +303,7 @@ static void test_matmul_set(void) {
         for (int b = 0; b < (legacy ? 3 : 2); b++) {
             const int exact = b == 2;
             lkv_cuda_tuning.mmq_bn = exact ? 0 : atoi(bns[b]);
-            /* mmq itself (on sm_90a the table gives q4_0's fast prefill to gemm_wg) */
+            /* mmq itself, whatever the table gives the fast kind */
             lkv_cuda_tuning.matmul = exact ? LKV_MM_TABLE : LKV_MM_MMQ;
             lkv_cuda_tuning.gen++;
             if (legacy && !exact) G->set_fast(gb, 1);
@@ -374,9 +374,8 @@ static void test_gemm_exact_tails(void) {
  * type against gemm_f16.cu, which rounds both operands to f16 the same way
  * (so only the order of the f32 adds differs), and against the f64
  * reference; shapes with row tiles and token tiles cut short, a K tail of 32
- * (cols % 64 == 32, which sends q4_0 / q8_0 through the f16 scratch instead of
- * their raw-block kernel), three weights in one call, and a weight larger
- * than the f16 scratch (split by rows into two GEMMs). Skipped where the device's code
+ * (cols % 64 == 32), three weights in one call, and a weight larger than the
+ * f16 scratch (split by rows into two GEMMs). Skipped where the device's code
  * has no wgmma kernel. */
 extern int lkv_cuda_gemm_wg_ok(const lkv_bctx *b);
 static void test_gemm_wg(void) {
@@ -444,7 +443,7 @@ static void test_gemm_wg(void) {
     {
         const int rows = 17000, cols = 4096, n = 133;
         lkv_weight w = {0};
-        make_weight(&w, LKV_TYPE_Q4_1, rows, cols);   /* q4_0 / q8_0 skip the scratch */
+        make_weight(&w, LKV_TYPE_Q4_1, rows, cols);   
         float *x = malloc(sizeof(float) * n * cols);
         fill(x, (size_t)n * cols, 1.f);
         float *dx = dup_dev(x, sizeof(float) * n * cols), *d1 = dev_buf(sizeof(float) * n * rows),

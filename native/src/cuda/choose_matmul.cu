@@ -9,7 +9,7 @@
  *   class (types)                  decode (n <= 8)   prefill, fast        prefill, exact
  *                                                    sm_90a   other
  *   float (f32, f16, bf16)         matvec_f32        gemm_wg  gemm_f16    gemm_f16
- *   q4_0                           mvx               gemm_wg  mmq         mmb
+ *   q4_0                           mvx               mmq      mmq         mmb
  *   legacy (q4_1 q5_0 q5_1 q8_0    mvx               mmq      mmq         mmx
  *           iq4_nl)
  *   k45 (q4_K, q5_K)               matvec_q8         mmq      mmq         mmq
@@ -64,7 +64,7 @@ static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
     },
     {
         /* float   */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
-        /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_GEMM_WG, LKV_MM_MMB}},
+        /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMB}},
         /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
         /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
         /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},

@@ -3,22 +3,24 @@
  * warpgroup tensor cores (wgmma), f16 operands, f32 accumulators, for every
  * weight type. choose_matmul.cu gives it the fast kind's prefill on sm_90a
  * for the weight types without an int8 GEMM (float, q2_K, q3_K, q6_K), in
- * place of gemm_f16.cu's WMMA kernel. For q4_0 it lost to mmq.cu (H200,
- * 2026-12-02, pp512 of the 8B shape: 52.2 against 45.7 ms): the f16 copy of
- * the weights is 3.6 times the bytes of q4_0, and with 128 x 128 tiles the
- * products wait on L2 (32 multiply-adds per byte loaded); reading the
- * quantized blocks and dequantizing in shared memory is what would change
- * that.
+ * place of gemm_f16.cu's WMMA kernel (H200, 2026-12-02, pp512 of the 8B
+ * shape with q6_K weights: 55.2 against 115.8 ms). For q4_0 it lost to
+ * mmq.cu (52.2 against 45.7 ms), and so did a variant that read the raw
+ * q4_0 blocks and dequantized them in shared memory, one stage ahead of the
+ * products (47.3 ms; q8_0: 53.1 against 55.4, too little to keep a kernel
+ * for; git has it, commit d2de1db): with one block of two warpgroups per
+ * SM, a barrier every 64 of K and one stage of copies in flight, both stay
+ * near 190 TFLOP/s. Warp-specialized producers (TMA, mbarriers) and deeper
+ * stages are what would take it further.
  *
  * Three launches per call:
  *   1. x (n, cols) f32 -> x16 (n, cols) f16, once per call (round to nearest);
  *   2. the weights of the call -> w16 (rows, cols) f16 in a bounded scratch
- *      (f16 weights are read where they lie instead)
  *      (WG_SCRATCH bytes; weights larger than what is left are split by rows
  *      into several GEMMs), each element dequantized once per call with dq8
  *      (quant.cuh: code * d in f32) and rounded to f16: the same operand
  *      values as gemm_f16.cu, which makes that kernel this one's reference up
- *      to the order of the f32 adds;
+ *      to the order of the f32 adds (f16 weights are read where they lie);
  *   3. the GEMM over the two f16 matrices.
  *
  * GEMM tiles: a block of 2 warpgroups computes 128 tokens (warpgroup g:
@@ -199,138 +201,6 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const __half *__restrict__ x16
 #endif
 }
 
-// ---------------------------------------------------------------- the GEMM on raw q4_0 / q8_0 blocks
-
-/* q4_0 and q8_0 weights are not copied to f16 first: each K step's raw
- * blocks (2 per row) come by 4-byte cp.async into a ring of WQ_NS stages
- * beside the activations', and all threads dequantize stage t + 1 into one
- * of three f16 tiles before issuing the products of stage t, while those of
- * stage t - 1 may still run (three tiles, because the other warpgroup may
- * still read stage t - 1's; dequantizing between the issue and the wait of
- * stage t's products made ptxas serialize them). Value = code * d rounded
- * once to f16: the operands of the f16 path, bit for bit. Needs cols % 64 == 0
- * (rows of whole stages, 4-byte aligned). */
-enum { WQ_NS = 5, WQ_NB = 3 };
-template <int T> struct wq_smem {
-    static constexpr int rb = WG_BK / 32 * group_bytes<T>();   /* raw bytes of a row per stage */
-    static constexpr int a = 0;                                 /* f16 activations [WQ_NS] */
-    static constexpr int b = a + WQ_NS * WG_TILE;               /* f16 weights [WQ_NB] */
-    static constexpr int raw = b + WQ_NB * WG_TILE;             /* raw blocks [WQ_NS][WG_BN][rb] */
-    static constexpr int bytes = raw + WQ_NS * ((WG_BN * rb + 15) & ~15);
-    static constexpr int rawst = (WG_BN * rb + 15) & ~15;
-};
-
-/* 4 codes (bytes of w, biased: value = byte - bias) as two f16 pairs, exact */
-static __device__ __forceinline__ void wq_bias4(uint32_t w, __half2 &lo, __half2 &hi, __half2 bias) {
-    const uint32_t l = __byte_perm(w, 0x64646464u, 0x4140), h = __byte_perm(w, 0x64646464u, 0x4342);
-    lo = __hsub2(*(const __half2 *)&l, bias);
-    hi = __hsub2(*(const __half2 *)&h, bias);
-}
-
-/* raw stage -> f16 tile (core-matrix layout): piece (row r, k group c8) per thread, 4 each */
-template <int T>
-static __device__ __forceinline__ void wq_dequant(uint8_t *tile, const uint8_t *raw) {
-    constexpr int RB = wq_smem<T>::rb, GB = group_bytes<T>();
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int idx = threadIdx.x + WG_THREADS * i, r = idx & (WG_BN - 1), c8 = idx >> 7, sub = c8 & 3;
-        const uint8_t *blk = raw + r * RB + (c8 >> 2) * GB;   /* 2-byte aligned */
-        const __half2 d2 = __half2half2(*(const __half *)blk);
-        uint32_t w0, w1;
-        __half2 bias;
-        if constexpr (T == LKV_TYPE_Q8_0) {
-            const uint16_t *q = (const uint16_t *)(blk + 2 + 8 * sub);
-            w0 = ((uint32_t)q[0] | ((uint32_t)q[1] << 16)) ^ 0x80808080u;   /* byte = code + 128 */
-            w1 = ((uint32_t)q[2] | ((uint32_t)q[3] << 16)) ^ 0x80808080u;
-            bias = __half2half2(__ushort_as_half(0x6480));                  /* 1024 + 128 */
-        } else {   /* element j < 16: low nibble of qs[j], 16 + j: the high one; value nibble - 8 */
-            const uint16_t *q = (const uint16_t *)(blk + 2 + 8 * (sub & 1));
-            const int sh = 4 * (sub >> 1);
-            w0 = (((uint32_t)q[0] | ((uint32_t)q[1] << 16)) >> sh) & 0x0F0F0F0Fu;
-            w1 = (((uint32_t)q[2] | ((uint32_t)q[3] << 16)) >> sh) & 0x0F0F0F0Fu;
-            bias = __half2half2(__ushort_as_half(0x6408));                  /* 1024 + 8 */
-        }
-        __half2 a, b, c, e;
-        wq_bias4(w0, a, b, bias);
-        wq_bias4(w1, c, e, bias);
-        a = __hmul2(a, d2); b = __hmul2(b, d2); c = __hmul2(c, d2); e = __hmul2(e, d2);
-        *(uint4 *)(tile + c8 * (WG_BN * 16) + r * 16) =
-            make_uint4(*(uint32_t *)&a, *(uint32_t *)&b, *(uint32_t *)&c, *(uint32_t *)&e);
-    }
-}
-
-/* grid (token tiles, row tiles of the set's weights) */
-template <int T>
-static __global__ void __launch_bounds__(WG_THREADS, 1)
-wq_gemm_kernel(const __grid_constant__ mm_set ms, const __half *__restrict__ x16, int cols, int n) {
-#if FA_HAVE_WGMMA
-    using L = wq_smem<T>;
-    extern __shared__ __align__(128) uint8_t sm[];
-    const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
-    const int tid = threadIdx.x, warp = tid >> 5, wgi = warp >> 2;
-    const int t0 = blockIdx.x * WG_BM, bt = blockIdx.y;
-    const int j = mm_pick(ms, bt);
-    const int r0 = (bt - ms.tile0[j]) * WG_BN, rows = ms.rows[j];
-    const int nk = cols / WG_BK;
-    const uint8_t *wrow0 = ms.w[j] + (size_t)r0 * ms.row_bytes[j];
-
-    /* stage s: activations as in wg_gemm_kernel; raw: WG_BN rows x RB bytes in words */
-    auto issue = [&](int s) {
-        if (s < nk) {
-            const int k0 = s * WG_BK;
-            const uint32_t sa = sb + L::a + (s % WQ_NS) * WG_TILE;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int p = tid + WG_THREADS * i, g = p >> 5, l = p & 31;
-                const int r = (g & 7) * 16 + (l & 15), pc = (g >> 3) * 2 + (l >> 4);
-                const bool ok = t0 + r < n;
-                fa_cp16z(sa + pc * (WG_BM * 16) + r * 16, ok ? x16 + (size_t)(t0 + r) * cols + k0 + 8 * pc : x16, ok);
-            }
-            const uint32_t sr = sb + L::raw + (s % WQ_NS) * L::rawst;
-            constexpr int W = L::rb / 4;   /* words per row */
-            for (int idx = tid; idx < WG_BN * W; idx += WG_THREADS) {
-                const int r = idx / W, wd = idx - r * W;
-                const bool ok = r0 + r < rows;
-                const uint8_t *src = wrow0 + (size_t)(ok ? r : 0) * ms.row_bytes[j] + (size_t)s * L::rb + 4 * wd;
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sr + r * L::rb + 4 * wd),
-                             "l"(src), "r"(ok ? 4 : 0) : "memory");
-            }
-        }
-        fa_cp_commit();
-    };
-    auto bt16 = [&](int s) -> uint32_t { return L::b + (s % WQ_NB) * WG_TILE; };
-
-    float acc[16][4];
-#pragma unroll
-    for (int i = 0; i < 16; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    fa_reg_fence(acc);
-
-#pragma unroll
-    for (int s = 0; s < 3; s++) issue(s);
-    fa_cp_wait<2>();   /* stage 0 */
-    __syncthreads();
-    wq_dequant<T>(sm + bt16(0), sm + L::raw);
-    for (int t = 0; t < nk; t++) {
-        fa_cp_wait<1>();   /* stage t + 1 landed (stage t + 2 may be in flight) */
-        fa_fence_async();
-        __syncthreads();   /* tile t's f16 weights and stage t + 1 visible; stage t - 2's products done */
-        issue(t + 3);
-        /* stage t + 1's weights while the products of stage t - 1 may still run */
-        if (t + 1 < nk) wq_dequant<T>(sm + bt16(t + 1), sm + L::raw + ((t + 1) % WQ_NS) * L::rawst);
-        const uint32_t sa = sb + L::a + (t % WQ_NS) * WG_TILE, sw = sb + bt16(t);
-        fa_wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++)
-            wg_mma(acc, fa_desc(sa + wgi * 64 * 16 + kk * 2 * (WG_BM * 16), WG_BM * 16, 128),
-                   fa_desc(sw + kk * 2 * (WG_BN * 16), WG_BN * 16, 128));
-        fa_wg_commit();
-        wg_wait1();
-    }
-    fa_wg_wait0();
-    fa_reg_fence(acc);
-    wg_store(acc, ms.out[j], (size_t)rows, t0, r0, rows, n);
-#endif
-}
 
 static __global__ void wg_probe_kernel(int *out) { *out = FA_HAVE_WGMMA; }
 
@@ -345,11 +215,7 @@ bool lkv_cuda_gemm_wg_probe(lkv_bctx *b) {
               cudaStreamSynchronize(b->stream) == cudaSuccess && h == 1;
     cudaFree(d);
     cudaGetLastError();
-    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM) != cudaSuccess ||
-               cudaFuncSetAttribute(wq_gemm_kernel<LKV_TYPE_Q4_0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    wq_smem<LKV_TYPE_Q4_0>::bytes) != cudaSuccess ||
-               cudaFuncSetAttribute(wq_gemm_kernel<LKV_TYPE_Q8_0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    wq_smem<LKV_TYPE_Q8_0>::bytes) != cudaSuccess)) {
+    if (ok && cudaFuncSetAttribute(wg_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM) != cudaSuccess) {
         cudaGetLastError();
         ok = false;
     }
@@ -391,16 +257,6 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
     wg_x_to_f16<<<wg_grid(n4, b->n_sm), 256, 0, b->stream>>>((const float4 *)x, (uint2 *)b->wg_x16, n4);
     LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg: x to f16)");
     const __half *xh = (const __half *)b->wg_x16;
-    if constexpr (T == LKV_TYPE_Q4_0 || T == LKV_TYPE_Q8_0) {
-        if (cols % WG_BK == 0) {
-            ms.tile0[0] = 0;
-            for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], WG_BN);
-            const dim3 grid(lkv_cdiv(n, WG_BM), ms.tile0[ms.n_w]);
-            wq_gemm_kernel<T><<<grid, WG_THREADS, wq_smem<T>::bytes, b->stream>>>(ms, xh, cols, n);
-            LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg, raw blocks)");
-            return true;
-        }
-    }
     if constexpr (T == LKV_TYPE_F16) {   /* already f16 rows: each weight is its own B */
         bool direct = true;
         for (int i = 0; i < ms.n_w; i++) direct = direct && ((uintptr_t)ms.w[i] & 15) == 0;
