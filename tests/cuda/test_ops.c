@@ -1139,6 +1139,8 @@ static void test_graph(void) {
     free_weight(&emb); free_weight(&w); cudaFree(dx); cudaFree(dy); cudaFree(cache);
 }
 
+#include "hybrid_checks.h"
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : "";
     /* n_ff: the widest matmul input tested */
@@ -1156,5 +1158,6 @@ int main(int argc, char **argv) {
     if (!*only || strstr(only, "graph")) test_graph();
     if (!*only || strstr(only, "rope")) test_rope_store();
     if (!*only || strstr(only, "model")) test_models();
+    if (!*only || strstr(only, "hybrid")) test_hybrid();
     return harness_close();
 }
