@@ -34,7 +34,9 @@
  * shuffle tree in place of the CPU's sequential sums, CUDA's expf / log1pf:
  * close to the CPU (~1e-6 relative per step), not its bits.
  */
+#ifndef LKV_DELTA_EMU   /* tests/cuda/emu_deltanet.cpp runs the kernel on the host */
 #include "common.cuh"
+#endif
 
 // ---------------------------------------------------------------- kernel
 
@@ -148,7 +150,21 @@ delta_kernel(float *__restrict__ out, const float *__restrict__ qkv,
     }
 }
 
+/* the launch shape for key heads of dk: G lanes per column, bc columns per
+ * block, tt tokens per tile; the shared-memory floats */
+static inline int dr_shape(int dk, int *G, int *bc, int *tt) {
+    int g = 1;
+    while (g * DR_ROWS < dk) g *= 2;
+    *G = g;
+    *bc = DR_WARPS * 32 / g;
+    int t = DR_SMEM_FLOATS / (2 * dk + 2 * *bc + 2);
+    *tt = t > DR_MAX_TILE ? DR_MAX_TILE : t < 1 ? 1 : t;
+    return *tt * (2 * dk + 2 * *bc + 2);
+}
+
 // ---------------------------------------------------------------- launcher / entry point
+
+#ifndef LKV_DELTA_EMU
 
 void lkv_cuda_delta_rule(lkv_bctx *b, float *out, const float *qkv, const float *beta_in,
                          const float *alpha, const lkv_weight *a, const lkv_weight *dt,
@@ -161,16 +177,12 @@ void lkv_cuda_delta_rule(lkv_bctx *b, float *out, const float *qkv, const float 
                       "<= 512");
         return;
     }
-    int G = 1;
-    while (G * DR_ROWS < dk) G *= 2;
-    const int bc = DR_WARPS * 32 / G;
-    int tt = DR_SMEM_FLOATS / (2 * dk + 2 * bc + 2);
-    if (tt > DR_MAX_TILE) tt = DR_MAX_TILE;
-    if (tt < 1) tt = 1;
-    const size_t smem = sizeof(float) * (size_t)tt * (2 * dk + 2 * bc + 2);
+    int G, bc, tt;
+    const size_t smem = sizeof(float) * (size_t)dr_shape(dk, &G, &bc, &tt);
     const dim3 grid((unsigned)nv, lkv_cdiv(dv, bc));
     delta_kernel<DR_ROWS><<<grid, DR_THREADS, smem, b->stream>>>(
         out, qkv, beta_in, alpha, (const float *)a->dev, (const float *)dt->dev, state, nk, nv, dk,
         dv, d->stride, d->l2_eps, n, G, tt);
     LKV_CUDA_LAUNCHED(b, "delta_rule");
 }
+#endif
