@@ -93,7 +93,13 @@ def test_logits_match_the_cpu(tmp_path, shape, wtype, kernels, kv):
     """170 tokens: a 150-token prefill in micro-batches of 48, then 20
     single-token decodes (the graph path), against the CPU backend."""
     seed = int(np.random.SeedSequence().entropy % 2**31)   # fresh weights per run; reported
-    path = write_tiny_qwen35(tmp_path / "m.gguf", wtype, seed=seed, **SHAPES[shape])
+    kw = dict(SHAPES[shape])
+    if wtype == T.Q8_0:
+        # 8-bit activations: these random hybrids amplify a rounding flip near a
+        # block-scale tie layer by layer (test_qwen35.py: up to 6% over 8 layers
+        # between two correct engines); 4 layers as there
+        kw["n_layer"] = min(kw.get("n_layer", 8), 4)
+    path = write_tiny_qwen35(tmp_path / "m.gguf", wtype, seed=seed, **kw)
     tokens = np.random.default_rng(seed).integers(0, N_VOCAB, 170).tolist()
     cpu = _teacher_forced(path, tokens, "cpu", 150, type_k=kv, type_v=kv)
     gpu = _teacher_forced(path, tokens, "cuda", 150, type_k=kv, type_v=kv, gpu_kernels=kernels)
