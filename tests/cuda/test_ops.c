@@ -748,6 +748,10 @@ static void test_attention(void) {
         {4, 4, 128, 16, 2100, 1},   {4, 4, 128, 16, 2100, 1},
         {8, 2, 64, 16, 1700, 2},    {8, 2, 64, 16, 1700, 2},
         {2, 2, 64, 16, 17000, 1},   {2, 2, 64, 16, 17000, 1},
+        /* Qwen3.5-27B's full attention: GQA 6, head_dim 256 (the decode
+         * kernels take 64 / 128 only: attn.cu), decode and a prefill batch */
+        {24, 4, 256, 256, 1300, 1}, {24, 4, 256, 256, 1300, 1},
+        {24, 4, 256, 64, 300, 40},  {24, 4, 256, 64, 300, 40},
     };
     for (int ci = 0; ci < NELEM(cases); ci++)
         for (int ti = 0; ti < NELEM(KVTYPES); ti++) {
