@@ -246,6 +246,20 @@ def test_info_says_the_kv_covers_attention_layers(tiny):
     assert kv_bytes_per_token(hp, "f16", "f16") == 2 * 2 * _native.row_bytes("f16", 128)
 
 
+def test_auto_pool_leaves_room_for_the_recurrent_state(tiny, monkeypatch):
+    from pyllamakv import plan
+    hp = _native.model_params(_native.GGUFFile(tiny))
+    state = plan.recurrent_bytes(hp)
+    assert state > 0
+    n_ctx = 1 << 20                               # a cache larger than the free memory below
+    full = plan.kv_plan(hp, n_ctx)
+    free = full.pool_bytes // 2 + (1 << 30)
+    monkeypatch.setattr(plan, "cuda_free_bytes", lambda: free)
+    left = free - 3 * state                       # the live state and 2 snapshots
+    want = max(left - (512 << 20) - left // 20, full.min_pool_bytes)
+    assert plan.auto_pool_bytes(hp, n_ctx, "cuda") == want
+
+
 def test_llama_prefix_reuse(tiny, rng):
     from pyllamakv import Llama
     a = rng.integers(3, N_VOCAB, 70).tolist()
