@@ -1,7 +1,8 @@
 /*
  * tests/cuda/test_ops.c: the CUDA backend against plain references, op by op,
  * on fresh random inputs; then whole models (every arch x weight type x KV
- * type) CPU vs CUDA through the public API; then graph capture of a step.
+ * type) CPU vs CUDA through the public API; then graph capture of a step;
+ * then the hybrid (qwen35) layers' ops (hybrid_checks.h).
  *
  * Built and run on the GPU machine by tools/gpu-run.sh (linked against the
  * meson build's objects, so the backend tables are reachable). Prints one
