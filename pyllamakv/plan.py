@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 from ._ffi import ffi, lib
 from ._native import _check, type_id
-from .arch_qwen35 import n_layer_kv
+from .arch_qwen35 import n_layer_kv, recurrent_bytes
 
 KV_CHUNK = 256          # the core's default positions per chunk (kv_chunk=0)
+STATE_COPIES = 3        # a hybrid's live recurrent state and the core's default 2 snapshots
 LINK_BYTES_PER_S = 55e9  # the host->device link that info's decode bound assumes
 
 
@@ -75,15 +76,17 @@ def auto_pool_bytes(hparams: dict, n_ctx: int, device: str, reserve_bytes: int =
     """kv_pool_mib="auto": the pool a context gets; None means all resident.
 
     CUDA: the free device memory (measured after the weights are loaded; less
-    ``reserve_bytes`` for memory still to be taken, e.g. weights not yet loaded) less
-    a margin of 512 MiB + 5% for the context's own buffers and the runtime;
+    ``reserve_bytes`` for memory still to be taken, e.g. weights not yet loaded,
+    and a hybrid's recurrent state with its snapshots, which the context
+    allocates beside the pool) less a margin of 512 MiB + 5% for the context's
+    own buffers and the runtime;
     when the whole cache fits there, no bound at all. CPU: a quarter of the
     full cache, but at least the plan's minimum (the CPU's "device" pool is an
     emulation that exercises streaming, so it is kept deliberately small).
     """
     full = kv_plan(hparams, n_ctx, **kv)
     if device == "cuda":
-        free = cuda_free_bytes() - reserve_bytes
+        free = cuda_free_bytes() - reserve_bytes - STATE_COPIES * recurrent_bytes(hparams)
         budget = free - (512 << 20) - free // 20
         if budget >= full.pool_bytes:
             return None

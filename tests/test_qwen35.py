@@ -11,7 +11,7 @@ from gguf import quants
 
 from pyllamakv import _native
 from pyllamakv._native import Context, Model
-from pyllamakv.errors import InvalidArgumentError, ShapeError, UnsupportedError
+from pyllamakv.errors import InvalidArgumentError, ShapeError
 from pyllamakv.gguf_file import GGUFError
 from reference_qwen35 import reference_logits_qwen35
 from tiny_qwen35 import Qwen35Config, gguf_tensors, hf_weights, write_gguf, write_tiny_qwen35
@@ -246,14 +246,18 @@ def test_info_says_the_kv_covers_attention_layers(tiny):
     assert kv_bytes_per_token(hp, "f16", "f16") == 2 * 2 * _native.row_bytes("f16", 128)
 
 
-@pytest.mark.skipif(b"cuda" not in _native.ffi.string(_native.lib.lkv_build_features()),
-                    reason="needs a build with the CUDA backend (no GPU needed: it refuses "
-                           "before touching the device)")
-def test_cuda_refuses_qwen35(tiny):
-    with pytest.raises(UnsupportedError, match="cuda backend has no Gated DeltaNet"):
-        Model(tiny, device="cuda")
-    with Model(tiny) as m:                        # the CPU still takes it
-        assert m.weight_bytes > 0
+def test_auto_pool_leaves_room_for_the_recurrent_state(tiny, monkeypatch):
+    from pyllamakv import plan
+    hp = _native.model_params(_native.GGUFFile(tiny))
+    state = plan.recurrent_bytes(hp)
+    assert state > 0
+    n_ctx = 1 << 20                               # a cache larger than the free memory below
+    full = plan.kv_plan(hp, n_ctx)
+    free = full.pool_bytes // 2 + (1 << 30)
+    monkeypatch.setattr(plan, "cuda_free_bytes", lambda: free)
+    left = free - 3 * state                       # the live state and 2 snapshots
+    want = max(left - (512 << 20) - left // 20, full.min_pool_bytes)
+    assert plan.auto_pool_bytes(hp, n_ctx, "cuda") == want
 
 
 def test_llama_prefix_reuse(tiny, rng):

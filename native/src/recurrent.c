@@ -2,7 +2,7 @@
  * recurrent.c: the hybrid model's recurrent state and its snapshots (see
  * recurrent.h). One allocation holds every layer's live state, each
  * snapshot another of the same size; all copies go through the backend
- * (device to device on CUDA), and zeroing is an upload of zeros.
+ * (device to device on CUDA), and zeroing is an upload of zeros copied on.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -35,11 +35,16 @@ static size_t layer_floats(const lkv_recur *r) {
     return (size_t)(r->cfg.conv_floats + r->cfg.delta_floats);
 }
 
+/* one upload of zeros, then copies of the zeroed prefix onto the rest, each
+ * doubling it (the 27B's 150 MiB: 12 device copies instead of 2400 uploads) */
 static void zero(lkv_recur *r) {
     static const char zeros[ZERO_BYTES];
-    for (size_t off = 0; off < r->bytes; off += ZERO_BYTES) {
-        const size_t n = r->bytes - off < ZERO_BYTES ? r->bytes - off : ZERO_BYTES;
-        r->be->upload(r->b, (char *)r->live + off, zeros, n);
+    size_t done = r->bytes < ZERO_BYTES ? r->bytes : ZERO_BYTES;
+    r->be->upload(r->b, r->live, zeros, done);
+    while (done < r->bytes) {
+        const size_t n = r->bytes - done < done ? r->bytes - done : done;
+        r->be->copy_d2d(r->b, (char *)r->live + done, r->live, n);
+        done += n;
     }
 }
 

@@ -1,7 +1,8 @@
 /*
  * tests/cuda/test_ops.c: the CUDA backend against plain references, op by op,
  * on fresh random inputs; then whole models (every arch x weight type x KV
- * type) CPU vs CUDA through the public API; then graph capture of a step.
+ * type) CPU vs CUDA through the public API; then graph capture of a step;
+ * then the hybrid (qwen35) layers' ops (hybrid_checks.h).
  *
  * Built and run on the GPU machine by tools/gpu-run.sh (linked against the
  * meson build's objects, so the backend tables are reachable). Prints one
@@ -848,6 +849,10 @@ static void test_attention(void) {
         {4, 4, 128, 16, 2100, 1},   {4, 4, 128, 16, 2100, 1},
         {8, 2, 64, 16, 1700, 2},    {8, 2, 64, 16, 1700, 2},
         {2, 2, 64, 16, 17000, 1},   {2, 2, 64, 16, 17000, 1},
+        /* Qwen3.5-27B's full attention: GQA 6, head_dim 256 (the decode
+         * kernels take 64 / 128 only: attn.cu), decode and a prefill batch */
+        {24, 4, 256, 256, 1300, 1}, {24, 4, 256, 256, 1300, 1},
+        {24, 4, 256, 64, 300, 40},  {24, 4, 256, 64, 300, 40},
     };
     for (int ci = 0; ci < NELEM(cases); ci++)
         for (int ti = 0; ti < NELEM(KVTYPES); ti++) {
@@ -1239,6 +1244,8 @@ static void test_graph(void) {
     free_weight(&emb); free_weight(&w); cudaFree(dx); cudaFree(dy); cudaFree(cache);
 }
 
+#include "hybrid_checks.h"
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : "";
     /* n_ff: the widest matmul input tested */
@@ -1256,5 +1263,6 @@ int main(int argc, char **argv) {
     if (!*only || strstr(only, "graph")) test_graph();
     if (!*only || strstr(only, "rope")) test_rope_store();
     if (!*only || strstr(only, "model")) test_models();
+    if (!*only || strstr(only, "hybrid")) test_hybrid();
     return harness_close();
 }

@@ -202,6 +202,8 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
         int c = hp->n_embd;
         if (hp->n_ff > c) c = hp->n_ff;
         if (hp->n_head * hp->head_dim > c) c = hp->n_head * hp->head_dim;
+        /* hybrids: ssm_out's input, the delta rule's nv * dv outputs */
+        if (hp->ssm_n_v_heads * hp->ssm_head_v_dim > c) c = hp->ssm_n_v_heads * hp->ssm_head_v_dim;
         b->xq_cols = (c + 31) / 32 * 32;
         /* the library's one debug switch (README): LKV_CUDA_GRAPH=0 launches
          * every decode step op by op instead of replaying a captured graph */
@@ -424,4 +426,9 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* copy_sync */ lkv_cuda_copy_sync,
     /* copy_async_2d */ lkv_cuda_copy_async_2d,
     /* set_fast */ cuda_set_fast,
+    /* split_rows */ lkv_cuda_split_rows,
+    /* sigmoid_mul */ lkv_cuda_sigmoid_mul,
+    /* rmsnorm_gated */ lkv_cuda_rmsnorm_gated,
+    /* ssm_conv */ lkv_cuda_ssm_conv,
+    /* delta_rule */ lkv_cuda_delta_rule,
 };

@@ -251,6 +251,16 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
 void lkv_cuda_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n_head,
                           int head_dim);
 int lkv_cuda_attn_whole(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *d);
+/* hybrid layers (gating.cu, conv1d.cu, deltanet.cu) */
+void lkv_cuda_split_rows(lkv_bctx *b, float *q, float *gate, const float *x, int n_rows, int dim);
+void lkv_cuda_sigmoid_mul(lkv_bctx *b, float *x, const float *gate, int64_t n);
+void lkv_cuda_rmsnorm_gated(lkv_bctx *b, float *out, const float *x, const lkv_weight *w,
+                            const float *z, int n, int dim, float eps);
+void lkv_cuda_ssm_conv(lkv_bctx *b, float *out, const float *x, float *state, const lkv_weight *w,
+                       int n, int ch);
+void lkv_cuda_delta_rule(lkv_bctx *b, float *out, const float *qkv, const float *beta_in,
+                         const float *alpha, const lkv_weight *a, const lkv_weight *dt,
+                         float *state, const lkv_delta_desc *d, int n);
 void lkv_cuda_attn_setup(void);   /* raises kernels' shared-memory limits once */
 /* attn.cu's exact kernels, which take every supported shape and type
  * (choose_attn.cu hands them what no faster kernel takes): accum and the
