@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli_values import pool_mib
+from ..cli_values import memory_option, pool_mib
 
 
 @click.command()
@@ -17,8 +17,8 @@ from ..cli_values import pool_mib
 @click.option("--kv-pool-mib", default=None, callback=pool_mib,
               help="device KV pool of the server in MiB, shared by the slots "
                    "(default: all resident)")
-@click.option("--gpu-memory-mib", type=float, default=None,
-              help="device memory the server may use, in MiB")
+@memory_option("device memory of the server in MiB: the weights once, and each slot's "
+               "workspace and KV an equal share of the rest")
 @click.option("--api-key", envvar="PYLLAMAKV_API_KEY", default=None,
               help="require 'Authorization: Bearer KEY' (env PYLLAMAKV_API_KEY)")
 @click.option("--queue-size", type=int, default=64, show_default=True,

@@ -110,19 +110,27 @@ class SlotLlama(Llama):
             inner.close()
 
 
+def slot_budget_mib(budget_mib: float, tensors, parallel: int) -> float:
+    """Each slot's gpu_memory_mib: the weights (loaded once, counted by every slot)
+    and an equal share of what they leave of the server's budget."""
+    from ..budget import MIB, weight_device_bytes
+    from ..errors import MemoryBudgetError
+    w = weight_device_bytes(tensors) / MIB
+    if w > budget_mib:
+        raise MemoryBudgetError(f"--gpu-memory-mib: the weights alone take {w:.1f} MiB of "
+                                f"device memory, more than the budget of {budget_mib:.1f} MiB")
+    return w + (budget_mib - w) / parallel
+
+
 def load_engines(s: ServerSettings) -> list[SlotLlama]:
     """s.parallel SlotLlamas over one Model: the weights are loaded once."""
     path = s.model or default_model_path()
     kw: dict[str, Any] = dict(n_ctx=s.n_ctx, n_threads=s.threads_per_slot, device=s.device,
                               type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib)
-    if s.gpu_memory_mib is not None:
-        import inspect
-        if "gpu_memory_mib" not in inspect.signature(Llama.__init__).parameters:
-            raise ValueError("--gpu-memory-mib: this pyllamakv's Llama takes no gpu_memory_mib "
-                             "yet; leave it out (use --kv-pool-mib to bound the KV pool)")
-        kw["gpu_memory_mib"] = s.gpu_memory_mib
-    cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     file = GGUFFile(path)
+    if s.gpu_memory_mib is not None:
+        kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel)
+    cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
     model = Model(file, device, s.threads_per_slot)
     return [SlotLlama(path, _model=model, **kw) for _ in range(s.parallel)]
