@@ -139,7 +139,8 @@ def _qwen35_tensors(s: Qwen35Shape) -> list[tuple[str, tuple[int, ...], str]]:
          ("output.weight", (s.n_vocab, e), "q")]
     for il in range(s.n_layer + s.n_nextn):
         b = f"blk.{il}."
-        t += [(b + "attn_norm.weight", (e,), "one"), (b + "post_attention_norm.weight", (e,), "one")]
+        t += [(b + "attn_norm.weight", (e,), "one"),
+              (b + "post_attention_norm.weight", (e,), "one")]
         if il >= s.n_layer or (il + 1) % s.interval == 0:
             t += _attention(b, s)
         else:

@@ -32,6 +32,10 @@ from ..cli_values import memory_option, pool_mib
 @click.option("--type-k", default="f16", show_default=True, help="K cache type")
 @click.option("--type-v", default="f16", show_default=True, help="V cache type")
 @click.option("--alias", "model_alias", default=None, help="the model name /v1/models reports")
+@click.option("--draft", "draft_model", default=None,
+              help="speculative decoding by default: a draft GGUF sharing the model's "
+                   "vocabulary, or 'lookup' (prompt lookup); a request chooses with "
+                   "'speculative.type' / 'speculative.n_max' either way")
 def serve(**kw):
     """Serve MODEL (default: the default model) over OpenAI's HTTP API."""
     from . import ServerSettings
