@@ -81,17 +81,19 @@ class Llama(OpenAIMethods):
             file, hp, self.device = _model.file, _model.hparams, _model.device
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
         # gpu_memory_mib: every part's share, checked before the weights load (budget.py)
-        self.memory = None if cfg.gpu_memory_mib is None else plan_budget(
+        budget = None if cfg.gpu_memory_mib is None else plan_budget(
             cfg, hp, file.tensors, self._n_ctx, self.device, embeddings=embedding,
             wide_logits=draft_model is not None)
-        self._model = _model or _native.Model(file, self.device, n_threads)
+        self.memory = None if budget is None else budget[0]   # budget.BudgetSplit
+        if _model is None:
+            _model = _native.Model(file, self.device, n_threads)
+        self._model = _model
         progress("load", 2, 4)
         self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file
         self._fingerprint = model_fingerprint(file.metadata, file.tensors)
         n_ubatch = cfg.n_ubatch or 512   # unset: chosen below, once the pool is known (ubatch.py)
-        if self.memory is not None:
-            self.memory, n_ubatch = self.memory
-            pool = self.memory.pool
+        if budget is not None:
+            n_ubatch, pool = budget[1], self.memory.pool
         elif cfg.kv_pool_mib == "auto":
             pool = auto_pool_bytes(hp, self._n_ctx, self.device, type_k=type_k, type_v=type_v,
                                    n_ubatch=min(n_ubatch, n_batch))

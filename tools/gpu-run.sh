@@ -16,7 +16,7 @@
 #   stash    keeps .sma/sm-a (the first half of SmolLM2) in /tmp for the next call
 #   pytest   (with .smb carried, on the same warm machine after a call that stashed
 #            .sma) joins SmolLM2, cuts it to 8 layers (tools/truncate_gguf.py) and runs
-#            tests/test_cuda.py (golden data from .smb/golden)
+#            tests/test_cuda.py, or PYTEST_FILES (golden data from .smb/golden)
 #   kvstream benchmarks/benchmark_kv_stream.py (synthetic 8B shape, q8_0 KV)
 #
 # Here, once:  bash ../shared/tools/device-wheels.sh          (makes .whl/)
@@ -100,7 +100,7 @@ if [[ $STAGES == *pytest* ]]; then
     else
         echo "SmolLM2 halves missing (a warm machine after the stash stage, .smb carried): tiny models only"
     fi
-    timeout "$(cap 400)" python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py \
+    timeout "$(cap 400)" python3 -m pytest -q -p no:cacheprovider -rs ${PYTEST_FILES:-tests/test_cuda.py} \
         > "$OUT/pytest.log" 2>&1
     echo "pytest rc=$?" >> "$OUT/pytest.log"
     grep -E "passed|failed|FAILED|Error|rc=" "$OUT/pytest.log" | tail -25
