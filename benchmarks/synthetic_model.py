@@ -10,10 +10,14 @@ noise. Written on the machine that runs the benchmark:
 Tensors are generated and written one at a time (a 27B file never sits in
 memory). The files load in pyllamakv and in llama.cpp: the metadata carries
 what llama.cpp's loader reads (``llama_cpp_keys``): the architecture's
-hyper-parameters, and a SentencePiece-style vocabulary with <unk>/<s>/</s>, the
-256 byte tokens (its tokenizer falls back to them for any text; without them it
-fails on the first character it cannot match), token types and scores, and the
-special token ids. Prompts are still best given as token ids.
+hyper-parameters (for qwen35 also key_length, rope.dimension_sections and the
+ssm.* sizes) and a SentencePiece-style vocabulary with <unk>/<s>/</s>, the 256
+byte tokens, token types and scores and the special token ids. The earlier
+placeholder vocabulary (only "<t{i}>" tokens) loaded, but llama.cpp's
+SentencePiece tokenizer falls back to the <0xNN> byte tokens for any text it
+cannot match and looks them up unchecked, so tokenizing a prompt aborted the
+process (std::out_of_range from unordered_map::at; llama-cpp-python 0.3.36's
+llama-simple, checked 2026-12-02). Prompts are still best given as token ids.
 """
 from __future__ import annotations
 
