@@ -47,7 +47,9 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--ubatch-size", type=int, default=512)
     ap.add_argument("--type-k", default="q8_0")
     ap.add_argument("--type-v", default="q8_0")
-    ap.add_argument("--pools", default="auto", help="comma list: auto and/or MiB values")
+    ap.add_argument("--pools", default="auto",
+                    help="comma list: auto, MiB values, and/or budgetN (the pool that "
+                         "gpu_memory_mib=N leaves after weights and workspace)")
     ap.add_argument("--n-gen", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of pp and tg (median)")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -73,6 +75,18 @@ def model_file(a: argparse.Namespace, out: Path) -> str:
         print(f"writing {path} ...", file=sys.stderr, flush=True)
         synthetic_model.write(synthetic_model.SHAPES[a.shape], path, T[a.weight_type.upper()])
     return str(path)
+
+
+def budget_pool(m: Model, a: argparse.Namespace, n_ctx: int, device: str,
+                mib: float) -> int | None:
+    """The KV pool Llama(gpu_memory_mib=mib) would get here (None: all resident)."""
+    from pyllamakv.budget import plan_budget
+    from pyllamakv.config import LlamaConfig
+    cfg = LlamaConfig(n_ctx, n_batch=a.batch_size, n_ubatch=a.ubatch_size, type_k=a.type_k,
+                      type_v=a.type_v, gpu_memory_mib=mib)
+    split, _ = plan_budget(cfg, m.hparams, m.file.tensors, n_ctx, device)
+    print(f"budget {mib:g} MiB at n_ctx {n_ctx}: {split.describe()}", file=sys.stderr)
+    return split.pool
 
 
 def done_rows(csv_path: Path) -> set[tuple]:
@@ -134,6 +148,9 @@ def measure(m: Model, a, depth: int, pool: int | None, rng) -> dict:
             for i in range(0, depth, a.batch_size):
                 c.decode(toks[i:min(i + a.batch_size, depth)])
         fill_s = time.perf_counter() - t0
+        hybrid = c.recurrent_bytes > 0   # its recurrent state returns only to snapshots
+        if hybrid:
+            c.snapshot()
         # one untimed prefill first: a loaded state leaves resident slots to refill
         pps = []
         for _ in range(a.repeat + 1):
@@ -143,6 +160,8 @@ def measure(m: Model, a, depth: int, pool: int | None, rng) -> dict:
             c.truncate(depth)
         pp = statistics.median(pps[1:])
         c.decode([toks[0]])            # warm the decode path at this depth
+        if hybrid:
+            c.snapshot()
         tgs, streamed = [], 0
         for _ in range(a.repeat):
             c.truncate(depth + 1)
@@ -225,6 +244,12 @@ def main() -> None:
                 if p == "auto":
                     modes.append(("auto", auto_pool_bytes(m.hparams, n_ctx, device,
                                                           type_k=a.type_k, type_v=a.type_v)))
+                elif p.startswith("budget"):
+                    try:
+                        modes.append((f"budget {p[6:]} MiB",
+                                      budget_pool(m, a, n_ctx, device, float(p[6:]))))
+                    except ValueError as e:
+                        print(f"depth {depth} {p}: skipped ({e})", file=sys.stderr)
                 elif p:
                     modes.append((f"pool {p} MiB", int(float(p) * 2**20)))
             for mode, pool in modes:
@@ -233,9 +258,9 @@ def main() -> None:
                 if a.deadline and time.perf_counter() - t_start > a.deadline:
                     print(f"depth {depth} {mode}: skipped (deadline)", file=sys.stderr)
                     continue
-                if mode == "auto" and pool is None:
-                    print(f"depth {depth} auto: the whole cache fits free memory: auto is "
-                          f"the resident run (no pool bound)", file=sys.stderr)
+                if mode != "resident" and not mode.startswith("pool") and pool is None:
+                    print(f"depth {depth} {mode}: the whole cache fits: the same as the "
+                          f"resident run (no pool bound)", file=sys.stderr)
                     continue
                 try:
                     r = measure(m, a, depth, pool, rng)

@@ -5,11 +5,24 @@ blocks are random bytes with small f16 scales; norms are ones. Outputs are
 noise. Written on the machine that runs the benchmark:
 
     python benchmarks/synthetic_model.py llama3-8b out.gguf [--type q4_0]
+    python benchmarks/synthetic_model.py qwen35-27b out.gguf --type q4_k   # or iq4_xs
+
+Tensors are generated and written one at a time (a 27B file never sits in
+memory). The files load in pyllamakv and in llama.cpp: the metadata carries
+what llama.cpp's loader reads (``llama_cpp_keys``): the architecture's
+hyper-parameters (for qwen35 also key_length, rope.dimension_sections and the
+ssm.* sizes) and a SentencePiece-style vocabulary with <unk>/<s>/</s>, the 256
+byte tokens, token types and scores and the special token ids. The earlier
+placeholder vocabulary (only "<t{i}>" tokens) loaded, but llama.cpp's
+SentencePiece tokenizer falls back to the <0xNN> byte tokens for any text it
+cannot match and looks them up unchecked, so tokenizing a prompt aborted the
+process (std::out_of_range from unordered_map::at; llama-cpp-python 0.3.36's
+llama-simple, checked 2026-12-02). Prompts are still best given as token ids.
 """
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,69 +42,240 @@ class Shape:
     rope_base: float = 500000.0
 
 
+@dataclass(frozen=True, slots=True)
+class Qwen35Shape:
+    """A qwen35 hybrid: layer i is full attention when (i + 1) % interval == 0."""
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int          # full attention: query heads (q projection twice as wide: the gate)
+    n_head_kv: int
+    head_dim: int
+    rope_dim: int        # rope on the first rope_dim dims of each head
+    n_vocab: int
+    nk: int              # Gated DeltaNet key heads
+    nv: int              # value heads
+    dk: int
+    dv: int
+    interval: int = 4
+    conv: int = 4
+    n_nextn: int = 0     # MTP blocks after the trunk
+    rope_base: float = 1e7
+    eps: float = 1e-6
+    n_ctx_train: int = 262144
+
+
 SHAPES = {
     "llama3-8b": Shape(32, 4096, 14336, 32, 8, 128256),
     "llama2-7b": Shape(32, 4096, 11008, 32, 32, 32000, 10000.0),
     "smollm2-135m": Shape(30, 576, 1536, 9, 3, 49152, 100000.0),
+    # Qwen3.5-27B's published configuration (its Hugging Face config.json: 64 layers, every
+    # 4th full attention; hidden 5120, ffn 17408, 24 / 4 heads of 256, partial rotary 0.25,
+    # rope theta 1e7; linear attention 16 key / 48 value heads of 128, conv 4; vocab 248320,
+    # untied; one MTP layer, written with --mtp)
+    "qwen35-27b": Qwen35Shape(64, 5120, 17408, 24, 4, 256, 64, 248320, 16, 48, 128, 128),
+    # the same layout at test size (every width a multiple of 256 for the k-quants)
+    "qwen35-tiny": Qwen35Shape(8, 256, 512, 2, 1, 128, 32, 512, 2, 4, 64, 64,
+                               n_ctx_train=4096),
 }
 
-# byte offset of the f16 scale in one block, per type the generator supports
-_SCALE_AT = {T.Q4_0: 0, T.Q8_0: 0, T.Q4_1: 0, T.Q5_0: 0, T.Q5_1: 0}
+# byte offsets of the f16 fields that must stay small and finite, per type
+_F16_AT = {T.Q4_0: (0,), T.Q8_0: (0,), T.Q4_1: (0, 2), T.Q5_0: (0,), T.Q5_1: (0, 2),
+           T.Q4_K: (0, 2), T.IQ4_XS: (0,)}
+# their range: weights within about +-0.3 whatever the sub-scales and codes
+# (Q4_K: d * 63 * 15; IQ4_XS: d * 32 * 127)
+_F16_RANGE = {T.Q4_K: (1e-4, 3e-4), T.IQ4_XS: (2e-5, 6e-5)}
+TYPES = tuple(_F16_AT)
 
 
-def _weight(rng: np.random.Generator, rows: int, cols: int, qtype: T) -> np.ndarray:
+def _quant(rng: np.random.Generator, rows: int, cols: int, qtype: T) -> np.ndarray:
+    """Random blocks: every bit pattern of these types is a valid block once the
+    f16 scale (and min) are set small; Q4_K's 6-bit sub-scales and IQ4_XS's
+    scales and 4-bit indices into its value table are all in range."""
     block, size = GGML_QUANT_SIZES[qtype]
+    if cols % block:
+        raise ValueError(f"{qtype.name} needs rows of a multiple of {block} values, got {cols}")
     nb = rows * cols // block
     raw = rng.integers(0, 256, (nb, size), dtype=np.uint8)
-    scales = rng.uniform(0.002, 0.02, nb).astype(np.float16).view(np.uint8).reshape(nb, 2)
-    off = _SCALE_AT[qtype]
-    raw[:, off:off + 2] = scales
-    if qtype in (T.Q4_1, T.Q5_1):
-        raw[:, 2:4] = scales          # the min, equally small
+    for off in _F16_AT[qtype]:
+        d = rng.uniform(*_F16_RANGE.get(qtype, (0.002, 0.02)), nb).astype(np.float16)
+        raw[:, off:off + 2] = d.view(np.uint8).reshape(nb, 2)
     return raw.reshape(rows, cols // block * size)
 
 
-def write(shape: Shape, path: str | Path, qtype: T = T.Q4_0, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    hd = shape.n_embd // shape.n_head
-    w = GGUFWriter(str(path), "llama")
-    w.add_name("synthetic")
-    w.add_block_count(shape.n_layer)
-    w.add_context_length(131072)
-    w.add_embedding_length(shape.n_embd)
-    w.add_feed_forward_length(shape.n_ff)
-    w.add_head_count(shape.n_head)
-    w.add_head_count_kv(shape.n_head_kv)
-    w.add_rope_dimension_count(hd)
-    w.add_rope_freq_base(shape.rope_base)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(shape.n_vocab)
-    # a placeholder vocabulary, so that Llama (which needs a tokenizer) loads the file;
-    # prompts are given as token ids
-    w.add_tokenizer_model("llama")
-    w.add_token_list([f"<t{i}>" for i in range(shape.n_vocab)])
-    ones = np.ones(shape.n_embd, np.float32)
+# ---------------------------------------------------------------- tensor lists
 
-    def add(name, rows, cols):
-        w.add_tensor(name, _weight(rng, rows, cols, qtype), raw_dtype=qtype)
-
-    add("token_embd.weight", shape.n_vocab, shape.n_embd)
-    w.add_tensor("output_norm.weight", ones)
-    add("output.weight", shape.n_vocab, shape.n_embd)
-    for il in range(shape.n_layer):
+def _llama_tensors(s: Shape) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, numpy shape, kind): kind "q" (weight type), "one" (a norm), "f32"."""
+    hd = s.n_embd // s.n_head
+    t = [("token_embd.weight", (s.n_vocab, s.n_embd), "q"),
+         ("output_norm.weight", (s.n_embd,), "one"),
+         ("output.weight", (s.n_vocab, s.n_embd), "q")]
+    for il in range(s.n_layer):
         b = f"blk.{il}."
-        w.add_tensor(b + "attn_norm.weight", ones)
-        add(b + "attn_q.weight", shape.n_head * hd, shape.n_embd)
-        add(b + "attn_k.weight", shape.n_head_kv * hd, shape.n_embd)
-        add(b + "attn_v.weight", shape.n_head_kv * hd, shape.n_embd)
-        add(b + "attn_output.weight", shape.n_embd, shape.n_head * hd)
-        w.add_tensor(b + "ffn_norm.weight", ones)
-        add(b + "ffn_gate.weight", shape.n_ff, shape.n_embd)
-        add(b + "ffn_up.weight", shape.n_ff, shape.n_embd)
-        add(b + "ffn_down.weight", shape.n_embd, shape.n_ff)
+        t += [(b + "attn_norm.weight", (s.n_embd,), "one"),
+              (b + "attn_q.weight", (s.n_head * hd, s.n_embd), "q"),
+              (b + "attn_k.weight", (s.n_head_kv * hd, s.n_embd), "q"),
+              (b + "attn_v.weight", (s.n_head_kv * hd, s.n_embd), "q"),
+              (b + "attn_output.weight", (s.n_embd, s.n_head * hd), "q"),
+              (b + "ffn_norm.weight", (s.n_embd,), "one")]
+        t += _ffn(b, s.n_embd, s.n_ff)
+    return t
+
+
+def _ffn(b: str, e: int, f: int) -> list:
+    return [(b + "ffn_gate.weight", (f, e), "q"), (b + "ffn_up.weight", (f, e), "q"),
+            (b + "ffn_down.weight", (e, f), "q")]
+
+
+def _attention(b: str, s: Qwen35Shape) -> list:
+    e, hd = s.n_embd, s.head_dim
+    return [(b + "attn_q.weight", (2 * s.n_head * hd, e), "q"),
+            (b + "attn_k.weight", (s.n_head_kv * hd, e), "q"),
+            (b + "attn_v.weight", (s.n_head_kv * hd, e), "q"),
+            (b + "attn_output.weight", (e, s.n_head * hd), "q"),
+            (b + "attn_q_norm.weight", (hd,), "one"), (b + "attn_k_norm.weight", (hd,), "one")]
+
+
+def _qwen35_tensors(s: Qwen35Shape) -> list[tuple[str, tuple[int, ...], str]]:
+    e, kd, vd = s.n_embd, s.nk * s.dk, s.nv * s.dv
+    t = [("token_embd.weight", (s.n_vocab, e), "q"), ("output_norm.weight", (e,), "one"),
+         ("output.weight", (s.n_vocab, e), "q")]
+    for il in range(s.n_layer + s.n_nextn):
+        b = f"blk.{il}."
+        t += [(b + "attn_norm.weight", (e,), "one"),
+              (b + "post_attention_norm.weight", (e,), "one")]
+        if il >= s.n_layer or (il + 1) % s.interval == 0:
+            t += _attention(b, s)
+        else:
+            t += [(b + "attn_qkv.weight", (2 * kd + vd, e), "q"),
+                  (b + "attn_gate.weight", (vd, e), "q"),
+                  (b + "ssm_beta.weight", (s.nv, e), "f32"),
+                  (b + "ssm_alpha.weight", (s.nv, e), "f32"),
+                  (b + "ssm_conv1d.weight", (2 * kd + vd, s.conv), "f32"),
+                  (b + "ssm_a", (s.nv,), "decay"), (b + "ssm_dt.bias", (s.nv,), "f32"),
+                  (b + "ssm_norm.weight", (s.dv,), "one"),
+                  (b + "ssm_out.weight", (e, vd), "q")]
+        t += _ffn(b, e, s.n_ff)
+        if il >= s.n_layer:   # the MTP block's own tensors
+            t += [(b + "nextn.eh_proj.weight", (e, 2 * e), "q"),
+                  (b + "nextn.enorm.weight", (e,), "one"), (b + "nextn.hnorm.weight", (e,), "one"),
+                  (b + "nextn.shared_head_norm.weight", (e,), "one")]
+    return t
+
+
+def _data(rng, shape: tuple[int, ...], kind: str, qtype: T) -> np.ndarray:
+    if kind == "q":
+        return _quant(rng, shape[0], shape[1], qtype)
+    if kind == "one":
+        return np.ones(shape, np.float32)
+    if kind == "decay":   # ssm_a = -exp(A_log) < 0: every head's state decays
+        return -rng.uniform(0.5, 2.0, shape).astype(np.float32)
+    return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+
+# ---------------------------------------------------------------- metadata
+
+def _vocab(w: GGUFWriter, n_vocab: int) -> None:
+    """A SentencePiece-style vocabulary llama.cpp's tokenizer can run on."""
+    if n_vocab < 300:
+        raise ValueError(f"a vocabulary of {n_vocab} tokens cannot hold the 259 fixed ones")
+    toks = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    toks += [f"<t{i}>" for i in range(len(toks), n_vocab)]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (n_vocab - 259))  # unknown, control, byte
+    w.add_token_scores([0.0] * 3 + [0.0] * 256 + [-float(i) for i in range(n_vocab - 259)])
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+
+
+def _llama_metadata(w: GGUFWriter, s: Shape) -> None:
+    hd = s.n_embd // s.n_head
+    w.add_context_length(131072)
+    w.add_embedding_length(s.n_embd)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(s.rope_base)
+    w.add_layer_norm_rms_eps(1e-5)
+
+
+def _qwen35_metadata(w: GGUFWriter, s: Qwen35Shape) -> None:
+    w.add_context_length(s.n_ctx_train)
+    w.add_embedding_length(s.n_embd)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_rope_dimension_count(s.rope_dim)
+    # llama.cpp requires the (interleaved multi-axis) rope sections; text uses the first
+    q = s.rope_dim // 2                 # rotated pairs: the published [11, 11, 10] of 32
+    a = q * 11 // 32
+    w.add_rope_dimension_sections([a, a, q - 2 * a, 0])
+    w.add_rope_freq_base(s.rope_base)
+    w.add_layer_norm_rms_eps(s.eps)
+    w.add_full_attention_interval(s.interval)
+    w.add_ssm_conv_kernel(s.conv)
+    w.add_ssm_state_size(s.dk)
+    w.add_ssm_group_count(s.nk)
+    w.add_ssm_time_step_rank(s.nv)
+    w.add_ssm_inner_size(s.nv * s.dv)
+    if s.n_nextn:
+        w.add_nextn_predict_layers(s.n_nextn)
+
+
+def llama_cpp_keys(arch: str) -> tuple[str, ...]:
+    """Metadata keys llama.cpp's loader reads without a default, for arch, plus the
+    vocabulary keys its SentencePiece tokenizer needs to tokenize text."""
+    base = ["general.architecture", f"{arch}.context_length", f"{arch}.embedding_length",
+            f"{arch}.block_count", f"{arch}.feed_forward_length", f"{arch}.attention.head_count",
+            f"{arch}.attention.layer_norm_rms_epsilon", "tokenizer.ggml.model",
+            "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores",
+            "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"]
+    if arch == "qwen35":
+        base += [f"{arch}.attention.key_length", f"{arch}.rope.dimension_sections",
+                 f"{arch}.ssm.conv_kernel", f"{arch}.ssm.inner_size", f"{arch}.ssm.state_size",
+                 f"{arch}.ssm.time_step_rank", f"{arch}.ssm.group_count"]
+    return tuple(base)
+
+
+# ---------------------------------------------------------------- writing
+
+def write(shape: Shape | Qwen35Shape, path: str | Path, qtype: T = T.Q4_0, seed: int = 0,
+          n_nextn: int | None = None) -> Path:
+    """The file at path; n_nextn overrides a qwen35 shape's MTP blocks."""
+    if qtype not in _F16_AT:
+        raise ValueError(f"weight type {qtype.name} is not one the generator writes: "
+                         f"{', '.join(t.name for t in TYPES)}")
+    rng = np.random.default_rng(seed)
+    hybrid = isinstance(shape, Qwen35Shape)
+    if hybrid and n_nextn is not None:
+        shape = replace(shape, n_nextn=n_nextn)
+    w = GGUFWriter(str(path), "qwen35" if hybrid else "llama")
+    w.add_name("synthetic")
+    w.add_block_count(shape.n_layer + (shape.n_nextn if hybrid else 0))
+    (_qwen35_metadata if hybrid else _llama_metadata)(w, shape)
+    w.add_vocab_size(shape.n_vocab)
+    _vocab(w, shape.n_vocab)
+    tensors = (_qwen35_tensors if hybrid else _llama_tensors)(shape)
+    for name, shp, kind in tensors:
+        if kind == "q":
+            block, size = GGML_QUANT_SIZES[qtype]
+            nbytes = shp[0] * shp[1] // block * size
+            w.add_tensor_info(name, (shp[0], shp[1] // block * size), np.dtype(np.uint8),
+                              nbytes, raw_dtype=qtype)
+        else:
+            w.add_tensor_info(name, shp, np.dtype(np.float32), 4 * int(np.prod(shp)))
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for name, shp, kind in tensors:     # one tensor in memory at a time
+        w.write_tensor_data(_data(rng, shp, kind, qtype))
     w.close()
     return Path(path)
 
@@ -100,9 +284,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("path")
-    ap.add_argument("--type", default="q4_0", choices=[t.name.lower() for t in _SCALE_AT])
+    ap.add_argument("--type", default=None, choices=[t.name.lower() for t in TYPES],
+                    help="weight type (default: q4_0; q4_k for qwen35 shapes)")
+    ap.add_argument("--mtp", action="store_true", help="qwen35: one MTP block, as published")
     a = ap.parse_args()
-    write(SHAPES[a.shape], a.path, T[a.type.upper()])
+    shape = SHAPES[a.shape]
+    qtype = a.type or ("q4_k" if isinstance(shape, Qwen35Shape) else "q4_0")
+    write(shape, a.path, T[qtype.upper()], n_nextn=1 if a.mtp else None)
 
 
 if __name__ == "__main__":

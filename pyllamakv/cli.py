@@ -9,7 +9,7 @@ import time
 
 import click
 
-from .cli_values import pool_mib
+from .cli_values import memory_option, pool_mib
 from .default_model import default_model_path
 from .errors import LlamaKVError
 
@@ -37,6 +37,7 @@ def _model_options(f):
                      show_default=True, help="where to run (auto: CUDA when a GPU is usable)"),
         click.option("--kv-pool-mib", "--kv-stream-stage-mib", "kv_pool_mib", default=None,
                      callback=pool_mib, help="device KV pool in MiB, or 'auto' (default: all resident)"),
+        memory_option(),
         click.option("--threads", "n_threads", type=int, default=None, help="CPU threads"),
         click.option("--gpu-kernels", type=click.Choice(["fast", "exact"]), default="fast",
                      show_default=True,
@@ -52,7 +53,8 @@ _draft_option = click.option(
          "(prompt lookup: n-grams of the context)")
 
 
-def _load(model, n_ctx, type_k, type_v, device, kv_pool_mib, n_threads, gpu_kernels, **extra):
+def _load(model, n_ctx, type_k, type_v, device, kv_pool_mib, n_threads, gpu_kernels,
+          gpu_memory_mib=None, **extra):
     from .llama import Llama
     from .progress import TqdmProgress
     path = model or default_model_path()
@@ -60,7 +62,7 @@ def _load(model, n_ctx, type_k, type_v, device, kv_pool_mib, n_threads, gpu_kern
     t0 = time.perf_counter()
     llm = Llama(path, n_ctx=n_ctx, type_k=type_k, type_v=type_v, device=device,
                 kv_pool_mib=kv_pool_mib, n_threads=n_threads, gpu_kernels=gpu_kernels,
-                progress_callback=TqdmProgress(), **extra)
+                gpu_memory_mib=gpu_memory_mib, progress_callback=TqdmProgress(), **extra)
     click.echo(f"loaded in {time.perf_counter() - t0:.1f} s on {llm.device}", err=True)
     return llm
 
@@ -140,16 +142,19 @@ def chat(n_predict, temp, seed, system, **load):
 @click.option("--type-v", default="f16", show_default=True, help="V cache type to size")
 @click.option("--ubatch", "n_ubatch", type=int, default=512, show_default=True,
               help="micro-batch the plan reserves ring space for")
-def info(model, model_opt, n_ctx, mem_gib, kv_pool_mib, type_k, type_v, n_ubatch):
+@memory_option("device memory budget to split between weights, workspace and KV, in MiB "
+               "(needs --ctx)")
+def info(model, model_opt, n_ctx, mem_gib, kv_pool_mib, type_k, type_v, n_ubatch,
+         gpu_memory_mib):
     """Describe MODEL or -m (default: the default model): sizes, types, KV costs, plan."""
     from .info import describe
     if model and model_opt and model != model_opt:
         raise click.UsageError("give the model once: as MODEL or with -m")
     model = model or model_opt
-    if kv_pool_mib is not None and not n_ctx:
-        raise click.UsageError("--kv-pool-mib needs --ctx")
+    if (kv_pool_mib is not None or gpu_memory_mib is not None) and not n_ctx:
+        raise click.UsageError("--kv-pool-mib and --gpu-memory-mib need --ctx")
     for line in describe(model or default_model_path(), n_ctx, mem_gib, kv_pool_mib,
-                         type_k, type_v, n_ubatch):
+                         type_k, type_v, n_ubatch, gpu_memory_mib):
         click.echo(line)
 
 

@@ -42,6 +42,7 @@ class LlamaConfig:
     logits_all: bool = False
     n_gpu_layers: int | None = None   # llama-cpp-python's spelling of the device choice
     gpu_kernels: str = "fast"         # CUDA: "fast" (the fastest kernels) | "exact" (the CPU's bits)
+    gpu_memory_mib: float | None = None   # device memory for everything (budget.py); None: no bound
 
     def __post_init__(self) -> None:
         check_int("n_ctx", self.n_ctx, 0)
@@ -74,6 +75,9 @@ class LlamaConfig:
                 raise ParameterTypeError(f"kv_pool_mib must be None, a number of MiB or 'auto', "
                                          f"not {type(p).__name__}")
             check_real("kv_pool_mib", p, 0.0, MAX_POOL_MIB)
+        g = self.gpu_memory_mib
+        if g is not None:   # the KV then takes what the budget leaves (kv_pool_mib None: "auto")
+            check_real("gpu_memory_mib", g, 0.0, MAX_POOL_MIB, lo_open=True)
 
     @property
     def random_seed(self) -> bool:

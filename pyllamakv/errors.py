@@ -78,6 +78,10 @@ class StateError(LlamaKVError, ValueError):
     """A saved state that does not belong to this model and context, or is damaged."""
 
 
+class MemoryBudgetError(LlamaKVError, ValueError):
+    """gpu_memory_mib is too small for the parts that must fit in it (budget.py)."""
+
+
 _BY_STATUS = {c.status: c for c in (
     InvalidArgumentError, OutOfMemoryError, UnsupportedError, ShapeError, ContextFullError,
     DeviceError, DeadContextError, PoolTooSmallError, DeviceMemoryError, InternalError,

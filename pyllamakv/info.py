@@ -21,7 +21,8 @@ def _size(n: float) -> str:
 
 def describe(path: str, n_ctx: int | None = None, mem_gib: float | None = None,
              kv_pool_mib: float | None = None, type_k: str = "f16",
-             type_v: str = "f16", n_ubatch: int = 512) -> list[str]:
+             type_v: str = "f16", n_ubatch: int = 512,
+             gpu_memory_mib: float | None = None) -> list[str]:
     """Report lines for the model at path (and for a context of n_ctx, if given)."""
     f = GGUFFile(path)
     hp = model_params(f)
@@ -52,7 +53,11 @@ def describe(path: str, n_ctx: int | None = None, mem_gib: float | None = None,
             fits = max(0, int(free // per_token[t]))
             row += f"   fits in {mem_gib:g} GiB after weights: {fits} tokens"
         lines.append(row)
-    if n_ctx and kv_pool_mib is not None:
+    if n_ctx and gpu_memory_mib is not None:
+        split = _budget(f, hp, n_ctx, kv_pool_mib, type_k, type_v, n_ubatch, gpu_memory_mib)
+        lines += [split.describe()]
+        lines += _plan_lines(hp, n_ctx, split.pool, type_k, type_v, n_ubatch)
+    elif n_ctx and kv_pool_mib is not None:
         pool = _pool_bytes(hp, n_ctx, kv_pool_mib, weight_bytes, type_k, type_v)
         lines += _plan_lines(hp, n_ctx, pool, type_k, type_v, n_ubatch)
     return lines
@@ -72,6 +77,17 @@ def _pool_bytes(hp, n_ctx, kv_pool_mib, weight_bytes, type_k, type_v) -> int | N
     if not mib >= 0:
         raise ValueError(f"--kv-pool-mib must be >= 0 (got {kv_pool_mib})")
     return int(mib * MIB)
+
+
+def _budget(f, hp, n_ctx, kv_pool_mib, type_k, type_v, n_ubatch, gpu_memory_mib):
+    """How Llama(gpu_memory_mib=...) splits the budget on this machine's device."""
+    from .budget import plan_budget
+    from .config import LlamaConfig
+    pool = kv_pool_mib if kv_pool_mib in (None, "auto") else float(kv_pool_mib)
+    cfg = LlamaConfig(n_ctx, n_ubatch=n_ubatch, type_k=type_k, type_v=type_v,
+                      kv_pool_mib=pool, gpu_memory_mib=gpu_memory_mib)
+    device = "cuda" if cuda_device_count() else "cpu"
+    return plan_budget(cfg, hp, f.tensors, n_ctx, device)[0]
 
 
 def _plan_lines(hp, n_ctx, pool_bytes, type_k, type_v, n_ubatch) -> list[str]:

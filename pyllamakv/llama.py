@@ -39,6 +39,7 @@ from .spec_decode import speculative_tokens
 from .speculative import make_drafter
 from .state import LlamaState, Timings, load_state, model_fingerprint, save_state
 from .ubatch import chosen_ubatch
+from .budget import plan_budget
 from .tokenizer import Tokenizer
 
 
@@ -54,6 +55,7 @@ class Llama(OpenAIMethods):
                  flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
                  gpu_kernels: str = "fast", embedding: bool = False,
                  pooling_type: int | str = -1, draft_model=None,
+                 gpu_memory_mib: float | None = None,
                  progress_callback: ProgressCallback | None = None,
                  _model: "_native.Model | None" = None, **llama_cpp_kwargs):
         self._ctx = self._model = None
@@ -61,7 +63,7 @@ class Llama(OpenAIMethods):
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
                                         type_v, kv_pool_mib, seed, logits_all, n_gpu_layers,
-                                        gpu_kernels)
+                                        gpu_kernels, gpu_memory_mib)
         n_threads = cfg.n_threads
         check_extra_kwargs("Llama", llama_cpp_kwargs)
         fmt = None if chat_format is None else chat_format_template(chat_format)
@@ -75,15 +77,24 @@ class Llama(OpenAIMethods):
             progress("load", 1, 4)
             hp = _native.model_params(file)
             self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
-            self._model = _native.Model(file, self.device, n_threads)
         else:   # a context of its own over a loaded model (the server's slots share one)
-            file, hp, self.device, self._model = _model.file, _model.hparams, _model.device, _model
+            file, hp, self.device = _model.file, _model.hparams, _model.device
+        self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
+        # gpu_memory_mib: every part's share, checked before the weights load (budget.py)
+        budget = None if cfg.gpu_memory_mib is None else plan_budget(
+            cfg, hp, file.tensors, self._n_ctx, self.device, embeddings=embedding,
+            wide_logits=draft_model is not None)
+        self.memory = None if budget is None else budget[0]   # budget.BudgetSplit
+        if _model is None:
+            _model = _native.Model(file, self.device, n_threads)
+        self._model = _model
         progress("load", 2, 4)
         self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file
         self._fingerprint = model_fingerprint(file.metadata, file.tensors)
-        self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
         n_ubatch = cfg.n_ubatch or 512   # unset: chosen below, once the pool is known (ubatch.py)
-        if cfg.kv_pool_mib == "auto":
+        if budget is not None:
+            n_ubatch, pool = budget[1], self.memory.pool
+        elif cfg.kv_pool_mib == "auto":
             pool = auto_pool_bytes(hp, self._n_ctx, self.device, type_k=type_k, type_v=type_v,
                                    n_ubatch=min(n_ubatch, n_batch))
         else:
@@ -92,7 +103,7 @@ class Llama(OpenAIMethods):
             if pool is not None:   # the planner's own check: a clear minimum before allocating
                 kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v, pool_bytes=pool,
                         n_ubatch=min(n_ubatch, n_batch))
-        if cfg.n_ubatch is None:
+        if cfg.n_ubatch is None and self.memory is None:
             n_ubatch = chosen_ubatch(hp, self.device, self._n_ctx, n_batch, pool, type_k, type_v)
         self.kv_pool_bytes = pool
         self._ctx = _native.Context(self._model, self._n_ctx, n_batch, min(n_ubatch, n_batch),
@@ -121,6 +132,8 @@ class Llama(OpenAIMethods):
                   f"kv pool={'all resident' if pool is None else f'{pool / 2**20:.1f} MiB'}, "
                   f"n_ubatch={self._ctx.n_ubatch}{'' if cfg.n_ubatch else ' (chosen)'})",
                   file=sys.stderr)
+            if self.memory is not None:
+                print(f"pyllamakv: {self.memory.describe()}", file=sys.stderr)
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: str, local_dir=None, cache_dir=None,

@@ -28,6 +28,7 @@ from .metrics import CONTENT_TYPE, Metrics
 from .schemas import ChatRequest, CompletionRequest, Unsupported, error_body
 from .settings import ServerSettings
 from .slots import Job, JobStopped, QueueFull, SlotPool, load_engines
+from .speculation import SpecRequest, drafting
 
 INDEX = Path(__file__).resolve().parent / "static" / "index.html"
 POLL_S = 0.25         # how often a waiting request checks that its client is still there
@@ -80,7 +81,7 @@ def _engine_error(e: BaseException, param: str) -> ApiError:
     return ApiError(500, error_body(f"{type(e).__name__}: {e}", "server_error"))
 
 
-def _run(chat: bool, kwargs: dict, stream: bool, model: str):
+def _run(chat: bool, kwargs: dict, stream: bool, model: str, spec: SpecRequest):
     """The job's function: the Llama call on the slot's engine, in the slot's thread."""
     def finish(out: dict, job: Job) -> dict:
         if job.stopped_early and job.timed_out:   # the time limit ended it, not the model
@@ -91,12 +92,13 @@ def _run(chat: bool, kwargs: dict, stream: bool, model: str):
 
     def run(llm, job: Job):
         call = llm.create_chat_completion if chat else llm.create_completion
-        out = call(**kwargs, stream=stream, model=model)
-        if not stream:
-            yield finish(out, job)
-            return
-        for chunk in out:
-            yield finish(chunk, job)
+        with drafting(llm, spec):
+            out = call(**kwargs, stream=stream, model=model)
+            if not stream:
+                yield finish(out, job)
+                return
+            for chunk in out:
+                yield finish(chunk, job)
     return run
 
 
@@ -164,8 +166,8 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
         body = await _parse(request, ChatRequest if chat else CompletionRequest)
         param = "messages" if chat else "prompt"
         limit = min(settings.timeout_s, body.timeout or math.inf)
-        job = Job(_run(chat, body.kwargs(), body.stream, body.model or alias),
-                  asyncio.get_running_loop(), limit)
+        fn = _run(chat, body.kwargs(), body.stream, body.model or alias, body.speculative())
+        job = Job(fn, asyncio.get_running_loop(), limit)
         try:
             pool.submit(job)
         except QueueFull as e:

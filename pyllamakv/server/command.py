@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli_values import pool_mib
+from ..cli_values import memory_option, pool_mib
 
 
 @click.command()
@@ -17,8 +17,8 @@ from ..cli_values import pool_mib
 @click.option("--kv-pool-mib", default=None, callback=pool_mib,
               help="device KV pool of the server in MiB, shared by the slots "
                    "(default: all resident)")
-@click.option("--gpu-memory-mib", type=float, default=None,
-              help="device memory the server may use, in MiB")
+@memory_option("device memory of the server in MiB: the weights once, and each slot's "
+               "workspace and KV an equal share of the rest")
 @click.option("--api-key", envvar="PYLLAMAKV_API_KEY", default=None,
               help="require 'Authorization: Bearer KEY' (env PYLLAMAKV_API_KEY)")
 @click.option("--queue-size", type=int, default=64, show_default=True,
@@ -32,6 +32,10 @@ from ..cli_values import pool_mib
 @click.option("--type-k", default="f16", show_default=True, help="K cache type")
 @click.option("--type-v", default="f16", show_default=True, help="V cache type")
 @click.option("--alias", "model_alias", default=None, help="the model name /v1/models reports")
+@click.option("--draft", "draft_model", default=None,
+              help="speculative decoding by default: a draft GGUF sharing the model's "
+                   "vocabulary, or 'lookup' (prompt lookup); a request chooses with "
+                   "'speculative.type' / 'speculative.n_max' either way")
 def serve(**kw):
     """Serve MODEL (default: the default model) over OpenAI's HTTP API."""
     from . import ServerSettings

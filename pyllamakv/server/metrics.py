@@ -1,6 +1,7 @@
 """The server's Prometheus metrics, in a registry of its own (one per app).
 
-Counters for requests (by endpoint and status), prompt and generated tokens
+Counters for requests (by endpoint and status), prompt and generated tokens,
+speculative decoding's drafted and accepted tokens and verification passes,
 and the bytes of SSE events sent; gauges for the queue and the slots, read
 when scraped; and each slot's KV cache figures from its last kv_stats()
 snapshot (taken by the slot's own thread after each request, since a context
@@ -60,6 +61,14 @@ class Metrics:
                                  registry=r)
         self.cancelled = Counter("pyllamakv_cancelled_requests",
                                  "requests stopped because the client went away", registry=r)
+        # speculative decoding, llama-server's three counters under this server's prefix
+        self.drafted = Counter("pyllamakv_spec_decode_num_draft_tokens",
+                               "speculative: draft tokens verified", registry=r)
+        self.accepted = Counter("pyllamakv_spec_decode_num_accepted_tokens",
+                                "speculative: draft tokens accepted by the target model",
+                                registry=r)
+        self.verified = Counter("pyllamakv_spec_decode_num_drafts",
+                                "speculative: verification passes", registry=r)
         Gauge("pyllamakv_queue_length", "requests waiting for a slot",
               registry=r).set_function(lambda: pool.queue_length)
         Gauge("pyllamakv_slots_busy", "slots generating now",
@@ -72,6 +81,9 @@ class Metrics:
         """The pool's on_done hook (runs in the slot's thread)."""
         self.prompt_tokens.inc(job.prompt_tokens)
         self.generated_tokens.inc(job.generated_tokens)
+        self.drafted.inc(job.drafted_tokens)
+        self.accepted.inc(job.accepted_tokens)
+        self.verified.inc(job.verify_passes)
         if job.cancelled:
             self.cancelled.inc()
 

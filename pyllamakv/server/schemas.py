@@ -12,6 +12,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .speculation import SpecRequest
+
 
 def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,
                code: str | None = None) -> dict:
@@ -45,6 +47,10 @@ class _Sampling(BaseModel):
     n: int = 1
     logit_bias: dict[str, float] | None = None
     timeout: float | None = Field(default=None, gt=0.0)   # seconds; only lowers the server's
+    # speculative decoding, llama-server's field names (speculation.py)
+    spec_type: str | None = Field(default=None, alias="speculative.type")
+    spec_n_max: int | None = Field(default=None, alias="speculative.n_max")
+    spec_n_min: int = Field(default=0, alias="speculative.n_min")
 
     @field_validator("stop")
     @classmethod
@@ -67,7 +73,11 @@ class _Sampling(BaseModel):
     def _one_choice(self):
         if self.n != 1:
             raise Unsupported("n", f"n={self.n}: this server returns one choice (n=1)")
+        self.speculative()      # its checks, before the request queues
         return self
+
+    def speculative(self) -> SpecRequest:
+        return SpecRequest(self.spec_type, self.spec_n_max, self.spec_n_min)
 
     def sampling_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for Llama.create_completion / create_chat_completion."""

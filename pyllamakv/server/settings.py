@@ -35,6 +35,7 @@ class ServerSettings:
     type_k: str = "f16"
     type_v: str = "f16"
     model_alias: str | None = None    # the name /v1/models reports; None: the file name
+    draft_model: str | None = None    # speculation by default: "lookup" or a draft GGUF
 
     def __post_init__(self) -> None:
         for name, lo in (("port", 0), ("parallel", 1), ("n_ctx", 1), ("queue_size", 0)):
@@ -60,6 +61,9 @@ class ServerSettings:
         if p == "auto" and self.parallel > 1:
             raise ValueError("kv_pool_mib='auto' sizes one context's pool from the free device "
                              "memory; with parallel > 1 give the server's pool in MiB")
+        d = self.draft_model
+        if d is not None and not (isinstance(d, str) and d):
+            raise ValueError(f"draft_model must be None, 'lookup' or a GGUF path, got {d!r}")
         g = self.gpu_memory_mib
         if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float))
                               or not math.isfinite(g) or g <= 0):

@@ -29,6 +29,7 @@ from ..config import LlamaConfig, choose_device
 from ..default_model import default_model_path
 from ..llama import Llama
 from .settings import ServerSettings
+from .speculation import DRAFT, LOOKUP
 
 
 class QueueFull(Exception):
@@ -52,6 +53,9 @@ class Job:
         self.stopped_early = False      # the slot ended the completion before the model did
         self.prompt_tokens = 0          # counted by SlotLlama.generate
         self.generated_tokens = 0
+        self.drafted_tokens = 0         # speculative decoding (speculation.py): drafts verified,
+        self.accepted_tokens = 0        # those kept,
+        self.verify_passes = 0          # and the target passes that verified them
         self._loop = loop
         self._items: asyncio.Queue = asyncio.Queue()
         self._cancelled = threading.Event()
@@ -108,6 +112,23 @@ class SlotLlama(Llama):
                 yield token
         finally:
             inner.close()
+            if job is not None:
+                t = self.timings
+                job.drafted_tokens += t.drafted_tokens
+                job.accepted_tokens += t.accepted_tokens
+                job.verify_passes += t.verify_passes
+
+
+def slot_budget_mib(budget_mib: float, tensors, parallel: int) -> float:
+    """Each slot's gpu_memory_mib: the weights (loaded once, counted by every slot)
+    and an equal share of what they leave of the server's budget."""
+    from ..budget import MIB, weight_device_bytes
+    from ..errors import MemoryBudgetError
+    w = weight_device_bytes(tensors) / MIB
+    if w > budget_mib:
+        raise MemoryBudgetError(f"--gpu-memory-mib: the weights alone take {w:.1f} MiB of "
+                                f"device memory, more than the budget of {budget_mib:.1f} MiB")
+    return w + (budget_mib - w) / parallel
 
 
 def load_engines(s: ServerSettings) -> list[SlotLlama]:
@@ -115,17 +136,22 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     path = s.model or default_model_path()
     kw: dict[str, Any] = dict(n_ctx=s.n_ctx, n_threads=s.threads_per_slot, device=s.device,
                               type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib)
-    if s.gpu_memory_mib is not None:
-        import inspect
-        if "gpu_memory_mib" not in inspect.signature(Llama.__init__).parameters:
-            raise ValueError("--gpu-memory-mib: this pyllamakv's Llama takes no gpu_memory_mib "
-                             "yet; leave it out (use --kv-pool-mib to bound the KV pool)")
-        kw["gpu_memory_mib"] = s.gpu_memory_mib
-    cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     file = GGUFFile(path)
+    if s.gpu_memory_mib is not None:
+        kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel)
+    cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
     model = Model(file, device, s.threads_per_slot)
-    return [SlotLlama(path, _model=model, **kw) for _ in range(s.parallel)]
+    # every slot is made with a drafter, so that a budget counts the logits rows a
+    # verification needs (budget.py): any request may ask for speculation
+    engines = [SlotLlama(path, _model=model, draft_model=s.draft_model or "lookup", **kw)
+               for _ in range(s.parallel)]
+    for e in engines:
+        e.spec_default = None if s.draft_model is None else \
+            LOOKUP if s.draft_model == "lookup" else DRAFT
+        e.spec_draft_model = e.draft_model if e.spec_default == DRAFT else None
+        e.draft_model = None      # a request's fields choose (speculation.drafting)
+    return engines
 
 
 # ---------------------------------------------------------------- pool

@@ -1,0 +1,220 @@
+"""gpu_memory_mib: the device memory a Llama may take, split between its parts.
+
+A Llama's device memory is four parts: the weights, the workspace (the
+context's micro-batch buffers and the CUDA backend's own state), the
+recurrent state of a hybrid, and the KV cache (its pool, or the whole cache
+when all of it is resident). ``plan_budget`` gives the KV what the other three
+leave of the budget. Every part is the list of allocations the core makes:
+
+- weights: each distinct tensor of the GGUF, one cudaMalloc of its bytes
+  (cuda/backend.cu upload_weight: a tied output shares token_embd's copy);
+- workspace: context.c lkv_context_build's ALLOC list, the KV stream's
+  micro-batch rows (kv/stream.c), the logits rows a speculative verification
+  adds (context.c wide_logits) and cuda/backend.cu cuda_ctx_init's buffers;
+- recurrent: recurrent.c, the live state and each snapshot;
+- KV: all resident, two planes per attention layer (kv/cache.c); bounded, one
+  pool (kv/stream.c).
+
+Each allocation is rounded up to the driver's granularity (``granule``) so the
+sum bounds what NVML sees. The CUDA runtime's own context (created before any
+of this, a few hundred MiB that no setting changes) is outside the budget.
+On the CPU the same accounting holds the emulated device to the same plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .arch_qwen35 import n_layer_kv, recurrent_bytes
+from .errors import MemoryBudgetError, PoolTooSmallError
+
+MIB = 1 << 20
+SMALL = 1 << 20           # cudaMalloc: below this, sub-allocated in 512-byte steps
+PAGE = 2 << 20            # at and above it, whole 2 MiB pages
+ATTN_WS_BYTES = 32 << 20  # cuda/backend.cu: the split-attention workspace
+N_SNAPSHOTS = 2           # the core's default recurrent-state snapshots (api.c)
+MODULE_RESERVE = 64 << 20  # kernel images loaded lazily on first launch, graph memory
+
+
+def granule(nbytes: int) -> int:
+    """Device bytes one cudaMalloc of nbytes occupies (0 bytes: the core asks for 16)."""
+    n = max(int(nbytes), 16)
+    step = PAGE if n >= SMALL else 512
+    return -(-n // step) * step
+
+
+def weight_device_bytes(tensors) -> int:
+    """Device bytes of a GGUF's weights: one allocation per distinct tensor
+    (tensors: GGUFFile.tensors; two names over one data offset are one copy)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if t.nbytes:
+            seen[t.offset] = max(seen.get(t.offset, 0), t.nbytes)
+    return sum(granule(n) for n in seen.values())
+
+
+def workspace_allocations(hp: dict, n_ubatch: int, *, logits_all: bool = False,
+                          wide_logits: bool = False, embeddings: bool = False,
+                          streaming: bool = False, row_bytes_k: int = 0,
+                          row_bytes_v: int = 0) -> list[int]:
+    """Bytes of every device allocation of a context other than the KV cache
+    and the recurrent state, for a micro-batch of n_ubatch tokens."""
+    U, hd = n_ubatch, hp["head_dim"]
+    nq, nkv = hp["n_head"] * hd, hp["n_head_kv"] * hd
+    wide = max(nq, hp["n_embd"])
+    out_width = hp["n_embd"] if embeddings else hp["n_vocab"]
+    f = 4    # sizeof(float)
+    a = [f * U * hp["n_embd"], f * U * wide, f * U * nq, f * U * nkv, f * U * nkv,
+         f * U * hp["n_ff"], f * U * hp["n_ff"], f * U * hp["n_embd"],
+         f * U * hp["n_head"] * (hd + 2),                   # attention state
+         f * (U if logits_all else 1) * out_width]          # logits
+    if hp.get("full_attn_interval"):                        # hybrid: gate and DeltaNet rows
+        vd = hp["ssm_n_v_heads"] * hp["ssm_head_v_dim"]
+        cd = 2 * hp["ssm_n_k_heads"] * hp["ssm_head_k_dim"] + vd
+        a += [f * U * 2 * nq, f * U * nq, f * U * cd, f * U * cd, f * U * vd,
+              f * U * hp["ssm_n_v_heads"], f * U * hp["ssm_n_v_heads"], f * U * vd]
+    if wide_logits and not logits_all:                      # several rows without logits_all
+        a.append(f * U * out_width)
+    if streaming:                                           # each layer's micro-batch K and V
+        a += [row_bytes_k * U, row_bytes_v * U] * n_layer_kv(hp)
+    # cuda_ctx_init: tokens, position, attention workspace, rope table, 8-bit activations
+    cols = -(-max(hp["n_embd"], hp["n_ff"], nq) // 32) * 32
+    rows = max(U, 8)
+    nq8 = rows * cols
+    a += [4 * U, 4, ATTN_WS_BYTES, 4 * hd * U, nq8, nq8 // 32 * 4, nq8 // 32 * 4]
+    if rows > 8:
+        a += [nq8, nq8 // 32 * 4, nq8 // 32 * 4]
+    return a
+
+
+def workspace_bytes(hp: dict, n_ubatch: int, **kw) -> int:
+    return MODULE_RESERVE + sum(granule(n) for n in workspace_allocations(hp, n_ubatch, **kw))
+
+
+def recurrent_device_bytes(hp: dict, n_snapshots: int = N_SNAPSHOTS) -> int:
+    """A hybrid's recurrent state on the device: the live copy and its snapshots."""
+    r = recurrent_bytes(hp)
+    return 0 if r == 0 else (1 + n_snapshots) * granule(r)
+
+
+def resident_kv_bytes(hp: dict, n_ctx: int, row_bytes_k: int, row_bytes_v: int) -> int:
+    """The whole cache, all resident: a K and a V plane per attention layer."""
+    return n_layer_kv(hp) * (granule(row_bytes_k * n_ctx) + granule(row_bytes_v * n_ctx))
+
+
+@dataclass(slots=True, frozen=True)
+class BudgetSplit:
+    """What a budget gives each part, in bytes; pool None: the KV is all resident."""
+    budget: int
+    weights: int
+    workspace: int
+    recurrent: int
+    kv: int                 # device bytes of the KV cache (pool, or all resident planes)
+    pool: int | None        # the kv_pool bytes to ask the core for
+
+    @property
+    def used(self) -> int:
+        return self.weights + self.workspace + self.recurrent + self.kv
+
+    def describe(self) -> str:
+        m = lambda b: f"{b / MIB:.1f}"   # noqa: E731
+        kv = "all resident" if self.pool is None else "pool"
+        return (f"device budget {m(self.budget)} MiB: weights {m(self.weights)}, workspace "
+                f"{m(self.workspace)}, recurrent state {m(self.recurrent)}, KV {m(self.kv)} "
+                f"({kv}) MiB")
+
+
+def split_budget(budget: int, weights: int, workspace: int, recurrent: int, resident_kv: int,
+                 min_pool: int, pool: int | None = None, pool_auto: bool = True) -> BudgetSplit:
+    """The KV's share of budget bytes once the other parts are taken (pure arithmetic).
+
+    pool_auto: the KV takes what is left (all resident when the whole cache fits
+    there); else ``pool`` (bytes, None: all resident) must fit in what is left.
+    Raises MemoryBudgetError when the weights alone, or the parts with the
+    requested pool, exceed the budget, PoolTooSmallError when what is left is
+    below the planner's minimum pool.
+    """
+    mib = lambda b: f"{b / MIB:.1f} MiB"   # noqa: E731
+    if weights > budget:
+        raise MemoryBudgetError(f"gpu_memory_mib: the weights alone take {mib(weights)} of "
+                                f"device memory, more than the budget of {mib(budget)}")
+    left = budget - weights - workspace - recurrent
+    if pool_auto:
+        if left >= resident_kv:
+            return BudgetSplit(budget, weights, workspace, recurrent, resident_kv, None)
+        if left < granule(min_pool):
+            raise PoolTooSmallError(
+                f"gpu_memory_mib: the budget of {mib(budget)} leaves {mib(max(left, 0))} for the "
+                f"KV pool after the weights ({mib(weights)}), workspace ({mib(workspace)}) and "
+                f"recurrent state ({mib(recurrent)}); the plan needs at least "
+                f"{mib(granule(min_pool))} (raise the budget, or lower n_ctx or n_ubatch)")
+        pool = max(left // PAGE * PAGE, min_pool)   # whole pages: its one allocation fits
+        return BudgetSplit(budget, weights, workspace, recurrent, granule(pool), pool)
+    kv = resident_kv if pool is None else granule(pool)
+    if kv > left:
+        what = "the whole KV cache" if pool is None else f"kv_pool_mib ({mib(pool)})"
+        raise MemoryBudgetError(
+            f"gpu_memory_mib: {what} needs {mib(kv)} but the budget of {mib(budget)} leaves "
+            f"{mib(max(left, 0))} after the weights ({mib(weights)}), workspace ({mib(workspace)}) "
+            f"and recurrent state ({mib(recurrent)}); use kv_pool_mib='auto' or a larger budget")
+    return BudgetSplit(budget, weights, workspace, recurrent, kv, pool)
+
+
+# ---------------------------------------------------------------- a Llama's budget
+
+def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits: bool = False,
+                embeddings: bool = False, weights: int | None = None
+                ) -> tuple[BudgetSplit, int]:
+    """(split, n_ubatch) for LlamaConfig cfg with cfg.gpu_memory_mib set.
+
+    All resident at the default micro-batch when the whole cache fits; else a
+    bounded pool, with the widest micro-batch (ubatch.py's choices on CUDA,
+    cfg.n_ubatch when set) whose activations take at most a quarter of what the
+    weights and recurrent state leave and whose pool still meets the plan's
+    minimum. weights: device bytes of weights already loaded (None: from tensors).
+    """
+    from .config import requested_pool_bytes
+    from .plan import kv_plan, kv_row_bytes
+    from .ubatch import CHOICES, RESIDENT
+    budget = int(cfg.gpu_memory_mib * MIB)
+    w = weight_device_bytes(tensors) if weights is None else weights
+    rbk, rbv = kv_row_bytes(hp, cfg.type_k), kv_row_bytes(hp, cfg.type_v)
+    resident = resident_kv_bytes(hp, n_ctx, rbk, rbv)
+    rec = recurrent_device_bytes(hp)
+    auto = cfg.kv_pool_mib is None or cfg.kv_pool_mib == "auto"
+    full = kv_plan(hp, n_ctx, type_k=cfg.type_k, type_v=cfg.type_v).pool_bytes
+    pool = None if auto else requested_pool_bytes(cfg, full)
+    cap = lambda u: max(1, min(u, cfg.n_batch, n_ctx))   # noqa: E731  (the core's caps)
+    kw = dict(logits_all=cfg.logits_all, wide_logits=wide_logits, embeddings=embeddings)
+    if cfg.n_ubatch is not None:
+        choices = [cap(cfg.n_ubatch)]
+    elif device == "cuda":
+        choices = sorted({cap(u) for u in CHOICES + (RESIDENT,)}, reverse=True)
+    else:
+        choices = [cap(RESIDENT)]
+    if auto:   # all resident, when it fits, at the default micro-batch
+        u = choices[-1] if cfg.n_ubatch is None else choices[0]
+        ws = workspace_bytes(hp, u, **kw)
+        if budget - w - ws - rec >= resident:
+            return split_budget(budget, w, ws, rec, resident, 0), u
+    free = budget - w - rec
+    err: Exception | None = None
+    for i, u in enumerate(choices):
+        alloc = sum(workspace_allocations(hp, u, streaming=True, row_bytes_k=rbk,
+                                          row_bytes_v=rbv, **kw))
+        if i < len(choices) - 1 and alloc > free // 4:
+            continue
+        ws = workspace_bytes(hp, u, streaming=True, row_bytes_k=rbk, row_bytes_v=rbv, **kw)
+        min_pool = kv_plan(hp, n_ctx, type_k=cfg.type_k, type_v=cfg.type_v,
+                           n_ubatch=u).min_pool_bytes
+        try:
+            split = split_budget(budget, w, ws, rec, resident, min_pool, pool, auto)
+        except (MemoryBudgetError, PoolTooSmallError) as e:
+            if isinstance(e, MemoryBudgetError) and w > budget:
+                raise
+            err = e     # the next, narrower micro-batch leaves more for the pool
+            continue
+        if split.pool is not None:   # the planner's own check at this micro-batch
+            kv_plan(hp, n_ctx, type_k=cfg.type_k, type_v=cfg.type_v, pool_bytes=split.pool,
+                    n_ubatch=u)
+        return split, u
+    raise err
