@@ -31,6 +31,15 @@ MIB = 1 << 20
 SMALL = 1 << 20           # cudaMalloc: below this, sub-allocated in 512-byte steps
 PAGE = 2 << 20            # at and above it, whole 2 MiB pages
 ATTN_WS_BYTES = 32 << 20  # cuda/backend.cu: the split-attention workspace
+WG_SCRATCH_BYTES = 128 << 20   # cuda/gemm_wg.cu WG_SCRATCH: f16 weights of one GEMM
+# weight types gemm_wg.cu converts to f16 for the prefill GEMM (choose_matmul.cu)
+WG_TYPES = {0, 30, 10, 11, 14}   # f32, bf16, q2_K, q3_K, q6_K
+
+
+def needs_wg_scratch(tensors) -> bool:
+    """Whether a matmul weight (2-D, not the token embedding) has a type gemm_wg copies."""
+    return any(len(t.shape) == 2 and t.type in WG_TYPES and not t.name.startswith("token_embd")
+               for t in tensors)
 N_SNAPSHOTS = 2           # the core's default recurrent-state snapshots (api.c)
 MODULE_RESERVE = 64 << 20  # kernel images loaded lazily on first launch, graph memory
 
@@ -55,7 +64,7 @@ def weight_device_bytes(tensors) -> int:
 def workspace_allocations(hp: dict, n_ubatch: int, *, logits_all: bool = False,
                           wide_logits: bool = False, embeddings: bool = False,
                           streaming: bool = False, row_bytes_k: int = 0,
-                          row_bytes_v: int = 0) -> list[int]:
+                          row_bytes_v: int = 0, wg_scratch: bool = False) -> list[int]:
     """Bytes of every device allocation of a context other than the KV cache
     and the recurrent state, for a micro-batch of n_ubatch tokens."""
     U, hd = n_ubatch, hp["head_dim"]
@@ -83,6 +92,11 @@ def workspace_allocations(hp: dict, n_ubatch: int, *, logits_all: bool = False,
     a += [4 * U, 4, ATTN_WS_BYTES, 4 * hd * U, nq8, nq8 // 32 * 4, nq8 // 32 * 4]
     if rows > 8:
         a += [nq8, nq8 // 32 * 4, nq8 // 32 * 4]
+    # cuda/gemm_wg.cu (sm_90a prefill): the f16 copy of a matmul's input, and
+    # the f16 weights of one GEMM for the types it converts
+    a.append(2 * U * cols)
+    if wg_scratch:
+        a.append(WG_SCRATCH_BYTES)
     return a
 
 
@@ -184,7 +198,8 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     full = kv_plan(hp, n_ctx, type_k=cfg.type_k, type_v=cfg.type_v).pool_bytes
     pool = None if auto else requested_pool_bytes(cfg, full)
     cap = lambda u: max(1, min(u, cfg.n_batch, n_ctx))   # noqa: E731  (the core's caps)
-    kw = dict(logits_all=cfg.logits_all, wide_logits=wide_logits, embeddings=embeddings)
+    kw = dict(logits_all=cfg.logits_all, wide_logits=wide_logits, embeddings=embeddings,
+              wg_scratch=device == "cuda" and needs_wg_scratch(tensors))
     if cfg.n_ubatch is not None:
         choices = [cap(cfg.n_ubatch)]
     elif device == "cuda":
