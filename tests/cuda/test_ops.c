@@ -37,14 +37,42 @@ static double rel_err(const float *a, const double *ref, size_t n) {
 
 // ---------------------------------------------------------------- weights
 
-/* random weight matrix of `type`; K-quants (no quantizer) get random bytes
- * with small f16 scales patched in */
+/* the largest |element| of an i-quant block per unit of its f16 scale d (the
+ * largest sub-block scale times the largest grid level), 0 for other types */
+static float iq_max_per_d(int type) {
+    switch (type) {
+    case LKV_TYPE_IQ2_XXS: case LKV_TYPE_IQ2_XS: case LKV_TYPE_IQ2_S: return 15.5f * 0.25f * 43.f;
+    case LKV_TYPE_IQ3_XXS: return 15.5f * 0.5f * 62.f;
+    case LKV_TYPE_IQ3_S: return 31.f * 15.f;
+    case LKV_TYPE_IQ1_S: case LKV_TYPE_IQ1_M: return 15.f * 1.125f;
+    case LKV_TYPE_IQ4_XS: return 32.f * 127.f;
+    default: return 0.f;
+    }
+}
+
+/* an i-quant block's f16 super-block scale: at byte 0, or for iq1_m in the
+ * top nibbles of bytes 49, 51, 53, 55 (quant/blocks.h) */
+static void iq_set_d(uint8_t *blk, int type, uint16_t h) {
+    if (type != LKV_TYPE_IQ1_M) { memcpy(blk, &h, 2); return; }
+    for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0f) | ((h >> 4 * k) & 15) << 4);
+}
+
+/* random weight matrix of `type`; K-quants and i-quants (no quantizer) get
+ * random bytes (every i-quant code is valid: each index field addresses a
+ * whole grid) with small finite f16 scales patched in */
 static void make_weight_s(lkv_weight *w, int type, int rows, int cols, float scale) {
     const lkv_traits *t = lkv_type_traits(type);
     w->type = type; w->rows = rows; w->cols = cols;
     w->row_bytes = (size_t)lkv_type_row_bytes(t, cols);
     uint8_t *data = malloc(w->row_bytes * rows);
-    if (t->from_float) {
+    if (iq_max_per_d(type) > 0) {
+        /* |elements| up to 0.5 .. 1 times scale */
+        for (size_t i = 0; i < w->row_bytes * rows; i++) data[i] = (uint8_t)rnd32();
+        const size_t nb = w->row_bytes * rows / t->type_size;
+        for (size_t b = 0; b < nb; b++)
+            iq_set_d(data + b * t->type_size, type,
+                     lkv_fp32_to_fp16(scale * (0.5f + 0.5f * (rnd32() & 255) / 255.f) / iq_max_per_d(type)));
+    } else if (t->from_float) {
         float *f = malloc(sizeof(float) * cols);
         for (int r = 0; r < rows; r++) { fill(f, cols, scale); t->from_float(f, data + r * w->row_bytes, cols); }
         free(f);
@@ -76,7 +104,9 @@ static void free_weight(lkv_weight *w) { free((void *)w->data); cudaFree(w->dev)
 static const int WTYPES[] = {LKV_TYPE_F32, LKV_TYPE_F16, LKV_TYPE_BF16, LKV_TYPE_Q4_0,
                              LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1, LKV_TYPE_Q8_0,
                              LKV_TYPE_Q2_K, LKV_TYPE_Q3_K, LKV_TYPE_Q4_K, LKV_TYPE_Q5_K,
-                             LKV_TYPE_Q6_K, LKV_TYPE_IQ4_NL};
+                             LKV_TYPE_Q6_K, LKV_TYPE_IQ4_NL, LKV_TYPE_IQ2_XXS, LKV_TYPE_IQ2_XS,
+                             LKV_TYPE_IQ2_S, LKV_TYPE_IQ3_XXS, LKV_TYPE_IQ3_S, LKV_TYPE_IQ1_S,
+                             LKV_TYPE_IQ1_M, LKV_TYPE_IQ4_XS};
 static const int KVTYPES[] = {LKV_TYPE_F32, LKV_TYPE_F16, LKV_TYPE_BF16, LKV_TYPE_Q8_0,
                               LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1,
                               LKV_TYPE_IQ4_NL};
@@ -94,11 +124,18 @@ static int kquant_type(int type) {
     return type == LKV_TYPE_Q2_K || type == LKV_TYPE_Q3_K || type == LKV_TYPE_Q4_K ||
            type == LKV_TYPE_Q5_K || type == LKV_TYPE_Q6_K;
 }
+static int iquant_type(int type) { return iq_max_per_d(type) > 0; }
 /* the GPU quantizes activations as the CPU does: q8_0/q8_1 for the legacy
- * types, q8_K for the k-quants (rows of whole 256-blocks) */
-static int cpu_act_type(int type, int cols) { return legacy_type(type) || (kquant_type(type) && cols % 256 == 0); }
+ * types, q8_K for the k-quants and the i-quants (rows of whole 256-blocks);
+ * iq1_s / iq1_m run on f32 activations (matvec_f32) */
+static int cpu_act_type(int type, int cols) {
+    const int iq8 = iquant_type(type) && type != LKV_TYPE_IQ1_S && type != LKV_TYPE_IQ1_M;
+    return legacy_type(type) || ((kquant_type(type) || iq8) && cols % 256 == 0);
+}
 /* types the int8 tensor-core GEMM (mmq.cu) takes for n > 8 */
-static int mmq_type(int type) { return legacy_type(type) || type == LKV_TYPE_Q4_K || type == LKV_TYPE_Q5_K; }
+static int mmq_type(int type) {
+    return legacy_type(type) || type == LKV_TYPE_Q4_K || type == LKV_TYPE_Q5_K || type == LKV_TYPE_IQ4_XS;
+}
 
 /* the GPU's integer mat-vec (n <= 8) over n tokens, 8 at a time: the GEMM's
  * arithmetic in another kernel */
@@ -165,20 +202,24 @@ static void test_matmul_shape(int rows, int cols, int only) {
         make_weight(&w, type, rows, cols);
         float *wf = malloc(sizeof(float) * rows * cols);
         for (int r = 0; r < rows; r++) t->to_float((const uint8_t *)w.data + r * w.row_bytes, wf + (size_t)r * cols, cols);
-        /* get_rows: bit-for-bit the CPU's dequantization, up to fma rounding */
+        /* get_rows: bit-for-bit the CPU's dequantization, up to fma rounding
+         * (the i-quants: bit for bit, iquant_dq.cuh) */
         {
             int32_t tok[5] = {0, 7 % rows, rows - 1, 123 % rows, 7 % rows};
             float *d = dev_buf(sizeof(float) * 5 * cols), *h = malloc(sizeof(float) * 5 * cols);
             G->get_rows(gb, d, &w, tok, 5);
             get(h, d, sizeof(float) * 5 * cols);
             double err = 0;
+            size_t nd = 0;
             for (int i = 0; i < 5; i++)
                 for (int k = 0; k < cols; k++) {
                     double ref = wf[(size_t)tok[i] * cols + k];
                     double e = fabs(h[i * cols + k] - ref) / (fabs(ref) + 1e-6);
                     if (!(e <= err)) err = isnan(e) ? INFINITY : e;
+                    nd += mm_bits_differ(h + (size_t)i * cols + k, wf + (size_t)tok[i] * cols + k, 1);
                 }
-            check(err < 1e-6, "get_rows %-7s max rel err %.2e", t->name, err);
+            check(err < 1e-6 && (!iquant_type(type) || nd == 0),
+                  "get_rows %-7s max rel err %.2e, %zu of %d values not the CPU's bits", t->name, err, nd, 5 * cols);
             cudaFree(d); free(h);
         }
         for (int ni = 0; ni < NELEM(ns); ni++) {
@@ -244,7 +285,7 @@ static void test_matmul_shape(int rows, int cols, int only) {
  * + 96) and rows at every alignment mod 16; with both token tiles (64, 128). */
 static void test_matmul_set(void) {
     const int types[] = {LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1,
-                         LKV_TYPE_Q8_0, LKV_TYPE_IQ4_NL, LKV_TYPE_Q4_K, LKV_TYPE_Q5_K};
+                         LKV_TYPE_Q8_0, LKV_TYPE_IQ4_NL, LKV_TYPE_Q4_K, LKV_TYPE_Q5_K, LKV_TYPE_IQ4_XS};
     const int rows[3] = {300, 100, 37}, n = 200;
     for (int ti = 0; ti < NELEM(types); ti++) {
         const int type = types[ti], legacy = legacy_type(type), cols = legacy ? 4064 : 4096;

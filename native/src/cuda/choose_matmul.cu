@@ -14,9 +14,19 @@
  *           iq4_nl)
  *   k45 (q4_K, q5_K)               matvec_q8         mmq      mmq         mmq
  *   k-other (q2_K, q3_K, q6_K)     matvec_q8         gemm_wg  gemm_f16    gemm_f16
+ *   iq4_xs                         matvec_q8         mmq      mmq         mmq
+ *   iq-grid (iq2_xxs, iq2_xs,      matvec_q8         gemm_wg  gemm_f16    gemm_f16
+ *     iq2_s, iq3_xxs, iq3_s)
+ *   iq1 (iq1_s, iq1_m)             matvec_f32        gemm_wg  gemm_f16    gemm_f16
  *
  * "fast" (gpu_kernels = 1, the default) are the fastest kernels measured on
- * the H200 (docs/performance.md); "exact" replaces the prefill GEMM of the
+ * the H200 (docs/performance.md). The i-quant rows are not measured yet:
+ * iq4_xs has q4_K's structure (one integer scale per 32-block, q8_K
+ * activations on the CPU), so it takes q4_K's kernels; the grid i-quants
+ * have 8-bit codes too (grid level times sign) but scales per 16 (iq2_xs,
+ * iq2_s) or grids mmq.cu does not stage, so only their mat-vec is integer;
+ * iq1_s / iq1_m (grid + 1/8) run on the float kernels, which decode every
+ * type through quant.cuh's dq8. "exact" replaces the prefill GEMM of the
  * legacy types by the kernels whose float sums are the CPU backend's, bit for
  * bit (decode is the same for both kinds: mvx is both the CPU's bits and the
  * fastest, 353 against 248 t/s for matvec_q8 at depth 0 on the 8B shape). The
@@ -40,7 +50,7 @@
 #include "matmul.cuh"
 #include "tune.h"
 
-enum { MC_FLOAT, MC_Q4_0, MC_LEGACY, MC_K45, MC_KOTHER, MC_CLASSES };
+enum { MC_FLOAT, MC_Q4_0, MC_LEGACY, MC_K45, MC_KOTHER, MC_IQ4XS, MC_IQGRID, MC_IQ1, MC_CLASSES };
 
 static int mm_class(int type) {
     switch (type) {
@@ -49,6 +59,11 @@ static int mm_class(int type) {
         return MC_LEGACY;
     case LKV_TYPE_Q4_K: case LKV_TYPE_Q5_K: return MC_K45;
     case LKV_TYPE_Q2_K: case LKV_TYPE_Q3_K: case LKV_TYPE_Q6_K: return MC_KOTHER;
+    case LKV_TYPE_IQ4_XS: return MC_IQ4XS;
+    case LKV_TYPE_IQ2_XXS: case LKV_TYPE_IQ2_XS: case LKV_TYPE_IQ2_S: case LKV_TYPE_IQ3_XXS:
+    case LKV_TYPE_IQ3_S:
+        return MC_IQGRID;
+    case LKV_TYPE_IQ1_S: case LKV_TYPE_IQ1_M: return MC_IQ1;
     default: return MC_FLOAT;
     }
 }
@@ -61,6 +76,9 @@ static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
         /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
         /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
         /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
+        /* iq4_xs  */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
+        /* iq-grid */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
+        /* iq1     */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
     },
     {
         /* float   */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
@@ -68,6 +86,9 @@ static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
         /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
         /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
         /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
+        /* iq4_xs  */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
+        /* iq-grid */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
+        /* iq1     */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
     },
 };
 

@@ -36,11 +36,11 @@ enum { MV_MAX_TOK = 8, MV_ROWS = 2, MV_WARPS = 4 };
 
 /* The activation format the integer paths use for weight type T: the CPU's
  * vec_dot_type: q8_K (256-blocks, f32 scale; quantize_k.cu) for the k-quants
- * when cols allows, else q8_0/q8_1 (32-blocks, f16 scale) */
+ * and the i-quants when cols allows, else q8_0/q8_1 (32-blocks, f16 scale) */
 enum { ACT_NONE = 0, ACT_Q8 = 1, ACT_Q8K = 2 };
 static inline int lkv_act_format(int type, int cols) {
     const bool k = type == LKV_TYPE_Q2_K || type == LKV_TYPE_Q3_K || type == LKV_TYPE_Q4_K ||
-                   type == LKV_TYPE_Q5_K || type == LKV_TYPE_Q6_K;
+                   type == LKV_TYPE_Q5_K || type == LKV_TYPE_Q6_K || lkv_is_iquant(type);
     return k && cols % 256 == 0 ? ACT_Q8K : ACT_Q8;
 }
 

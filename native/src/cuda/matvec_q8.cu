@@ -12,7 +12,8 @@
  * warp reads contiguous spans of weights and activations.
  *
  * Results differ from the f32 kernel by the activation rounding (relative
- * ~4e-3, like the CPU's). choose_matmul.cu gives it the k-quants; the legacy
+ * ~4e-3, like the CPU's). choose_matmul.cu gives it the k-quants and the
+ * i-quants with 8-bit codes (all but iq1_s / iq1_m: quant_i8.cuh); the legacy
  * types (q4_0 ... iq4_nl) go to mvx.cu, which reproduces the CPU's float sums
  * bit for bit and is faster (353 against 248 t/s at depth 0, 8B shape, H200).
  * This file also holds the activation quantization every integer kernel reads.

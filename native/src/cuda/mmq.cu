@@ -1,7 +1,7 @@
 /*
  * cuda/mmq.cu: prefill GEMM (n > MV_MAX_TOK tokens) on int8 tensor cores, for
  * the weight types whose integer scale is uniform over each 32-element block:
- * q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_K, q5_K.
+ * q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_K, q5_K, iq4_xs.
  *
  * Arithmetic: the activations are quantized as for the mat-vec (matvec_q8.cu:
  * int8 codes, per 32-block xd = scale, xs = sum(codes) * scale, f16-rounded
@@ -10,7 +10,8 @@
  * gives the exact int32 dot isum of each (token, row) pair; then
  *   acc += (dw * xd) * isum  [+ mw * xs]
  * in f32, the mat-vec's and the CPU's operations up to the order of the adds
- * (q4_K / q5_K: the mat-vec's; the CPU uses 256-element q8_K activations).
+ * (q4_K / q5_K / iq4_xs: the mat-vec's; the CPU uses 256-element q8_K
+ * activations).
  * isum is turned into a float without I2F: the mma's C input is 0x4B400000
  * (1.5 * 2^23), so the result's bits read as the float 12582912 + isum
  * (|isum| <= 32 * 128 * 127 < 2^22), and one subtraction gives isum exactly.
@@ -31,7 +32,7 @@
  * over token tiles; the token tile by grid size (tune.h's mmq_bn forces one).
  * choose_matmul.cu gives it the prefill of every type it takes with the fast
  * kernels (~1 ulp off the CPU; pp512 of the 8B shape, q4_0: 1.4x mmb.cu, H200),
- * and q4_K / q5_K with the exact ones too.
+ * and q4_K / q5_K / iq4_xs with the exact ones too.
  */
 #include "matmul.cuh"
 #include "tune.h"
@@ -43,7 +44,8 @@ static constexpr int MQ_MAGIC = 0x4B400000;   /* float 12582912.0f */
 
 template <int T> struct mq_ok {
     enum { v = T == LKV_TYPE_Q4_0 || T == LKV_TYPE_Q4_1 || T == LKV_TYPE_Q5_0 || T == LKV_TYPE_Q5_1 ||
-               T == LKV_TYPE_Q8_0 || T == LKV_TYPE_IQ4_NL || T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K };
+               T == LKV_TYPE_Q8_0 || T == LKV_TYPE_IQ4_NL || T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K ||
+               T == LKV_TYPE_IQ4_XS };
 };
 
 /* raw weight bytes of one row and stage. 32-element blocks: the span of the
@@ -51,14 +53,26 @@ template <int T> struct mq_ok {
  * anywhere mod 16). q4_K / q5_K (256-element superblocks, 16-byte aligned):
  * stage s is half s & 1 of superblock s >> 1; its image is kept at the
  * superblock's own offsets, filled with the header chunks (d, dmin, scales;
- * q5_K also qh) and the 4 chunks of the half's qs. */
+ * q5_K also qh) and the 4 chunks of the half's qs. iq4_xs (x8: 136-byte
+ * superblocks, so they start at 0 or 8 mod 16): the image is the 10 aligned
+ * chunks from the one holding the superblock's first byte, filled with chunk 0
+ * (d, scales: bytes 0..7 of the superblock) and the 5 chunks from the first
+ * that holds the half's qs (64 bytes at 8 + 64 (s & 1)) not in chunk 0. */
 template <int T> struct mq_geom {
     static constexpr bool sb = cblk<T>::qk == 256;
+    static constexpr bool x8 = T == LKV_TYPE_IQ4_XS;
     static constexpr int span = sb ? cblk<T>::bytes : MQ_KB * group_bytes<T>();
     static constexpr int nhdr = T == LKV_TYPE_Q5_K ? 3 : 1;
-    static constexpr int nch = sb ? nhdr + 4 : (span + 15 + 15) / 16;
-    static constexpr int rs = sb ? span : nch * 16;   /* raw bytes per row in shared memory */
+    static constexpr int nch = x8 ? 6 : sb ? nhdr + 4 : (span + 15 + 15) / 16;
+    static constexpr int rs = x8 ? 160 : sb ? span : nch * 16;   /* raw bytes per row in shared memory */
 };
+/* x8: the image's chunk that slot ch (< 6) of stage s fills, for a superblock
+ * at o = 0 or 8 past a 16-byte boundary */
+__host__ __device__ constexpr int mq_x8_chunk(int ch, int o, int s) {
+    return ch == 0 ? 0 : ch - 1 + ((o + 8 + 64 * (s & 1)) >> 4 > 1 ? (o + 8 + 64 * (s & 1)) >> 4 : 1);
+}
+static_assert(mq_x8_chunk(5, 8, 1) == 9 && mq_x8_chunk(1, 0, 0) == 1 && mq_x8_chunk(1, 0, 1) == 4 &&
+              mq_x8_chunk(5, 8, 0) == 5, "x8 chunks");
 
 /* shared memory, byte offsets (all multiples of 16) */
 template <int T, int BN> struct mq_smem {
@@ -170,7 +184,11 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             const uint8_t *rp = s_rowp[row], *wend = s_wend;
             const uint8_t *src;
             int dof;
-            if constexpr (G::sb) {
+            if constexpr (G::x8) {
+                const uint8_t *blk = rp + (size_t)(s >> 1) * cblk<T>::bytes;
+                dof = 16 * mq_x8_chunk(ch, (int)((uintptr_t)blk & 15), s);
+                src = (const uint8_t *)((uintptr_t)blk & ~(uintptr_t)15) + dof;
+            } else if constexpr (G::sb) {
                 dof = 16 * (ch < G::nhdr ? ch : ch + 4 * (s & 1));
                 src = rp + (size_t)(s >> 1) * cblk<T>::bytes + dof;
             } else {
@@ -195,6 +213,7 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             uint32_t q[8];
             float dw, mw = 0.f;
             if constexpr (G::sb) {
+                if constexpr (G::x8) raw += (uintptr_t)(s_rowp[row] + (size_t)(s >> 1) * cblk<T>::bytes) & 15;
 #pragma unroll
                 for (int p = 0; p < 4; p++) dq8i<T>(raw, 16 * (s & 1) + 4 * kb + p, q[2 * p], q[2 * p + 1], dw, mw);
             } else {
@@ -310,8 +329,10 @@ template <int T>
 static bool mmq_takes(const mm_set &ms) {
     if constexpr (mq_ok<T>::v) {
         if constexpr (mq_geom<T>::sb) {   /* superblock chunks are copied at their own offsets */
+            /* x8: superblocks on 8 bytes, the first chunk inside the tensor */
+            const size_t rb_align = mq_geom<T>::x8 ? 8 : 16;
             for (int i = 0; i < ms.n_w; i++)
-                if ((uintptr_t)ms.w[i] % 16 || ms.row_bytes[i] % 16) return false;
+                if ((uintptr_t)ms.w[i] % 16 || ms.row_bytes[i] % rb_align) return false;
         }
         return true;
     } else {

@@ -7,7 +7,8 @@
  * read 32 at a time), so a row of `cols` elements is cols/32 such groups and
  * kernels never need to know a block's inside. The layouts are ggml's,
  * written here from the published format description; sizes are pinned by the
- * static_asserts below. One switch (LKV_CUDA_DISPATCH) maps a run-time type id
+ * static_asserts below. The i-quants (256-element super-blocks) are decoded
+ * by iquant_dq.cuh, in the CPU's structs. One switch (LKV_CUDA_DISPATCH) maps a run-time type id
  * to the template: nothing else switches on the type.
  */
 #ifndef LKV_CUDA_QUANT_CUH
@@ -20,6 +21,7 @@
 extern "C" {
 #include "quant/types.h"
 }
+#include "iquant_dq.cuh"
 
 // ---------------------------------------------------------------- block layouts
 
@@ -68,6 +70,15 @@ LKV_CBLK(LKV_TYPE_Q3_K, 256, 110)
 LKV_CBLK(LKV_TYPE_Q4_K, 256, 144)
 LKV_CBLK(LKV_TYPE_Q5_K, 256, 176)
 LKV_CBLK(LKV_TYPE_Q6_K, 256, 210)
+/* the i-quants: layouts and decoding in iquant_dq.cuh */
+LKV_CBLK(LKV_TYPE_IQ2_XXS, 256, 66)
+LKV_CBLK(LKV_TYPE_IQ2_XS, 256, 74)
+LKV_CBLK(LKV_TYPE_IQ2_S, 256, 82)
+LKV_CBLK(LKV_TYPE_IQ3_XXS, 256, 98)
+LKV_CBLK(LKV_TYPE_IQ3_S, 256, 110)
+LKV_CBLK(LKV_TYPE_IQ1_S, 256, 50)
+LKV_CBLK(LKV_TYPE_IQ1_M, 256, 56)
+LKV_CBLK(LKV_TYPE_IQ4_XS, 256, 136)
 #undef LKV_CBLK
 
 /* Bytes of 32 consecutive elements, for the types whose block is <= 32. */
@@ -102,7 +113,10 @@ static __device__ __forceinline__ int k3_scale(const uint8_t *s, int i) {
 /* y[0..32) = elements [32g, 32g + 32) of the row starting at `row`. */
 template <int T>
 static __device__ __forceinline__ void dq32(const uint8_t *__restrict__ row, int g, float *y) {
-    if constexpr (T == LKV_TYPE_F32) {
+    static_assert(!lkv_is_iquant(T) || cblk<T>::bytes == iq_block_bytes<T>(), "i-quant block size");
+    if constexpr (lkv_is_iquant(T)) {
+        iq_dq32<T>(row, g, y);
+    } else if constexpr (T == LKV_TYPE_F32) {
         const float4 *p = (const float4 *)(row + (size_t)g * 128);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -256,7 +270,9 @@ static __device__ __forceinline__ void dq32(const uint8_t *__restrict__ row, int
  * so a warp reads a contiguous span of weights and of activations. */
 template <int T>
 static __device__ __forceinline__ void dq8(const uint8_t *__restrict__ row, int e, float *y) {
-    if constexpr (T == LKV_TYPE_F32) {
+    if constexpr (lkv_is_iquant(T)) {
+        iq_dq8<T>(row, e, y);
+    } else if constexpr (T == LKV_TYPE_F32) {
         const float4 *p = (const float4 *)(row + (size_t)e * 32);
         const float4 a = p[0], b = p[1];
         y[0] = a.x; y[1] = a.y; y[2] = a.z; y[3] = a.w; y[4] = b.x; y[5] = b.y; y[6] = b.z; y[7] = b.w;
@@ -391,7 +407,9 @@ static __device__ __forceinline__ void dq8(const uint8_t *__restrict__ row, int 
 #define LKV_CUDA_WEIGHT_TYPES(X)                                                    \
     X(LKV_TYPE_F32) X(LKV_TYPE_F16) X(LKV_TYPE_BF16) X(LKV_TYPE_Q4_0) X(LKV_TYPE_Q4_1) \
     X(LKV_TYPE_Q5_0) X(LKV_TYPE_Q5_1) X(LKV_TYPE_Q8_0) X(LKV_TYPE_Q2_K) X(LKV_TYPE_Q3_K) \
-    X(LKV_TYPE_Q4_K) X(LKV_TYPE_Q5_K) X(LKV_TYPE_Q6_K) X(LKV_TYPE_IQ4_NL)
+    X(LKV_TYPE_Q4_K) X(LKV_TYPE_Q5_K) X(LKV_TYPE_Q6_K) X(LKV_TYPE_IQ4_NL)              \
+    X(LKV_TYPE_IQ2_XXS) X(LKV_TYPE_IQ2_XS) X(LKV_TYPE_IQ2_S) X(LKV_TYPE_IQ3_XXS)        \
+    X(LKV_TYPE_IQ3_S) X(LKV_TYPE_IQ1_S) X(LKV_TYPE_IQ1_M) X(LKV_TYPE_IQ4_XS)
 
 #define LKV_CUDA_KV_TYPES(X)                                                        \
     X(LKV_TYPE_F32) X(LKV_TYPE_F16) X(LKV_TYPE_BF16) X(LKV_TYPE_Q8_0) X(LKV_TYPE_Q4_0) \

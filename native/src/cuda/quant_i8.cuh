@@ -17,8 +17,9 @@
 
 #include "quant.cuh"
 
-/* the types the integer path reads (every quantized weight type) */
-template <int T> struct has_i8 { enum { v = cblk<T>::qk >= 32 }; };
+/* the types the integer path reads: every quantized weight type but iq1_s and
+ * iq1_m (whose values are grid + 1/8, no 8-bit code times a scale) */
+template <int T> struct has_i8 { enum { v = cblk<T>::qk >= 32 && (!lkv_is_iquant(T) || iq_has_codes<T>()) }; };
 /* types with an additive term mw != 0 */
 template <int T> struct has_min {
     enum { v = T == LKV_TYPE_Q4_1 || T == LKV_TYPE_Q5_1 || T == LKV_TYPE_Q2_K ||
@@ -37,10 +38,7 @@ static __device__ __forceinline__ void ld8_4(const uint8_t *p, uint32_t &a, uint
     a = q[0];
     b = q[1];
 }
-/* bit i (i < 4) of h to bit 0 of byte i */
-static __device__ __forceinline__ uint32_t spread4(uint32_t h) {
-    return ((h & 0xF) * 0x00204081u) & 0x01010101u;
-}
+/* spread4 (bit i of h to bit 0 of byte i): iquant_dq.cuh */
 
 template <int T>
 static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int e, uint32_t &w0,
@@ -161,6 +159,9 @@ static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int
         c = ((c >> sh) & 0x0F0F0F0Fu) | (((hc >> (2 * k)) & 0x03030303u) << 4);
         w0 = __vsubss4(a, 0x20202020u);
         w1 = __vsubss4(c, 0x20202020u);
+    } else if constexpr (lkv_is_iquant(T)) {
+        /* the grid / level codes with their scale (iquant_dq.cuh) */
+        iq_codes8<T>(row, e, w0, w1, dw);
     }
 }
 
