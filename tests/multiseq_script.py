@@ -81,7 +81,6 @@ def run_alone(make_ctx, events, n_seq: int, n_batch: int):
     (one call), truncate as it was truncated, and for a copy recompute the
     copied prefix. Every token's logits, per sequence."""
     out = [[] for _ in range(n_seq)]
-    content = [[] for _ in range(n_seq)]
     for s in range(n_seq):
         with make_ctx(1) as c:
             for ev in events:
@@ -96,16 +95,15 @@ def run_alone(make_ctx, events, n_seq: int, n_batch: int):
                     c.reset()
                 elif ev[0] == "copy" and ev[2] == s:
                     c.reset()
-                    src = _content_at(events, ev, ev[1])[:ev[3]]
+                    src = _content_at(events, ev, ev[1], n_seq)[:ev[3]]
                     for i in range(0, len(src), n_batch):
                         c.decode(src[i:i + n_batch])
-    del content
     return out
 
 
-def _content_at(events, upto, s):
+def _content_at(events, upto, s, n_seq):
     """Sequence s's tokens just before event `upto`."""
-    content = [[] for _ in range(64)]
+    content = [[] for _ in range(n_seq)]
     for ev in events:
         if ev is upto:
             return content[s]
