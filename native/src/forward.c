@@ -182,7 +182,7 @@ static int graph_key(const lkv_context *c, const lkv_ubatch *ub, uint64_t *key) 
     for (int32_t r = logit_lo; r < n; r++)
         if (!ub->want[r]) return 0;
     const uint64_t chunks = (uint64_t)((g->pos0 + n - 1) / c->p.kv_chunk + 1);
-    *key = (uint64_t)n | (uint64_t)logit_lo << 8 | chunks << 16 | (uint64_t)g->seq << 40;
+    *key = (uint64_t)n | (uint64_t)logit_lo << 8 | chunks << 16 | (uint64_t)g->seq << 48;
     return 1;
 }
 
