@@ -47,6 +47,21 @@ class SequencesMixin:
             want = want.astype(np.int8)
         return self._guard.call(self._decode_batch, toks, seqs, want)
 
+    def decode_batch_logits(self, tokens: Sequence[int], seq_ids: Sequence[int],
+                            want_logits: Sequence[bool] | None = None) -> np.ndarray:
+        """decode_batch and its logits rows, as one call (no truncate or copy of
+        another thread between them can drop the rows)."""
+        toks = _ids("tokens", tokens)
+        seqs = _ids("seq_ids", seq_ids, toks.size)
+        want = None if want_logits is None else np.asarray(want_logits, dtype=bool)
+        if want is not None and (want.ndim != 1 or want.size != toks.size):
+            raise ParameterError(f"want_logits must have one entry per token ({toks.size})")
+
+        def run() -> np.ndarray:
+            self._decode_batch(toks, seqs, None if want is None else want.astype(np.int8))
+            return self._logits()
+        return self._guard.call(run)
+
     def _decode_batch(self, toks: np.ndarray, seqs: np.ndarray, want: np.ndarray | None) -> int:
         from ._native import _check
         ptr = self.ptr
