@@ -8,8 +8,9 @@ one request: a function run on a slot's engine that yields items (a response
 dict, or stream chunks); the items reach the event loop through the job's
 asyncio queue. Free slots take waiting jobs first come, first served; a queue
 that is full refuses new ones (QueueFull, which the app answers with 503).
-An engine that batches several sequences in one context can take the place of
-the threads behind the same submit / cancel interface.
+With parallel > 1 the slots' Llamas share one context (seq_batch.py): each
+holds a sequence of it, and their threads' decode calls merge into batched
+steps (the weights read once per step); hybrid models keep a context each.
 
 Stopping early: a job is cancelled (its client went away) or runs past its
 deadline. Its slot notices between two tokens (SlotLlama.generate) and ends
@@ -28,6 +29,7 @@ from .._native import GGUFFile, Model, cuda_device_count, model_params
 from ..config import LlamaConfig, choose_device
 from ..default_model import default_model_path
 from ..llama import Llama
+from ..seq_batch import SharedContext
 from .settings import ServerSettings
 
 
@@ -125,6 +127,8 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     file = GGUFFile(path)
     device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
     model = Model(file, device, s.threads_per_slot)
+    if s.parallel > 1 and not model.hparams.get("full_attn_interval"):   # hybrids: a context each
+        kw["_context"] = SharedContext(s.parallel).context   # one context, batched steps
     return [SlotLlama(path, _model=model, **kw) for _ in range(s.parallel)]
 
 
