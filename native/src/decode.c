@@ -164,8 +164,8 @@ lkv_status lkv_context_seq_set_length(lkv_context *c, int32_t seq, int32_t n) {
     LKV_TRY(check_seq(c, seq, "truncate"));
     const int32_t len = c->seq_len[seq];
     if (n < 0 || n > len)
-        return lkv_fail(LKV_ERR_INVALID_ARG, "cannot truncate sequence %d to %d: it holds %d "
-                        "positions", seq, n, len);
+        return lkv_fail(LKV_ERR_INVALID_ARG, "cannot truncate to %d: the cache of sequence %d "
+                        "holds %d positions", n, seq, len);
     if (c->rs) LKV_TRY(lkv_recur_truncate(c->rs, n, len));
     LKV_TRY(lkv_kv_truncate(lkv_kvset_seq(c->kvs, seq), n));
     c->seq_len[seq] = n;
