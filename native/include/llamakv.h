@@ -206,8 +206,9 @@ typedef struct lkv_context lkv_context;
 
 void lkv_context_params_init(lkv_context_params *p);
 /* Allocates every buffer the context will use. A pool below the plan's
- * minimum fails with LKV_ERR_POOL_TOO_SMALL and a message giving it. The model
- * must outlive the context. */
+ * minimum fails with LKV_ERR_POOL_TOO_SMALL and a message giving it (with
+ * n_seq_max > 1: below n_seq_max sequences' minimum shares, kv/plan.h). The
+ * model must outlive the context. */
 lkv_status lkv_context_create(lkv_model *m, const lkv_context_params *p, lkv_context **out);
 void lkv_context_free(lkv_context *c);
 
@@ -253,7 +254,8 @@ lkv_status lkv_context_seq_copy(lkv_context *c, int32_t src, int32_t dst, int32_
 
 /* Logits of the last decode: n_rows rows of n_vocab floats (with embeddings:
  * hidden states, n_embd floats), row-major.
- * Valid until the next decode, truncate or free on this context. */
+ * Valid until the next decode, truncate (of any sequence), copy or free on
+ * this context. */
 const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows);
 int32_t lkv_context_n_tokens(const lkv_context *c);
 int32_t lkv_context_n_ctx(const lkv_context *c);
