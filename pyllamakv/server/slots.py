@@ -8,9 +8,10 @@ one request: a function run on a slot's engine that yields items (a response
 dict, or stream chunks); the items reach the event loop through the job's
 asyncio queue. Free slots take waiting jobs first come, first served; a queue
 that is full refuses new ones (QueueFull, which the app answers with 503).
-With parallel > 1 the slots' Llamas share one context (seq_batch.py): each
-holds a sequence of it, and their threads' decode calls merge into batched
-steps (the weights read once per step); hybrid models keep a context each.
+On a GPU with parallel > 1 the slots' Llamas share one context (seq_batch.py):
+each holds a sequence of it, and their threads' decode calls merge into
+batched steps (the weights read once per step). On the CPU, and for hybrid
+models, each slot keeps a context of its own.
 
 Stopping early: a job is cancelled (its client went away) or runs past its
 deadline. Its slot notices between two tokens (SlotLlama.generate) and ends
@@ -127,8 +128,11 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     file = GGUFFile(path)
     device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
     model = Model(file, device, s.threads_per_slot)
-    if s.parallel > 1 and not model.hparams.get("full_attn_interval"):   # hybrids: a context each
-        kw["_context"] = SharedContext(s.parallel).context   # one context, batched steps
+    # on a GPU one context for all slots, batched steps (weights read once per step); on the
+    # CPU a context each (slots in parallel on their own threads ran faster here); hybrids:
+    # a context each
+    if s.parallel > 1 and device != "cpu" and not model.hparams.get("full_attn_interval"):
+        kw["_context"] = SharedContext(s.parallel).context
     return [SlotLlama(path, _model=model, **kw) for _ in range(s.parallel)]
 
 
