@@ -25,6 +25,7 @@ from ._ffi import ffi, last_error, lib
 from .errors import ClosedError, ParameterError, ParameterTypeError, error_for_status
 from .gguf_file import GGUFError, GGUFFile  # noqa: F401  (GGUFError re-exported)
 from .guard import Guard, abortable
+from ._native_seqs import SequencesMixin
 from .hparams import ARCHS, model_params  # noqa: F401  (re-exported)
 from .weight_check import check_finite
 
@@ -182,22 +183,25 @@ class Model:
 
 # ---------------------------------------------------------------- context
 
-class Context:
-    """A KV cache and the buffers to decode into it, over one Model."""
+class Context(SequencesMixin):
+    """A KV cache and the buffers to decode into it, over one Model; with
+    n_seq_max > 1, that many sequences (each n_ctx positions, its own cache)
+    sharing one KV pool (the sequence calls are in _native_seqs.py; the calls
+    without a sequence id mean sequence 0)."""
 
-    def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
-                 n_threads: int | None = None, type_k: str | int = "f16",
+    def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512,
+                 n_ubatch: int = 512, n_threads: int | None = None, type_k: str | int = "f16",
                  type_v: str | int = "f16", kv_chunk: int = 0, logits_all: bool = False,
                  kv_pool_bytes: int | None = None, gpu_kernels: str = "fast",
-                 embeddings: bool = False,
-                 n_state_snapshots: int | None = None):
+                 embeddings: bool = False, n_state_snapshots: int | None = None,
+                 n_seq_max: int = 1):
         self._ptr = None
         self._guard = Guard("context")
         self.model = model
         p = ffi.new("lkv_context_params *")
         lib.lkv_context_params_init(p)
         for name, v in dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
-                            kv_chunk=kv_chunk).items():
+                            kv_chunk=kv_chunk, n_seq_max=n_seq_max).items():
             setattr(p, name, _int32(name, v))
         p.n_threads = _int32("n_threads", n_threads or 0)
         p.type_k = type_id(type_k, kv=True)
@@ -212,6 +216,7 @@ class Context:
         if n_state_snapshots is not None:   # hybrids: recurrent-state snapshots (core default 2)
             p.n_state_snapshots = int(n_state_snapshots)
         self.logits_all = bool(logits_all)
+        self.n_seq_max = int(n_seq_max)
         self.n_ubatch = min(int(n_ubatch), int(n_batch), int(n_ctx))   # the core's caps (context.c)
         out = ffi.new("lkv_context **")
 

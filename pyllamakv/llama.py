@@ -57,7 +57,7 @@ class Llama(OpenAIMethods):
                  pooling_type: int | str = -1, draft_model=None,
                  gpu_memory_mib: float | None = None,
                  progress_callback: ProgressCallback | None = None,
-                 _model: "_native.Model | None" = None, **llama_cpp_kwargs):
+                 _model: "_native.Model | None" = None, _context=None, **llama_cpp_kwargs):
         self._ctx = self._model = None
         self._guard = Guard("Llama")
         self.verbose = bool(verbose)
@@ -106,9 +106,12 @@ class Llama(OpenAIMethods):
         if cfg.n_ubatch is None and self.memory is None:
             n_ubatch = chosen_ubatch(hp, self.device, self._n_ctx, n_batch, pool, type_k, type_v)
         self.kv_pool_bytes = pool
-        self._ctx = _native.Context(self._model, self._n_ctx, n_batch, min(n_ubatch, n_batch),
-                                    n_threads, type_k, type_v, 0, cfg.logits_all or embedding,
-                                    pool, cfg.gpu_kernels, embeddings=embedding)
+        # _context: a factory taking Context's arguments (seq_batch.SharedContext.context)
+        self._ctx = (_context or _native.Context)(
+            self._model, n_ctx=self._n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
+            n_threads=n_threads, type_k=type_k, type_v=type_v,
+            logits_all=cfg.logits_all or embedding, kv_pool_bytes=pool,
+            gpu_kernels=cfg.gpu_kernels, embeddings=embedding)
         progress("load", 3, 4)
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
         self.embedding = bool(embedding)

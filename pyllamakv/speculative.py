@@ -80,7 +80,8 @@ class DraftModel:
         self.metadata = file.metadata
         self._model = _native.Model(file, device, n_threads)
         self._n_batch = 512
-        self._ctx = _native.Context(self._model, n_ctx, self._n_batch, self._n_batch, n_threads)
+        self._ctx = _native.Context(self._model, n_ctx=n_ctx, n_batch=self._n_batch,
+                                    n_ubatch=self._n_batch, n_threads=n_threads)
         self._ids = np.zeros(0, np.int32)        # what the draft cache holds
 
     @property

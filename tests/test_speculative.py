@@ -28,10 +28,10 @@ def test_decode_ex_rows_match_logits_all(tiny):
     rng = np.random.default_rng()
     tokens = rng.integers(0, 320, 11).tolist()
     m = Model(tiny)
-    with Context(m, 64, 16, 4, logits_all=True) as full:
+    with Context(m, n_ctx=64, n_batch=16, n_ubatch=4, logits_all=True) as full:
         full.decode(tokens)
         ref = full.logits()
-    with Context(m, 64, 16, 4) as ctx:
+    with Context(m, n_ctx=64, n_batch=16, n_ubatch=4) as ctx:
         for n_logits in (1, 2, 5, 8, 11):    # within the last micro-batch and across them
             ctx.truncate(0)
             ctx.decode(tokens, n_logits=n_logits)
@@ -43,7 +43,7 @@ def test_decode_ex_rows_match_logits_all(tiny):
 
 
 def test_decode_ex_bad_n_logits_leaves_the_cache(tiny):
-    with Context(Model(tiny), 64, 16, 4) as ctx:
+    with Context(Model(tiny), n_ctx=64, n_batch=16, n_ubatch=4) as ctx:
         ctx.decode([5, 6, 7])
         for bad in (-1, 4):
             with pytest.raises(InvalidArgumentError, match="n_logits"):

@@ -14,6 +14,9 @@
  * - Parameter structs are passed by pointer; *_params_init fills defaults.
  * - Enums are append-only; sized integers throughout.
  * - Nothing in the library exits, aborts or prints.
+ * - Sequences: a context holds n_seq_max sequences (ids 0 .. n_seq_max - 1).
+ *   The calls without a sequence id (lkv_decode, lkv_context_truncate,
+ *   lkv_context_n_tokens, the state and stats calls) mean sequence 0.
  * - Threading: a context is used by one thread at a time (except
  *   lkv_context_set_abort, which any thread may call at any time). Distinct
  *   contexts (also of one model) may be used from distinct threads.
@@ -194,14 +197,18 @@ typedef struct lkv_context_params {
                                 (n_embd floats) instead of its logits (n_vocab floats) */
     int32_t n_state_snapshots; /* hybrid models: recurrent-state snapshots kept for prefix
                                   reuse (default 2; 0: none) */
+    int32_t n_seq_max;       /* sequences the context holds (default 1; hybrid models: 1).
+                                Each has n_ctx positions, its own chunk grid and host
+                                store; kv_pool_bytes is one pool shared by all of them */
 } lkv_context_params;
 
 typedef struct lkv_context lkv_context;
 
 void lkv_context_params_init(lkv_context_params *p);
 /* Allocates every buffer the context will use. A pool below the plan's
- * minimum fails with LKV_ERR_POOL_TOO_SMALL and a message giving it. The model
- * must outlive the context. */
+ * minimum fails with LKV_ERR_POOL_TOO_SMALL and a message giving it (with
+ * n_seq_max > 1: below n_seq_max sequences' minimum shares, kv/plan.h). The
+ * model must outlive the context. */
 lkv_status lkv_context_create(lkv_model *m, const lkv_context_params *p, lkv_context **out);
 void lkv_context_free(lkv_context *c);
 
@@ -224,9 +231,31 @@ lkv_status lkv_context_set_abort(lkv_context *c, int32_t abort);
  * n_ubatch with logits_all) allocates room for n_batch rows once. */
 lkv_status lkv_decode_ex(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
                          int32_t n_logits);
+/* Several sequences in one call (continuous batching): tokens[i] belongs to
+ * sequence seq_ids[i] (seq_ids NULL: all 0) and goes at that sequence's next
+ * position. Each sequence's tokens are contiguous in the call (one run per
+ * sequence) and in order. want_logits[i] != 0 keeps token i's logits
+ * (want_logits NULL: the last token of each run, or every token with
+ * logits_all); lkv_context_logits then gives one row per kept token, in token
+ * order. n <= n_batch. The weights are read once per micro-batch for all its
+ * tokens; attention runs per sequence over its own cache. All or nothing: on
+ * failure other than LKV_ERR_DEVICE every sequence is as it was before. */
+lkv_status lkv_decode_batch(lkv_context *c, const int32_t *tokens, const int32_t *seq_ids,
+                            const int8_t *want_logits, int32_t n);
+int32_t lkv_context_n_seq_max(const lkv_context *c);
+/* positions sequence seq holds (-1 for an id outside [0, n_seq_max)) */
+int32_t lkv_context_seq_n_tokens(const lkv_context *c, int32_t seq);
+/* Drops positions >= n of sequence seq (n = 0: resets it, which frees its
+ * share of the pool for the others). */
+lkv_status lkv_context_seq_truncate(lkv_context *c, int32_t seq, int32_t n);
+/* Sequence dst becomes the first n positions of sequence src (copied, not
+ * recomputed); dst != src, n <= the positions src holds. */
+lkv_status lkv_context_seq_copy(lkv_context *c, int32_t src, int32_t dst, int32_t n);
+
 /* Logits of the last decode: n_rows rows of n_vocab floats (with embeddings:
  * hidden states, n_embd floats), row-major.
- * Valid until the next decode, truncate or free on this context. */
+ * Valid until the next decode, truncate (of any sequence), copy or free on
+ * this context. */
 const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows);
 int32_t lkv_context_n_tokens(const lkv_context *c);
 int32_t lkv_context_n_ctx(const lkv_context *c);
@@ -296,14 +325,23 @@ typedef struct lkv_kv_stats {
     int32_t streaming;            /* 1 when a pool bound is in force */
 } lkv_kv_stats;
 
-/* resident may be NULL, else it receives n_layer counts. */
+/* Pure: the shares of one pool among n_seq sequences, active[i] != 0 for the
+ * active ones (policy in native/src/kv/plan.h): offset[i], bytes[i]. A share
+ * below min_share fails with LKV_ERR_POOL_TOO_SMALL. */
+lkv_status lkv_plan_pool_shares(int64_t pool_bytes, int32_t n_seq, const int32_t *active,
+                                int64_t min_share, int64_t *offset, int64_t *bytes);
+
+/* resident may be NULL, else it receives n_layer counts. Sequence 0's cache
+ * (pool_bytes is its share); lkv_context_seq_kv_stats for another. */
+lkv_status lkv_context_seq_kv_stats(const lkv_context *c, int32_t seq, lkv_kv_stats *out,
+                                    int32_t *resident);
 lkv_status lkv_context_kv_stats(const lkv_context *c, lkv_kv_stats *out, int32_t *resident);
 /* Row bytes of `type` for n elements (n a multiple of the block size). */
 int64_t lkv_row_bytes(int32_t type, int64_t n);
 
 /* LKV_CDEF_END */
 
-#define LKV_ABI_VERSION 2
+#define LKV_ABI_VERSION 3
 
 #ifdef __cplusplus
 }

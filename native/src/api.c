@@ -172,6 +172,7 @@ API void lkv_context_params_init(lkv_context_params *p) {
     p->kv_pool_bytes = -1;
     p->n_state_snapshots = 2;
     p->gpu_kernels = 1;
+    p->n_seq_max = 1;
 }
 
 API lkv_status lkv_context_create(lkv_model *m, const lkv_context_params *p, lkv_context **out) {
@@ -196,6 +197,32 @@ API lkv_status lkv_decode_ex(lkv_context *c, const int32_t *tokens, int32_t n, i
     return lkv_context_decode(c, tokens, n, pos0, n_logits);
 }
 
+API lkv_status lkv_decode_batch(lkv_context *c, const int32_t *tokens, const int32_t *seq_ids,
+                                const int8_t *want_logits, int32_t n) {
+    lkv_clear_error();
+    if (!c || (!tokens && n > 0))
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_decode_batch: NULL argument");
+    return lkv_context_decode_seqs(c, tokens, seq_ids, want_logits, n);
+}
+
+API int32_t lkv_context_n_seq_max(const lkv_context *c) { return c ? c->n_seq : 0; }
+
+API int32_t lkv_context_seq_n_tokens(const lkv_context *c, int32_t seq) {
+    return c && seq >= 0 && seq < c->n_seq ? c->seq_len[seq] : -1;
+}
+
+API lkv_status lkv_context_seq_truncate(lkv_context *c, int32_t seq, int32_t n) {
+    lkv_clear_error();
+    if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_truncate: NULL context");
+    return lkv_context_seq_set_length(c, seq, n);
+}
+
+API lkv_status lkv_context_seq_copy(lkv_context *c, int32_t src, int32_t dst, int32_t n) {
+    lkv_clear_error();
+    if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_copy: NULL context");
+    return lkv_context_copy_seq(c, src, dst, n);
+}
+
 API lkv_status lkv_context_set_abort(lkv_context *c, int32_t abort) {
     if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_set_abort: NULL context");
     atomic_store(&c->abort, abort != 0);
@@ -207,7 +234,7 @@ API const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows) {
     return c ? c->logits : NULL;
 }
 
-API int32_t lkv_context_n_tokens(const lkv_context *c) { return c ? c->n_tokens : 0; }
+API int32_t lkv_context_n_tokens(const lkv_context *c) { return c ? c->seq_len[0] : 0; }
 
 API int32_t lkv_context_n_ctx(const lkv_context *c) { return c ? c->p.n_ctx : 0; }
 
@@ -261,5 +288,20 @@ API lkv_status lkv_plan_compute(const lkv_plan_params *p, int32_t n_tokens, lkv_
 API lkv_status lkv_context_kv_stats(const lkv_context *c, lkv_kv_stats *out, int32_t *resident) {
     lkv_clear_error();
     if (!c || !out) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_kv_stats: NULL argument");
-    return lkv_context_stats(c, out, resident);
+    return lkv_context_stats(c, 0, out, resident);
+}
+
+API lkv_status lkv_context_seq_kv_stats(const lkv_context *c, int32_t seq, lkv_kv_stats *out,
+                                        int32_t *resident) {
+    lkv_clear_error();
+    if (!c || !out) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_kv_stats: NULL argument");
+    return lkv_context_stats(c, seq, out, resident);
+}
+
+API lkv_status lkv_plan_pool_shares(int64_t pool_bytes, int32_t n_seq, const int32_t *active,
+                                    int64_t min_share, int64_t *offset, int64_t *bytes) {
+    lkv_clear_error();
+    if (!active || !offset || !bytes)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_plan_pool_shares: NULL argument");
+    return lkv_plan_shares(pool_bytes, n_seq, active, min_share, offset, bytes);
 }

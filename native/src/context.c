@@ -30,6 +30,11 @@ static lkv_status check_params(const lkv_model *m, const lkv_context_params *p) 
                         "(got %d)", p->kv_chunk);
     if (p->embeddings != 0 && p->embeddings != 1)
         return lkv_fail(LKV_ERR_INVALID_ARG, "embeddings must be 0 or 1 (got %d)", p->embeddings);
+    if (p->n_seq_max < 1 || p->n_seq_max > 4096)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_seq_max must be in [1, 4096] (got %d)", p->n_seq_max);
+    if (p->n_seq_max > 1 && m->arch->hybrid)
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "n_seq_max = %d: hybrid models (recurrent state) "
+                        "hold one sequence per context", p->n_seq_max);
     if (p->gpu_kernels != 0 && p->gpu_kernels != 1)
         return lkv_fail(LKV_ERR_INVALID_ARG, "gpu_kernels must be 0 (exact) or 1 (fast) (got %d)",
                         p->gpu_kernels);
@@ -53,6 +58,7 @@ static int default_threads(void) {
 
 lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_context **out) {
     lkv_context_params p = *pin;
+    if (!p.n_seq_max) p.n_seq_max = 1;
     LKV_TRY(check_params(m, &p));
     if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
     if (p.n_ubatch > p.n_batch) p.n_ubatch = p.n_batch;
@@ -120,7 +126,19 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
             .row_bytes_v = lkv_type_row_bytes(tv, (int64_t)nkv),
             .pool_bytes = p.kv_pool_bytes,
         };
-        st = lkv_kv_create(&c->kv, &kc, c->be, c->b);
+        st = lkv_kvset_create(&c->kvs, &kc, p.n_seq_max, c->be, c->b);
+    }
+    c->n_seq = p.n_seq_max;
+    if (!st) {
+        c->seq_len = calloc((size_t)c->n_seq * 3, sizeof(int32_t));
+        c->want = calloc((size_t)p.n_batch, 1);
+        c->groups = calloc((size_t)p.n_batch, sizeof(lkv_group));
+        if (!c->seq_len || !c->want || !c->groups)
+            st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the sequence tables");
+        else {
+            c->seq_start = c->seq_len + c->n_seq;
+            c->active = c->seq_len + 2 * c->n_seq;
+        }
     }
     if (st) { lkv_context_destroy(c); return st; }
 
@@ -142,7 +160,10 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
 
 void lkv_context_destroy(lkv_context *c) {
     if (!c) return;
-    lkv_kv_free(c->kv);
+    lkv_kvset_free(c->kvs);
+    free(c->seq_len);
+    free(c->want);
+    free(c->groups);
     lkv_recur_free(c->rs);
     void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->ffn_g, c->ffn_u, c->o, c->attn_st,
                     c->logits_dev, c->logits_wide, c->qg, c->gate, c->rs_qkv, c->rs_conv,
@@ -154,105 +175,17 @@ void lkv_context_destroy(lkv_context *c) {
     free(c);
 }
 
-// ------------------------------------------------------------------ decode
-
-lkv_status lkv_context_check_abort(const lkv_context *c) {
-    if (!atomic_load_explicit(&c->abort, memory_order_relaxed)) return LKV_OK;
-    return lkv_fail(LKV_ERR_ABORTED, "decode aborted (lkv_context_set_abort); the cache is as it "
-                    "was before the call");
-}
-
-float *lkv_logits_dev(const lkv_context *c, int32_t nl) {
-    return nl > (c->p.logits_all ? c->p.n_ubatch : 1) ? c->logits_wide : c->logits_dev;
-}
-
-/* Room for the logits of n_logits > 1 rows without logits_all: a device
- * buffer of U rows and a host one of n_batch rows, made once. */
-static lkv_status wide_logits(lkv_context *c) {
-    if (c->logits_wide) return LKV_OK;
-    const size_t W = (size_t)c->out_width;   /* n_vocab, or n_embd with embeddings */
-    float *host = malloc(sizeof(float) * (size_t)c->p.n_batch * W);
-    if (!host) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for %d logits rows", c->p.n_batch);
-    float *dev = c->be->alloc(c->b, sizeof(float) * (size_t)c->p.n_ubatch * W);
-    if (!dev) {
-        free(host);
-        return lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate %d logits rows", c->p.n_ubatch);
-    }
-    free(c->logits);
-    c->logits = host;
-    c->logit_rows_host = c->p.n_batch;
-    c->logits_wide = dev;
-    return LKV_OK;
-}
-
-lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
-                              int32_t n_logits) {
-    if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
-    if (n <= 0) return lkv_fail(LKV_ERR_INVALID_ARG, "no tokens to decode (n = %d)", n);
-    if (n > c->p.n_batch)
-        return lkv_fail(LKV_ERR_INVALID_ARG, "%d tokens exceed n_batch = %d", n, c->p.n_batch);
-    if (n_logits < 0 || n_logits > n)
-        return lkv_fail(LKV_ERR_INVALID_ARG, "n_logits = %d is outside [0, n = %d]", n_logits, n);
-    if (pos0 != c->n_tokens)
-        return lkv_fail(LKV_ERR_INVALID_ARG, "position %d does not follow the cache, which holds %d "
-                        "positions; truncate first", pos0, c->n_tokens);
-    if ((int64_t)pos0 + n > c->p.n_ctx)
-        return lkv_fail(LKV_ERR_CONTEXT_FULL, "%d tokens at position %d exceed n_ctx = %d", n, pos0,
-                        c->p.n_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->model->hp.n_vocab)
-            return lkv_fail(LKV_ERR_INVALID_ARG, "token id %d at index %d is outside the vocabulary "
-                            "[0, %d)", tokens[i], i, c->model->hp.n_vocab);
-    if (n_logits == 0) n_logits = c->p.logits_all ? n : 1;
-    if (n_logits > c->logit_rows_host) LKV_TRY(wide_logits(c));
-    const int32_t W = c->out_width, U = c->p.n_ubatch;
-    const int32_t first = n - n_logits;      /* first row whose logits are kept */
-    c->n_logit_rows = 0;
-    lkv_kv_decode_begin(c->kv);
-    for (int32_t done = 0; done < n; done += U) {
-        const int32_t nu = n - done < U ? n - done : U;
-        const int32_t lo = first <= done ? 0 : first - done < nu ? first - done : nu;
-        float *dst = lo < nu ? c->logits + (size_t)(done + lo - first) * W : NULL;
-        lkv_status st = lkv_context_check_abort(c);
-        if (!st) st = lkv_forward(c, tokens + done, nu, pos0 + done, lo, dst);
-        if (st) {
-            if (st == LKV_ERR_DEVICE) c->dead = true;
-            int32_t back = pos0;
-            if (c->rs) {   /* the recurrent state moved on: back to the latest usable point */
-                back = lkv_recur_restore_point(c->rs, pos0, INT32_MAX);
-                lkv_recur_truncate(c->rs, back, -1);
-            }
-            lkv_kv_truncate(c->kv, back);
-            c->n_tokens = back;
-            return st;
-        }
-        c->n_tokens = pos0 + done + nu;
-    }
-    c->n_logit_rows = n_logits;
-    return LKV_OK;
-}
-
-lkv_status lkv_context_set_length(lkv_context *c, int32_t n) {
-    if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
-    if (n < 0 || n > c->n_tokens)
-        return lkv_fail(LKV_ERR_INVALID_ARG, "cannot truncate to %d: the cache holds %d positions",
-                        n, c->n_tokens);
-    if (c->rs) LKV_TRY(lkv_recur_truncate(c->rs, n, c->n_tokens));
-    LKV_TRY(lkv_kv_truncate(c->kv, n));
-    c->n_tokens = n;
-    c->n_logit_rows = 0;
-    return LKV_OK;
-}
+// ------------------------------------------------------------------ recurrent state
 
 int32_t lkv_context_restore(const lkv_context *c, int32_t n) {
     if (n < 0) return 0;
-    if (!c->rs) return n < c->n_tokens ? n : c->n_tokens;
-    return lkv_recur_restore_point(c->rs, n, c->n_tokens);
+    if (!c->rs) return n < c->seq_len[0] ? n : c->seq_len[0];
+    return lkv_recur_restore_point(c->rs, n, c->seq_len[0]);
 }
 
 lkv_status lkv_context_keep_snapshot(lkv_context *c) {
     if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
-    return c->rs ? lkv_recur_snapshot(c->rs, c->n_tokens) : LKV_OK;
+    return c->rs ? lkv_recur_snapshot(c->rs, c->seq_len[0]) : LKV_OK;
 }
 
 // ------------------------------------------------------------------ state
@@ -267,7 +200,7 @@ typedef struct {
 static state_header header_of(const lkv_context *c) {
     const lkv_model_params *hp = &c->model->hp;
     const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
-    return (state_header){STATE_MAGIC, c->n_tokens, c->model->n_layer_kv, c->p.type_k, c->p.type_v,
+    return (state_header){STATE_MAGIC, c->seq_len[0], c->model->n_layer_kv, c->p.type_k, c->p.type_v,
                           lkv_type_row_bytes(lkv_type_traits(c->p.type_k), nkv),
                           lkv_type_row_bytes(lkv_type_traits(c->p.type_v), nkv),
                           c->rs ? (int64_t)lkv_recur_bytes(c->rs) : 0};
@@ -293,9 +226,9 @@ lkv_status lkv_context_state_save(lkv_context *c, void *dst, uint64_t size) {
     memcpy(p, &h, sizeof h);
     p += sizeof h;
     for (int l = 0; l < h.n_layer && h.n_tokens; l++) {
-        LKV_TRY(lkv_kv_read(c->kv, l, 0, 0, h.n_tokens, p));
+        LKV_TRY(lkv_kv_read(lkv_kvset_seq(c->kvs, 0), l, 0, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_k;
-        LKV_TRY(lkv_kv_read(c->kv, l, 1, 0, h.n_tokens, p));
+        LKV_TRY(lkv_kv_read(lkv_kvset_seq(c->kvs, 0), l, 1, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_v;
     }
     if (c->rs) LKV_TRY(lkv_recur_read(c->rs, p));
@@ -321,17 +254,21 @@ lkv_status lkv_context_state_load(lkv_context *c, const void *src, uint64_t size
     LKV_TRY(lkv_context_set_length(c, 0));
     const char *p = (const char *)src + sizeof h;
     for (int l = 0; l < h.n_layer && h.n_tokens; l++) {
-        LKV_TRY(lkv_kv_write(c->kv, l, 0, 0, h.n_tokens, p));
+        LKV_TRY(lkv_kv_write(lkv_kvset_seq(c->kvs, 0), l, 0, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_k;
-        LKV_TRY(lkv_kv_write(c->kv, l, 1, 0, h.n_tokens, p));
+        LKV_TRY(lkv_kv_write(lkv_kvset_seq(c->kvs, 0), l, 1, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_v;
     }
     if (c->rs) LKV_TRY(lkv_recur_write(c->rs, p));
-    c->n_tokens = h.n_tokens;
+    c->seq_len[0] = h.n_tokens;
     return LKV_OK;
 }
 
-lkv_status lkv_context_stats(const lkv_context *c, lkv_kv_stats *out, int32_t *resident) {
-    lkv_kv_get_stats(c->kv, out, resident);
+lkv_status lkv_context_stats(const lkv_context *c, int32_t seq, lkv_kv_stats *out,
+                             int32_t *resident) {
+    if (seq < 0 || seq >= c->n_seq)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "kv stats: sequence id %d is outside [0, "
+                        "n_seq_max = %d)", seq, c->n_seq);
+    lkv_kv_get_stats(lkv_kvset_seq(c->kvs, seq), out, resident);
     return LKV_OK;
 }

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 
 #include "backend.h"
-#include "kv/cache.h"
+#include "kv/seqs.h"
 #include "model.h"
 #include "recurrent.h"
 
@@ -18,8 +18,14 @@ struct lkv_context {
     lkv_context_params p;
     const lkv_backend *be;
     lkv_bctx *b;
-    lkv_kv *kv;
-    int32_t n_tokens;        /* positions held by the cache */
+    lkv_kvset *kvs;          /* one KV cache per sequence, one pool */
+    int32_t n_seq;           /* p.n_seq_max */
+    int32_t *seq_len;        /* (n_seq,) positions held by each sequence's cache */
+    /* decode scratch, made at creation */
+    uint8_t *want;           /* (n_batch,) rows whose logits are kept */
+    struct lkv_group *groups;/* (n_batch,) one micro-batch's sequence runs */
+    int32_t *seq_start;      /* (n_seq,) lengths before the decode call; -1: not in it */
+    int32_t *active;         /* (n_seq,) lkv_kvset_prepare's argument */
     bool dead;               /* a device error happened */
     atomic_int abort;        /* lkv_context_set_abort: stop the running decode */
 
@@ -55,14 +61,28 @@ struct lkv_context {
     lkv_rope_desc rope;
 };
 
-/* One micro-batch of n <= n_ubatch tokens at pos0. Logits of rows
- * [logit_lo, n) are written to host `logits_out` (row 0 = row logit_lo);
- * logit_lo == n means none. */
+/* rows [row0, row0 + n) of a micro-batch: tokens of sequence seq at
+ * positions pos0 .. pos0 + n - 1 */
+typedef struct lkv_group {
+    int32_t seq, pos0, row0, n;
+} lkv_group;
+
+/* One micro-batch of n <= n_ubatch tokens in n_groups runs, one per sequence */
+typedef struct lkv_ubatch {
+    const int32_t *tokens;
+    int32_t n;
+    const lkv_group *groups;
+    int32_t n_groups;
+    const uint8_t *want;     /* (n,) nonzero: the row's logits are kept */
+    int32_t n_want;
+} lkv_ubatch;
+
 /* The device buffer the output head writes nl logits rows into. */
 float *lkv_logits_dev(const struct lkv_context *c, int32_t nl);
 
-lkv_status lkv_forward(struct lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
-                       int32_t logit_lo, float *logits_out);
+/* Runs one micro-batch; the logits of the wanted rows go, packed in row
+ * order, to host `logits_out`. */
+lkv_status lkv_forward(struct lkv_context *c, const lkv_ubatch *ub, float *logits_out);
 
 /* LKV_ERR_ABORTED (with a message) when the abort flag is set, else LKV_OK */
 lkv_status lkv_context_check_abort(const struct lkv_context *c);

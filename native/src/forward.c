@@ -22,10 +22,11 @@
 /* q, k, v of an attention layer into c->q, c->k, c->v (the K/V rows into
  * the cache). With a q gate the projection is (n, n_head, [q | gate]): the
  * gates go to c->gate. */
-static void layer_attention(lkv_context *c, const lkv_layer_weights *L, int n) {
+static void layer_attention(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub) {
     const lkv_backend *be = c->be;
     const lkv_model *m = c->model;
     const lkv_model_params *hp = &m->hp;
+    const int n = ub->n;
     const int hd = hp->head_dim, nq = hp->n_head * hd, nkv = hp->n_head_kv * hd;
 
     float *outs[3] = {m->arch->q_gate ? c->qg : c->q, c->k, c->v};
@@ -44,24 +45,37 @@ static void layer_attention(lkv_context *c, const lkv_layer_weights *L, int n) {
     lkv_rope_desc rq = c->rope, rk = c->rope;
     rq.n_head = hp->n_head;
     rk.n_head = hp->n_head_kv;
-    const int32_t pos0 = c->geo.q_pos0;
-    void *kdst, *vdst;
-    lkv_kv_batch_rows(c->kv, L->kv_layer, &kdst, &vdst);
-    if (be->rope_store && be->rope_store(c->b, c->q, c->k, c->v, n, pos0, &rq, &rk, kdst,
-                                         c->p.type_k, vdst, c->p.type_v))
-        return;
-    be->rope(c->b, c->q, n, pos0, &rq);
-    be->rope(c->b, c->k, n, pos0, &rk);
-    be->to_type(c->b, kdst, c->p.type_k, c->k, n, nkv);
-    be->to_type(c->b, vdst, c->p.type_v, c->v, n, nkv);
+    /* rope and the K/V rows per sequence: its own positions and cache */
+    for (int32_t g = 0; g < ub->n_groups; g++) {
+        const lkv_group *gr = &ub->groups[g];
+        float *q = c->q + (size_t)gr->row0 * nq, *k = c->k + (size_t)gr->row0 * nkv;
+        const float *v = c->v + (size_t)gr->row0 * nkv;
+        void *kdst, *vdst;
+        lkv_kv_batch_rows(lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer, &kdst, &vdst);
+        if (be->rope_store && be->rope_store(c->b, q, k, v, gr->n, gr->pos0, &rq, &rk, kdst,
+                                             c->p.type_k, vdst, c->p.type_v))
+            continue;
+        be->rope(c->b, q, gr->n, gr->pos0, &rq);
+        be->rope(c->b, k, gr->n, gr->pos0, &rk);
+        be->to_type(c->b, kdst, c->p.type_k, k, gr->n, nkv);
+        be->to_type(c->b, vdst, c->p.type_v, v, gr->n, nkv);
+    }
 }
 
-/* the attention mixer: c->o (n, n_embd) from h */
-static lkv_status mixer_attention(lkv_context *c, const lkv_layer_weights *L, int n) {
+/* the attention mixer: c->o (n, n_embd) from h; attention runs per
+ * sequence over its own cache, the projections over all rows at once */
+static lkv_status mixer_attention(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub) {
     const lkv_backend *be = c->be;
     const lkv_model_params *hp = &c->model->hp;
-    layer_attention(c, L, n);
-    LKV_TRY(lkv_kv_attend(c->kv, L->kv_layer, c->q, c->attn_st, c->h, &c->geo));
+    const int n = ub->n, nq = hp->n_head * hp->head_dim;
+    layer_attention(c, L, ub);
+    for (int32_t g = 0; g < ub->n_groups; g++) {
+        const lkv_group *gr = &ub->groups[g];
+        void *st = (char *)c->attn_st + be->attn_state_bytes(gr->row0, hp->n_head, hp->head_dim);
+        LKV_TRY(lkv_kv_attend(lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer,
+                              c->q + (size_t)gr->row0 * nq, st, c->h + (size_t)gr->row0 * nq,
+                              &c->geo));
+    }
     if (c->model->arch->q_gate)
         be->sigmoid_mul(c->b, c->h, c->gate, (int64_t)n * hp->n_head * hp->head_dim);
     float *o1[1] = {c->o};
@@ -108,12 +122,13 @@ static void add_norm(lkv_context *c, float *y, const lkv_weight *w, int n) {
 /* On entry h = rmsnorm(x) * attn_norm of this layer (the previous layer's
  * last add computed it); on exit the same holds for the next layer, except
  * after the last layer, which only adds. */
-static lkv_status layer(lkv_context *c, int il, int n) {
+static lkv_status layer(lkv_context *c, int il, const lkv_ubatch *ub) {
+    const int n = ub->n;
     const lkv_backend *be = c->be;
     const lkv_model_params *hp = &c->model->hp;
     const lkv_layer_weights *L = &c->model->layers[il];
 
-    if (L->kv_layer >= 0) LKV_TRY(mixer_attention(c, L, n));
+    if (L->kv_layer >= 0) LKV_TRY(mixer_attention(c, L, ub));
     else mixer_delta(c, L, n);
     add_norm(c, c->o, &L->ffn_norm, n);
 
@@ -131,31 +146,43 @@ static lkv_status layer(lkv_context *c, int il, int n) {
     return LKV_OK;
 }
 
-/* logits rows [logit_lo, n): final norm and output matmul (not downloaded);
- * with embeddings the normed rows themselves are the output */
-static void output_head(lkv_context *c, int32_t n, int32_t logit_lo) {
+/* the wanted rows' outputs, packed in row order: final norm and output
+ * matmul (not downloaded); with embeddings the normed rows themselves */
+static void output_head(lkv_context *c, const lkv_ubatch *ub) {
     const lkv_model *m = c->model;
     const lkv_model_params *hp = &m->hp;
-    const float *xl = c->x + (size_t)logit_lo * hp->n_embd;
-    float *out = lkv_logits_dev(c, n - logit_lo);
-    if (c->p.embeddings) {
-        c->be->rmsnorm(c->b, out, xl, &m->output_norm, n - logit_lo, hp->n_embd, hp->rms_eps);
-        return;
+    const int32_t E = hp->n_embd;
+    float *out = lkv_logits_dev(c, ub->n_want);
+    float *normed = c->p.embeddings ? out : c->h;
+    int32_t k = 0;
+    for (int32_t r = 0; r < ub->n;) {   /* one rmsnorm per run of wanted rows */
+        if (!ub->want[r]) { r++; continue; }
+        int32_t e = r;
+        while (e < ub->n && ub->want[e]) e++;
+        c->be->rmsnorm(c->b, normed + (size_t)k * E, c->x + (size_t)r * E, &m->output_norm,
+                       e - r, E, hp->rms_eps);
+        k += e - r;
+        r = e;
     }
-    c->be->rmsnorm(c->b, c->h, xl, &m->output_norm, n - logit_lo, hp->n_embd, hp->rms_eps);
+    if (c->p.embeddings) return;
     float *lo[1] = {out};
     const lkv_weight *wout[1] = {&m->output};
-    c->be->matmul(c->b, lo, c->h, wout, 1, n - logit_lo);
+    c->be->matmul(c->b, lo, c->h, wout, 1, ub->n_want);
 }
 
 /* Decode steps of an all-resident cache go through the backend's step graph:
- * they differ only by tokens and position as long as the token count, the
- * logits rows and the number of attention chunks stay the same (the key). */
-static int graph_key(const lkv_context *c, int32_t n, int32_t pos0, int32_t logit_lo,
-                     uint64_t *key) {
-    if (!c->be->step_begin || lkv_kv_streaming(c->kv) || n > 8 || logit_lo >= n) return 0;
-    const uint64_t chunks = (uint64_t)((pos0 + n - 1) / c->p.kv_chunk + 1);
-    *key = (uint64_t)n | (uint64_t)logit_lo << 8 | chunks << 16;
+ * they differ only by tokens and position as long as the sequence, the token
+ * count, the logits rows (a suffix) and the number of attention chunks stay
+ * the same (the key). One sequence per step only. */
+static int graph_key(const lkv_context *c, const lkv_ubatch *ub, uint64_t *key) {
+    const int32_t n = ub->n, logit_lo = n - ub->n_want;
+    if (!c->be->step_begin || ub->n_groups != 1 || n > 8 || ub->n_want == 0) return 0;
+    const lkv_group *g = &ub->groups[0];
+    if (lkv_kv_streaming(lkv_kvset_seq(c->kvs, g->seq))) return 0;
+    for (int32_t r = logit_lo; r < n; r++)
+        if (!ub->want[r]) return 0;
+    const uint64_t chunks = (uint64_t)((g->pos0 + n - 1) / c->p.kv_chunk + 1);
+    *key = (uint64_t)n | (uint64_t)logit_lo << 8 | chunks << 16 | (uint64_t)g->seq << 48;
     return 1;
 }
 
@@ -168,43 +195,48 @@ static lkv_status download_logits(lkv_context *c, int32_t nl, float *logits_out)
 
 /* may_abort: between layers, stop when the abort flag is set (not while a
  * step graph is being captured, nor for decode steps, which are short) */
-static lkv_status run_layers(lkv_context *c, const int32_t *tokens, int32_t n, bool may_abort) {
+static lkv_status run_layers(lkv_context *c, const lkv_ubatch *ub, bool may_abort) {
     const lkv_model_params *hp = &c->model->hp;
-    c->be->get_rows(c->b, c->x, &c->model->tok_embd, tokens, n);
-    c->be->rmsnorm(c->b, c->h, c->x, &c->model->layers[0].attn_norm, n, hp->n_embd, hp->rms_eps);
+    c->be->get_rows(c->b, c->x, &c->model->tok_embd, ub->tokens, ub->n);
+    c->be->rmsnorm(c->b, c->h, c->x, &c->model->layers[0].attn_norm, ub->n, hp->n_embd,
+                   hp->rms_eps);
     for (int il = 0; il < c->model->hp.n_layer; il++) {
         if (may_abort && il) LKV_TRY(lkv_context_check_abort(c));
-        LKV_TRY(layer(c, il, n));
+        LKV_TRY(layer(c, il, ub));
     }
     return LKV_OK;
 }
 
-lkv_status lkv_forward(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
-                       int32_t logit_lo, float *logits_out) {
-    const lkv_backend *be = c->be;
-    const int32_t nl = n - logit_lo;
+static lkv_status steps_end(lkv_context *c, const lkv_ubatch *ub) {
+    for (int32_t g = 0; g < ub->n_groups; g++)
+        LKV_TRY(lkv_kv_step_end(lkv_kvset_seq(c->kvs, ub->groups[g].seq)));
+    return LKV_OK;
+}
 
-    c->geo.q_pos0 = pos0;
-    c->geo.n_q = n;
-    LKV_TRY(lkv_kv_step_begin(c->kv, pos0, n));
+lkv_status lkv_forward(lkv_context *c, const lkv_ubatch *ub, float *logits_out) {
+    const lkv_backend *be = c->be;
+    for (int32_t g = 0; g < ub->n_groups; g++) {
+        const lkv_group *gr = &ub->groups[g];
+        LKV_TRY(lkv_kv_step_begin(lkv_kvset_seq(c->kvs, gr->seq), gr->pos0, gr->n));
+    }
     uint64_t key = 0;
-    if (graph_key(c, n, pos0, logit_lo, &key)) {
-        int ran = be->step_begin(c->b, key, tokens, n, pos0);   /* 1: replayed */
+    if (graph_key(c, ub, &key)) {
+        int ran = be->step_begin(c->b, key, ub->tokens, ub->n, ub->groups[0].pos0);  /* 1: replayed */
         if (!ran) {
-            lkv_status st = run_layers(c, tokens, n, false);
-            if (st == LKV_OK) output_head(c, n, logit_lo);
+            lkv_status st = run_layers(c, ub, false);
+            if (st == LKV_OK) output_head(c, ub);
             /* always end the capture; -1: nothing ran, run the step directly */
             const int ended = be->step_end(c->b);
             LKV_TRY(st);
             ran = ended == 0;
         }
         if (ran) {
-            LKV_TRY(lkv_kv_step_end(c->kv));
-            return download_logits(c, nl, logits_out);
+            LKV_TRY(steps_end(c, ub));
+            return download_logits(c, ub->n_want, logits_out);
         }
     }
-    LKV_TRY(run_layers(c, tokens, n, n > 8));
-    LKV_TRY(lkv_kv_step_end(c->kv));
-    if (nl > 0) output_head(c, n, logit_lo);
-    return download_logits(c, nl, logits_out);
+    LKV_TRY(run_layers(c, ub, ub->n > 8));
+    LKV_TRY(steps_end(c, ub));
+    if (ub->n_want > 0) output_head(c, ub);
+    return download_logits(c, ub->n_want, logits_out);
 }

@@ -16,12 +16,17 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *p, lkv_cont
 void lkv_context_destroy(lkv_context *c);
 lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
                               int32_t n_logits);
+lkv_status lkv_context_decode_seqs(lkv_context *c, const int32_t *tokens, const int32_t *seq_ids,
+                                   const int8_t *want_logits, int32_t n);
 lkv_status lkv_context_set_length(lkv_context *c, int32_t n);
+lkv_status lkv_context_seq_set_length(lkv_context *c, int32_t seq, int32_t n);
+lkv_status lkv_context_copy_seq(lkv_context *c, int32_t src, int32_t dst, int32_t n);
 int32_t lkv_context_restore(const lkv_context *c, int32_t n);
 lkv_status lkv_context_keep_snapshot(lkv_context *c);
 lkv_status lkv_context_state_bytes(const lkv_context *c, uint64_t *size);
 lkv_status lkv_context_state_save(lkv_context *c, void *dst, uint64_t size);
 lkv_status lkv_context_state_load(lkv_context *c, const void *src, uint64_t size);
-lkv_status lkv_context_stats(const lkv_context *c, lkv_kv_stats *out, int32_t *resident);
+lkv_status lkv_context_stats(const lkv_context *c, int32_t seq, lkv_kv_stats *out,
+                             int32_t *resident);
 
 #endif

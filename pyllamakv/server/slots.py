@@ -8,8 +8,10 @@ one request: a function run on a slot's engine that yields items (a response
 dict, or stream chunks); the items reach the event loop through the job's
 asyncio queue. Free slots take waiting jobs first come, first served; a queue
 that is full refuses new ones (QueueFull, which the app answers with 503).
-An engine that batches several sequences in one context can take the place of
-the threads behind the same submit / cancel interface.
+On a GPU with parallel > 1 the slots' Llamas share one context (seq_batch.py):
+each holds a sequence of it, and their threads' decode calls merge into
+batched steps (the weights read once per step). On the CPU, and for hybrid
+models, each slot keeps a context of its own.
 
 Stopping early: a job is cancelled (its client went away) or runs past its
 deadline. Its slot notices between two tokens (SlotLlama.generate) and ends
@@ -28,6 +30,7 @@ from .._native import GGUFFile, Model, cuda_device_count, model_params
 from ..config import LlamaConfig, choose_device
 from ..default_model import default_model_path
 from ..llama import Llama
+from ..seq_batch import SharedContext
 from .settings import ServerSettings
 from .speculation import DRAFT, LOOKUP
 
@@ -142,6 +145,11 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
     model = Model(file, device, s.threads_per_slot)
+    # on a GPU one context for all slots, batched steps (weights read once per step); on the
+    # CPU a context each (slots in parallel on their own threads ran faster here); hybrids:
+    # a context each
+    if s.parallel > 1 and device != "cpu" and not model.hparams.get("full_attn_interval"):
+        kw["_context"] = SharedContext(s.parallel).context
     # every slot is made with a drafter, so that a budget counts the logits rows a
     # verification needs (budget.py): any request may ask for speculation
     engines = [SlotLlama(path, _model=model, draft_model=s.draft_model or "lookup", **kw)

@@ -1287,6 +1287,47 @@ static void test_graph(void) {
 
 #include "hybrid_checks.h"
 
+// ---------------------------------------------------------------- rope of several sequences
+
+/* One step of several sequences: per "layer", one rope call per sequence on
+ * its rows at its own first position, enqueued back to back without a sync
+ * (the angle tables of the sequences side by side, wrapping when the rows or
+ * the entries run out): bit for bit the CPU's rope of each group. */
+static void rope_groups_case(int n_groups, int max_n, int n_layers) {
+    const int nh = 4, hd = 64;
+    int gn[128], gp[128], rows = 0;
+    for (int g = 0; g < n_groups; g++) {
+        gn[g] = 1 + (int)(rnd32() % (uint32_t)max_n);
+        gp[g] = (int)(rnd32() % 5000u);
+        rows += gn[g];
+    }
+    const size_t N = (size_t)rows * nh * hd;
+    float *x = malloc(sizeof(float) * N * n_layers), *hg = malloc(sizeof(float) * N * n_layers);
+    for (size_t i = 0; i < N * n_layers; i++) x[i] = rndf();
+    float *dx = dup_dev(x, sizeof(float) * N * n_layers);
+    lkv_rope_desc r = {nh, hd, hd, 10000.f, 1.f, 1, NULL};
+    for (int l = 0; l < n_layers; l++)
+        for (int g = 0, row = 0; g < n_groups; row += gn[g], g++) {
+            const size_t off = (size_t)l * N + (size_t)row * nh * hd;
+            G->rope(gb, dx + off, gn[g], gp[g], &r);
+            C->rope(cb, x + off, gn[g], gp[g], &r);
+        }
+    get(hg, dx, sizeof(float) * N * n_layers);
+    check(n_diff(hg, x, N * n_layers) == 0, "rope of %d sequences (up to %d rows each) x %d layers, "
+          "back to back: %zu of %zu values differ from the CPU", n_groups, max_n, n_layers,
+          n_diff(hg, x, N * n_layers), N * n_layers);
+    cudaFree(dx);
+    free(x);
+    free(hg);
+}
+
+static void test_rope_groups(void) {
+    rope_groups_case(4, 1, 3);      /* decode of 4 sequences */
+    rope_groups_case(80, 6, 3);     /* more sequences than the table keeps entries for */
+    rope_groups_case(3, 400, 2);    /* prompts: the rows wrap */
+    rope_groups_case(40, 1, 4);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : "";
     /* n_ff: the widest matmul input tested */
@@ -1303,6 +1344,7 @@ int main(int argc, char **argv) {
     if (!*only || strstr(only, "attn")) test_attention();
     if (!*only || strstr(only, "graph")) test_graph();
     if (!*only || strstr(only, "rope")) test_rope_store();
+    if (!*only || strstr(only, "rope")) test_rope_groups();
     if (!*only || strstr(only, "model")) test_models();
     if (!*only || strstr(only, "hybrid")) test_hybrid();
     return harness_close();

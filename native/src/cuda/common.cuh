@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* rope-table entries kept between wraps (rope_table.cu): one per sequence of a step */
+#define LKV_ROPE_ENTRIES 64
+
 extern "C" {
 #include "llamakv.h"
 #include "backend.h"
@@ -89,14 +92,16 @@ struct lkv_bctx {
     cudaGraphExec_t graph_exec;
     int64_t graph_replays, graph_builds;
 
-    /* rope angles (rope_table.cu): cos/sin of one step's positions, computed on
-     * the host by lkv_rope_angles and uploaded once per step */
-    float *rope_h, *rope_d;      /* (max_tokens, rope_cap) (cos, sin): pinned staging; device */
+    /* rope angles (rope_table.cu): cos/sin of a step's positions, computed on
+     * the host by lkv_rope_angles and uploaded once per step and sequence */
+    float *rope_h, *rope_d;      /* (2 * max_tokens, rope_cap) (cos, sin): pinned staging; device */
     int rope_cap;                /* pairs per position the buffers hold */
-    cudaEvent_t rope_free;       /* the staging may be rewritten after this */
-    int rope_have;               /* rope_d holds (or receives) the angles of the key below */
-    lkv_rope_desc rope_desc;     /* key: geometry, first position, positions */
-    int32_t rope_pos0, rope_n;
+    cudaEvent_t rope_free;       /* the staging may be rewritten after this (the last upload) */
+    lkv_rope_desc rope_desc;     /* the entries' geometry */
+    /* entries uploaded since the buffers last wrapped: positions pos0 .. pos0 + n - 1
+     * at rows row .. row + n - 1 of rope_d (or received there) */
+    int32_t rope_pos0[LKV_ROPE_ENTRIES], rope_n[LKV_ROPE_ENTRIES], rope_row[LKV_ROPE_ENTRIES];
+    int rope_entries, rope_cursor;   /* entries; first free row */
     const float *rope_ff;        /* freq factors of rope_desc in host memory, or NULL */
     float *rope_ff_copy;         /* host copy of a device factor array that is not the model's */
     const float *rope_ff_src;    /* the device array rope_ff_copy mirrors */

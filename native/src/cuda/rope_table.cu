@@ -5,8 +5,12 @@
  * the angles differ from the rounded f64 cos), which no device formula
  * reproduces. lkv_rope_angles (cpu/ops.c) fills a pinned staging buffer of
  * (n, rope_dim/2) (cos, sin) pairs, one async copy brings it over, and rope /
- * rope_store read row t for token t. The upload happens once per step (the
- * key: geometry, first position, count); q's and k's rope share it.
+ * rope_store read row t for token t. The upload happens once per step and
+ * sequence (the key: geometry, first position, count); q's and k's rope and
+ * every layer share it. The buffers hold 2 * max_tokens rows: each upload
+ * takes the next free rows, so the tables of the sequences of one step (one
+ * rope call each per layer) stay side by side, and the host waits for the
+ * previous uploads only when the rows run out (a wrap), not per upload.
  *
  * Decode-step graphs: the capture records the copy from the staging buffer;
  * before each replay step_begin refills the staging with the new positions
@@ -22,7 +26,7 @@
 
 cudaError_t lkv_cuda_rope_alloc(lkv_bctx *b, int pairs) {
     b->rope_cap = pairs;
-    const size_t bytes = sizeof(float) * 2 * (size_t)pairs * b->max_tokens;
+    const size_t bytes = sizeof(float) * 2 * (size_t)pairs * 2 * b->max_tokens;
     cudaError_t e = cudaMallocHost((void **)&b->rope_h, bytes);
     if (e == cudaSuccess) e = cudaMalloc((void **)&b->rope_d, bytes);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->rope_free, cudaEventDisableTiming);
@@ -66,35 +70,58 @@ static bool host_factors(lkv_bctx *b, const float *dev, int pairs, const float *
     return true;
 }
 
-static void fill(lkv_bctx *b, int32_t pos0, int n) {
+/* angles of positions pos0 .. pos0 + n - 1 into staging rows row .. row + n - 1,
+ * kept as an entry */
+static void fill(lkv_bctx *b, int32_t row, int32_t pos0, int n) {
     const int pairs = b->rope_desc.rope_dim / 2;
     for (int t = 0; t < n; t++)
-        lkv_rope_angles(&b->rope_desc, b->rope_ff, pos0 + t, b->rope_h + (size_t)2 * pairs * t);
-    b->rope_pos0 = pos0;
-    b->rope_n = n;
+        lkv_rope_angles(&b->rope_desc, b->rope_ff, pos0 + t,
+                        b->rope_h + (size_t)2 * pairs * (row + t));
+    const int e = b->rope_entries++;
+    b->rope_pos0[e] = pos0;
+    b->rope_n[e] = n;
+    b->rope_row[e] = row;
+    b->rope_cursor = row + n;
+}
+
+/* forget every entry; the next upload starts at row 0 (wait: the staging's
+ * earlier uploads must have left it) */
+static void wrap(lkv_bctx *b) {
+    if (b->rope_entries) LKV_CUDA_CALL(b, cudaEventSynchronize(b->rope_free), "rope angles");
+    b->rope_entries = 0;
+    b->rope_cursor = 0;
 }
 
 const float2 *lkv_cuda_rope_table(lkv_bctx *b, const lkv_rope_desc *r, int32_t pos0, int n) {
     const int pairs = r->rope_dim / 2;
     if (!b->rope_d || pairs > b->rope_cap || n > b->max_tokens) return NULL;
-    const bool same = b->rope_have && same_angles(r, &b->rope_desc) && pos0 == b->rope_pos0 &&
-                      n == b->rope_n;
+    const bool same = b->rope_entries && same_angles(r, &b->rope_desc);
     /* a capture records its own upload, even of angles already on the device */
-    if (same && (!b->capturing || b->rope_in_capture)) return (const float2 *)b->rope_d;
+    if (same && (!b->capturing || b->rope_in_capture)) {
+        for (int e = 0; e < b->rope_entries; e++)
+            if (b->rope_pos0[e] == pos0 && b->rope_n[e] == n)
+                return (const float2 *)(b->rope_d + (size_t)2 * pairs * b->rope_row[e]);
+    }
     const float *ff;
     if (!host_factors(b, r->freq_factors, pairs, &ff)) return NULL;
-    /* outside a capture: the previous upload has left the staging buffer
-     * (step_begin waits for it before a capture) */
-    if (!b->capturing) LKV_CUDA_CALL(b, cudaEventSynchronize(b->rope_free), "rope angles");
+    /* a capture's upload sits at row 0, where replays refill it (step_begin
+     * waited for the staging before the capture); elsewhere the next free rows */
+    if (b->capturing || !same || b->rope_entries == LKV_ROPE_ENTRIES ||
+        b->rope_cursor + n > 2 * b->max_tokens) {
+        if (b->capturing) { b->rope_entries = 0; b->rope_cursor = 0; }
+        else wrap(b);
+    }
     b->rope_desc = *r;
     b->rope_ff = ff;
-    fill(b, pos0, n);
-    LKV_CUDA_CALL(b, cudaMemcpyAsync(b->rope_d, b->rope_h, sizeof(float) * 2 * pairs * n,
-                                     cudaMemcpyHostToDevice, b->stream), "rope angles");
+    const int32_t row = b->rope_cursor;
+    fill(b, row, pos0, n);
+    const size_t off = (size_t)2 * pairs * row;
+    LKV_CUDA_CALL(b, cudaMemcpyAsync(b->rope_d + off, b->rope_h + off,
+                                     sizeof(float) * 2 * pairs * n, cudaMemcpyHostToDevice,
+                                     b->stream), "rope angles");
     if (b->capturing) b->rope_in_capture = 1;
     else LKV_CUDA_CALL(b, cudaEventRecord(b->rope_free, b->stream), "rope angles");
-    b->rope_have = 1;
-    return (const float2 *)b->rope_d;
+    return (const float2 *)(b->rope_d + off);
 }
 
 void lkv_cuda_rope_capture_begin(lkv_bctx *b) {
@@ -106,14 +133,18 @@ void lkv_cuda_rope_capture_begin(lkv_bctx *b) {
  * recorded upload never runs, and the next direct call uploads again */
 void lkv_cuda_rope_capture_end(lkv_bctx *b, bool kept) {
     if (kept) b->rope_in_graph = b->rope_in_capture;
-    else if (b->rope_in_capture) b->rope_have = 0;
+    else if (b->rope_in_capture) b->rope_entries = b->rope_cursor = 0;
     b->rope_in_capture = 0;
 }
 
+/* the graph's recorded upload brings staging rows 0 .. n - 1 to the device:
+ * refill them (every earlier upload has left the staging first); the entries
+ * before are overwritten on the device, so they go */
 void lkv_cuda_rope_replay(lkv_bctx *b, int32_t pos0, int n) {
     if (!b->rope_in_graph) return;
     LKV_CUDA_CALL(b, cudaEventSynchronize(b->rope_free), "rope angles");
-    fill(b, pos0, n);
+    b->rope_entries = 0;
+    fill(b, 0, pos0, n);
 }
 
 void lkv_cuda_rope_replayed(lkv_bctx *b) {

@@ -130,6 +130,34 @@ lkv_status lkv_kv_write(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_
     return kv->be->sync(kv->b);
 }
 
+lkv_status lkv_kv_rebind(lkv_kv *kv, void *base, int64_t bytes) {
+    return kv->stream ? lkv_kv_stream_rebind(kv->stream, base, bytes) : LKV_OK;
+}
+
+lkv_status lkv_kv_copy(lkv_kv *dst, lkv_kv *src, int32_t n) {
+    LKV_TRY(lkv_kv_truncate(dst, 0));
+    if (n <= 0) return LKV_OK;
+    const lkv_kv_config *cf = &src->cfg;
+    if (!dst->stream && !src->stream) {   /* both in backend memory: device to device */
+        for (int l = 0; l < cf->n_layer; l++) {
+            dst->be->copy_d2d(dst->b, dst->k[l], src->k[l], (size_t)n * cf->row_bytes_k);
+            dst->be->copy_d2d(dst->b, dst->v[l], src->v[l], (size_t)n * cf->row_bytes_v);
+        }
+        return dst->be->sync(dst->b);
+    }
+    const int64_t rb = cf->row_bytes_k > cf->row_bytes_v ? cf->row_bytes_k : cf->row_bytes_v;
+    void *tmp = malloc((size_t)n * (size_t)rb);
+    if (!tmp) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory to copy %d KV rows", n);
+    lkv_status st = LKV_OK;
+    for (int l = 0; !st && l < cf->n_layer; l++)
+        for (int plane = 0; !st && plane < 2; plane++) {
+            st = lkv_kv_read(src, l, plane, 0, n, tmp);
+            if (!st) st = lkv_kv_write(dst, l, plane, 0, n, tmp);
+        }
+    free(tmp);
+    return st;
+}
+
 void lkv_kv_get_stats(const lkv_kv *kv, lkv_kv_stats *out, int32_t *resident) {
     memset(out, 0, sizeof *out);
     out->n_layer = kv->cfg.n_layer;

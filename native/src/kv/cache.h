@@ -28,6 +28,8 @@ typedef struct lkv_kv_config {
     int64_t row_bytes_k;     /* one token, all kv heads */
     int64_t row_bytes_v;
     int64_t pool_bytes;      /* < 0: all resident */
+    void *pool_base;         /* non-NULL: the pool is this memory (a share of a pool the
+                                caller owns and frees), else the cache allocates it */
 } lkv_kv_config;
 
 lkv_status lkv_kv_create(lkv_kv **out, const lkv_kv_config *cfg, const lkv_backend *be,
@@ -55,6 +57,10 @@ int lkv_kv_streaming(const lkv_kv *kv);
 lkv_status lkv_kv_read(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_t n, void *dst);
 lkv_status lkv_kv_write(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_t n,
                         const void *src);
+/* Streaming caches: the pool is now `bytes` at `base` (kv/seqs.c moves shares) */
+lkv_status lkv_kv_rebind(lkv_kv *kv, void *base, int64_t bytes);
+/* dst's first n rows of every layer = src's (dst then holds n positions) */
+lkv_status lkv_kv_copy(lkv_kv *dst, lkv_kv *src, int32_t n);
 void lkv_kv_get_stats(const lkv_kv *kv, lkv_kv_stats *out, int32_t *resident);
 
 #endif

@@ -61,3 +61,25 @@ lkv_status lkv_plan_make(const lkv_plan_params *p, int32_t n_tokens, lkv_plan *o
     out->pool_bytes = T * cb + ring;
     return LKV_OK;
 }
+
+lkv_status lkv_plan_shares(int64_t pool_bytes, int32_t n_seq, const int32_t *active,
+                           int64_t min_share, int64_t *offset, int64_t *bytes) {
+    if (n_seq <= 0 || pool_bytes < 0)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "plan: n_seq (%d) must be > 0 and the pool (%lld "
+                        "bytes) >= 0", n_seq, (long long)pool_bytes);
+    int64_t n_active = 0;
+    for (int32_t i = 0; i < n_seq; i++) n_active += active[i] != 0;
+    const int64_t share = n_active ? pool_bytes / n_active / LKV_PLAN_ALIGN * LKV_PLAN_ALIGN : 0;
+    if (n_active && share < min_share)
+        return lkv_fail(LKV_ERR_POOL_TOO_SMALL, "KV pool of %lld bytes split among %lld sequences "
+                        "gives %lld bytes each, below a sequence's minimum of %lld bytes",
+                        (long long)pool_bytes, (long long)n_active, (long long)share,
+                        (long long)min_share);
+    int64_t k = 0;
+    for (int32_t i = 0; i < n_seq; i++) {
+        offset[i] = active[i] ? k * share : 0;
+        bytes[i] = active[i] ? share : 0;
+        k += active[i] != 0;
+    }
+    return LKV_OK;
+}

@@ -53,7 +53,7 @@ struct lkv_kv_stream {
     char **bk, **bv;         /* (L,) batch rows, n_ubatch rows (backend memory) */
     uint64_t *wt_ticket;     /* (L,) last write-through from bk/bv[l] */
     uint64_t *fill_ticket;   /* (L,) last fill copy into l's slots */
-    char *pool;
+    char *pool;              /* cfg.pool_bytes; ours unless cfg.pool_base gave it */
     char *pool_k, *pool_v;   /* slot regions, (L, S * C) rows each */
     int32_t S;               /* slots per layer */
     int resident_all;        /* the plan streams nothing: ring 0 */
@@ -150,7 +150,9 @@ lkv_status lkv_kv_stream_create(lkv_kv_stream **out, const lkv_kv_config *cfg,
         if (!st && (!s->bk[l] || !s->bv[l]))
             st = lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate the micro-batch KV rows");
     }
-    if (!st) {
+    if (!st && cfg->pool_base) {
+        s->pool = cfg->pool_base;
+    } else if (!st) {
         s->pool = be->alloc(b, (size_t)cfg->pool_bytes);
         if (!s->pool)
             st = lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate a KV pool of %lld bytes",
@@ -172,7 +174,7 @@ void lkv_kv_stream_free(lkv_kv_stream *s) {
         if (s->bk && s->bk[l]) s->be->free(s->b, s->bk[l]);
         if (s->bv && s->bv[l]) s->be->free(s->b, s->bv[l]);
     }
-    if (s->pool) s->be->free(s->b, s->pool);
+    if (s->pool && !s->cfg.pool_base) s->be->free(s->b, s->pool);
     free(s->hk); free(s->hv); free(s->bk); free(s->bv);
     free(s->wt_ticket); free(s->fill_ticket); free(s->res); free(s->valid);
     free(s);
@@ -482,6 +484,18 @@ lkv_status lkv_kv_stream_truncate(lkv_kv_stream *s, int32_t n) {
     s->planned = 0;
     s->pos0 = n;
     s->n = 0;
+    return LKV_OK;
+}
+
+lkv_status lkv_kv_stream_rebind(lkv_kv_stream *s, void *base, int64_t bytes) {
+    if (base == s->pool && bytes == s->cfg.pool_bytes) return LKV_OK;
+    LKV_TRY(drain(s));
+    s->pool = base;
+    s->cfg.pool_base = base;
+    s->cfg.pool_bytes = bytes;
+    s->st.pool_bytes = bytes;
+    s->planned = 0;
+    s->S = -1;   /* every slot moved: the next plan refills all resident chunks */
     return LKV_OK;
 }
 

@@ -22,6 +22,9 @@ lkv_status lkv_kv_stream_read(lkv_kv_stream *s, int32_t layer, int plane, int32_
                               void *dst);
 lkv_status lkv_kv_stream_write(lkv_kv_stream *s, int32_t layer, int plane, int32_t p0, int32_t n,
                                const void *src);
+/* The pool is now `bytes` at `base` (a share of a pool the caller owns):
+ * waits for the copies in flight; the next step re-plans and refills. */
+lkv_status lkv_kv_stream_rebind(lkv_kv_stream *s, void *base, int64_t bytes);
 void lkv_kv_stream_decode_begin(lkv_kv_stream *s);
 void lkv_kv_stream_get_stats(const lkv_kv_stream *s, lkv_kv_stats *out, int32_t *resident);
 
