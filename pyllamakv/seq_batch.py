@@ -41,10 +41,12 @@ class StepBatcher:
         self._pending: list[_Request] = []
         self._running = False
 
-    def decode(self, seq: int, tokens: np.ndarray, n_keep: int) -> np.ndarray:
-        """Appends tokens to sequence seq; the logits of the last n_keep of them.
-        All or nothing for this sequence."""
-        req = _Request(seq, tokens, n_keep, self.ctx.seq_n_tokens(seq))
+    def decode(self, seq: int, start: int, tokens: np.ndarray, n_keep: int) -> np.ndarray:
+        """Appends tokens to sequence seq, which holds `start` positions; the logits
+        of the last n_keep of them. All or nothing for this sequence. (No call on
+        the context before the step: its guard would hold this thread back while
+        a step runs, and the calls would not meet in one step.)"""
+        req = _Request(seq, tokens, n_keep, start)
         with self._cv:
             self._pending.append(req)
             while not req.done:
@@ -114,12 +116,13 @@ class SeqContext:
         self.n_ubatch, self.out_width, self.logits_all = ctx.n_ubatch, ctx.out_width, ctx.logits_all
         self.n_vocab, self.recurrent_bytes = ctx.n_vocab, 0
         self._n_ctx = shared.n_ctx
+        self._n = 0                  # positions this sequence holds (only this view changes it)
         self._rows = np.zeros((0, ctx.out_width), np.float32)
         self._lock = threading.Lock()
 
     @property
     def n_tokens(self) -> int:
-        return self._shared.ctx.seq_n_tokens(self.seq)
+        return self._n
 
     @property
     def n_ctx(self) -> int:
@@ -142,7 +145,8 @@ class SeqContext:
                 raise ParameterError(f"n_logits = {n_logits} is outside [0, {arr.size}]")
             keep = n_logits or (arr.size if self.logits_all else 1)
             self._rows = np.zeros((0, self.out_width), np.float32)
-            self._rows = self._shared.batcher.decode(self.seq, arr.astype(np.int32), keep)
+            self._rows = self._shared.batcher.decode(self.seq, n, arr.astype(np.int32), keep)
+            self._n = n + arr.size
 
     def logits(self) -> np.ndarray:
         return self._rows.copy()
@@ -150,6 +154,7 @@ class SeqContext:
     def truncate(self, n: int) -> None:
         with self._lock:
             self._shared.ctx.seq_truncate(self.seq, n)
+            self._n = int(n)
             self._rows = np.zeros((0, self.out_width), np.float32)
 
     def reset(self) -> None:

@@ -4,6 +4,7 @@ merge into shared steps; a bad call fails alone; the views close the context."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -42,6 +43,10 @@ def test_concurrent_equals_alone(model):
     real = shared.ctx.decode_batch_logits
 
     def counting(toks, seqs, want_logits=None):
+        if not steps:   # hold the first step until every slot's prompt waits: the next one
+            deadline = time.monotonic() + 60   # must then take the other three together
+            while len(shared.batcher._pending) < len(PROMPTS) and time.monotonic() < deadline:
+                time.sleep(0.01)
         steps.append(len(set(seqs)))
         return real(toks, seqs, want_logits)
     shared.ctx.decode_batch_logits = counting
@@ -59,7 +64,7 @@ def test_concurrent_equals_alone(model):
     for t in threads:
         t.join(120)
     assert got == want
-    assert max(steps) > 1, f"no step held more than one sequence: {steps}"
+    assert steps[1] >= len(PROMPTS) - 1, f"sequences per step: {steps}"
     stats = slots[0].kv_stats()
     assert stats["streaming"] == 1 and stats["pool_bytes"] > 0
     with pytest.raises(errors.ContextFullError):
