@@ -188,7 +188,7 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     minimum. weights: device bytes of weights already loaded (None: from tensors).
     """
     from .config import requested_pool_bytes
-    from .plan import kv_plan, kv_row_bytes
+    from .plan import kv_plan, kv_row_bytes, whole_cache_bytes
     from .ubatch import CHOICES, RESIDENT
     budget = int(cfg.gpu_memory_mib * MIB)
     w = weight_device_bytes(tensors) if weights is None else weights
@@ -196,8 +196,17 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     resident = resident_kv_bytes(hp, n_ctx, rbk, rbv)
     rec = recurrent_device_bytes(hp)
     auto = cfg.kv_pool_mib is None or cfg.kv_pool_mib == "auto"
-    full = kv_plan(hp, n_ctx, type_k=cfg.type_k, type_v=cfg.type_v).pool_bytes
-    pool = None if auto else requested_pool_bytes(cfg, full)
+    # the one planner call: the minimum pool does not depend on the micro-batch
+    # (kv/plan.h); a requested pool below it is refused once a split is found
+    too_small: PoolTooSmallError | None = None
+    try:
+        plan = kv_plan(hp, n_ctx, type_k=cfg.type_k, type_v=cfg.type_v,
+                       pool_bytes=None if auto else requested_pool_bytes(cfg))
+    except PoolTooSmallError as e:
+        plan, too_small = None, e
+    min_pool = 0 if plan is None else plan.min_pool_bytes
+    pool = (None if auto else requested_pool_bytes(cfg) if plan is None   # below the minimum
+            else requested_pool_bytes(cfg, whole_cache_bytes(plan)))
     cap = lambda u: max(1, min(u, cfg.n_batch, n_ctx))   # noqa: E731  (the core's caps)
     kw = dict(logits_all=cfg.logits_all, wide_logits=wide_logits, embeddings=embeddings,
               wg_scratch=device == "cuda" and needs_wg_scratch(tensors))
@@ -220,8 +229,6 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
         if i < len(choices) - 1 and alloc > free // 4:
             continue
         ws = workspace_bytes(hp, u, streaming=True, row_bytes_k=rbk, row_bytes_v=rbv, **kw)
-        min_pool = kv_plan(hp, n_ctx, type_k=cfg.type_k, type_v=cfg.type_v,
-                           n_ubatch=u).min_pool_bytes
         try:
             split = split_budget(budget, w, ws, rec, resident, min_pool, pool, auto)
         except (MemoryBudgetError, PoolTooSmallError) as e:
@@ -229,8 +236,7 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
                 raise
             err = e     # the next, narrower micro-batch leaves more for the pool
             continue
-        if split.pool is not None:   # the planner's own check at this micro-batch
-            kv_plan(hp, n_ctx, type_k=cfg.type_k, type_v=cfg.type_v, pool_bytes=split.pool,
-                    n_ubatch=u)
+        if too_small is not None:   # the planner's refusal, where its check used to run
+            raise too_small
         return split, u
     raise err

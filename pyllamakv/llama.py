@@ -32,7 +32,7 @@ from .guard import Guard, guarded
 from .history import History
 from .hub import hub_file
 from .openai_api import OpenAIMethods
-from .plan import auto_pool_bytes, kv_plan
+from .plan import auto_pool_bytes, kv_plan, whole_cache_bytes
 from .progress import ProgressCallback
 from .sampling import Sampler, SamplingParams
 from .spec_decode import speculative_tokens
@@ -94,17 +94,15 @@ class Llama(OpenAIMethods):
         n_ubatch = cfg.n_ubatch or 512   # unset: chosen below, once the pool is known (ubatch.py)
         if budget is not None:
             n_ubatch, pool = budget[1], self.memory.pool
-        elif cfg.kv_pool_mib == "auto":
-            pool = auto_pool_bytes(hp, self._n_ctx, self.device, type_k=type_k, type_v=type_v,
-                                   n_ubatch=min(n_ubatch, n_batch))
-        else:
-            full = kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v).pool_bytes
-            pool = requested_pool_bytes(cfg, full)
-            if pool is not None:   # the planner's own check: a clear minimum before allocating
-                kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v, pool_bytes=pool,
-                        n_ubatch=min(n_ubatch, n_batch))
+        else:   # the one planner call: the core refuses a pool below its minimum, by name
+            plan = kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v,
+                           pool_bytes=requested_pool_bytes(cfg), n_ubatch=min(n_ubatch, n_batch))
+            if cfg.kv_pool_mib == "auto":
+                pool = auto_pool_bytes(hp, self._n_ctx, self.device, full=plan)
+            else:   # above the whole cache: clamped to it, with a warning
+                pool = requested_pool_bytes(cfg, whole_cache_bytes(plan))
         if cfg.n_ubatch is None and self.memory is None:
-            n_ubatch = chosen_ubatch(hp, self.device, self._n_ctx, n_batch, pool, type_k, type_v)
+            n_ubatch = chosen_ubatch(hp, self.device, n_batch, pool)
         self.kv_pool_bytes = pool
         # _context: a factory taking Context's arguments (seq_batch.SharedContext.context)
         self._ctx = (_context or _native.Context)(

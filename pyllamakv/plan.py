@@ -65,6 +65,12 @@ def kv_plan(hparams: dict, n_ctx: int, *, type_k: str | int = "f16", type_v: str
                   out.min_pool_bytes, out.streamed_bytes, list(res))
 
 
+def whole_cache_bytes(plan: KVPlan) -> int | None:
+    """The whole cache's bytes where plan (of a full context) holds all of it
+    resident; None where it streams (its pool is then below the whole cache)."""
+    return plan.pool_bytes if plan.ring_bytes == 0 else None
+
+
 def cuda_free_bytes() -> int:
     free, total = ffi.new("int64_t *"), ffi.new("int64_t *")
     _check(lib.lkv_cuda_mem_info(free, total), "CUDA memory info")
@@ -72,7 +78,7 @@ def cuda_free_bytes() -> int:
 
 
 def auto_pool_bytes(hparams: dict, n_ctx: int, device: str, reserve_bytes: int = 0,
-                    **kv) -> int | None:
+                    full: KVPlan | None = None, **kv) -> int | None:
     """kv_pool_mib="auto": the pool a context gets; None means all resident.
 
     CUDA: the free device memory (measured after the weights are loaded; less
@@ -83,8 +89,11 @@ def auto_pool_bytes(hparams: dict, n_ctx: int, device: str, reserve_bytes: int =
     when the whole cache fits there, no bound at all. CPU: a quarter of the
     full cache, but at least the plan's minimum (the CPU's "device" pool is an
     emulation that exercises streaming, so it is kept deliberately small).
+    full: the plan of the whole cache (kv_plan without a pool), when the
+    caller has it already; else it is computed from kv.
     """
-    full = kv_plan(hparams, n_ctx, **kv)
+    if full is None:
+        full = kv_plan(hparams, n_ctx, **kv)
     if device == "cuda":
         free = cuda_free_bytes() - reserve_bytes - STATE_COPIES * recurrent_bytes(hparams)
         budget = free - (512 << 20) - free // 20

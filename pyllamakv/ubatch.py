@@ -43,18 +43,12 @@ def choose_ubatch(hp: dict, device: str, n_batch: int, pool_bytes: int | None,
     return min(RESIDENT, n_batch)
 
 
-def chosen_ubatch(hp: dict, device: str, n_ctx: int, n_batch: int, pool: int | None,
-                  type_k, type_v) -> int:
-    """Llama's hook: choose_ubatch with the GPU's free memory, the plan checked for it."""
+def chosen_ubatch(hp: dict, device: str, n_batch: int, pool: int | None) -> int:
+    """Llama's hook: choose_ubatch with the GPU's free memory. No plan of its own:
+    the planner's minimum pool does not depend on the micro-batch (kv/plan.h), so
+    the pool checked at load holds for every choice."""
     free = None
     if device == "cuda":
         from .plan import cuda_free_bytes
         free = cuda_free_bytes()
-    u = choose_ubatch(hp, device, n_batch, pool, free)
-    if pool is not None and u > 512:
-        from .plan import kv_plan
-        try:
-            kv_plan(hp, n_ctx, type_k=type_k, type_v=type_v, pool_bytes=pool, n_ubatch=u)
-        except Exception:   # the pool's minimum grows with the micro-batch: keep 512
-            return min(512, n_batch)
-    return u
+    return choose_ubatch(hp, device, n_batch, pool, free)
