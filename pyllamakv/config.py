@@ -78,6 +78,8 @@ class LlamaConfig:
         g = self.gpu_memory_mib
         if g is not None:   # the KV then takes what the budget leaves (kv_pool_mib None: "auto")
             check_real("gpu_memory_mib", g, 0.0, MAX_POOL_MIB, lo_open=True)
+        from ._native import type_id   # the core's table of KV types (loads the library)
+        type_id(self.type_k, kv=True), type_id(self.type_v, kv=True)
 
     @property
     def random_seed(self) -> bool:

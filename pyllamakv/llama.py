@@ -23,7 +23,7 @@ from . import _native
 from .chat import ChatFormatter
 from .chat_formats import chat_format_template
 from .compat import check_extra_kwargs
-from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
+from .config import MIB, LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
 from .default_model import default_model_path
 from .embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
@@ -67,7 +67,6 @@ class Llama(OpenAIMethods):
         n_threads = cfg.n_threads
         check_extra_kwargs("Llama", llama_cpp_kwargs)
         fmt = None if chat_format is None else chat_format_template(chat_format)
-        _native.type_id(type_k, kv=True), _native.type_id(type_v, kv=True)  # fail before loading
         self.model_path = str(model_path) if model_path is not None else default_model_path()
         self.progress_callback = progress = progress_callback or (lambda *a: None)
         t0 = time.perf_counter()
@@ -93,22 +92,22 @@ class Llama(OpenAIMethods):
         self._fingerprint = model_fingerprint(file.metadata, file.tensors)
         n_ubatch = cfg.n_ubatch or 512   # unset: chosen below, once the pool is known (ubatch.py)
         if budget is not None:
-            n_ubatch, pool = budget[1], self.memory.pool
+            n_ubatch, kv_pool_bytes = budget[1], self.memory.pool
         else:   # the one planner call: the core refuses a pool below its minimum, by name
             plan = kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v,
                            pool_bytes=requested_pool_bytes(cfg), n_ubatch=min(n_ubatch, n_batch))
             if cfg.kv_pool_mib == "auto":
-                pool = auto_pool_bytes(hp, self._n_ctx, self.device, full=plan)
+                kv_pool_bytes = auto_pool_bytes(hp, self._n_ctx, self.device, full=plan)
             else:   # above the whole cache: clamped to it, with a warning
-                pool = requested_pool_bytes(cfg, whole_cache_bytes(plan))
+                kv_pool_bytes = requested_pool_bytes(cfg, whole_cache_bytes(plan))
         if cfg.n_ubatch is None and self.memory is None:
-            n_ubatch = chosen_ubatch(hp, self.device, n_batch, pool)
-        self.kv_pool_bytes = pool
+            n_ubatch = chosen_ubatch(hp, self.device, n_batch, kv_pool_bytes)
+        self.kv_pool_bytes = kv_pool_bytes   # None: all resident (the one spelling past the config)
         # _context: a factory taking Context's arguments (seq_batch.SharedContext.context)
         self._ctx = (_context or _native.Context)(
             self._model, n_ctx=self._n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
             n_threads=n_threads, type_k=type_k, type_v=type_v,
-            logits_all=cfg.logits_all or embedding, kv_pool_bytes=pool,
+            logits_all=cfg.logits_all or embedding, kv_pool_bytes=kv_pool_bytes,
             gpu_kernels=cfg.gpu_kernels, embeddings=embedding)
         progress("load", 3, 4)
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
@@ -128,9 +127,10 @@ class Llama(OpenAIMethods):
         self.draft_model = make_drafter(draft_model, self)   # speculative.py; None: off
         progress("load", 4, 4)
         if self.verbose:
+            kv = "all resident" if kv_pool_bytes is None else f"{kv_pool_bytes / MIB:.1f} MiB"
             print(f"pyllamakv: loaded {self.model_path} on {self.device} in "
                   f"{time.perf_counter() - t0:.1f} s (n_ctx={self._n_ctx}, "
-                  f"kv pool={'all resident' if pool is None else f'{pool / 2**20:.1f} MiB'}, "
+                  f"kv pool={kv}, "
                   f"n_ubatch={self._ctx.n_ubatch}{'' if cfg.n_ubatch else ' (chosen)'})",
                   file=sys.stderr)
             if self.memory is not None:
