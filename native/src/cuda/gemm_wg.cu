@@ -86,30 +86,6 @@ static __global__ void wg_w_to_f16(const uint8_t *__restrict__ w, size_t row_byt
 
 // ---------------------------------------------------------------- the GEMM
 
-#if FA_HAVE_WGMMA
-static __device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-
-/* d (64 x 128 f32, per warp its 16 rows) += A (64 x 16, descriptor) * B (16 x 128, descriptor), both K-major */
-static __device__ __forceinline__ void wg_mma(float (&d)[16][4], uint64_t adesc, uint64_t bdesc) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "l"(adesc), "l"(bdesc), "r"(1));
-}
-#endif
 
 #if FA_HAVE_WGMMA
 /* the accumulators of a 128 x 128 tile (tokens t0.., rows r0.. of an output
@@ -144,7 +120,7 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const __half *__restrict__ x16
 #if FA_HAVE_WGMMA
     extern __shared__ __align__(128) uint8_t sm[];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wgi = warp >> 2;
+    const int tid = threadIdx.x, warp = tid >> 5, wgi = warp >> 2;
     const int t0 = blockIdx.x * WG_BM, bt = blockIdx.y;
     int j = 0;
     while (j + 1 < ws.n_p && bt >= ws.tile0[j + 1]) j++;
@@ -189,10 +165,10 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const __half *__restrict__ x16
         fa_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++)
-            wg_mma(acc, fa_desc(st + wgi * 64 * 16 + kk * 2 * (WG_BM * 16), WG_BM * 16, 128),
+            fa_wgmma_ss_n128_f16(acc, fa_desc(st + wgi * 64 * 16 + kk * 2 * (WG_BM * 16), WG_BM * 16, 128),
                    fa_desc(st + WG_TILE + kk * 2 * (WG_BN * 16), WG_BN * 16, 128));
         fa_wg_commit();
-        wg_wait1();
+        fa_wg_wait1();
     }
     fa_wg_wait0();
     fa_reg_fence(acc);
