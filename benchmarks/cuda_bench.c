@@ -139,26 +139,40 @@ int main(int argc, char **argv) {
      * the first n (default 2; 0 = 1); BENCH_DEPTH_VARIANTS=n the first n also at
      * depth (default 1). Columns: name, gpu_kernels (1 fast, 0 exact), the
      * decode step as a replayed graph (LKV_CUDA_GRAPH, the library's debug
-     * switch), tune.h's forced matmul kernel */
-    struct { const char *name; int fast, graph, mm; } vars[] = {
+     * switch), tune.h's forced matmul kernel and gemm_wg tile */
+    struct { const char *name; int fast, graph, mm, bn; } vars[] = {
         {"default: the fastest kernels, decode step as a replayed graph", 1, 1, LKV_MM_TABLE},
         {"int8 GEMM mmq for prefill (tune.h)", 1, 1, LKV_MM_MMQ},
         {"exact kernels (gpu_kernels=\"exact\": bit-identical with the CPU)", 0, 1, LKV_MM_TABLE},
         {"wgmma f16 GEMM gemm_wg for prefill (tune.h; sm_90a)", 1, 1, LKV_MM_GEMM_WG},
         {"int8 mat-vec matvec_q8 for decode (tune.h; mvx is the default)", 1, 1, LKV_MM_MATVEC_Q8},
         {"the default, launched op by op (LKV_CUDA_GRAPH=0)", 1, 0, LKV_MM_TABLE},
-        {"f16 WMMA GEMM gemm_f16 for prefill (tune.h)", 1, 1, LKV_MM_GEMM_F16}};
+        {"f16 WMMA GEMM gemm_f16 for prefill (tune.h)", 1, 1, LKV_MM_GEMM_F16},
+        {"gemm_wg with 128-row weight tiles (tune.h)", 1, 1, LKV_MM_GEMM_WG, 128},
+        {"gemm_wg with 256-row weight tiles (tune.h)", 1, 1, LKV_MM_GEMM_WG, 256}};
     const int n_vars = (int)(sizeof vars / sizeof vars[0]);
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
     if (n_var > n_vars) n_var = n_vars;
+    /* BENCH_PICK="0,3,7": exactly those variants, in that order (overrides BENCH_VARIANTS) */
+    int pick[16];
+    for (int i = 0; i < n_vars; i++) pick[i] = i;
+    if (getenv("BENCH_PICK")) {
+        char *pc = strdup(getenv("BENCH_PICK"));
+        n_var = 0;
+        for (char *t = strtok(pc, ","); t && n_var < 16; t = strtok(NULL, ","))
+            if (atoi(t) >= 0 && atoi(t) < n_vars) pick[n_var++] = atoi(t);
+        free(pc);
+    }
     const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
     /* llama.cpp on the same shape, Q4_0 weights, q8_0 K and V (BENCHMARKS.md, 2026-12-01) */
     const int ref_ok = wt == 2 && kvt == 8 && NL == 32;
     char *dcopy = strdup(depths_s);
     for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
-    for (int vi = 0; vi < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : (n_dvar < n_var ? n_dvar : n_var)); vi++) {
+    for (int vj = 0; vj < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : (n_dvar < n_var ? n_dvar : n_var)); vj++) {
         const int depth = atoi(tok);
+        const int vi = pick[vj];
         lkv_cuda_tuning.matmul = vars[vi].mm;
+        lkv_cuda_tuning.wg_bn = vars[vi].bn;
         lkv_cuda_tuning.gen++;
         setenv("LKV_CUDA_GRAPH", vars[vi].graph ? "1" : "0", 1);
         if (depth == 0 || n_dvar > 1) printf("-- %s\n", vars[vi].name);

@@ -93,9 +93,10 @@ def workspace_allocations(hp: dict, n_ubatch: int, *, logits_all: bool = False,
     a += [4 * U, 4, ATTN_WS_BYTES, 4 * hd * U, nq8, nq8 // 32 * 4, nq8 // 32 * 4]
     if rows > 8:
         a += [nq8, nq8 // 32 * 4, nq8 // 32 * 4]
-    # cuda/gemm_wg.cu (sm_90a prefill): the f16 copy of a matmul's input, and
-    # the f16 weights of one GEMM for the types it converts
-    a.append(2 * U * cols)
+    # cuda/gemm_wg.cu (sm_90a prefill): the f16 copy of a matmul's input (tiles
+    # of 128 tokens x 64 of K), and the f16 weights of one GEMM for the types it
+    # converts
+    a.append(2 * (-(-U // 128) * 128) * (-(-cols // 64) * 64))
     if wg_scratch:
         a.append(WG_SCRATCH_BYTES)
     return a

@@ -136,6 +136,9 @@ template <int N> static __device__ __forceinline__ void fa_reg_fence(float (&x)[
 #define FA_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA_REGS64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
+#define FA_ACC128(d) FA_ACC64(d), FA_ACC64((d + 16))
+#define FA_REGS128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+
 /* d (64 x N f32, per warp its 16 rows) = (sd ? d : 0) + a (64 x 16, registers) * B (16 x N, descriptor);
  * TB: B is N-major (transposed). INSTR: the shape and operand types; AB, P, T: the
  * places of a and bdesc, of sd and of TB after the NB * 4 accumulators */
@@ -162,6 +165,18 @@ static __device__ __forceinline__ void fa_wgmma_ss_n128_f16(float (&d)[16][4], u
                  : FA_ACC64(d)
                  : "l"(adesc), "l"(bdesc), "r"(1));
 }
+
+/* d (64 x 256 f32) += A (64 x 16, descriptor) * B (16 x 256, descriptor), f16, both K-major
+ * (gemm_wg.cu) */
+static __device__ __forceinline__ void fa_wgmma_ss_n256_f16(float (&d)[32][4], uint64_t adesc, uint64_t bdesc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " FA_REGS128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : FA_ACC128(d)
+                 : "l"(adesc), "l"(bdesc), "r"(1));
+}
+/* the shape's variant (N = 8 NB) */
+static __device__ __forceinline__ void fa_wgmma_ss_f16(float (&d)[16][4], uint64_t a, uint64_t b) { fa_wgmma_ss_n128_f16(d, a, b); }
+static __device__ __forceinline__ void fa_wgmma_ss_f16(float (&d)[32][4], uint64_t a, uint64_t b) { fa_wgmma_ss_n256_f16(d, a, b); }
 
 /* the variant for the operand type */
 template <bool BF, int TB>

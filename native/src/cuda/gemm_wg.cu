@@ -1,57 +1,72 @@
 /*
  * cuda/gemm_wg.cu: prefill GEMM (n > MV_MAX_TOK tokens) on Hopper's
  * warpgroup tensor cores (wgmma), f16 operands, f32 accumulators, for every
- * weight type. choose_matmul.cu gives it the fast kind's prefill on sm_90a
- * for the weight types without an int8 GEMM (float, q2_K, q3_K, q6_K), in
- * place of gemm_f16.cu's WMMA kernel (H200, 2026-12-02, pp512 of the 8B
- * shape with q6_K weights: 55.2 against 115.8 ms). For q4_0 it lost to
- * mmq.cu (52.2 against 45.7 ms), and so did a variant that read the raw
- * q4_0 blocks and dequantized them in shared memory, one stage ahead of the
- * products (47.3 ms; q8_0: 53.1 against 55.4, too little to keep a kernel
- * for; git has it, commit d2de1db): with one block of two warpgroups per
- * SM, a barrier every 64 of K and one stage of copies in flight, both stay
- * near 190 TFLOP/s. Warp-specialized producers (TMA, mbarriers) and deeper
- * stages are what would take it further.
+ * weight type, warp-specialized: one producer thread feeds a ring of shared-
+ * memory stages by bulk copies (cp.async.bulk) completed on mbarriers, two
+ * consumer warpgroups run the products, and no block-wide barrier is taken
+ * after the start. choose_matmul.cu gives it the fast kind's prefill on
+ * sm_90a for the weight types without a faster int8 GEMM (docs/performance.md
+ * has the figures; the first version, with every thread copying by cp.async
+ * and a __syncthreads per 64 of K, stayed near 190 TFLOP/s).
  *
  * Three launches per call:
- *   1. x (n, cols) f32 -> x16 (n, cols) f16, once per call (round to nearest);
- *   2. the weights of the call -> w16 (rows, cols) f16 in a bounded scratch
- *      (WG_SCRATCH bytes; weights larger than what is left are split by rows
- *      into several GEMMs), each element dequantized once per call with dq8
+ *   1. x (n, cols) f32 -> x16 f16 (round to nearest), written tile by tile in
+ *      the order the GEMM's blocks read it;
+ *   2. the weights of the call -> w16 f16 in a bounded scratch (WG_SCRATCH
+ *      bytes; weights larger than what is left are split by rows into
+ *      several GEMMs), each element dequantized once per call with dq8
  *      (quant.cuh: code * d in f32) and rounded to f16: the same operand
  *      values as gemm_f16.cu, which makes that kernel this one's reference up
- *      to the order of the f32 adds (f16 weights are read where they lie);
+ *      to the order of the f32 adds;
  *   3. the GEMM over the two f16 matrices.
  *
- * GEMM tiles: a block of 2 warpgroups computes 128 tokens (warpgroup g:
- * tokens 64 g ..) x 128 weight rows, K in steps of 64. Both operands are
- * copied by cp.async (16-byte pieces, rows past the end and K past cols
- * zero-filled) into the core-matrix layout attn_fa_tile.cuh describes (K-major,
- * element (r, c) of a 128-row tile at byte (c / 8) * 2048 + r * 16 + (c % 8) * 2),
- * which wgmma reads through descriptors without swizzle (LBO 2048: the next
- * 8 of K; SBO 128: the next 8 rows). WG_NS stages: stage t + WG_NS - 2 is
- * copied while the products of stage t - 1 may still run (one wgmma group
- * in flight per warpgroup: wait_group 1), so a stage is overwritten only two
- * barriers after its last reader finished. The accumulator fragments (the
- * mma.sync C layout per warp, attn_fa_ptx.cuh) are stored straight to the
- * f32 outputs.
+ * Tiled operands. Both copies are stored as tiles of 64 of K: an x tile is
+ * 128 tokens x 64 (16 KiB), a weight tile BN rows x 64 (BN = 128 or 256;
+ * 16 or 32 KiB); within a tile of R rows, element (r, c) sits at byte
+ * (c / 8) * 16 R + r * 16 + (c % 8) * 2 (K-major core matrices of 8 rows x
+ * 16 bytes, no swizzle), which wgmma reads through descriptors (LBO 16 R:
+ * the next 8 of K; SBO 128: the next 8 rows). The tiles of one row panel
+ * follow each other in K, so a stage is one contiguous bulk copy per
+ * operand. Tokens past n, rows past the weight's and K past cols are zeros
+ * in the copies (cols need only be a multiple of 8).
+ *
+ * GEMM blocks: 128 tokens x BN weight rows, 288 threads. Warps 0-7 are two
+ * consumer warpgroups (warpgroup g: tokens 64 g ..), warp 8's first lane the
+ * producer. Stage s of the WG_NS-deep ring has a `full` barrier (the
+ * producer's arrival and the stage's bytes) and an `empty` one (one arrival
+ * per consumer warpgroup). A consumer waits for full, issues the four
+ * m64nBNk16 products of the stage as one wgmma group, and once the group
+ * before it has finished (wait_group 1) releases that group's stage; the
+ * producer waits for a stage's release before refilling it. The accumulator
+ * fragments (the mma.sync C layout per warp, attn_fa_ptx.cuh) are stored
+ * straight to the f32 outputs. BN is 256 where the call has at least two
+ * waves of such blocks (more products per byte of shared memory read), else
+ * 128 (twice the blocks: a prefill of 512 tokens against a 4096-row weight
+ * would fill half the SMs with 256).
  *
  * The kernel exists only in a build for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL);
  * lkv_cuda_gemm_wg_probe tells the chooser whether the code the device runs
  * has it.
  */
-#include "attn_fa_ptx.cuh"
+#include "async_ptx.cuh"
 #include "matmul.cuh"
+#include "tune.h"
 
-enum { WG_BM = 128, WG_BN = 128, WG_BK = 64, WG_NS = 4, WG_THREADS = 256 };
-enum { WG_TILE = WG_BM * WG_BK * 2, WG_STAGE = 2 * WG_TILE, WG_SMEM = WG_NS * WG_STAGE };
+enum { WG_BM = 128, WG_BK = 64, WG_THREADS = 288, WG_XTILE = WG_BM * WG_BK * 2, WG_RING = 196608 };
 static const size_t WG_SCRATCH = (size_t)128 << 20;   /* f16 weights of one GEMM, bytes */
 
+template <int BN> struct wg_shape {
+    static constexpr int WTILE = BN * WG_BK * 2;               /* bytes of a weight tile */
+    static constexpr int STAGE = WG_XTILE + WTILE;
+    static constexpr int NS = WG_RING / STAGE;                 /* 4 for 256, 6 for 128 */
+    static constexpr int SMEM = NS * STAGE + 2 * NS * 8;       /* the ring, then the barriers */
+};
+
 /* the pieces of one GEMM: rows [a, a + rows[j]) of weight j sit in the scratch
- * from row tile0[j] * WG_BN on; out[j] points at column a of its output,
- * whose rows are ld[j] floats apart */
+ * from row tile tile0[j] on; out[j] points at column a of its output, whose
+ * rows are ld[j] floats apart */
 struct wg_set {
-    const __half *w16;
+    const uint8_t *w16;
     float *out[4];
     int ld[4], rows[4], tile0[5];
     int n_p;
@@ -59,49 +74,82 @@ struct wg_set {
 
 // ---------------------------------------------------------------- conversions
 
-static __global__ void wg_x_to_f16(const float4 *__restrict__ x, uint2 *__restrict__ y, size_t n4) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
-        const float4 v = x[i];
-        const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-        y[i] = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+/* byte offset of element group (r, g) (8 elements from column 8 g) in a
+ * matrix tiled by R rows, nkt tiles of 64 in K per row panel */
+static __device__ __forceinline__ size_t wg_tiled(int r, int g, int R, int nkt) {
+    return (((size_t)(r / R) * nkt + (g >> 3)) * WG_BK * R + (size_t)(g & 7) * 8 * R + (r % R) * 8) * 2;
+}
+
+/* thread i -> (row r, group g) with consecutive threads on consecutive rows
+ * of one tile (the 16-byte writes coalesce) */
+static __device__ __forceinline__ void wg_item(size_t i, int R, int nkt, int &r, int &g) {
+    const size_t per_panel = (size_t)R * nkt * 8;
+    const int p = (int)(i / per_panel);
+    const int e = (int)(i - (size_t)p * per_panel);
+    g = e / R;
+    r = p * R + e % R;
+}
+
+/* x (n, cols) f32 -> x16, tiled by WG_BM rows, n_pad (a multiple of WG_BM) rows */
+static __global__ void wg_x_to_f16(const float *__restrict__ x, uint8_t *__restrict__ y, int n, int cols,
+                                   int n_pad, int nkt) {
+    const size_t total = (size_t)n_pad * nkt * 8;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        int r, g;
+        wg_item(i, WG_BM, nkt, r, g);
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r < n && 8 * g < cols) {
+            const float4 *s = (const float4 *)(x + (size_t)r * cols + 8 * g);
+            const float4 a = s[0], b = s[1];
+            const __half2 h0 = __floats2half2_rn(a.x, a.y), h1 = __floats2half2_rn(a.z, a.w);
+            const __half2 h2 = __floats2half2_rn(b.x, b.y), h3 = __floats2half2_rn(b.z, b.w);
+            v = make_uint4(*(const uint32_t *)&h0, *(const uint32_t *)&h1, *(const uint32_t *)&h2,
+                           *(const uint32_t *)&h3);
+        }
+        *(uint4 *)(y + wg_tiled(r, g, WG_BM, nkt)) = v;
     }
 }
 
-/* rows [0, rows) of a weight (row_bytes apart) -> dst (rows, cols) f16 */
+/* rows [0, rows) of a weight (row_bytes apart) -> dst, tiled by R rows,
+ * rows_pad (a multiple of R) rows */
 template <int T>
 static __global__ void wg_w_to_f16(const uint8_t *__restrict__ w, size_t row_bytes, int rows, int cols,
-                                   uint4 *__restrict__ dst) {
-    const int per_row = cols / 8;
-    const size_t total = (size_t)rows * per_row;
+                                   int rows_pad, int R, int nkt, uint8_t *__restrict__ dst) {
+    const size_t total = (size_t)rows_pad * nkt * 8;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        const int r = (int)(i / per_row), e = (int)(i - (size_t)r * per_row);
-        float y[8];
-        dq8<T>(w + (size_t)r * row_bytes, e, y);
-        __half2 h[4];
+        int r, g;
+        wg_item(i, R, nkt, r, g);
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r < rows && 8 * g < cols) {
+            float y[8];
+            dq8<T>(w + (size_t)r * row_bytes, g, y);
+            __half2 h[4];
 #pragma unroll
-        for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
-        dst[i] = *(const uint4 *)h;
+            for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
+            v = *(const uint4 *)h;
+        }
+        *(uint4 *)(dst + wg_tiled(r, g, R, nkt)) = v;
     }
 }
 
 // ---------------------------------------------------------------- the GEMM
 
-
 #if FA_HAVE_WGMMA
-/* the accumulators of a 128 x 128 tile (tokens t0.., rows r0.. of an output
- * whose rows are ld floats apart): fragment (i, c) of warp w is token
- * t0 + 16 w + g (+ 8 for c >= 2), row r0 + 8 i + 2 q + (c & 1) */
-static __device__ __forceinline__ void wg_store(const float (&acc)[16][4], float *out, size_t ld, int t0, int r0,
+/* the accumulators of a 64 x 8 NB tile of warpgroup wg (tokens t0 + 64 wg ..,
+ * rows r0.. of an output whose rows are ld floats apart): fragment (i, c) of
+ * warp w is token 16 (w % 4) + g (+ 8 for c >= 2), row 8 i + 2 q + (c & 1) */
+template <int NB>
+static __device__ __forceinline__ void wg_store(const float (&acc)[NB][4], float *out, size_t ld, int t0, int r0,
                                                 int rows, int n) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int t = t0 + 16 * warp + g + 8 * h;
+        const int t = t0 + 16 * warp + g + 8 * h;   /* warps 0-7: 16 tokens each */
         if (t >= n) continue;
         float *o = out + (size_t)t * ld;
         const bool pair = ((uintptr_t)o & 7) == 0;   /* rows of odd length: pairs may be misaligned */
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
+        for (int i = 0; i < NB; i++) {
             const int r = r0 + 8 * i + 2 * q;
             if (pair && r + 1 < rows) {
                 *(float2 *)(o + r) = make_float2(acc[i][2 * h], acc[i][2 * h + 1]);
@@ -114,66 +162,69 @@ static __device__ __forceinline__ void wg_store(const float (&acc)[16][4], float
 }
 #endif
 
-/* grid (token tiles, row tiles of all pieces) */
+/* grid (token tiles, row tiles of all pieces); x16 and ws.w16 tiled, nkt
+ * tiles of K per panel */
+template <int BN>
 static __global__ void __launch_bounds__(WG_THREADS, 1)
-wg_gemm_kernel(const __grid_constant__ wg_set ws, const __half *__restrict__ x16, int cols, int n) {
+wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x16, int nkt, int n) {
 #if FA_HAVE_WGMMA
+    using S = wg_shape<BN>;
     extern __shared__ __align__(128) uint8_t sm[];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
-    const int tid = threadIdx.x, warp = tid >> 5, wgi = warp >> 2;
-    const int t0 = blockIdx.x * WG_BM, bt = blockIdx.y;
-    int j = 0;
-    while (j + 1 < ws.n_p && bt >= ws.tile0[j + 1]) j++;
-    const int r0 = (bt - ws.tile0[j]) * WG_BN, rows = ws.rows[j];
-    const __half *wb = ws.w16 + ((size_t)ws.tile0[j] * WG_BN + r0) * cols;
-    const int nk = (cols + WG_BK - 1) / WG_BK;
+    const uint32_t full = sb + S::NS * S::STAGE, empty = full + 8 * S::NS;
+    const int tid = threadIdx.x, warp = tid >> 5;
+    const int tt = blockIdx.x, bt = blockIdx.y;
 
-    /* stage s's copies: 1024 pieces of 16 bytes per operand, 4 per thread; a
-     * half warp takes 16 rows of one 8-column group, the two halves adjacent
-     * groups (32 contiguous bytes per row in global memory) */
-    auto issue = [&](int s) {
-        if (s < nk) {
-            const int k0 = s * WG_BK;
-            const uint32_t st = sb + (s % WG_NS) * WG_STAGE;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int p = tid + WG_THREADS * i, g = p >> 5, l = p & 31;
-                const int r = (g & 7) * 16 + (l & 15), pc = (g >> 3) * 2 + (l >> 4), kc = k0 + 8 * pc;
-                const uint32_t off = pc * (WG_BM * 16) + r * 16;
-                const bool ka = kc < cols;
-                const bool oa = ka && t0 + r < n, ob = ka && r0 + r < rows;
-                fa_cp16z(st + off, oa ? x16 + (size_t)(t0 + r) * cols + kc : x16, oa);
-                fa_cp16z(st + WG_TILE + off, ob ? wb + (size_t)r * cols + kc : wb, ob);
+    if (tid == 0) {
+        for (int s = 0; s < S::NS; s++) {
+            mb_init(full + 8 * s, 1);
+            mb_init(empty + 8 * s, 2);
+        }
+        mb_init_fence();
+    }
+    __syncthreads();
+
+    if (warp == 8) {   /* the producer */
+        if ((tid & 31) == 0) {
+            const uint8_t *xa = x16 + (size_t)tt * nkt * WG_XTILE;
+            const uint8_t *wb = ws.w16 + (size_t)bt * nkt * S::WTILE;
+            for (int t = 0; t < nkt; t++) {
+                const int s = t % S::NS;
+                if (t >= S::NS) mb_wait(empty + 8 * s, (t / S::NS - 1) & 1);
+                const uint32_t st = sb + s * S::STAGE;
+                mb_arrive_tx(full + 8 * s, S::STAGE);
+                bulk_g2s(st, xa + (size_t)t * WG_XTILE, WG_XTILE, full + 8 * s);
+                bulk_g2s(st + WG_XTILE, wb + (size_t)t * S::WTILE, S::WTILE, full + 8 * s);
             }
         }
-        fa_cp_commit();
-    };
+        return;
+    }
 
-    float acc[16][4];
+    int j = 0;
+    while (j + 1 < ws.n_p && bt >= ws.tile0[j + 1]) j++;
+    const int r0 = (bt - ws.tile0[j]) * BN, wgi = warp >> 2;
+    float acc[BN / 8][4];
 #pragma unroll
-    for (int i = 0; i < 16; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    for (int i = 0; i < BN / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     fa_reg_fence(acc);
 
-#pragma unroll
-    for (int s = 0; s < WG_NS - 2; s++) issue(s);
-    for (int t = 0; t < nk; t++) {
-        fa_cp_wait<WG_NS - 3>();   /* stage t landed (this thread's pieces) */
-        fa_fence_async();
-        __syncthreads();           /* everyone's pieces; stage t - 2's products are done */
-        issue(t + WG_NS - 2);
-        const uint32_t st = sb + (t % WG_NS) * WG_STAGE;
+    for (int t = 0; t < nkt; t++) {
+        const int s = t % S::NS;
+        mb_wait(full + 8 * s, (t / S::NS) & 1);
+        const uint32_t st = sb + s * S::STAGE;
         fa_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++)
-            fa_wgmma_ss_n128_f16(acc, fa_desc(st + wgi * 64 * 16 + kk * 2 * (WG_BM * 16), WG_BM * 16, 128),
-                   fa_desc(st + WG_TILE + kk * 2 * (WG_BN * 16), WG_BN * 16, 128));
+            fa_wgmma_ss_f16(acc, fa_desc(st + wgi * 64 * 16 + kk * 2 * (WG_BM * 16), WG_BM * 16, 128),
+                            fa_desc(st + WG_XTILE + kk * 2 * (BN * 16), BN * 16, 128));
         fa_wg_commit();
-        fa_wg_wait1();
+        fa_wg_wait1();   /* the group of stage t - 1 is done: its stage may be refilled */
+        if (t > 0 && (tid & 127) == 0) mb_arrive(empty + 8 * ((t - 1) % S::NS));
     }
     fa_wg_wait0();
     fa_reg_fence(acc);
 
-    wg_store(acc, ws.out[j], (size_t)ws.ld[j], t0, r0, rows, n);
+    wg_store(acc, ws.out[j], (size_t)ws.ld[j], tt * WG_BM, r0, ws.rows[j], n);
 #endif
 }
 
@@ -191,7 +242,10 @@ bool lkv_cuda_gemm_wg_probe(lkv_bctx *b) {
               cudaStreamSynchronize(b->stream) == cudaSuccess && h == 1;
     cudaFree(d);
     cudaGetLastError();
-    if (ok && cudaFuncSetAttribute(wg_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM) != cudaSuccess) {
+    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    wg_shape<128>::SMEM) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    wg_shape<256>::SMEM) != cudaSuccess)) {
         cudaGetLastError();
         ok = false;
     }
@@ -224,68 +278,67 @@ static unsigned wg_grid(size_t work, int n_sm) {
     return (unsigned)(g < cap ? (g ? g : 1) : cap);
 }
 
-template <int T>
+/* the weight tile: 256 rows where the call has two waves of such blocks
+ * (tune.h's wg_bn forces 128 or 256) */
+static int wg_pick_bn(const lkv_bctx *b, const mm_set &ms, int n) {
+    if (lkv_cuda_tuning.wg_bn == 128 || lkv_cuda_tuning.wg_bn == 256) return lkv_cuda_tuning.wg_bn;
+    size_t tiles = 0;
+    for (int i = 0; i < ms.n_w; i++) tiles += lkv_cdiv(ms.rows[i], 256);
+    return tiles * lkv_cdiv(n, WG_BM) >= 2 * (size_t)b->n_sm ? 256 : 128;
+}
+
+template <int T, int BN>
 static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
-    if (!wg_buf(&b->wg_x16, &b->wg_x16_cap, (size_t)n * cols * 2)) return false;
-    const size_t per_row = (size_t)cols * 2, cap_rows = WG_SCRATCH / per_row / WG_BN * WG_BN;
-    if (cap_rows < WG_BN) return false;
-    const size_t n4 = (size_t)n * cols / 4;
-    wg_x_to_f16<<<wg_grid(n4, b->n_sm), 256, 0, b->stream>>>((const float4 *)x, (uint2 *)b->wg_x16, n4);
+    using S = wg_shape<BN>;
+    const int nkt = (int)lkv_cdiv(cols, WG_BK), n_pad = (int)lkv_cdiv(n, WG_BM) * WG_BM;
+    if (!wg_buf(&b->wg_x16, &b->wg_x16_cap, (size_t)n_pad * nkt * WG_XTILE / WG_BM)) return false;
+    const size_t panel = (size_t)nkt * S::WTILE, cap_tiles = WG_SCRATCH / panel;
+    if (cap_tiles < 1) return false;
+    wg_x_to_f16<<<wg_grid((size_t)n_pad * nkt * 8, b->n_sm), 256, 0, b->stream>>>(x, (uint8_t *)b->wg_x16, n, cols,
+                                                                                 n_pad, nkt);
     LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg: x to f16)");
-    const __half *xh = (const __half *)b->wg_x16;
-    if constexpr (T == LKV_TYPE_F16) {   /* already f16 rows: each weight is its own B */
-        bool direct = true;
-        for (int i = 0; i < ms.n_w; i++) direct = direct && ((uintptr_t)ms.w[i] & 15) == 0;
-        if (direct) {
-            for (int i = 0; i < ms.n_w; i++) {
-                wg_set s = {};
-                s.w16 = (const __half *)ms.w[i];
-                s.out[0] = ms.out[i];
-                s.ld[0] = s.rows[0] = ms.rows[i];
-                s.tile0[1] = (int)lkv_cdiv(ms.rows[i], WG_BN);
-                s.n_p = 1;
-                wg_gemm_kernel<<<dim3(lkv_cdiv(n, WG_BM), s.tile0[1]), WG_THREADS, WG_SMEM, b->stream>>>(s, xh, cols, n);
-                LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg)");
-            }
-            return true;
-        }
-    }
+    if (!wg_buf(&b->wg_w16, &b->wg_w16_cap, WG_SCRATCH)) return false;
     /* pack pieces of the weights into the scratch, one GEMM per full scratch */
     int j = 0, a = 0;
     while (j < ms.n_w) {
         wg_set s = {};
-        size_t used = 0;   /* scratch rows taken (whole tiles) */
-        while (j < ms.n_w && s.n_p < 4 && used < cap_rows) {
+        size_t used = 0;   /* scratch row tiles taken */
+        while (j < ms.n_w && s.n_p < 4 && used < cap_tiles) {
             const int left = ms.rows[j] - a;
-            const int take = (int)(left <= (int)(cap_rows - used) ? left : (int)(cap_rows - used));
-            if (!wg_buf(&b->wg_w16, &b->wg_w16_cap, WG_SCRATCH)) return false;
-            __half *dst = (__half *)b->wg_w16 + used * cols;
-            const size_t work = (size_t)take * (cols / 8);
-            wg_w_to_f16<T><<<wg_grid(work, b->n_sm), 256, 0, b->stream>>>(ms.w[j] + (size_t)a * ms.row_bytes[j],
-                                                                         ms.row_bytes[j], take, cols, (uint4 *)dst);
+            const size_t room = (cap_tiles - used) * BN;
+            const int take = (int)((size_t)left <= room ? (size_t)left : room);
+            const int tiles = (int)lkv_cdiv(take, BN);
+            uint8_t *dst = (uint8_t *)b->wg_w16 + used * panel;
+            wg_w_to_f16<T><<<wg_grid((size_t)tiles * BN * nkt * 8, b->n_sm), 256, 0, b->stream>>>(
+                ms.w[j] + (size_t)a * ms.row_bytes[j], ms.row_bytes[j], take, cols, tiles * BN, BN, nkt, dst);
             LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg: weights to f16)");
             s.out[s.n_p] = ms.out[j] + a;
             s.ld[s.n_p] = ms.rows[j];
             s.rows[s.n_p] = take;
-            s.tile0[s.n_p] = (int)(used / WG_BN);
+            s.tile0[s.n_p] = (int)used;
             s.n_p++;
-            used += lkv_cdiv(take, WG_BN) * (size_t)WG_BN;
+            used += tiles;
             a += take;
             if (a == ms.rows[j]) { j++; a = 0; }
         }
-        s.tile0[s.n_p] = (int)(used / WG_BN);
-        s.w16 = (const __half *)b->wg_w16;
-        const dim3 grid(lkv_cdiv(n, WG_BM), s.tile0[s.n_p]);
-        wg_gemm_kernel<<<grid, WG_THREADS, WG_SMEM, b->stream>>>(s, xh, cols, n);
+        s.tile0[s.n_p] = (int)used;
+        s.w16 = (const uint8_t *)b->wg_w16;
+        const dim3 grid(n_pad / WG_BM, (unsigned)used);
+        wg_gemm_kernel<BN><<<grid, WG_THREADS, S::SMEM, b->stream>>>(s, (const uint8_t *)b->wg_x16, nkt, n);
         LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg)");
     }
     return true;
 }
 
+template <int T>
+static bool wg_run_any(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
+    return wg_pick_bn(b, ms, n) == 256 ? wg_run<T, 256>(b, ms, x, cols, n) : wg_run<T, 128>(b, ms, x, cols, n);
+}
+
 bool lkv_cuda_gemm_wg(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n) {
     if (n <= 0 || !b->wg_ok || cols % 8) return false;
     switch (type) {
-#define X(T) case T: return wg_run<T>(b, ms, x, cols, n);
+#define X(T) case T: return wg_run_any<T>(b, ms, x, cols, n);
         LKV_CUDA_WEIGHT_TYPES(X)
 #undef X
     default: return false;
