@@ -139,17 +139,15 @@ int main(int argc, char **argv) {
      * the first n (default 2; 0 = 1); BENCH_DEPTH_VARIANTS=n the first n also at
      * depth (default 1). Columns: name, gpu_kernels (1 fast, 0 exact), the
      * decode step as a replayed graph (LKV_CUDA_GRAPH, the library's debug
-     * switch), tune.h's forced matmul kernel and gemm_wg tile */
-    struct { const char *name; int fast, graph, mm, bn; } vars[] = {
+     * switch), tune.h's forced matmul kernel */
+    struct { const char *name; int fast, graph, mm; } vars[] = {
         {"default: the fastest kernels, decode step as a replayed graph", 1, 1, LKV_MM_TABLE},
         {"int8 GEMM mmq for prefill (tune.h)", 1, 1, LKV_MM_MMQ},
         {"exact kernels (gpu_kernels=\"exact\": bit-identical with the CPU)", 0, 1, LKV_MM_TABLE},
         {"wgmma f16 GEMM gemm_wg for prefill (tune.h; sm_90a)", 1, 1, LKV_MM_GEMM_WG},
         {"int8 mat-vec matvec_q8 for decode (tune.h; mvx is the default)", 1, 1, LKV_MM_MATVEC_Q8},
         {"the default, launched op by op (LKV_CUDA_GRAPH=0)", 1, 0, LKV_MM_TABLE},
-        {"f16 WMMA GEMM gemm_f16 for prefill (tune.h)", 1, 1, LKV_MM_GEMM_F16},
-        {"gemm_wg with 128-row weight tiles (tune.h)", 1, 1, LKV_MM_GEMM_WG, 128},
-        {"gemm_wg with 256-row weight tiles (tune.h)", 1, 1, LKV_MM_GEMM_WG, 256}};
+        {"f16 WMMA GEMM gemm_f16 for prefill (tune.h)", 1, 1, LKV_MM_GEMM_F16}};
     const int n_vars = (int)(sizeof vars / sizeof vars[0]);
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
     if (n_var > n_vars) n_var = n_vars;
@@ -172,7 +170,6 @@ int main(int argc, char **argv) {
         const int depth = atoi(tok);
         const int vi = pick[vj];
         lkv_cuda_tuning.matmul = vars[vi].mm;
-        lkv_cuda_tuning.wg_bn = vars[vi].bn;
         lkv_cuda_tuning.gen++;
         setenv("LKV_CUDA_GRAPH", vars[vi].graph ? "1" : "0", 1);
         if (depth == 0 || n_dvar > 1) printf("-- %s\n", vars[vi].name);

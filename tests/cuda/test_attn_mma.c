@@ -424,20 +424,20 @@ int main(int argc, char **argv) {
         {4, 4, 128, 64, 1000, 200, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
     };
     /* every case on each path: auto (wgmma where built for sm_90a) and mma.sync */
-    const char *names[3] = {"mma.sync", "wgmma", "auto"};
-    const int sel[3] = {1, 2, 0};
+    const char *names[4] = {"mma.sync", "wgmma", "wgmma pipelined (8 warps)", "auto"};
+    const int sel[4] = {1, 2, 3, 0};
     const int timing = argc > 1 && !strcmp(argv[1], "time");
     if (argc > 1 && !strcmp(argv[1], "timeonly")) {   /* timings only, the auto path */
         time_all();
         return harness_close();
     }
-    for (int pi = 0; pi < 3; pi++) {
+    for (int pi = 0; pi < 4; pi++) {
         lkv_cuda_attn_mma_path(sel[pi]);
         path_name = names[pi];
         worst_err = 0;
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
         printf("info: [%s] largest rel err vs cpu (one call) %.2e\n", path_name, worst_err);
-        if (pi == 2) test_refusals();
+        if (pi == 3) test_refusals();
         if (timing) time_all();
     }
     lkv_cuda_attn_mma_path(0);

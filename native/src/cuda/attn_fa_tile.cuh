@@ -30,7 +30,8 @@ template <int T> __host__ __device__ constexpr bool fa_quant() { return T == LKV
 template <int T, int D> __host__ __device__ constexpr int fa_hb() { return D / 32 * group_bytes<T>(); }
 
 /* shared memory of one instance: NS stages of raw K + V, NF dequantized f16
- * buffers for each quantized operand, the Q tile, NS tile masks (2 words) */
+ * buffers for each quantized operand, the Q tile, NS tile masks (2 words),
+ * 2 NS mbarriers */
 template <int TK, int TV, int D> struct fa_smem {
     static constexpr int tile = FA_BN * D * 2;
     static constexpr bool QK = fa_quant<TK>(), QV = fa_quant<TV>(), ANYQ = QK || QV;
@@ -40,7 +41,7 @@ template <int TK, int TV, int D> struct fa_smem {
     static constexpr int fbuf = (QK ? tile : 0) + (QV ? tile : 0);
     static constexpr int qb = FA_BM * D * 2;
     static constexpr int LIMIT = 227 * 1024;
-    static constexpr int size(int ns, int nf) { return ns * stage + nf * fbuf + qb + ns * 8; }
+    static constexpr int size(int ns, int nf) { return ns * stage + nf * fbuf + qb + ns * 24; }
     /* deepest pipeline that fits: quantized with two f16 buffers needs 3 stages */
     static constexpr int NF = !ANYQ ? 0 : size(3, 2) <= LIMIT ? 2 : 1;
     static constexpr int NS = size(4, NF) <= LIMIT && (D <= 128) ? 4 : size(3, NF) <= LIMIT ? 3 : 2;
@@ -48,7 +49,8 @@ template <int TK, int TV, int D> struct fa_smem {
     static constexpr int fbufs = NS * stage;
     static constexpr int q = fbufs + NF * fbuf;
     static constexpr int mask = q + qb;
-    static constexpr int bytes = mask + NS * 8;
+    static constexpr int bars = mask + NS * 8;   /* the warp-specialized kernel's full / empty mbarriers */
+    static constexpr int bytes = bars + NS * 16;
     static_assert(bytes <= LIMIT, "shared memory");
     static_assert(!ANYQ || NF == 1 || NS >= 3, "pipeline");
 };
@@ -119,13 +121,13 @@ struct fa_rows {
 /* f16 / bf16 rows of a tile into the core-matrix layout: piece (row, dim
  * group) per thread, 16 rows of one group per half warp (a 32-byte sector
  * per row pair of lanes, the 8 bank groups evenly) */
-template <int D>
+template <int D, int NT>
 static __device__ __forceinline__ void fa_copy_f16(const lkv_attn_desc &d, const fa_rows &rw, bool is_k, size_t rb,
-                                                   size_t off, uint8_t *dst) {
+                                                   size_t off, uint8_t *dst, int t) {
     constexpr int P = D / 8, TOTAL = FA_BN * P;
     const uint8_t *base = rw.seg >= 0 ? rw.row(d, 0, is_k, rb, off) : nullptr;   /* one segment: rows rb apart */
     const int nrow = rw.pe - rw.p0;
-    for (int idx = threadIdx.x; idx < TOTAL; idx += FA_THREADS) {
+    for (int idx = t; idx < TOTAL; idx += NT) {
         const int rlo = idx & 15, rest = idx >> 4, pc = rest % P, r = (rest / P) * 16 + rlo;
         const uint8_t *src = base ? (r < nrow ? base + (size_t)r * rb : nullptr) : rw.row(d, r, is_k, rb, off);
         uint8_t *dp = dst + pc * (FA_BN * 16) + r * 16;
@@ -135,29 +137,29 @@ static __device__ __forceinline__ void fa_copy_f16(const lkv_attn_desc &d, const
 }
 
 /* the same when one segment holds every row of the call: row p at base + p * rb */
-template <int D>
+template <int D, int NT>
 static __device__ __forceinline__ void fa_copy_f16_flat(const uint8_t *base, size_t rb, const fa_tile &tl,
-                                                        uint8_t *dst) {
+                                                        uint8_t *dst, int t) {
     constexpr int P = D / 8, TOTAL = FA_BN * P;
     const uint8_t *b0 = base + (size_t)tl.p0 * rb;
     const uint32_t rb32 = (uint32_t)rb;   /* 64 rows of a tile: 32-bit offsets (the entry point checks) */
     const int nrow = tl.pe - tl.p0;
 #pragma unroll
-    for (int idx0 = 0; idx0 < TOTAL; idx0 += FA_THREADS) {
-        const int idx = idx0 + threadIdx.x, rlo = idx & 15, rest = idx >> 4, pc = rest % P, r = (rest / P) * 16 + rlo;
+    for (int idx0 = 0; idx0 < TOTAL; idx0 += NT) {
+        const int idx = idx0 + t, rlo = idx & 15, rest = idx >> 4, pc = rest % P, r = (rest / P) * 16 + rlo;
         uint8_t *dp = dst + pc * (FA_BN * 16) + r * 16;
         const bool in = r < nrow;   /* rows past the tile's end: zeros (row 0 is a valid address) */
         fa_cp16z((uint32_t)__cvta_generic_to_shared(dp), b0 + (in ? (uint32_t)r * rb32 + pc * 16 : 0u), in);
     }
 }
 
-template <int HB>
+template <int HB, int NT>
 static __device__ __forceinline__ void fa_copy_raw_flat(const uint8_t *base, size_t rb, const fa_tile &tl, int g,
-                                                        uint8_t *dst) {
+                                                        uint8_t *dst, int t) {
     const uint8_t *b0 = base + (size_t)tl.p0 * rb;
     const uint32_t rb32 = (uint32_t)rb;
     const int nrow = tl.pe - tl.p0, np = HB / g, total = FA_BN * np;
-    for (int idx = threadIdx.x; idx < total; idx += FA_THREADS) {
+    for (int idx = t; idx < total; idx += NT) {
         const int r = idx / np, pc = idx - r * np;
         uint8_t *dp = dst + r * HB + pc * g;
         if (r < nrow) {
@@ -171,12 +173,13 @@ static __device__ __forceinline__ void fa_copy_raw_flat(const uint8_t *base, siz
 }
 
 /* raw head slices (hb bytes) of a tile, rows hb bytes apart, pieces of g bytes */
+template <int NT>
 static __device__ __forceinline__ void fa_copy_raw(const lkv_attn_desc &d, const fa_rows &rw, bool is_k, size_t rb,
-                                                   size_t off, int hb, int g, uint8_t *dst) {
+                                                   size_t off, int hb, int g, uint8_t *dst, int t) {
     const int np = hb / g, total = FA_BN * np;
     const uint8_t *base = rw.seg >= 0 ? rw.row(d, 0, is_k, rb, off) : nullptr;
     const int nrow = rw.pe - rw.p0;
-    for (int idx = threadIdx.x; idx < total; idx += FA_THREADS) {
+    for (int idx = t; idx < total; idx += NT) {
         const int r = idx / np, pc = idx - r * np;
         const uint8_t *src = base ? (r < nrow ? base + (size_t)r * rb : nullptr) : rw.row(d, r, is_k, rb, off);
         uint8_t *dp = dst + r * hb + pc * g;
@@ -198,10 +201,10 @@ static __device__ __forceinline__ void fa_bias4(uint32_t w, __half2 &lo, __half2
 
 /* raw q8_0 / q4_0 rows -> f16 tile (core-matrix layout): thread per (row,
  * dim group of 8); value = code * d rounded once to f16 */
-template <int T, int D>
-static __device__ __forceinline__ void fa_dequant(uint8_t *tile, const uint8_t *raw) {
+template <int T, int D, int NT>
+static __device__ __forceinline__ void fa_dequant(uint8_t *tile, const uint8_t *raw, int t) {
     constexpr int P = D / 8, HB = fa_hb<T, D>(), GB = group_bytes<T>();
-    for (int idx = threadIdx.x; idx < FA_BN * P; idx += FA_THREADS) {
+    for (int idx = t; idx < FA_BN * P; idx += NT) {
         const int r = idx & (FA_BN - 1), c8 = idx / FA_BN, sub = c8 & 3;
         const uint8_t *blk = raw + r * HB + (c8 >> 2) * GB;   /* 2-byte aligned */
         const __half2 d2 = __half2half2(*(const __half *)blk);

@@ -75,18 +75,26 @@
  */
 #include <limits.h>
 
+#include <type_traits>
+
+#include "async_ptx.cuh"
 #include "attn_fa_tile.cuh"
 #include "attn_mma.cuh"
 
-/* test-only: 0 auto (pipelined wgmma where compiled for sm_90a), 1 mma.sync, 2 wgmma not pipelined */
+/* test-only: 0 auto (the warp-specialized kernel where compiled for sm_90a and
+ * head_dim <= 128, else pipelined wgmma where compiled for sm_90a, else
+ * mma.sync), 1 mma.sync, 2 wgmma not pipelined, 3 wgmma pipelined (one block
+ * of 8 warps that copy and compute) */
 static int fa_path_sel = 0;
 extern "C" void lkv_cuda_attn_mma_path(int sel) { fa_path_sel = sel; }
 
 // ---------------------------------------------------------------- the kernel
 
-/* grid (M tiles of 128 rows, n_head_kv); the heaviest tiles (latest queries) first */
-template <int TK, int TV, int D>
-__global__ void __launch_bounds__(FA_THREADS, 1)
+/* grid (M tiles of 128 rows, n_head_kv); the heaviest tiles (latest queries) first.
+ * WS: warp-specialized (sm_90a, head_dim <= 128): warps 0-7 compute, warp 8 copies
+ * and dequantizes, the two sides meeting at per-stage mbarriers */
+template <int TK, int TV, int D, bool WS>
+__global__ void __launch_bounds__(WS ? FA_THREADS + 32 : FA_THREADS, 1)
 attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ lkv_attn_desc d, const fa_geom ge) {
     using L = fa_smem<TK, TV, D>;
     constexpr bool QK = L::QK, QV = L::QV, ANYQ = L::ANYQ;
@@ -99,10 +107,11 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mt = gridDim.x - 1 - blockIdx.x, kh = blockIdx.y, G = ge.G;
     const int n_rows = d.n_q * G, f0 = mt * FA_BM;
+    static_assert(!WS || QREG, "the warp-specialized kernel keeps Q in registers");
 #if FA_HAVE_WGMMA
-    const bool wg = QREG && ge.wg != 0;
+    const bool wg = WS || (QREG && ge.wg != 0);
     /* S of tile j + 1 in flight during tile j's softmax: K straight from its stage, landed a tile early */
-    const bool pipe = wg && !QK && NS >= 3 && ge.wg == 2;
+    const bool pipe = !WS && wg && !QK && NS >= 3 && ge.wg == 2;   /* (the warp-specialized kernel: 168 registers, no room for S twice) */
 #else
     constexpr bool pipe = false;
 #endif
@@ -136,38 +145,51 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     // -- tile j's copies into stage j % NS (an empty group past the end); ic walks the tiles
     fa_cursor ic;
     ic.start(d);
-    auto issue = [&](int j) {
+    /* by NT threads (t: this one's index among them): all 8 warps, or the producer warp */
+    using all_t = std::integral_constant<int, FA_THREADS>;
+    using one_t = std::integral_constant<int, 32>;
+    auto issue = [&](int j, auto nt) {
+        constexpr int NT = decltype(nt)::value;
+        const int t = NT == FA_THREADS ? tid : lane;
         if (j < n_tiles) {
             const fa_tile tl = ic.tile(d, Pend);
             ic.next(d, Pend);
             uint8_t *stg = sm + L::stages + (j % NS) * L::stage;
             if (flat) {
-                if constexpr (QK) fa_copy_raw_flat<fa_hb<TK, D>()>(kflat, ge.rbk, tl, ge.gk, stg);
-                else fa_copy_f16_flat<D>(kflat, ge.rbk, tl, stg);
-                if constexpr (QV) fa_copy_raw_flat<fa_hb<TV, D>()>(vflat, ge.rbv, tl, ge.gv, stg + L::rk);
-                else fa_copy_f16_flat<D>(vflat, ge.rbv, tl, stg + L::rk);
+                if constexpr (QK) fa_copy_raw_flat<fa_hb<TK, D>(), NT>(kflat, ge.rbk, tl, ge.gk, stg, t);
+                else fa_copy_f16_flat<D, NT>(kflat, ge.rbk, tl, stg, t);
+                if constexpr (QV) fa_copy_raw_flat<fa_hb<TV, D>(), NT>(vflat, ge.rbv, tl, ge.gv, stg + L::rk, t);
+                else fa_copy_f16_flat<D, NT>(vflat, ge.rbv, tl, stg + L::rk, t);
             } else {
                 fa_rows rw;
                 rw.init(d, tl);
-                if (tid < FA_BN) {
-                    const bool ok = rw.row(d, tid, true, ge.rbk, 0) != nullptr;
-                    const uint32_t bal = __ballot_sync(0xffffffffu, ok);
-                    if (lane == 0) ((uint32_t *)(sm + L::mask))[(j % NS) * 2 + warp] = bal;
+                /* bit r of the mask: tile row r is present (64 rows: warps 0-1, or two rounds of one warp) */
+#pragma unroll
+                for (int h = 0; h < (NT == FA_THREADS ? 1 : 2); h++) {
+                    const int r = NT == FA_THREADS ? tid : lane + 32 * h;
+                    if (r < FA_BN) {
+                        const bool ok = rw.row(d, r, true, ge.rbk, 0) != nullptr;
+                        const uint32_t bal = __ballot_sync(0xffffffffu, ok);
+                        if (lane == 0) ((uint32_t *)(sm + L::mask))[(j % NS) * 2 + (r >> 5)] = bal;
+                    }
                 }
-                if constexpr (QK) fa_copy_raw(d, rw, true, ge.rbk, offk, fa_hb<TK, D>(), ge.gk, stg);
-                else fa_copy_f16<D>(d, rw, true, ge.rbk, offk, stg);
-                if constexpr (QV) fa_copy_raw(d, rw, false, ge.rbv, offv, fa_hb<TV, D>(), ge.gv, stg + L::rk);
-                else fa_copy_f16<D>(d, rw, false, ge.rbv, offv, stg + L::rk);
+                if constexpr (QK) fa_copy_raw<NT>(d, rw, true, ge.rbk, offk, fa_hb<TK, D>(), ge.gk, stg, t);
+                else fa_copy_f16<D, NT>(d, rw, true, ge.rbk, offk, stg, t);
+                if constexpr (QV) fa_copy_raw<NT>(d, rw, false, ge.rbv, offv, fa_hb<TV, D>(), ge.gv, stg + L::rk, t);
+                else fa_copy_f16<D, NT>(d, rw, false, ge.rbv, offv, stg + L::rk, t);
             }
         }
         fa_cp_commit();
     };
     // -- tile j's quantized operands -> f16 buffer j % NF
-    auto dequant = [&](int j) {
+    auto dequant = [&](int j, auto nt) {
+        constexpr int NT = decltype(nt)::value;
+        const int t = NT == FA_THREADS ? tid : lane;
         const uint8_t *stg = sm + L::stages + (j % NS) * L::stage;
         uint8_t *fb = sm + L::fbufs + (j % (NF ? NF : 1)) * L::fbuf;
-        if constexpr (QK) fa_dequant<TK, D>(fb, stg);
-        if constexpr (QV) fa_dequant<TV, D>(fb + (QK ? L::tile : 0), stg + L::rk);
+        if constexpr (QK) fa_dequant<TK, D, NT>(fb, stg, t);
+        if constexpr (QV) fa_dequant<TV, D, NT>(fb + (QK ? L::tile : 0), stg + L::rk, t);
+        (void)stg, (void)fb, (void)t;
         fa_fence_async();
     };
     /* shared addresses of tile j's K and V (16-bit tiles) */
@@ -180,7 +202,47 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         else return sb + L::stages + (j % NS) * L::stage + L::rk;
     };
 
-    for (int s = 0; s < NS - 1; s++) issue(s);
+    /* the warp-specialized kernel: full[s] (the producer warp's 32 arrivals: stage
+     * s's tile landed, dequantized where quantized) and empty[s] (the 256 compute
+     * threads': the tile in stage s is done with); tile j uses stage j % NS and f16
+     * buffer j % NF, and its completions are phase j / NS of both */
+#if FA_HAVE_WGMMA
+    const uint32_t bfull = sb + L::bars, bempty = bfull + 8 * NS;
+#endif
+    if constexpr (WS) {
+#if FA_HAVE_WGMMA
+        if (tid == 0) {
+            for (int s = 0; s < NS; s++) {
+                mb_init(bfull + 8 * s, 32);
+                mb_init(bempty + 8 * s, FA_THREADS);
+            }
+            mb_init_fence();
+        }
+        __syncthreads();
+        if (warp == FA_WARPS) {   /* the producer: copies NS - 1 tiles ahead, dequantizes one ahead */
+            constexpr int LA = NS - 1;
+            for (int s = 0; s < LA; s++) issue(s, one_t{});
+            for (int j = 0; j < n_tiles; j++) {
+                fa_cp_wait<LA - 1>();   /* tile j's pieces of this lane */
+                __syncwarp();           /* and of every lane */
+                if constexpr (ANYQ) {
+                    if (j >= NF) mb_wait(bempty + 8 * ((j - NF) % NS), ((j - NF) / NS) & 1);
+                    dequant(j, one_t{});
+                } else {
+                    fa_fence_async();
+                }
+                mb_arrive(bfull + 8 * (j % NS));
+                /* stage (j + LA) % NS held tile j - 1 (its mask too): wait until it is done with */
+                if (j >= 1 && j + LA < n_tiles) mb_wait(bempty + 8 * ((j - 1) % NS), ((j - 1) / NS) & 1);
+                issue(j + LA, one_t{});
+            }
+            fa_cp_wait<0>();
+            return;
+        }
+#endif
+    } else {
+        for (int s = 0; s < NS - 1; s++) issue(s, all_t{});
+    }
 
     // -- Q: 128 rows in K's dot type into the Q tile (core-matrix layout, 128 rows)
     {
@@ -205,7 +267,9 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
             *(uint16_t *)(qs + (c >> 3) * (FA_BM * 16) + r * 16 + (c & 7) * 2) = hv;
         }
     }
-    __syncthreads();
+    static_assert(FA_THREADS == 256, "bar.sync 1, 256 below");
+    if constexpr (WS) asm volatile("bar.sync 1, 256;\n" ::: "memory");   /* the compute warps */
+    else __syncthreads();
     /* ldmatrix lane offsets: A (Q) rows; B of S (K): kv row, dim group; B of O (V, trans) */
     const uint32_t qrow = sb + L::q + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * 16 + (lane >> 4) * (FA_BM * 16);
     const int koff = ((lane & 7) + 8 * (lane >> 4)) * 16 + ((lane >> 3) & 1) * (FA_BN * 16);
@@ -237,10 +301,10 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     }
     const float L2E = 1.4426950408889634f;
 
-    if constexpr (ANYQ && NF == 2) {   /* tile 0 dequantized before the loop */
+    if constexpr (ANYQ && NF == 2 && !WS) {   /* tile 0 dequantized before the loop */
         fa_cp_wait<NS - 2>();
         __syncthreads();
-        dequant(0);
+        dequant(0, all_t{});
     }
 
 #if FA_HAVE_WGMMA
@@ -251,16 +315,22 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     for (int j = 0; j < n_tiles; j++) {
         const fa_tile tl = cc.tile(d, Pend);
         cc.next(d, Pend);
-        if (pipe) fa_cp_wait<PEND_P>();
-        else fa_cp_wait<PEND>();
-        fa_fence_async();
-        __syncthreads();   /* tile j (and j + 1 for NF = 2) landed; stage (j - 1) % NS is free */
-        issue(j + NS - 1);
-        if constexpr (ANYQ && NF == 2) {
-            if (j + 1 < n_tiles) dequant(j + 1);
-        } else if constexpr (ANYQ) {
-            dequant(j);
-            __syncthreads();
+        if constexpr (WS) {
+#if FA_HAVE_WGMMA
+            mb_wait(bfull + 8 * (j % NS), (j / NS) & 1);   /* at once where the pipelined S waited already */
+#endif
+        } else {
+            if (pipe) fa_cp_wait<PEND_P>();
+            else fa_cp_wait<PEND>();
+            fa_fence_async();
+            __syncthreads();   /* tile j (and j + 1 for NF = 2) landed; stage (j - 1) % NS is free */
+            issue(j + NS - 1, all_t{});
+            if constexpr (ANYQ && NF == 2) {
+                if (j + 1 < n_tiles) dequant(j + 1, all_t{});
+            } else if constexpr (ANYQ) {
+                dequant(j, all_t{});
+                __syncthreads();
+            }
         }
         const uint32_t kt = k_addr(j), vt = v_addr(j);
 
@@ -283,6 +353,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
                 }
                 if (pipe && j + 1 < n_tiles) {
                     const uint32_t kn = k_addr(j + 1);
+                    if constexpr (WS) mb_wait(bfull + 8 * ((j + 1) % NS), ((j + 1) / NS) & 1);
                     fa_wg_fence();
 #pragma unroll
                     for (int kk = 0; kk < KS; kk++)
@@ -400,6 +471,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
                 fa_wg_wait0();   /* and S of tile j + 1 */
                 fa_reg_fence(o);
                 if (pipe) fa_reg_fence(sn);
+                if constexpr (WS) mb_arrive(bempty + 8 * (j % NS));   /* tile j's K and V are read */
             }
         } else
 #endif
@@ -471,10 +543,20 @@ template <int TK, int TV, int D>
 static bool fa_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const fa_geom &ge) {
     using L = fa_smem<TK, TV, D>;
     if (L::bytes > fa_smem_max(b)) return false;
-    static unsigned smem_done = 0;
-    lkv_cuda_smem_limit(b, &smem_done, attn_fa_kernel<TK, TV, D>, L::bytes, "attn_mma smem");
     const int n_mt = (int)lkv_cdiv((int64_t)d->n_q * ge.G, FA_BM);
-    attn_fa_kernel<TK, TV, D><<<dim3(n_mt, d->n_head_kv), FA_THREADS, L::bytes, b->stream>>>(st, q, *d, ge);
+    const dim3 grid(n_mt, d->n_head_kv);
+    if constexpr (D <= 128) {
+        if (fa_path_sel == 0 && b->wg_ok) {   /* the device runs sm_90a code (gemm_wg.cu's probe) */
+            static unsigned ws_done = 0;
+            lkv_cuda_smem_limit(b, &ws_done, attn_fa_kernel<TK, TV, D, true>, L::bytes, "attn_mma smem");
+            attn_fa_kernel<TK, TV, D, true><<<grid, FA_THREADS + 32, L::bytes, b->stream>>>(st, q, *d, ge);
+            LKV_CUDA_LAUNCHED(b, "attn_mma (warp-specialized)");
+            return true;
+        }
+    }
+    static unsigned smem_done = 0;
+    lkv_cuda_smem_limit(b, &smem_done, attn_fa_kernel<TK, TV, D, false>, L::bytes, "attn_mma smem");
+    attn_fa_kernel<TK, TV, D, false><<<grid, FA_THREADS, L::bytes, b->stream>>>(st, q, *d, ge);
     LKV_CUDA_LAUNCHED(b, "attn_mma");
     return true;
 }

@@ -33,16 +33,18 @@
  * GEMM blocks: 128 tokens x BN weight rows, 288 threads. Warps 0-7 are two
  * consumer warpgroups (warpgroup g: tokens 64 g ..), warp 8's first lane the
  * producer. Stage s of the WG_NS-deep ring has a `full` barrier (the
- * producer's arrival and the stage's bytes) and an `empty` one (one arrival
- * per consumer warpgroup). A consumer waits for full, issues the four
+ * producer's arrival and the stage's bytes) and an `empty` one (an arrival
+ * from every consumer thread). A consumer waits for full, issues the four
  * m64nBNk16 products of the stage as one wgmma group, and once the group
  * before it has finished (wait_group 1) releases that group's stage; the
  * producer waits for a stage's release before refilling it. The accumulator
  * fragments (the mma.sync C layout per warp, attn_fa_ptx.cuh) are stored
- * straight to the f32 outputs. BN is 256 where the call has at least two
- * waves of such blocks (more products per byte of shared memory read), else
- * 128 (twice the blocks: a prefill of 512 tokens against a 4096-row weight
- * would fill half the SMs with 256).
+ * straight to the f32 outputs. The kernel is written for BN = 128 or 256
+ * (m64n256k16: more products per byte of shared memory read), but 256 lost
+ * wherever measured (H200, 2026-12-02, pp512 of the 8B shape: q4_0 39.3
+ * against 37.4 ms, q8_0 39.0 / 37.2, q6_K 56.5 / 46.5; half the blocks, and
+ * a 512-token prefill against a 4096-row weight fills half the SMs), so
+ * WG_BN is 128.
  *
  * The kernel exists only in a build for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL);
  * lkv_cuda_gemm_wg_probe tells the chooser whether the code the device runs
@@ -50,9 +52,8 @@
  */
 #include "async_ptx.cuh"
 #include "matmul.cuh"
-#include "tune.h"
 
-enum { WG_BM = 128, WG_BK = 64, WG_THREADS = 288, WG_XTILE = WG_BM * WG_BK * 2, WG_RING = 196608 };
+enum { WG_BM = 128, WG_BN = 128, WG_BK = 64, WG_THREADS = 288, WG_XTILE = WG_BM * WG_BK * 2, WG_RING = 196608 };
 static const size_t WG_SCRATCH = (size_t)128 << 20;   /* f16 weights of one GEMM, bytes */
 
 template <int BN> struct wg_shape {
@@ -80,14 +81,15 @@ static __device__ __forceinline__ size_t wg_tiled(int r, int g, int R, int nkt) 
     return (((size_t)(r / R) * nkt + (g >> 3)) * WG_BK * R + (size_t)(g & 7) * 8 * R + (r % R) * 8) * 2;
 }
 
-/* thread i -> (row r, group g) with consecutive threads on consecutive rows
- * of one tile (the 16-byte writes coalesce) */
+/* thread i -> (row r, group g): a warp takes 8 consecutive rows x 4
+ * consecutive groups, so it reads 32 contiguous elements of each row and
+ * writes 4 runs of 128 contiguous bytes */
 static __device__ __forceinline__ void wg_item(size_t i, int R, int nkt, int &r, int &g) {
     const size_t per_panel = (size_t)R * nkt * 8;
     const int p = (int)(i / per_panel);
-    const int e = (int)(i - (size_t)p * per_panel);
-    g = e / R;
-    r = p * R + e % R;
+    const int e = (int)(i - (size_t)p * per_panel), u = e >> 5, l = e & 31;
+    r = p * R + (u % (R / 8)) * 8 + (l & 7);
+    g = (u / (R / 8)) * 4 + (l >> 3);
 }
 
 /* x (n, cols) f32 -> x16, tiled by WG_BM rows, n_pad (a multiple of WG_BM) rows */
@@ -178,7 +180,7 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x1
     if (tid == 0) {
         for (int s = 0; s < S::NS; s++) {
             mb_init(full + 8 * s, 1);
-            mb_init(empty + 8 * s, 2);
+            mb_init(empty + 8 * s, WG_THREADS - 32);
         }
         mb_init_fence();
     }
@@ -219,7 +221,7 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x1
                             fa_desc(st + WG_XTILE + kk * 2 * (BN * 16), BN * 16, 128));
         fa_wg_commit();
         fa_wg_wait1();   /* the group of stage t - 1 is done: its stage may be refilled */
-        if (t > 0 && (tid & 127) == 0) mb_arrive(empty + 8 * ((t - 1) % S::NS));
+        if (t > 0) mb_arrive(empty + 8 * ((t - 1) % S::NS));
     }
     fa_wg_wait0();
     fa_reg_fence(acc);
@@ -242,10 +244,8 @@ bool lkv_cuda_gemm_wg_probe(lkv_bctx *b) {
               cudaStreamSynchronize(b->stream) == cudaSuccess && h == 1;
     cudaFree(d);
     cudaGetLastError();
-    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    wg_shape<128>::SMEM) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    wg_shape<256>::SMEM) != cudaSuccess)) {
+    if (ok && cudaFuncSetAttribute(wg_gemm_kernel<WG_BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   wg_shape<WG_BN>::SMEM) != cudaSuccess) {
         cudaGetLastError();
         ok = false;
     }
@@ -276,15 +276,6 @@ void lkv_cuda_gemm_wg_free(lkv_bctx *b) {
 static unsigned wg_grid(size_t work, int n_sm) {
     const size_t g = (work + 255) / 256, cap = (size_t)n_sm * 16;
     return (unsigned)(g < cap ? (g ? g : 1) : cap);
-}
-
-/* the weight tile: 256 rows where the call has two waves of such blocks
- * (tune.h's wg_bn forces 128 or 256) */
-static int wg_pick_bn(const lkv_bctx *b, const mm_set &ms, int n) {
-    if (lkv_cuda_tuning.wg_bn == 128 || lkv_cuda_tuning.wg_bn == 256) return lkv_cuda_tuning.wg_bn;
-    size_t tiles = 0;
-    for (int i = 0; i < ms.n_w; i++) tiles += lkv_cdiv(ms.rows[i], 256);
-    return tiles * lkv_cdiv(n, WG_BM) >= 2 * (size_t)b->n_sm ? 256 : 128;
 }
 
 template <int T, int BN>
@@ -330,15 +321,10 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
     return true;
 }
 
-template <int T>
-static bool wg_run_any(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
-    return wg_pick_bn(b, ms, n) == 256 ? wg_run<T, 256>(b, ms, x, cols, n) : wg_run<T, 128>(b, ms, x, cols, n);
-}
-
 bool lkv_cuda_gemm_wg(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n) {
     if (n <= 0 || !b->wg_ok || cols % 8) return false;
     switch (type) {
-#define X(T) case T: return wg_run_any<T>(b, ms, x, cols, n);
+#define X(T) case T: return wg_run<T, WG_BN>(b, ms, x, cols, n);
         LKV_CUDA_WEIGHT_TYPES(X)
 #undef X
     default: return false;

@@ -53,7 +53,6 @@ typedef struct lkv_cuda_tune {
     int mmb_st;      /* mmb.cu ring stages 2 | 3 (0: 3) */
     int mmb_xd4;     /* mmb.cu: the scales by 4-byte copies (0: 16-byte where aligned) */
     int mvx_st;      /* mvx.cu ring stages 3..8 (0: as many as fit) */
-    int wg_bn;       /* gemm_wg.cu weight tile 128 | 256 rows (0: by grid size) */
     int no_pdl;      /* programmatic dependent launch off (pdl.cuh) */
     int no_fuse;     /* the fused prefill ops off (matmul_swiglu, attn_whole) */
 } lkv_cuda_tune;
