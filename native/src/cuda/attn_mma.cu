@@ -91,10 +91,11 @@ extern "C" void lkv_cuda_attn_mma_path(int sel) { fa_path_sel = sel; }
 // ---------------------------------------------------------------- the kernel
 
 /* grid (M tiles of 128 rows, n_head_kv); the heaviest tiles (latest queries) first.
- * WS: warp-specialized (sm_90a, head_dim <= 128): warps 0-7 compute, warp 8 copies
- * and dequantizes, the two sides meeting at per-stage mbarriers */
+ * WS: warp-specialized (sm_90a, head_dim 128): warps 0-7 compute, warps 8-11 copy
+ * and dequantize, the two sides meeting at per-stage mbarriers */
+enum { FA_PROD = 128 };   /* the warp-specialized kernel's producer threads (warps 8-11) */
 template <int TK, int TV, int D, bool WS>
-__global__ void __launch_bounds__(WS ? FA_THREADS + 32 : FA_THREADS, 1)
+__global__ void __launch_bounds__(WS ? FA_THREADS + FA_PROD : FA_THREADS, 1)
 attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ lkv_attn_desc d, const fa_geom ge) {
     using L = fa_smem<TK, TV, D>;
     constexpr bool QK = L::QK, QV = L::QV, ANYQ = L::ANYQ;
@@ -145,12 +146,12 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     // -- tile j's copies into stage j % NS (an empty group past the end); ic walks the tiles
     fa_cursor ic;
     ic.start(d);
-    /* by NT threads (t: this one's index among them): all 8 warps, or the producer warp */
+    /* by NT threads (t: this one's index among them): all 8 warps, or the producer warps */
     using all_t = std::integral_constant<int, FA_THREADS>;
-    using one_t = std::integral_constant<int, 32>;
+    using one_t = std::integral_constant<int, FA_PROD>;
     auto issue = [&](int j, auto nt) {
         constexpr int NT = decltype(nt)::value;
-        const int t = NT == FA_THREADS ? tid : lane;
+        const int t = NT == FA_THREADS ? tid : tid - FA_THREADS;
         if (j < n_tiles) {
             const fa_tile tl = ic.tile(d, Pend);
             ic.next(d, Pend);
@@ -163,10 +164,9 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
             } else {
                 fa_rows rw;
                 rw.init(d, tl);
-                /* bit r of the mask: tile row r is present (64 rows: warps 0-1, or two rounds of one warp) */
-#pragma unroll
-                for (int h = 0; h < (NT == FA_THREADS ? 1 : 2); h++) {
-                    const int r = NT == FA_THREADS ? tid : lane + 32 * h;
+                /* bit r of the mask: tile row r is present (64 rows: the first two warps) */
+                {
+                    const int r = t;
                     if (r < FA_BN) {
                         const bool ok = rw.row(d, r, true, ge.rbk, 0) != nullptr;
                         const uint32_t bal = __ballot_sync(0xffffffffu, ok);
@@ -184,7 +184,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     // -- tile j's quantized operands -> f16 buffer j % NF
     auto dequant = [&](int j, auto nt) {
         constexpr int NT = decltype(nt)::value;
-        const int t = NT == FA_THREADS ? tid : lane;
+        const int t = NT == FA_THREADS ? tid : tid - FA_THREADS;
         const uint8_t *stg = sm + L::stages + (j % NS) * L::stage;
         uint8_t *fb = sm + L::fbufs + (j % (NF ? NF : 1)) * L::fbuf;
         if constexpr (QK) fa_dequant<TK, D, NT>(fb, stg, t);
@@ -202,8 +202,8 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         else return sb + L::stages + (j % NS) * L::stage + L::rk;
     };
 
-    /* the warp-specialized kernel: full[s] (the producer warp's 32 arrivals: stage
-     * s's tile landed, dequantized where quantized) and empty[s] (the 256 compute
+    /* the warp-specialized kernel: full[s] (the producer warps' arrivals: stage
+     * s's tile landed, dequantized where quantized: 128 arrivals) and empty[s] (the 256 compute
      * threads': the tile in stage s is done with); tile j uses stage j % NS and f16
      * buffer j % NF, and its completions are phase j / NS of both */
 #if FA_HAVE_WGMMA
@@ -213,18 +213,18 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
 #if FA_HAVE_WGMMA
         if (tid == 0) {
             for (int s = 0; s < NS; s++) {
-                mb_init(bfull + 8 * s, 32);
+                mb_init(bfull + 8 * s, FA_PROD);
                 mb_init(bempty + 8 * s, FA_THREADS);
             }
             mb_init_fence();
         }
         __syncthreads();
-        if (warp == FA_WARPS) {   /* the producer: copies NS - 1 tiles ahead, dequantizes one ahead */
+        if (warp >= FA_WARPS) {   /* the producer: copies NS - 1 tiles ahead, dequantizes one ahead */
             constexpr int LA = NS - 1;
             for (int s = 0; s < LA; s++) issue(s, one_t{});
             for (int j = 0; j < n_tiles; j++) {
-                fa_cp_wait<LA - 1>();   /* tile j's pieces of this lane */
-                __syncwarp();           /* and of every lane */
+                fa_cp_wait<LA - 1>();   /* tile j's pieces of this thread */
+                asm volatile("bar.sync 2, %0;\n" ::"r"((int)FA_PROD) : "memory");   /* and of every producer */
                 if constexpr (ANYQ) {
                     if (j >= NF) mb_wait(bempty + 8 * ((j - NF) % NS), ((j - NF) / NS) & 1);
                     dequant(j, one_t{});
@@ -547,11 +547,11 @@ static bool fa_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_des
     const dim3 grid(n_mt, d->n_head_kv);
     /* head_dim 64 gave wrong sums on the H200 (2026-12-02, test_attn_mma: every f16 /
      * q8_0 / q4_0 case at head_dim 64, bf16 right; cause not found yet): 128 only */
-    if constexpr (D == 128) {
+    if constexpr (D <= 128) {
         if (fa_path_sel == 0 && b->wg_ok) {   /* the device runs sm_90a code (gemm_wg.cu's probe) */
             static unsigned ws_done = 0;
             lkv_cuda_smem_limit(b, &ws_done, attn_fa_kernel<TK, TV, D, true>, L::bytes, "attn_mma smem");
-            attn_fa_kernel<TK, TV, D, true><<<grid, FA_THREADS + 32, L::bytes, b->stream>>>(st, q, *d, ge);
+            attn_fa_kernel<TK, TV, D, true><<<grid, FA_THREADS + FA_PROD, L::bytes, b->stream>>>(st, q, *d, ge);
             LKV_CUDA_LAUNCHED(b, "attn_mma (warp-specialized)");
             return true;
         }
