@@ -545,9 +545,13 @@ static bool fa_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_des
     if (L::bytes > fa_smem_max(b)) return false;
     const int n_mt = (int)lkv_cdiv((int64_t)d->n_q * ge.G, FA_BM);
     const dim3 grid(n_mt, d->n_head_kv);
-    /* head_dim 64 gave wrong sums on the H200 (2026-12-02, test_attn_mma: every f16 /
-     * q8_0 / q4_0 case at head_dim 64, bf16 right; cause not found yet): 128 only */
-    if constexpr (D <= 128) {
+    /* the warp-specialized instance where it is the faster (H200, 2026-12-02,
+     * test_attn_mma timeonly, 8B shape, 512 queries at 32K / 128K): 16-bit K and V,
+     * 224 / 235 TFLOP/s against 195 for the 8-warp kernel; with q8_0 / q4_0 the four
+     * producer warps' dequantization is the bottleneck (110 / 149 against 135 / 165).
+     * head_dim 64 gave wrong sums (every f16 / q8_0 / q4_0 case of test_attn_mma,
+     * bf16 right; cause not found yet): 128 only */
+    if constexpr (D == 128 && !fa_quant<TK>() && !fa_quant<TV>()) {
         if (fa_path_sel == 0 && b->wg_ok) {   /* the device runs sm_90a code (gemm_wg.cu's probe) */
             static unsigned ws_done = 0;
             lkv_cuda_smem_limit(b, &ws_done, attn_fa_kernel<TK, TV, D, true>, L::bytes, "attn_mma smem");
