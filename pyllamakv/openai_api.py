@@ -21,6 +21,17 @@ from .response import (Usage, chat_chunks, chat_response, chunks_of, completion_
 from .tools import normalize_messages, plan_tools
 
 
+# Llama.sampler's parameters, spelled as the requests spell them
+SAMPLING_ARGS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
+                 "presence_penalty", "frequency_penalty", "logit_bias", "seed", "grammar",
+                 "mirostat_mode", "mirostat_tau", "mirostat_eta", "logits_processor")
+
+
+def sampling_args(args: dict) -> dict:
+    """The sampler's keyword arguments among a request's (its locals())."""
+    return {k: args[k] for k in SAMPLING_ARGS}
+
+
 class OpenAIMethods:
     def _prompt_tokens(self, prompt: str | bytes | Sequence[int]) -> list[int]:
         if isinstance(prompt, (str, bytes)):
@@ -43,13 +54,7 @@ class OpenAIMethods:
         check_extra_kwargs("create_completion", llama_cpp_kwargs)
         c = CompletionConfig(max_tokens, stop, echo, logprobs, stream, suffix)
         tokens = self._prompt_tokens(prompt)
-        sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                               typical_p=typical_p, repeat_penalty=repeat_penalty,
-                               presence_penalty=presence_penalty,
-                               frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                               seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
-                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-                               logits_processor=logits_processor)
+        sampler = self.sampler(**sampling_args(locals()))
         usage, name, lp = Usage(), model or self.model_path, c.logprobs is not None
         self._from_cache(tokens)
         return run_pieces(
@@ -98,13 +103,7 @@ class OpenAIMethods:
         tokens = self.tokenizer.encode(prompt.encode(), add_bos=not chat.added_special,
                                        special=True, max_tokens=self._n_ctx)
         stops = list(chat.stop) + c.stop
-        sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                               typical_p=typical_p, repeat_penalty=repeat_penalty,
-                               presence_penalty=presence_penalty,
-                               frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                               seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
-                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-                               logits_processor=logits_processor)
+        sampler = self.sampler(**sampling_args(locals()))
         n_lp = (c.logprobs or 0) if logprobs else None
         usage, name = Usage(), model or self.model_path
         self._from_cache(tokens)
