@@ -43,6 +43,7 @@ class LlamaConfig:
     n_gpu_layers: int | None = None   # llama-cpp-python's spelling of the device choice
     gpu_kernels: str = "fast"         # CUDA: "fast" (the fastest kernels) | "exact" (the CPU's bits)
     gpu_memory_mib: float | None = None   # device memory for everything (budget.py); None: no bound
+    n_seq_max: int = 1                # sequences in the context (a prompt list runs them at once)
 
     def __post_init__(self) -> None:
         check_int("n_ctx", self.n_ctx, 0)
@@ -56,6 +57,7 @@ class LlamaConfig:
                 warnings.warn(f"n_threads={n} exceeds the {cpus} usable CPUs; using {cpus}",
                               RuntimeWarning, stacklevel=4)
                 self.n_threads = cpus
+        check_int("n_seq_max", self.n_seq_max, 1, 1 << 16)
         check_choice("device", self.device, DEVICES)
         if self.seed != 0xFFFFFFFF:
             check_int("seed", self.seed, -1, 0xFFFFFFFF)
