@@ -208,10 +208,17 @@ static lkv_status check_state_seq(const lkv_context *c, int32_t seq) {
 static state_header header_of(const lkv_context *c, int32_t seq) {
     const lkv_model_params *hp = &c->model->hp;
     const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
-    return (state_header){STATE_MAGIC, c->seq_len[seq], c->model->n_layer_kv, c->p.type_k, c->p.type_v,
-                          lkv_type_row_bytes(lkv_type_traits(c->p.type_k), nkv),
-                          lkv_type_row_bytes(lkv_type_traits(c->p.type_v), nkv),
-                          c->rs ? (int64_t)lkv_recur_bytes(c->rs) : 0};
+    state_header h;
+    memset(&h, 0, sizeof h);   /* the padding too: equal states give equal blobs */
+    h.magic = STATE_MAGIC;
+    h.n_tokens = c->seq_len[seq];
+    h.n_layer = c->model->n_layer_kv;
+    h.type_k = c->p.type_k;
+    h.type_v = c->p.type_v;
+    h.row_bytes_k = lkv_type_row_bytes(lkv_type_traits(c->p.type_k), nkv);
+    h.row_bytes_v = lkv_type_row_bytes(lkv_type_traits(c->p.type_v), nkv);
+    h.recur_bytes = c->rs ? (int64_t)lkv_recur_bytes(c->rs) : 0;
+    return h;
 }
 
 static uint64_t state_bytes_for(const state_header *h) {
