@@ -184,9 +184,12 @@ class Lane:
     def _generate(self, prompt: list[int], sampler: Sampler) -> Iterator[int]:
         if not self.begun:
             self.begin(prompt)
-        while True:
-            if self.pending:
-                self.stepper.step()
-            token = sampler.sample(self._hist.last, self._hist.input_ids())
-            yield token
-            self.pending = [token]
+        try:
+            while True:
+                if self.pending:
+                    self.stepper.step()
+                token = sampler.sample(self._hist.last, self._hist.input_ids())
+                self.pending = [token]    # the next step (any lane's) decodes it
+                yield token
+        finally:                          # the completion ended: its last token stays out
+            self.pending = []
