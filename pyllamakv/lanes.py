@@ -26,7 +26,7 @@ import numpy as np
 from .errors import ParameterError, UnsupportedError
 from .guard import atomic
 from .sampling import Sampler
-from .state import LlamaState, _geometry, check_state, pack
+from .state import LlamaState, _geometry, check_state, load_state, pack, save_state
 
 
 class LaneHistory:
@@ -83,7 +83,10 @@ def reset_lanes(llm) -> None:
 
 # ---------------------------------------------------------------- state and statistics
 
-def save_seq_state(llm, seq: int) -> LlamaState:
+def save_seq_state(llm, seq: int | None) -> LlamaState:
+    """Llama.save_state: the Llama's own sequence for None or 0, else sequence seq."""
+    if seq in (None, 0):
+        return save_state(llm)
     h = lane_history(llm, seq)
     ids, scores = h.input_ids().copy(), h.scores()[:min(h.n, 1)].copy()
     blob = pack(llm._ctx.seq_state_get(seq), model=llm._fingerprint, geometry=_geometry(llm),
@@ -91,8 +94,11 @@ def save_seq_state(llm, seq: int) -> LlamaState:
     return LlamaState(ids, scores, len(ids), blob, llm._n_ctx)
 
 
-def load_seq_state(llm, state: Any, seq: int) -> None:
-    """Sequence seq becomes state; every check runs before anything changes."""
+def load_seq_state(llm, state: Any, seq: int | None) -> None:
+    """Sequence seq (None or 0: the Llama's own) becomes state; every check runs
+    before anything changes."""
+    if seq in (None, 0):
+        return load_state(llm, state)
     h = lane_history(llm, seq)
     kv = check_state(state, model=llm._fingerprint, geometry=_geometry(llm),
                      n_vocab=llm._model.n_vocab)
@@ -107,7 +113,10 @@ def load_seq_state(llm, state: Any, seq: int) -> None:
 
 
 def seq_kv_stats(llm, seq: Any) -> dict:
-    """kv_stats of sequence seq: its tokens, resident and streamed chunks, bytes."""
+    """kv_stats of sequence seq: its tokens, resident and streamed chunks, bytes
+    (None: the context's counters, Context.kv_stats)."""
+    if seq is None:
+        return llm._ctx.kv_stats()
     if seq != 0:
         lane_history(llm, seq)       # checks the id
     elif not hasattr(llm._ctx, "seq_kv_stats"):   # a slot's sequence (seq_batch.SeqContext)

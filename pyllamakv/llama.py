@@ -13,7 +13,6 @@ anywhere leaves the two in agreement.
 """
 from __future__ import annotations
 
-import sys
 import time
 from typing import Iterator, Sequence
 
@@ -23,7 +22,7 @@ from . import _native
 from .chat import ChatFormatter
 from .chat_formats import chat_format_template
 from .compat import check_extra_kwargs
-from .config import MIB, LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
+from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
 from .default_model import default_model_path
 from .embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
@@ -34,11 +33,11 @@ from .hub import hub_file
 from .lanes import load_seq_state, reset_lanes, save_seq_state, seq_kv_stats
 from .openai_api import OpenAIMethods
 from .plan import auto_pool_bytes, kv_plan, whole_cache_bytes
-from .progress import ProgressCallback
+from .progress import ProgressCallback, report_load
 from .sampling import Sampler, SamplingParams
 from .spec_decode import speculative_tokens
 from .speculative import make_drafter
-from .state import LlamaState, Timings, load_state, model_fingerprint, save_state
+from .state import LlamaState, Timings, model_fingerprint
 from .ubatch import chosen_ubatch
 from .budget import plan_budget
 from .tokenizer import Tokenizer
@@ -129,14 +128,7 @@ class Llama(OpenAIMethods):
         self.draft_model = make_drafter(draft_model, self)   # speculative.py; None: off
         progress("load", 4, 4)
         if self.verbose:
-            kv = "all resident" if kv_pool_bytes is None else f"{kv_pool_bytes / MIB:.1f} MiB"
-            print(f"pyllamakv: loaded {self.model_path} on {self.device} in "
-                  f"{time.perf_counter() - t0:.1f} s (n_ctx={self._n_ctx}, "
-                  f"kv pool={kv}, "
-                  f"n_ubatch={self._ctx.n_ubatch}{'' if cfg.n_ubatch else ' (chosen)'})",
-                  file=sys.stderr)
-            if self.memory is not None:
-                print(f"pyllamakv: {self.memory.describe()}", file=sys.stderr)
+            report_load(self, time.perf_counter() - t0)
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: str, local_dir=None, cache_dir=None,
@@ -331,24 +323,20 @@ class Llama(OpenAIMethods):
 
     @guarded
     def save_state(self, seq_id: int | None = None) -> LlamaState:
-        """The context (with seq_id: that sequence, n_seq_max) as a LlamaState whose
-        blob names this model and geometry; it loads into any sequence (lanes.py)."""
-        return save_state(self) if seq_id in (None, 0) else save_seq_state(self, seq_id)
+        """The context (seq_id: that sequence, lanes.py) as a LlamaState whose blob
+        names this model and geometry."""
+        return save_seq_state(self, seq_id)
 
     @guarded
     def load_state(self, state: LlamaState, seq_id: int | None = None) -> None:
-        """Replace the context (with seq_id: that sequence) with a saved one; every
-        check runs first (StateError) and a bad state changes nothing."""
-        if seq_id in (None, 0):
-            load_state(self, state)
-        else:
-            load_seq_state(self, state, seq_id)
+        """Replace the context (seq_id: that sequence) with a saved one; every check
+        runs first (StateError)."""
+        load_seq_state(self, state, seq_id)
 
     @guarded
     def kv_stats(self, seq_id: int | None = None) -> dict:
-        """The KV cache's residency and streaming counters (see Context.kv_stats);
-        with seq_id, that sequence's, with its n_tokens and streamed_chunks."""
-        return self._ctx.kv_stats() if seq_id is None else seq_kv_stats(self, seq_id)
+        """The KV cache's residency and streaming counters (see Context.kv_stats)."""
+        return seq_kv_stats(self, seq_id)
 
     # ------------------------------------------------------------ lifetime
 

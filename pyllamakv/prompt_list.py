@@ -8,8 +8,10 @@ decode steps go through batched decodes. Prompt i takes sequence i of its
 group, sequence 0 being the Llama's own, so afterwards the Llama holds the
 first prompt of the last group and its completion, and each other sequence
 its own (kept for the next list's prefixes). With n_seq_max = 1, logits_all
-(logprobs), or on a server slot, the prompts run one after another, each as
-a single-prompt call would. Either way prompt i's sampler is made i-th, so
+(logprobs), stopping_criteria (which would see a lane's next token decoded
+early by another lane's step), or on a server slot, the prompts run one
+after another, each as a single-prompt call would. Batched groups use
+neither the prompt cache nor speculation, and leave llm.timings as it was. Either way prompt i's sampler is made i-th, so
 seeds drawn from the Llama's generator are those of one call per prompt,
 and greedy texts are the same as one call per prompt.
 """
@@ -42,7 +44,7 @@ def complete_prompts(llm, prompts: list, c: CompletionConfig, make_sampler: Call
         return completion_pieces(engine, tokens[i], usages[i], c.max_tokens, c.stop, c.echo,
                                  c.logprobs, samplers[i], stopping_criteria=stopping_criteria)
 
-    groups = _groups(llm, len(tokens))
+    groups = _groups(llm, len(tokens), stopping_criteria is None)
     if c.stream:
         def start() -> Iterator[dict]:
             chunks = _chunks(llm, groups, tokens, pieces, name, usages, lp)
@@ -59,9 +61,9 @@ def complete_prompts(llm, prompts: list, c: CompletionConfig, make_sampler: Call
     return llm._guard.call(full)
 
 
-def _groups(llm, n: int) -> list[range]:
+def _groups(llm, n: int, batchable: bool) -> list[range]:
     cfg = llm.config
-    width = cfg.n_seq_max if (cfg.n_seq_max > 1 and not cfg.logits_all and n > 1
+    width = cfg.n_seq_max if (batchable and cfg.n_seq_max > 1 and not cfg.logits_all and n > 1
                               and hasattr(llm._ctx, "decode_batch")) else 1
     return [range(a, min(n, a + width)) for a in range(0, n, width)]
 

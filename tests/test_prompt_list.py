@@ -92,3 +92,21 @@ def test_prompt_list_seeded_sampling_and_errors(path):
                 for p in PROMPTS[:2]]
     with pytest.raises(errors.ParameterError, match="n_seq_max"):
         Llama(path, n_seq_max=0, **KW)
+
+
+def test_stopping_criteria_run_one_after_another(path, batch_calls):
+    """stopping_criteria see each prompt's tokens as a single call would, so a list
+    with them runs one prompt after another (no batched steps)."""
+    def every_seventh(ids, logits):
+        return len(ids) % 7 == 0
+    with Llama(path, **KW) as one:
+        ref = [one.create_completion(p, max_tokens=12, temperature=0,
+                                     stopping_criteria=every_seventh)["choices"][0]
+               for p in PROMPTS[:3]]
+    with Llama(path, n_seq_max=3, **KW) as llm:
+        out = llm.create_completion(PROMPTS[:3], max_tokens=12, temperature=0,
+                                    stopping_criteria=every_seventh)
+    assert batch_calls == []
+    assert [(c["text"], c["finish_reason"]) for c in out["choices"]] == \
+        [(r["text"], r["finish_reason"]) for r in ref]
+    assert {r["finish_reason"] for r in ref} == {"stop"}
