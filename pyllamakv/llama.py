@@ -99,7 +99,8 @@ class Llama(OpenAIMethods):
             if cfg.kv_pool_mib == "auto":
                 kv_pool_bytes = auto_pool_bytes(hp, self._n_ctx, self.device, full=plan)
             else:   # above the whole cache (of every sequence): clamped to it, with a warning
-                kv_pool_bytes = requested_pool_bytes(cfg, whole_cache_bytes(plan) * cfg.n_seq_max)
+                whole = whole_cache_bytes(plan)
+                kv_pool_bytes = requested_pool_bytes(cfg, whole and whole * cfg.n_seq_max)
         if cfg.n_ubatch is None and self.memory is None:
             n_ubatch = chosen_ubatch(hp, self.device, n_batch, kv_pool_bytes)
         self.kv_pool_bytes = kv_pool_bytes   # None: all resident (the one spelling past the config)
