@@ -24,6 +24,7 @@ import numpy as np
 from ._ffi import ffi, last_error, lib
 from .errors import ClosedError, ParameterError, ParameterTypeError, error_for_status
 from .gguf_file import GGUFError, GGUFFile  # noqa: F401  (GGUFError re-exported)
+from .config import check_gpu_kernels
 from .guard import Guard, abortable
 from ._native_seqs import SequencesMixin
 from .hparams import ARCHS, model_params  # noqa: F401  (re-exported)
@@ -209,9 +210,7 @@ class Context(SequencesMixin):
         p.logits_all = bool(logits_all)
         p.kv_pool_bytes = -1 if kv_pool_bytes is None else _int32(
             "kv_pool_bytes", kv_pool_bytes, 2**63 - 1)
-        if gpu_kernels not in ("exact", "fast"):
-            raise ValueError(f"gpu_kernels must be 'exact' or 'fast', got {gpu_kernels!r}")
-        p.gpu_kernels = int(gpu_kernels == "fast")
+        p.gpu_kernels = int(check_gpu_kernels(gpu_kernels) == "fast")
         p.embeddings = int(bool(embeddings))
         if n_state_snapshots is not None:   # hybrids: recurrent-state snapshots (core default 2)
             p.n_state_snapshots = int(n_state_snapshots)

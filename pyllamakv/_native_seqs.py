@@ -109,7 +109,9 @@ class SequencesMixin:
         self._guard.call(copy)
 
     def seq_kv_stats(self, seq: int) -> dict[str, Any]:
-        """kv_stats() of sequence seq's cache (pool_bytes: its share of the pool)."""
+        """kv_stats() of sequence seq's cache (pool_bytes: its share of the pool),
+        with n_tokens (the positions it holds) and, per attention layer, the
+        chunks those positions fill that are not resident (streamed_chunks)."""
         from ._native import _check, _int32
         seq = _int32("seq", seq)
 
@@ -119,8 +121,36 @@ class SequencesMixin:
             _check(lib.lkv_context_seq_kv_stats(self.ptr, seq, st, res), "seq kv stats")
             d = {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_kv_stats").fields}
             d["resident_chunks"] = list(res)
+            n = int(lib.lkv_context_seq_n_tokens(self.ptr, seq))
+            used = -(-n // d["kv_chunk"]) if d["kv_chunk"] else 0
+            d["n_tokens"] = n
+            d["streamed_chunks"] = [max(0, used - r) for r in d["resident_chunks"]]
             return d
         return self._guard.call(stats)
+
+    def seq_state_get(self, seq: int) -> bytes:
+        """The core's state of sequence seq (the format of state_get, which is
+        sequence 0's): it loads into any sequence of a context of the same
+        model and geometry."""
+        from ._native import _check, _int32
+        seq = _int32("seq", seq)
+
+        def get() -> bytes:
+            size = ffi.new("uint64_t *")
+            _check(lib.lkv_context_seq_state_size(self.ptr, seq, size), "state size")
+            buf = bytearray(size[0])
+            _check(lib.lkv_context_seq_state_get(self.ptr, seq, ffi.from_buffer(buf), size[0]),
+                   "save state")
+            return bytes(buf)
+        return self._guard.call(get)
+
+    def seq_state_set(self, seq: int, blob) -> None:
+        """Sequence seq becomes the saved state blob (checked whole first; on a
+        bad blob nothing changes); the other sequences are not touched."""
+        from ._native import _check, _int32
+        seq = _int32("seq", seq)
+        self._guard.call(lambda: _check(lib.lkv_context_seq_state_set(
+            self.ptr, seq, ffi.from_buffer(blob), len(blob)), "load state"))
 
 
 def pool_shares(pool_bytes: int, active: Sequence[bool], min_share: int = 0

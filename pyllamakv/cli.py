@@ -137,7 +137,7 @@ def chat(n_predict, temp, seed, system, **load):
 @click.option("--ctx", "n_ctx", type=int, default=None, help="a context size to size and plan")
 @click.option("--mem-gib", type=float, default=None, help="memory for weights + KV, in GiB")
 @click.option("--kv-pool-mib", "--kv-stream-stage-mib", "kv_pool_mib", default=None,
-              help="device KV pool to plan for, MiB or 'auto' (needs --ctx)")
+              callback=pool_mib, help="device KV pool to plan for, MiB or 'auto' (needs --ctx)")
 @click.option("--type-k", default="f16", show_default=True, help="K cache type to size")
 @click.option("--type-v", default="f16", show_default=True, help="V cache type to size")
 @click.option("--ubatch", "n_ubatch", type=int, default=512, show_default=True,

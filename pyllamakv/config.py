@@ -43,6 +43,7 @@ class LlamaConfig:
     n_gpu_layers: int | None = None   # llama-cpp-python's spelling of the device choice
     gpu_kernels: str = "fast"         # CUDA: "fast" (the fastest kernels) | "exact" (the CPU's bits)
     gpu_memory_mib: float | None = None   # device memory for everything (budget.py); None: no bound
+    n_seq_max: int = 1                # sequences in the context (a prompt list runs them at once)
 
     def __post_init__(self) -> None:
         check_int("n_ctx", self.n_ctx, 0)
@@ -56,34 +57,55 @@ class LlamaConfig:
                 warnings.warn(f"n_threads={n} exceeds the {cpus} usable CPUs; using {cpus}",
                               RuntimeWarning, stacklevel=4)
                 self.n_threads = cpus
+        check_int("n_seq_max", self.n_seq_max, 1, 1 << 16)
         check_choice("device", self.device, DEVICES)
         if self.seed != 0xFFFFFFFF:
             check_int("seed", self.seed, -1, 0xFFFFFFFF)
         self.logits_all = check_bool("logits_all", self.logits_all)
         if self.n_gpu_layers is not None:
             check_int("n_gpu_layers", self.n_gpu_layers, -1)
-        if self.gpu_kernels not in GPU_KERNELS:
-            raise ParameterError(f"gpu_kernels must be 'exact' (bit-identical with the CPU) or "
-                                 f"'fast', got {self.gpu_kernels!r}")
-        p = self.kv_pool_mib
-        if isinstance(p, str):
-            if p != "auto":
-                raise ParameterError(f"kv_pool_mib must be None, a number of MiB or 'auto', "
-                                     f"got {p!r}")
-        elif p is not None:
-            if isinstance(p, bool) or not isinstance(p, (int, float)):
-                raise ParameterTypeError(f"kv_pool_mib must be None, a number of MiB or 'auto', "
-                                         f"not {type(p).__name__}")
-            check_real("kv_pool_mib", p, 0.0, MAX_POOL_MIB)
-        g = self.gpu_memory_mib
-        if g is not None:   # the KV then takes what the budget leaves (kv_pool_mib None: "auto")
-            check_real("gpu_memory_mib", g, 0.0, MAX_POOL_MIB, lo_open=True)
+        check_gpu_kernels(self.gpu_kernels)
+        check_kv_pool_mib(self.kv_pool_mib)
+        check_gpu_memory_mib(self.gpu_memory_mib)
         from ._native import type_id   # the core's table of KV types (loads the library)
         type_id(self.type_k, kv=True), type_id(self.type_v, kv=True)
 
     @property
     def random_seed(self) -> bool:
         return self.seed in (-1, 0xFFFFFFFF)
+
+
+# The checks of single parameters that other entry points take before a Llama
+# exists (the command line's flags, _native.Context): the one place for each.
+
+def check_kv_pool_mib(p: Any) -> float | str | None:
+    """kv_pool_mib: None (all resident), a number of MiB >= 0, or 'auto'."""
+    if isinstance(p, str):
+        if p != "auto":
+            raise ParameterError(f"kv_pool_mib must be None, a number of MiB or 'auto', "
+                                 f"got {p!r}")
+    elif p is not None:
+        if isinstance(p, bool) or not isinstance(p, (int, float)):
+            raise ParameterTypeError(f"kv_pool_mib must be None, a number of MiB or 'auto', "
+                                     f"not {type(p).__name__}")
+        check_real("kv_pool_mib", p, 0.0, MAX_POOL_MIB)
+    return p
+
+
+def check_gpu_memory_mib(g: Any) -> float | None:
+    """gpu_memory_mib: None (no budget) or a number of MiB > 0; the KV then takes
+    what the budget leaves (kv_pool_mib None means 'auto' there)."""
+    if g is not None:
+        check_real("gpu_memory_mib", g, 0.0, MAX_POOL_MIB, lo_open=True)
+    return g
+
+
+def check_gpu_kernels(v: Any) -> str:
+    """gpu_kernels, for LlamaConfig and _native.Context (which takes it directly)."""
+    if v not in GPU_KERNELS:
+        raise ParameterError(f"gpu_kernels must be 'exact' (bit-identical with the CPU) or "
+                             f"'fast', got {v!r}")
+    return v
 
 
 @dataclass(slots=True)

@@ -129,3 +129,12 @@ class History:
                 self._scores[0] = scores[-1]
             self._synced = n
         atomic(run)
+
+    def adopt(self, ids: np.ndarray, last: np.ndarray) -> None:
+        """The core's sequence was decoded outside (lanes.py) to hold ids, with
+        `last` the logits after them (logits_all off): take them over."""
+        n = len(ids)
+        self._ids[:n] = ids
+        if n:
+            self._scores[0] = last
+        self._synced = n

@@ -8,6 +8,8 @@ from collections import Counter
 
 from ._native import TYPE_NAMES, _is_kv, cuda_device_count, model_params
 from .arch_qwen35 import hybrid_lines
+from .budget import plan_budget
+from .config import LlamaConfig, requested_pool_bytes
 from .gguf_file import GGUFFile
 from .plan import LINK_BYTES_PER_S, auto_pool_bytes, kv_bytes_per_token, kv_plan
 
@@ -20,7 +22,7 @@ def _size(n: float) -> str:
 
 
 def describe(path: str, n_ctx: int | None = None, mem_gib: float | None = None,
-             kv_pool_mib: float | None = None, type_k: str = "f16",
+             kv_pool_mib: float | str | None = None, type_k: str = "f16",
              type_v: str = "f16", n_ubatch: int = 512,
              gpu_memory_mib: float | None = None) -> list[str]:
     """Report lines for the model at path (and for a context of n_ctx, if given)."""
@@ -53,41 +55,22 @@ def describe(path: str, n_ctx: int | None = None, mem_gib: float | None = None,
             fits = max(0, int(free // per_token[t]))
             row += f"   fits in {mem_gib:g} GiB after weights: {fits} tokens"
         lines.append(row)
-    if n_ctx and gpu_memory_mib is not None:
-        split = _budget(f, hp, n_ctx, kv_pool_mib, type_k, type_v, n_ubatch, gpu_memory_mib)
-        lines += [split.describe()]
-        lines += _plan_lines(hp, n_ctx, split.pool, type_k, type_v, n_ubatch)
-    elif n_ctx and kv_pool_mib is not None:
-        pool = _pool_bytes(hp, n_ctx, kv_pool_mib, weight_bytes, type_k, type_v)
+    if n_ctx and (gpu_memory_mib is not None or kv_pool_mib is not None):
+        # the parameters a Llama would get, checked where a Llama's are (config.py)
+        cfg = LlamaConfig(n_ctx, n_ubatch=n_ubatch, type_k=type_k, type_v=type_v,
+                          kv_pool_mib=kv_pool_mib, gpu_memory_mib=gpu_memory_mib)
+        device = "cuda" if cuda_device_count() else "cpu"
+        if gpu_memory_mib is not None:   # how Llama(gpu_memory_mib=...) splits the budget
+            split = plan_budget(cfg, hp, f.tensors, n_ctx, device)[0]
+            lines += [split.describe()]
+            pool = split.pool
+        elif kv_pool_mib == "auto":      # on CUDA: free memory less these weights and a margin
+            pool = auto_pool_bytes(hp, n_ctx, device, reserve_bytes=weight_bytes,
+                                   type_k=type_k, type_v=type_v)
+        else:
+            pool = requested_pool_bytes(cfg)
         lines += _plan_lines(hp, n_ctx, pool, type_k, type_v, n_ubatch)
     return lines
-
-
-def _pool_bytes(hp, n_ctx, kv_pool_mib, weight_bytes, type_k, type_v) -> int | None:
-    """Bytes of the pool to plan for: a number of MiB, or what "auto" gives here
-    (on CUDA: free device memory less these weights and the margin)."""
-    if str(kv_pool_mib).lower() == "auto":
-        device = "cuda" if cuda_device_count() else "cpu"
-        return auto_pool_bytes(hp, n_ctx, device, reserve_bytes=weight_bytes,
-                               type_k=type_k, type_v=type_v)
-    try:
-        mib = float(kv_pool_mib)
-    except ValueError:
-        raise ValueError(f"--kv-pool-mib must be a number of MiB or 'auto', not {kv_pool_mib!r}")
-    if not mib >= 0:
-        raise ValueError(f"--kv-pool-mib must be >= 0 (got {kv_pool_mib})")
-    return int(mib * MIB)
-
-
-def _budget(f, hp, n_ctx, kv_pool_mib, type_k, type_v, n_ubatch, gpu_memory_mib):
-    """How Llama(gpu_memory_mib=...) splits the budget on this machine's device."""
-    from .budget import plan_budget
-    from .config import LlamaConfig
-    pool = kv_pool_mib if kv_pool_mib in (None, "auto") else float(kv_pool_mib)
-    cfg = LlamaConfig(n_ctx, n_ubatch=n_ubatch, type_k=type_k, type_v=type_v,
-                      kv_pool_mib=pool, gpu_memory_mib=gpu_memory_mib)
-    device = "cuda" if cuda_device_count() else "cpu"
-    return plan_budget(cfg, hp, f.tensors, n_ctx, device)[0]
 
 
 def _plan_lines(hp, n_ctx, pool_bytes, type_k, type_v, n_ubatch) -> list[str]:

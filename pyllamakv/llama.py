@@ -13,7 +13,6 @@ anywhere leaves the two in agreement.
 """
 from __future__ import annotations
 
-import sys
 import time
 from typing import Iterator, Sequence
 
@@ -23,7 +22,7 @@ from . import _native
 from .chat import ChatFormatter
 from .chat_formats import chat_format_template
 from .compat import check_extra_kwargs
-from .config import MIB, LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
+from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
 from .default_model import default_model_path
 from .embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
@@ -31,13 +30,14 @@ from .grammar import GrammarConstraint, LlamaGrammar
 from .guard import Guard, guarded
 from .history import History
 from .hub import hub_file
+from .lanes import load_seq_state, reset_lanes, save_seq_state, seq_kv_stats
 from .openai_api import OpenAIMethods
 from .plan import auto_pool_bytes, kv_plan, whole_cache_bytes
-from .progress import ProgressCallback
+from .progress import ProgressCallback, report_load
 from .sampling import Sampler, SamplingParams
 from .spec_decode import speculative_tokens
 from .speculative import make_drafter
-from .state import LlamaState, Timings, load_state, model_fingerprint, save_state
+from .state import LlamaState, Timings, model_fingerprint
 from .ubatch import chosen_ubatch
 from .budget import plan_budget
 from .tokenizer import Tokenizer
@@ -55,7 +55,7 @@ class Llama(OpenAIMethods):
                  flash_attn: bool = True, use_mmap: bool = True, use_mlock: bool = False,
                  gpu_kernels: str = "fast", embedding: bool = False,
                  pooling_type: int | str = -1, draft_model=None,
-                 gpu_memory_mib: float | None = None,
+                 gpu_memory_mib: float | None = None, n_seq_max: int = 1,
                  progress_callback: ProgressCallback | None = None,
                  _model: "_native.Model | None" = None, _context=None, **llama_cpp_kwargs):
         self._ctx = self._model = None
@@ -63,7 +63,7 @@ class Llama(OpenAIMethods):
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
                                         type_v, kv_pool_mib, seed, logits_all, n_gpu_layers,
-                                        gpu_kernels, gpu_memory_mib)
+                                        gpu_kernels, gpu_memory_mib, n_seq_max)
         n_threads = cfg.n_threads
         check_extra_kwargs("Llama", llama_cpp_kwargs)
         fmt = None if chat_format is None else chat_format_template(chat_format)
@@ -98,8 +98,9 @@ class Llama(OpenAIMethods):
                            pool_bytes=requested_pool_bytes(cfg), n_ubatch=min(n_ubatch, n_batch))
             if cfg.kv_pool_mib == "auto":
                 kv_pool_bytes = auto_pool_bytes(hp, self._n_ctx, self.device, full=plan)
-            else:   # above the whole cache: clamped to it, with a warning
-                kv_pool_bytes = requested_pool_bytes(cfg, whole_cache_bytes(plan))
+            else:   # above the whole cache (of every sequence): clamped to it, with a warning
+                whole = whole_cache_bytes(plan)
+                kv_pool_bytes = requested_pool_bytes(cfg, whole and whole * cfg.n_seq_max)
         if cfg.n_ubatch is None and self.memory is None:
             n_ubatch = chosen_ubatch(hp, self.device, n_batch, kv_pool_bytes)
         self.kv_pool_bytes = kv_pool_bytes   # None: all resident (the one spelling past the config)
@@ -108,7 +109,8 @@ class Llama(OpenAIMethods):
             self._model, n_ctx=self._n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
             n_threads=n_threads, type_k=type_k, type_v=type_v,
             logits_all=cfg.logits_all or embedding, kv_pool_bytes=kv_pool_bytes,
-            gpu_kernels=cfg.gpu_kernels, embeddings=embedding)
+            gpu_kernels=cfg.gpu_kernels, embeddings=embedding,
+            **({"n_seq_max": cfg.n_seq_max} if cfg.n_seq_max > 1 else {}))
         progress("load", 3, 4)
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
         self.embedding = bool(embedding)
@@ -127,14 +129,7 @@ class Llama(OpenAIMethods):
         self.draft_model = make_drafter(draft_model, self)   # speculative.py; None: off
         progress("load", 4, 4)
         if self.verbose:
-            kv = "all resident" if kv_pool_bytes is None else f"{kv_pool_bytes / MIB:.1f} MiB"
-            print(f"pyllamakv: loaded {self.model_path} on {self.device} in "
-                  f"{time.perf_counter() - t0:.1f} s (n_ctx={self._n_ctx}, "
-                  f"kv pool={kv}, "
-                  f"n_ubatch={self._ctx.n_ubatch}{'' if cfg.n_ubatch else ' (chosen)'})",
-                  file=sys.stderr)
-            if self.memory is not None:
-                print(f"pyllamakv: {self.memory.describe()}", file=sys.stderr)
+            report_load(self, time.perf_counter() - t0)
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: str, local_dir=None, cache_dir=None,
@@ -242,8 +237,9 @@ class Llama(OpenAIMethods):
 
     @guarded
     def reset(self) -> None:
-        """Forget every token (the KV cache is cleared)."""
+        """Forget every token (the KV cache is cleared, every sequence's)."""
         self._hist.truncate(0)
+        reset_lanes(self)
 
     # ------------------------------------------------------------ generation
 
@@ -327,19 +323,21 @@ class Llama(OpenAIMethods):
     # ------------------------------------------------------------ state
 
     @guarded
-    def save_state(self) -> LlamaState:
-        """The context as a LlamaState whose blob names this model and geometry."""
-        return save_state(self)
+    def save_state(self, seq_id: int | None = None) -> LlamaState:
+        """The context (seq_id: that sequence, lanes.py) as a LlamaState whose blob
+        names this model and geometry."""
+        return save_seq_state(self, seq_id)
 
     @guarded
-    def load_state(self, state: LlamaState) -> None:
-        """Replace the context with a saved one; every check runs first (StateError)."""
-        load_state(self, state)
+    def load_state(self, state: LlamaState, seq_id: int | None = None) -> None:
+        """Replace the context (seq_id: that sequence) with a saved one; every check
+        runs first (StateError)."""
+        load_seq_state(self, state, seq_id)
 
     @guarded
-    def kv_stats(self) -> dict:
+    def kv_stats(self, seq_id: int | None = None) -> dict:
         """The KV cache's residency and streaming counters (see Context.kv_stats)."""
-        return self._ctx.kv_stats()
+        return seq_kv_stats(self, seq_id)
 
     # ------------------------------------------------------------ lifetime
 

@@ -16,9 +16,21 @@ from .config import CompletionConfig, tokens_arg
 from .embedding import create_embedding, embed
 from .grammar import LlamaGrammar, response_format_grammar
 from .guard import guarded
+from .prompt_list import complete_prompts, is_prompt_list
 from .response import (Usage, chat_chunks, chat_response, chunks_of, completion_chunks,
                        completion_response, with_tool_calls)
 from .tools import normalize_messages, plan_tools
+
+
+# Llama.sampler's parameters, spelled as the requests spell them
+SAMPLING_ARGS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
+                 "presence_penalty", "frequency_penalty", "logit_bias", "seed", "grammar",
+                 "mirostat_mode", "mirostat_tau", "mirostat_eta", "logits_processor")
+
+
+def sampling_args(args: dict) -> dict:
+    """The sampler's keyword arguments among a request's (its locals())."""
+    return {k: args[k] for k in SAMPLING_ARGS}
 
 
 class OpenAIMethods:
@@ -28,7 +40,7 @@ class OpenAIMethods:
                                          add_bos=True, special=True, max_tokens=self._n_ctx)
         return tokens_arg("prompt", prompt, self._model.n_vocab)
 
-    def create_completion(self, prompt: str | bytes | Sequence[int], suffix: None = None,
+    def create_completion(self, prompt: str | bytes | Sequence[int] | list, suffix: None = None,
                           max_tokens: int | None = 16, temperature: float = 0.8,
                           top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
                           logprobs: int | None = None, echo: bool = False,
@@ -39,17 +51,16 @@ class OpenAIMethods:
                           grammar: LlamaGrammar | None = None, mirostat_mode: int = 0,
                           mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
                           logits_processor=None, stopping_criteria=None, **llama_cpp_kwargs):
-        """A text completion dict, or with stream=True an iterator of chunks."""
+        """A text completion dict, or with stream=True an iterator of chunks. A list
+        of prompts gives one choice per prompt (prompt_list.py)."""
         check_extra_kwargs("create_completion", llama_cpp_kwargs)
         c = CompletionConfig(max_tokens, stop, echo, logprobs, stream, suffix)
+        if is_prompt_list(prompt):   # one choice per prompt (prompt_list.py)
+            args = sampling_args(locals())
+            return complete_prompts(self, prompt, c, lambda: self.sampler(**args),
+                                    model or self.model_path, stopping_criteria)
         tokens = self._prompt_tokens(prompt)
-        sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                               typical_p=typical_p, repeat_penalty=repeat_penalty,
-                               presence_penalty=presence_penalty,
-                               frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                               seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
-                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-                               logits_processor=logits_processor)
+        sampler = self.sampler(**sampling_args(locals()))
         usage, name, lp = Usage(), model or self.model_path, c.logprobs is not None
         self._from_cache(tokens)
         return run_pieces(
@@ -98,13 +109,7 @@ class OpenAIMethods:
         tokens = self.tokenizer.encode(prompt.encode(), add_bos=not chat.added_special,
                                        special=True, max_tokens=self._n_ctx)
         stops = list(chat.stop) + c.stop
-        sampler = self.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                               typical_p=typical_p, repeat_penalty=repeat_penalty,
-                               presence_penalty=presence_penalty,
-                               frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                               seed=seed, grammar=grammar, mirostat_mode=mirostat_mode,
-                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-                               logits_processor=logits_processor)
+        sampler = self.sampler(**sampling_args(locals()))
         n_lp = (c.logprobs or 0) if logprobs else None
         usage, name = Usage(), model or self.model_path
         self._from_cache(tokens)

@@ -44,3 +44,14 @@ class TqdmProgress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def report_load(llm, seconds: float) -> None:
+    """Llama(verbose=True): what was loaded, where, and the choices made, on stderr."""
+    pool = llm.kv_pool_bytes
+    kv = "all resident" if pool is None else f"{pool / (1 << 20):.1f} MiB"
+    print(f"pyllamakv: loaded {llm.model_path} on {llm.device} in {seconds:.1f} s "
+          f"(n_ctx={llm._n_ctx}, kv pool={kv}, n_ubatch={llm._ctx.n_ubatch}"
+          f"{'' if llm.config.n_ubatch else ' (chosen)'})", file=sys.stderr)
+    if llm.memory is not None:
+        print(f"pyllamakv: {llm.memory.describe()}", file=sys.stderr)

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import ContextFullError, ParameterError, UnsupportedError
+from .errors import ContextFullError, ParameterError
 
 
 class _Request:
@@ -167,10 +167,14 @@ class SeqContext:
         pass
 
     def state_get(self) -> bytes:
-        raise UnsupportedError("save_state: a sequence of a shared context has no state blob")
+        return self._shared.ctx.seq_state_get(self.seq)
 
     def state_set(self, blob: bytes) -> None:
-        raise UnsupportedError("load_state: a sequence of a shared context has no state blob")
+        with self._lock:
+            ctx = self._shared.ctx
+            ctx.seq_state_set(self.seq, blob)     # checked whole first: a bad blob changes nothing
+            self._n = ctx.seq_n_tokens(self.seq)
+            self._rows = np.zeros((0, self.out_width), np.float32)
 
     def kv_stats(self) -> dict[str, Any]:
         d = self._shared.ctx.seq_kv_stats(self.seq)

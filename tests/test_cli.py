@@ -77,7 +77,10 @@ def test_info_plans_the_auto_pool_and_rejects_bad_pools(path):
     assert r.exit_code == 0, r.output
     assert "plan for 3000 tokens" in r.stdout and "resident fraction" in r.stdout
     bad = run("info", path, "--ctx", "3000", "--kv-pool-mib", "lots")
-    assert bad.exit_code != 0 and "number of MiB or 'auto'" in bad.output
+    assert bad.exit_code == 2 and "neither a number of MiB nor 'auto'" in bad.output
+    negative = run("info", path, "--ctx", "3000", "--kv-pool-mib", "-4")
+    assert negative.exit_code == 2 and "--kv-pool-mib" in negative.output
+    assert "kv_pool_mib must be a number in [0.0" in negative.output
     small = run("info", path, "--ctx", "3000", "--kv-pool-mib", "0.1")
     assert small.exit_code != 0 and "minimum" in small.output
 

@@ -62,6 +62,25 @@ def test_completion_matches_llama(client, ref):
     assert r.object == "text_completion"
 
 
+def test_prompt_list_one_choice_each(client, ref):
+    """A list of prompts (strings and token lists): one choice per prompt, by index,
+    each the text of its own request, whole and streamed; usage sums them."""
+    prompts = [PROMPTS[1], PROMPTS[3], PROMPTS[4]]
+    want = [ref(p, max_tokens=6, temperature=0)["choices"][0]["text"] for p in prompts]
+    r = client.completions.create(model="m", prompt=prompts, max_tokens=6, temperature=0)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert [c.text for c in r.choices] == want
+    assert r.usage.completion_tokens == 18
+    ids = ref.tokenize(prompts[0].encode(), special=True)
+    r = client.completions.create(model="m", prompt=[ids, ids], max_tokens=6, temperature=0)
+    assert [c.text for c in r.choices] == [want[0]] * 2
+    texts = [""] * 3
+    for chunk in client.completions.create(model="m", prompt=prompts, max_tokens=6,
+                                           temperature=0, stream=True):
+        texts[chunk.choices[0].index] += chunk.choices[0].text
+    assert texts == want
+
+
 def test_chat_matches_llama(client, ref):
     msgs = [{"role": "system", "content": "You are terse."},
             {"role": "user", "content": "Name a planet."}]
@@ -195,6 +214,8 @@ BAD = [
     ({"prompt": "Hi", "n": 2}, "n"),
     ({"prompt": "word " * 700}, "prompt"),                             # over the context
     ({"prompt": []}, None),
+    ({"prompt": ["Hi", []]}, None),                                  # an empty one of a list
+    ({"prompt": ["Hi", "word " * 700]}, "prompt"),
     ({}, "prompt"),
 ]
 

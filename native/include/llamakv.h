@@ -281,6 +281,15 @@ int64_t lkv_context_recurrent_bytes(const lkv_context *c);
 lkv_status lkv_context_state_size(const lkv_context *c, uint64_t *size);
 lkv_status lkv_context_state_get(lkv_context *c, void *dst, uint64_t size);
 lkv_status lkv_context_state_set(lkv_context *c, const void *src, uint64_t size);
+/* The same for one sequence (the calls above are sequence 0's): the state of
+ * sequence seq, in the same format, so a blob saved from any sequence loads
+ * into any sequence of a context of the same model and geometry. set checks
+ * the whole blob before it empties and refills seq; other sequences are not
+ * touched. An id outside [0, n_seq_max) is LKV_ERR_INVALID_ARG. */
+lkv_status lkv_context_seq_state_size(const lkv_context *c, int32_t seq, uint64_t *size);
+lkv_status lkv_context_seq_state_get(lkv_context *c, int32_t seq, void *dst, uint64_t size);
+lkv_status lkv_context_seq_state_set(lkv_context *c, int32_t seq, const void *src,
+                                     uint64_t size);
 
 /* ---- KV residency plan and statistics ----------------------------------- */
 
@@ -341,7 +350,7 @@ int64_t lkv_row_bytes(int32_t type, int64_t n);
 
 /* LKV_CDEF_END */
 
-#define LKV_ABI_VERSION 3
+#define LKV_ABI_VERSION 4
 
 #ifdef __cplusplus
 }

@@ -261,19 +261,41 @@ API int64_t lkv_context_recurrent_bytes(const lkv_context *c) {
 API lkv_status lkv_context_state_size(const lkv_context *c, uint64_t *size) {
     lkv_clear_error();
     if (!c || !size) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_state_size: NULL argument");
-    return lkv_context_state_bytes(c, size);
+    return lkv_context_state_bytes(c, 0, size);
 }
 
 API lkv_status lkv_context_state_get(lkv_context *c, void *dst, uint64_t size) {
     lkv_clear_error();
     if (!c || !dst) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_state_get: NULL argument");
-    return lkv_context_state_save(c, dst, size);
+    return lkv_context_state_save(c, 0, dst, size);
 }
 
 API lkv_status lkv_context_state_set(lkv_context *c, const void *src, uint64_t size) {
     lkv_clear_error();
     if (!c || !src) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_state_set: NULL argument");
-    return lkv_context_state_load(c, src, size);
+    return lkv_context_state_load(c, 0, src, size);
+}
+
+API lkv_status lkv_context_seq_state_size(const lkv_context *c, int32_t seq, uint64_t *size) {
+    lkv_clear_error();
+    if (!c || !size)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_state_size: NULL argument");
+    return lkv_context_state_bytes(c, seq, size);
+}
+
+API lkv_status lkv_context_seq_state_get(lkv_context *c, int32_t seq, void *dst, uint64_t size) {
+    lkv_clear_error();
+    if (!c || !dst)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_state_get: NULL argument");
+    return lkv_context_state_save(c, seq, dst, size);
+}
+
+API lkv_status lkv_context_seq_state_set(lkv_context *c, int32_t seq, const void *src,
+                                         uint64_t size) {
+    lkv_clear_error();
+    if (!c || !src)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_state_set: NULL argument");
+    return lkv_context_state_load(c, seq, src, size);
 }
 
 // ---------------------------------------------------------------- plan and stats

@@ -197,13 +197,28 @@ typedef struct {
     int64_t recur_bytes;                         /* recurrent state after the KV rows */
 } state_header;
 
-static state_header header_of(const lkv_context *c) {
+static lkv_status check_state_seq(const lkv_context *c, int32_t seq) {
+    if (seq < 0 || seq >= c->n_seq)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "state: sequence id %d is outside [0, n_seq_max = %d)",
+                        seq, c->n_seq);
+    return LKV_OK;
+}
+
+/* seq's header; the recurrent state (hybrids, which hold one sequence) is seq 0's */
+static state_header header_of(const lkv_context *c, int32_t seq) {
     const lkv_model_params *hp = &c->model->hp;
     const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
-    return (state_header){STATE_MAGIC, c->seq_len[0], c->model->n_layer_kv, c->p.type_k, c->p.type_v,
-                          lkv_type_row_bytes(lkv_type_traits(c->p.type_k), nkv),
-                          lkv_type_row_bytes(lkv_type_traits(c->p.type_v), nkv),
-                          c->rs ? (int64_t)lkv_recur_bytes(c->rs) : 0};
+    state_header h;
+    memset(&h, 0, sizeof h);   /* the padding too: equal states give equal blobs */
+    h.magic = STATE_MAGIC;
+    h.n_tokens = c->seq_len[seq];
+    h.n_layer = c->model->n_layer_kv;
+    h.type_k = c->p.type_k;
+    h.type_v = c->p.type_v;
+    h.row_bytes_k = lkv_type_row_bytes(lkv_type_traits(c->p.type_k), nkv);
+    h.row_bytes_v = lkv_type_row_bytes(lkv_type_traits(c->p.type_v), nkv);
+    h.recur_bytes = c->rs ? (int64_t)lkv_recur_bytes(c->rs) : 0;
+    return h;
 }
 
 static uint64_t state_bytes_for(const state_header *h) {
@@ -211,33 +226,39 @@ static uint64_t state_bytes_for(const state_header *h) {
            + (uint64_t)h->recur_bytes;
 }
 
-lkv_status lkv_context_state_bytes(const lkv_context *c, uint64_t *size) {
-    state_header h = header_of(c);
+lkv_status lkv_context_state_bytes(const lkv_context *c, int32_t seq, uint64_t *size) {
+    LKV_TRY(check_state_seq(c, seq));
+    state_header h = header_of(c, seq);
     *size = state_bytes_for(&h);
     return LKV_OK;
 }
 
-lkv_status lkv_context_state_save(lkv_context *c, void *dst, uint64_t size) {
-    state_header h = header_of(c);
+lkv_status lkv_context_state_save(lkv_context *c, int32_t seq, void *dst, uint64_t size) {
+    LKV_TRY(check_state_seq(c, seq));
+    state_header h = header_of(c, seq);
     if (size < state_bytes_for(&h))
         return lkv_fail(LKV_ERR_INVALID_ARG, "state buffer of %llu bytes; %llu needed",
                         (unsigned long long)size, (unsigned long long)state_bytes_for(&h));
+    lkv_kv *kv = lkv_kvset_seq(c->kvs, seq);
     char *p = dst;
     memcpy(p, &h, sizeof h);
     p += sizeof h;
     for (int l = 0; l < h.n_layer && h.n_tokens; l++) {
-        LKV_TRY(lkv_kv_read(lkv_kvset_seq(c->kvs, 0), l, 0, 0, h.n_tokens, p));
+        LKV_TRY(lkv_kv_read(kv, l, 0, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_k;
-        LKV_TRY(lkv_kv_read(lkv_kvset_seq(c->kvs, 0), l, 1, 0, h.n_tokens, p));
+        LKV_TRY(lkv_kv_read(kv, l, 1, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_v;
     }
     if (c->rs) LKV_TRY(lkv_recur_read(c->rs, p));
     return LKV_OK;
 }
 
-lkv_status lkv_context_state_load(lkv_context *c, const void *src, uint64_t size) {
+/* Every check runs before sequence seq is emptied and refilled; the blob's
+ * rows are position-indexed, so one saved from any sequence fits any other. */
+lkv_status lkv_context_state_load(lkv_context *c, int32_t seq, const void *src, uint64_t size) {
     if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
-    state_header h, mine = header_of(c);
+    LKV_TRY(check_state_seq(c, seq));
+    state_header h, mine = header_of(c, seq);
     if (size < sizeof h) return lkv_fail(LKV_ERR_INVALID_ARG, "state blob too short");
     memcpy(&h, src, sizeof h);
     if (h.magic != STATE_MAGIC || h.n_layer != mine.n_layer || h.type_k != mine.type_k ||
@@ -251,16 +272,17 @@ lkv_status lkv_context_state_load(lkv_context *c, const void *src, uint64_t size
     if (size != state_bytes_for(&h))
         return lkv_fail(LKV_ERR_INVALID_ARG, "state blob has %llu bytes; its header says %llu",
                         (unsigned long long)size, (unsigned long long)state_bytes_for(&h));
-    LKV_TRY(lkv_context_set_length(c, 0));
+    LKV_TRY(lkv_context_seq_set_length(c, seq, 0));
+    lkv_kv *kv = lkv_kvset_seq(c->kvs, seq);
     const char *p = (const char *)src + sizeof h;
     for (int l = 0; l < h.n_layer && h.n_tokens; l++) {
-        LKV_TRY(lkv_kv_write(lkv_kvset_seq(c->kvs, 0), l, 0, 0, h.n_tokens, p));
+        LKV_TRY(lkv_kv_write(kv, l, 0, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_k;
-        LKV_TRY(lkv_kv_write(lkv_kvset_seq(c->kvs, 0), l, 1, 0, h.n_tokens, p));
+        LKV_TRY(lkv_kv_write(kv, l, 1, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_v;
     }
     if (c->rs) LKV_TRY(lkv_recur_write(c->rs, p));
-    c->seq_len[0] = h.n_tokens;
+    c->seq_len[seq] = h.n_tokens;
     return LKV_OK;
 }
 

@@ -90,19 +90,18 @@ class _Sampling(BaseModel):
 
 
 class CompletionRequest(_Sampling):
-    prompt: Union[str, list[int], list[str]]
+    prompt: Union[str, list[int], list[str], list[list[int]]]   # a list: one choice each
     echo: bool = False
     logprobs: int | None = None
     suffix: str | None = None
 
     @model_validator(mode="after")
     def _supported(self):
-        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
-            if len(self.prompt) != 1:
-                raise Unsupported("prompt", "a list of several prompts is not supported; "
-                                  "send one request per prompt")
+        if isinstance(self.prompt, list) and len(self.prompt) == 1 \
+                and isinstance(self.prompt[0], (str, list)):
             self.prompt = self.prompt[0]
-        if isinstance(self.prompt, list) and not self.prompt:
+        if isinstance(self.prompt, list) and (not self.prompt or any(
+                isinstance(p, list) and not p for p in self.prompt)):
             raise ValueError("prompt is empty")
         if self.logprobs is not None:
             raise Unsupported("logprobs", "logprobs are not supported by this server")

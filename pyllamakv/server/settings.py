@@ -1,17 +1,20 @@
 """ServerSettings: what `pyllamakv serve` was asked for, checked before anything loads.
 
-The model's own parameters (context, KV types, pool) are checked again by
-LlamaConfig when the slots are built; this class checks what only the server
-has (slots, queue, time limit, address) and the meaning of the shared ones
-across slots: ``n_ctx`` is each slot's context window, ``kv_pool_mib`` the
-device KV pool of the whole server, divided evenly between the slots while
-each slot is a context of its own.
+The model's own parameters (context, threads, device, KV types, pool, memory
+budget) are checked by LlamaConfig (config.py), the one place that checks
+them, here before anything loads; this class checks what only the server has
+(slots, queue, time limit, address) and the meaning of the shared ones across
+slots: ``n_ctx`` is each slot's context window, ``kv_pool_mib`` the device
+KV pool of the whole server, divided evenly between the slots while each
+slot is a context of its own.
 """
 from __future__ import annotations
 
 import math
 import os
 from dataclasses import dataclass
+
+from ..config import LlamaConfig
 
 
 def _is_int(x) -> bool:
@@ -38,7 +41,10 @@ class ServerSettings:
     draft_model: str | None = None    # speculation by default: "lookup" or a draft GGUF
 
     def __post_init__(self) -> None:
-        for name, lo in (("port", 0), ("parallel", 1), ("n_ctx", 1), ("queue_size", 0)):
+        LlamaConfig(self.n_ctx, n_threads=self.n_threads, device=self.device,
+                    type_k=self.type_k, type_v=self.type_v, kv_pool_mib=self.kv_pool_mib,
+                    gpu_memory_mib=self.gpu_memory_mib)
+        for name, lo in (("port", 0), ("parallel", 1), ("queue_size", 0)):
             v = getattr(self, name)
             if not _is_int(v) or v < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
@@ -48,26 +54,14 @@ class ServerSettings:
                 or not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be a finite number of seconds > 0, "
                              f"got {self.timeout_s!r}")
-        if self.n_threads is not None and (not _is_int(self.n_threads) or self.n_threads < 1):
-            raise ValueError(f"n_threads must be None or an int >= 1, got {self.n_threads!r}")
         if self.api_key is not None and not (isinstance(self.api_key, str) and self.api_key):
             raise ValueError("api_key must be a non-empty string or None")
-        p = self.kv_pool_mib
-        if p is not None and p != "auto" and (isinstance(p, (bool, str)) or
-                                             not isinstance(p, (int, float)) or
-                                             not math.isfinite(p) or p < 0):
-            raise ValueError(f"kv_pool_mib must be None, a number of MiB >= 0 or 'auto', "
-                             f"got {p!r}")
-        if p == "auto" and self.parallel > 1:
+        if self.kv_pool_mib == "auto" and self.parallel > 1:
             raise ValueError("kv_pool_mib='auto' sizes one context's pool from the free device "
                              "memory; with parallel > 1 give the server's pool in MiB")
         d = self.draft_model
         if d is not None and not (isinstance(d, str) and d):
             raise ValueError(f"draft_model must be None, 'lookup' or a GGUF path, got {d!r}")
-        g = self.gpu_memory_mib
-        if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float))
-                              or not math.isfinite(g) or g <= 0):
-            raise ValueError(f"gpu_memory_mib must be None or a number of MiB > 0, got {g!r}")
 
     @property
     def threads_per_slot(self) -> int:

@@ -101,7 +101,7 @@ class SlotLlama(Llama):
         job = self.job
         inner = super()._generate(tokens, *args, **kw)
         if job is not None:
-            job.prompt_tokens = len(tokens)
+            job.prompt_tokens += len(tokens)     # a prompt list: each prompt's
         try:
             for token in inner:
                 if job is not None and job.should_stop():
