@@ -31,10 +31,11 @@ def plan(m, chunk, n_ctx, pool, n, arena=0, type_k="f16", type_v="f16"):
     return out, list(res)
 
 
-def run(m, tokens, pool, arena, *, chunk=16, n_ctx=640, ubatch=32, **kw):
+def run(m, tokens, pool, arena, *, chunk=16, n_ctx=640, ubatch=32, truncate=True, **kw):
     """Every logit row and, per call, (kind, n_tokens before, n_tokens after, stats);
     kind: 'prefill' (ends with a micro-batch wider than DECODE_ROWS), 'decode', or
-    'mixed' (a prefill micro-batch, then a decode-sized one)."""
+    'mixed' (a prefill micro-batch, then a decode-sized one). truncate=False for
+    hybrids (their recurrent state returns only to its snapshots)."""
     assert ubatch > DECODE_ROWS and len(tokens) >= 420
     c = Context(m, n_ctx=n_ctx, n_batch=128, n_ubatch=ubatch, kv_chunk=chunk,
                 kv_pool_bytes=pool, logits_all=True, phase_arena=arena, **kw)
@@ -53,7 +54,8 @@ def run(m, tokens, pool, arena, *, chunk=16, n_ctx=640, ubatch=32, **kw):
     call("prefill", tokens[268:268 + 2 * ubatch])   # prefill again
     for t in tokens[340:352]:
         call("decode", [t])
-    c.truncate(c.n_tokens // 2 + 3)              # truncate in the middle of a chunk
+    if truncate:
+        c.truncate(c.n_tokens // 2 + 3)          # truncate in the middle of a chunk
     for t in tokens[352:360]:
         call("decode", [t])
     call("mixed", tokens[360:360 + ubatch + 5])

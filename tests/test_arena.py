@@ -153,3 +153,18 @@ def test_budget_counts_the_arena_once(tiny):
     assert workspace_allocations(hp, 64, arena=True) == workspace_allocations(hp, 64)
     assert workspace_allocations(hp, ROWS, streaming=True, arena=True) == \
         workspace_allocations(hp, ROWS, streaming=True)
+
+
+def test_arena_on_a_hybrid(tmp_path):
+    """qwen35: the gate and DeltaNet rows are in the arena too; only the
+    full-attention layers have KV chunks."""
+    from tiny_qwen35 import write_tiny_qwen35
+    with Model(write_tiny_qwen35(tmp_path / "q35.gguf", T.Q8_0, seed=4)) as m:
+        tokens = np.random.default_rng().integers(0, 320, 420).tolist()
+        ref, _ = run(m, tokens, None, None, n_threads=2, truncate=False)
+        pool = 3 * CHUNK * sum(row_sizes(m)) * m.n_layer_kv
+        got, calls = run(m, tokens, pool, True, n_threads=2, truncate=False)
+        off, ref_calls = run(m, tokens, pool, False, n_threads=2, truncate=False)
+        assert np.array_equal(off, ref) and np.array_equal(got, ref), \
+            f"max diff {np.abs(got - ref).max()}"
+        assert check_stats(m, calls, ref_calls, pool, chunk=CHUNK) > 0

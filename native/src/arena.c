@@ -2,6 +2,7 @@
  * arena.c: the micro-batch workspace and the phase arena (arena.h).
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "arena.h"
 #include "context.h"
@@ -14,7 +15,7 @@
  * context keeps each pointer, and its bytes */
 typedef struct {
     int n;
-    void **field[WS_MAX];
+    void *field[WS_MAX];     /* the address of a float * or void * field */
     size_t bytes[WS_MAX];
     const char *name[WS_MAX];
 } ws_list;
@@ -33,7 +34,7 @@ static void ws_list_of(lkv_context *c, int rows, ws_list *w) {
     const size_t nq = (size_t)hp->n_head * hd, nkv = (size_t)hp->n_head_kv * hd;
     const size_t wide = nq > (size_t)hp->n_embd ? nq : (size_t)hp->n_embd;
     w->n = 0;
-#define W(ptr, nbytes) (w->field[w->n] = (void **)&(ptr), w->bytes[w->n] = (nbytes), \
+#define W(ptr, nbytes) (w->field[w->n] = (void *)&(ptr), w->bytes[w->n] = (nbytes), \
                         w->name[w->n++] = #ptr)
     W(c->x, F * R * hp->n_embd);
     W(c->h, F * R * wide);
@@ -65,18 +66,29 @@ static int wants_arena(const lkv_context *c) {
     return on && p->kv_pool_bytes >= 0 && p->n_seq_max == 1 && p->n_ubatch > LKV_DECODE_ROWS;
 }
 
+/* the context's pointers are float * or void *: written and read as bytes */
+static void set_field(const ws_list *w, int i, void *p) { memcpy(w->field[i], &p, sizeof p); }
+static void *get_field(const ws_list *w, int i) {
+    void *p;
+    memcpy(&p, w->field[i], sizeof p);
+    return p;
+}
+
 static void set_fields(const ws_list *w, void *const *bufs) {
-    for (int i = 0; i < w->n; i++) *w->field[i] = bufs[i];
+    for (int i = 0; i < w->n; i++) set_field(w, i, bufs[i]);
 }
 
 lkv_status lkv_ws_create(lkv_context *c) {
     ws_list w;
     ws_list_of(c, c->p.n_ubatch, &w);
     if (!wants_arena(c)) {
-        for (int i = 0; i < w.n; i++)
-            if (!(*w.field[i] = c->be->alloc(c->b, w.bytes[i])))
+        for (int i = 0; i < w.n; i++) {
+            void *p = c->be->alloc(c->b, w.bytes[i]);
+            set_field(&w, i, p);
+            if (!p)
                 return lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate %zu bytes for %s",
                                 w.bytes[i], w.name[i]);
+        }
         return LKV_OK;
     }
     lkv_arena *a = calloc(1, sizeof *a);
@@ -108,9 +120,10 @@ void lkv_ws_free(lkv_context *c) {
     ws_list_of(c, 1, &w);
     lkv_arena *a = c->arena;
     for (int i = 0; i < w.n; i++) {
-        if (!a && *w.field[i]) c->be->free(c->b, *w.field[i]);
+        void *p = get_field(&w, i);
+        if (!a && p) c->be->free(c->b, p);
         if (a && a->small[i]) c->be->free(c->b, a->small[i]);
-        *w.field[i] = NULL;
+        set_field(&w, i, NULL);
     }
     if (a && a->base) c->be->free(c->b, a->base);
     free(a);
