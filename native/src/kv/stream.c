@@ -308,7 +308,7 @@ static lkv_status replan(lkv_kv_stream *s, int32_t end) {
         s->S = S;
         s->E = plan.arena_chunks;
         s->arena_k = s->arena;
-        s->arena_v = s->arena + (int64_t)s->L * s->E * s->C * s->rbk;
+        s->arena_v = s->E ? s->arena + (int64_t)s->L * s->E * s->C * s->rbk : NULL;
         s->pool_k = s->pool;
         s->pool_v = s->pool + (int64_t)s->L * S * s->C * s->rbk;
         s->resident_all = plan.ring_bytes == 0;
