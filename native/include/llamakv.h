@@ -203,7 +203,7 @@ typedef struct lkv_context_params {
     int32_t phase_arena;     /* the phase arena (native/src/arena.h): -1 (default) where the
                                 backend has device memory (CUDA), 1 on (also on the CPU's
                                 emulated device), 0 off. Only with a pool bound, one
-                                sequence and n_ubatch > 8; logits do not depend on it */
+                                sequence and n_ubatch > 16; logits do not depend on it */
 } lkv_context_params;
 
 typedef struct lkv_context lkv_context;
