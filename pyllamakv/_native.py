@@ -195,7 +195,7 @@ class Context(SequencesMixin):
                  type_v: str | int = "f16", kv_chunk: int = 0, logits_all: bool = False,
                  kv_pool_bytes: int | None = None, gpu_kernels: str = "fast",
                  embeddings: bool = False, n_state_snapshots: int | None = None,
-                 n_seq_max: int = 1):
+                 n_seq_max: int = 1, phase_arena: bool | None = None):
         self._ptr = None
         self._guard = Guard("context")
         self.model = model
@@ -212,6 +212,9 @@ class Context(SequencesMixin):
             "kv_pool_bytes", kv_pool_bytes, 2**63 - 1)
         p.gpu_kernels = int(check_gpu_kernels(gpu_kernels) == "fast")
         p.embeddings = int(bool(embeddings))
+        # the prefill workspace lent to the KV while decoding (native/src/arena.h);
+        # None: the backend's default (on for CUDA with a pool bound)
+        p.phase_arena = -1 if phase_arena is None else int(bool(phase_arena))
         if n_state_snapshots is not None:   # hybrids: recurrent-state snapshots (core default 2)
             p.n_state_snapshots = int(n_state_snapshots)
         self.logits_all = bool(logits_all)

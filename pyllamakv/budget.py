@@ -8,7 +8,11 @@ leave of the budget. Every part is the list of allocations the core makes:
 
 - weights: each distinct tensor of the GGUF, one cudaMalloc of its bytes
   (cuda/backend.cu upload_weight: a tied output shares token_embd's copy);
-- workspace: context.c lkv_context_build's ALLOC list, the KV stream's
+- workspace: the micro-batch buffers (arena.c ws_list_of; with the phase
+  arena, CUDA contexts with a pool and n_ubatch > DECODE_ROWS, one
+  allocation for them all, counted once, and the same buffers again at
+  DECODE_ROWS rows: the arena is lent to the KV while decoding and is not
+  part of the pool), context.c lkv_context_build's ALLOC list, the KV stream's
   micro-batch rows (kv/stream.c), the logits rows a speculative verification
   adds (context.c wide_logits) and cuda/backend.cu cuda_ctx_init's buffers;
 - recurrent: recurrent.c, the live state and each snapshot;
@@ -42,6 +46,8 @@ def needs_wg_scratch(tensors) -> bool:
     """Whether a matmul weight (2-D, not the token embedding) has a type gemm_wg copies."""
     return any(len(t.shape) == 2 and t.type in WG_TYPES and not t.name.startswith("token_embd")
                for t in tensors)
+DECODE_ROWS = 16          # arena.h LKV_DECODE_ROWS: rows of the decode-phase workspace
+ARENA_ALIGN = 256         # arena.c WS_ALIGN: each buffer's start inside the arena
 N_SNAPSHOTS = 2           # the core's default recurrent-state snapshots (api.c)
 MODULE_RESERVE = 64 << 20  # kernel images loaded lazily on first launch, graph memory
 
@@ -66,23 +72,21 @@ def weight_device_bytes(tensors) -> int:
 def workspace_allocations(hp: dict, n_ubatch: int, *, logits_all: bool = False,
                           wide_logits: bool = False, embeddings: bool = False,
                           streaming: bool = False, row_bytes_k: int = 0,
-                          row_bytes_v: int = 0, wg_scratch: bool = False) -> list[int]:
+                          row_bytes_v: int = 0, wg_scratch: bool = False,
+                          arena: bool = False) -> list[int]:
     """Bytes of every device allocation of a context other than the KV cache
-    and the recurrent state, for a micro-batch of n_ubatch tokens."""
+    and the recurrent state, for a micro-batch of n_ubatch tokens (arena: the
+    phase arena, which the core makes only with a pool and n_ubatch > DECODE_ROWS)."""
     U, hd = n_ubatch, hp["head_dim"]
-    nq, nkv = hp["n_head"] * hd, hp["n_head_kv"] * hd
-    wide = max(nq, hp["n_embd"])
+    nq = hp["n_head"] * hd
     out_width = hp["n_embd"] if embeddings else hp["n_vocab"]
     f = 4    # sizeof(float)
-    a = [f * U * hp["n_embd"], f * U * wide, f * U * nq, f * U * nkv, f * U * nkv,
-         f * U * hp["n_ff"], f * U * hp["n_ff"], f * U * hp["n_embd"],
-         f * U * hp["n_head"] * (hd + 2),                   # attention state
-         f * (U if logits_all else 1) * out_width]          # logits
-    if hp.get("full_attn_interval"):                        # hybrid: gate and DeltaNet rows
-        vd = hp["ssm_n_v_heads"] * hp["ssm_head_v_dim"]
-        cd = 2 * hp["ssm_n_k_heads"] * hp["ssm_head_k_dim"] + vd
-        a += [f * U * 2 * nq, f * U * nq, f * U * cd, f * U * cd, f * U * vd,
-              f * U * hp["ssm_n_v_heads"], f * U * hp["ssm_n_v_heads"], f * U * vd]
+    if arena and streaming and U > DECODE_ROWS:     # one arena, and the decode set
+        a = [sum(-(-n // ARENA_ALIGN) * ARENA_ALIGN for n in micro_batch_buffers(hp, U))]
+        a += micro_batch_buffers(hp, DECODE_ROWS)
+    else:
+        a = micro_batch_buffers(hp, U)
+    a.append(f * (U if logits_all else 1) * out_width)   # logits
     if wide_logits and not logits_all:                      # several rows without logits_all
         a.append(f * U * out_width)
     if streaming:                                           # each layer's micro-batch K and V
@@ -100,6 +104,21 @@ def workspace_allocations(hp: dict, n_ubatch: int, *, logits_all: bool = False,
     a.append(2 * (-(-U // 128) * 128) * (-(-cols // 64) * 64))
     if wg_scratch:
         a.append(WG_SCRATCH_BYTES)
+    return a
+
+
+def micro_batch_buffers(hp: dict, rows: int) -> list[int]:
+    """Bytes of the workspace buffers of a micro-batch of rows tokens (arena.c ws_list_of)."""
+    R, hd, f = rows, hp["head_dim"], 4
+    nq, nkv = hp["n_head"] * hd, hp["n_head_kv"] * hd
+    a = [f * R * hp["n_embd"], f * R * max(nq, hp["n_embd"]), f * R * nq, f * R * nkv,
+         f * R * nkv, f * R * hp["n_ff"], f * R * hp["n_ff"], f * R * hp["n_embd"],
+         f * R * hp["n_head"] * (hd + 2)]                   # attention state
+    if hp.get("full_attn_interval"):                        # hybrid: gate and DeltaNet rows
+        vd = hp["ssm_n_v_heads"] * hp["ssm_head_v_dim"]
+        cd = 2 * hp["ssm_n_k_heads"] * hp["ssm_head_k_dim"] + vd
+        a += [f * R * 2 * nq, f * R * nq, f * R * cd, f * R * cd, f * R * vd,
+              f * R * hp["ssm_n_v_heads"], f * R * hp["ssm_n_v_heads"], f * R * vd]
     return a
 
 
@@ -211,7 +230,8 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
             else requested_pool_bytes(cfg, whole_cache_bytes(plan)))
     cap = lambda u: max(1, min(u, cfg.n_batch, n_ctx))   # noqa: E731  (the core's caps)
     kw = dict(logits_all=cfg.logits_all, wide_logits=wide_logits, embeddings=embeddings,
-              wg_scratch=device == "cuda" and needs_wg_scratch(tensors))
+              wg_scratch=device == "cuda" and needs_wg_scratch(tensors),
+              arena=device == "cuda")   # the core's default (phase_arena -1): on for CUDA
     if cfg.n_ubatch is not None:
         choices = [cap(cfg.n_ubatch)]
     elif device == "cuda":

@@ -200,6 +200,10 @@ typedef struct lkv_context_params {
     int32_t n_seq_max;       /* sequences the context holds (default 1; hybrid models: 1).
                                 Each has n_ctx positions, its own chunk grid and host
                                 store; kv_pool_bytes is one pool shared by all of them */
+    int32_t phase_arena;     /* the phase arena (native/src/arena.h): -1 (default) where the
+                                backend has device memory (CUDA), 1 on (also on the CPU's
+                                emulated device), 0 off. Only with a pool bound, one
+                                sequence and n_ubatch > 16; logits do not depend on it */
 } lkv_context_params;
 
 typedef struct lkv_context lkv_context;
@@ -301,6 +305,8 @@ typedef struct lkv_plan_params {
     int32_t n_ctx;
     int32_t n_ubatch;
     int64_t pool_bytes;      /* < 0: unbounded */
+    int64_t arena_bytes;     /* decode: device memory lent by the phase arena for extra
+                                resident chunks (0: none; kv/plan.h) */
 } lkv_plan_params;
 
 typedef struct lkv_plan {
@@ -312,6 +318,7 @@ typedef struct lkv_plan {
     int64_t pool_bytes;      /* bytes the pool needs (<= the bound) */
     int64_t min_pool_bytes;  /* the least pool this context accepts */
     int64_t streamed_bytes;  /* bytes copied host -> device per decode step */
+    int32_t arena_chunks;    /* of each layer's resident chunks, those in the arena */
 } lkv_plan;
 
 /* Pure: the plan for a cache holding n_tokens positions. resident may be NULL,
@@ -332,6 +339,10 @@ typedef struct lkv_kv_stats {
     int32_t n_layer;
     int32_t kv_chunk;
     int32_t streaming;            /* 1 when a pool bound is in force */
+    int64_t arena_bytes;          /* the context's phase arena (0: none): the prefill
+                                     workspace, lent to the KV as extra resident chunks
+                                     while decoding */
+    int64_t arena_resident_bytes; /* resident chunk bytes in the arena now (decode) */
 } lkv_kv_stats;
 
 /* Pure: the shares of one pool among n_seq sequences, active[i] != 0 for the
@@ -350,7 +361,7 @@ int64_t lkv_row_bytes(int32_t type, int64_t n);
 
 /* LKV_CDEF_END */
 
-#define LKV_ABI_VERSION 4
+#define LKV_ABI_VERSION 5
 
 #ifdef __cplusplus
 }

@@ -173,6 +173,7 @@ API void lkv_context_params_init(lkv_context_params *p) {
     p->n_state_snapshots = 2;
     p->gpu_kernels = 1;
     p->n_seq_max = 1;
+    p->phase_arena = -1;
 }
 
 API lkv_status lkv_context_create(lkv_model *m, const lkv_context_params *p, lkv_context **out) {

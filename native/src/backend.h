@@ -210,6 +210,10 @@ struct lkv_backend {
     void (*delta_rule)(lkv_bctx *b, float *out, const float *qkv, const float *beta_in,
                        const float *alpha, const lkv_weight *a, const lkv_weight *dt,
                        float *state, const lkv_delta_desc *d, int n);
+
+    /* contexts with a pool bound put their prefill workspace in a phase arena
+     * lent to the KV cache while decoding, unless asked not to (arena.h) */
+    int phase_arena;
 };
 
 extern const lkv_backend lkv_backend_cpu;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "context.h"
 #include "error.h"
 #include "model_api.h"
@@ -38,6 +39,9 @@ static lkv_status check_params(const lkv_model *m, const lkv_context_params *p) 
     if (p->gpu_kernels != 0 && p->gpu_kernels != 1)
         return lkv_fail(LKV_ERR_INVALID_ARG, "gpu_kernels must be 0 (exact) or 1 (fast) (got %d)",
                         p->gpu_kernels);
+    if (p->phase_arena < -1 || p->phase_arena > 1)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "phase_arena must be -1 (the backend's default), 0 "
+                        "or 1 (got %d)", p->phase_arena);
     const int32_t types[2] = {p->type_k, p->type_v};
     for (int i = 0; i < 2; i++) {
         const lkv_traits *t = lkv_type_traits(types[i]);
@@ -72,8 +76,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     c->be = m->be;
     const lkv_model_params *hp = &m->hp;
     const int U = p.n_ubatch, hd = hp->head_dim;
-    const size_t nq = (size_t)hp->n_head * hd, nkv = (size_t)hp->n_head_kv * hd;
-    const size_t wide = nq > (size_t)hp->n_embd ? nq : (size_t)hp->n_embd;
+    const size_t nkv = (size_t)hp->n_head_kv * hd;
     const int logit_rows_dev = p.logits_all ? U : 1;
     c->out_width = p.embeddings ? hp->n_embd : hp->n_vocab;
     lkv_status st = c->be->ctx_init(&c->b, m, p.n_threads, U);
@@ -83,27 +86,11 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
 #define ALLOC(ptr, bytes) \
     do { if (!st && !((ptr) = c->be->alloc(c->b, (bytes)))) \
         st = lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate %zu bytes for " #ptr, (size_t)(bytes)); } while (0)
-    ALLOC(c->x, sizeof(float) * U * hp->n_embd);
-    ALLOC(c->h, sizeof(float) * U * wide);
-    ALLOC(c->q, sizeof(float) * U * nq);
-    ALLOC(c->k, sizeof(float) * U * nkv);
-    ALLOC(c->v, sizeof(float) * U * nkv);
-    ALLOC(c->ffn_g, sizeof(float) * U * hp->n_ff);
-    ALLOC(c->ffn_u, sizeof(float) * U * hp->n_ff);
-    ALLOC(c->o, sizeof(float) * U * hp->n_embd);
-    ALLOC(c->attn_st, c->be->attn_state_bytes(U, hp->n_head, hd));
+    st = lkv_ws_create(c);   /* x .. attn_st and a hybrid's rows (arena.c) */
     ALLOC(c->logits_dev, sizeof(float) * (size_t)logit_rows_dev * c->out_width);
     if (m->arch->hybrid) {
         const size_t VD = (size_t)hp->ssm_n_v_heads * hp->ssm_head_v_dim,
                      CD = 2 * (size_t)hp->ssm_n_k_heads * hp->ssm_head_k_dim + VD;
-        ALLOC(c->qg, sizeof(float) * U * 2 * nq);
-        ALLOC(c->gate, sizeof(float) * U * nq);
-        ALLOC(c->rs_qkv, sizeof(float) * U * CD);
-        ALLOC(c->rs_conv, sizeof(float) * U * CD);
-        ALLOC(c->rs_z, sizeof(float) * U * VD);
-        ALLOC(c->rs_beta, sizeof(float) * U * hp->ssm_n_v_heads);
-        ALLOC(c->rs_alpha, sizeof(float) * U * hp->ssm_n_v_heads);
-        ALLOC(c->rs_out, sizeof(float) * U * VD);
         c->delta = (lkv_delta_desc){hp->ssm_n_k_heads, hp->ssm_n_v_heads, hp->ssm_head_k_dim,
                                     hp->ssm_head_v_dim, (int32_t)CD, hp->rms_eps};
         lkv_recur_config rc = {m->n_layer_rs, (int64_t)(hp->ssm_conv_kernel - 1) * (int64_t)CD,
@@ -165,9 +152,8 @@ void lkv_context_destroy(lkv_context *c) {
     free(c->want);
     free(c->groups);
     lkv_recur_free(c->rs);
-    void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->ffn_g, c->ffn_u, c->o, c->attn_st,
-                    c->logits_dev, c->logits_wide, c->qg, c->gate, c->rs_qkv, c->rs_conv,
-                    c->rs_z, c->rs_beta, c->rs_alpha, c->rs_out};
+    lkv_ws_free(c);
+    void *bufs[] = {c->logits_dev, c->logits_wide};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) c->be->free(c->b, bufs[i]);
     c->be->ctx_free(c->b);
@@ -292,5 +278,6 @@ lkv_status lkv_context_stats(const lkv_context *c, int32_t seq, lkv_kv_stats *ou
         return lkv_fail(LKV_ERR_INVALID_ARG, "kv stats: sequence id %d is outside [0, "
                         "n_seq_max = %d)", seq, c->n_seq);
     lkv_kv_get_stats(lkv_kvset_seq(c->kvs, seq), out, resident);
+    if (seq == 0) out->arena_bytes = lkv_ws_arena_bytes(c);
     return LKV_OK;
 }

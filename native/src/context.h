@@ -38,6 +38,8 @@ struct lkv_context {
     float *o;                /* (U, n_embd) projection output */
     void *attn_st;           /* backend attention state for U queries */
     float *logits_dev;       /* (logits_all ? U : 1, out_width) */
+    struct lkv_arena *arena; /* the phase arena (arena.h), or NULL: the buffers above are
+                                then each its own allocation */
     float *logits_wide;      /* (U, n_vocab), allocated by the first decode that asks for
                                 more rows than logits_dev holds; never moves after that
                                 (step graphs record it) */

@@ -431,4 +431,5 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* rmsnorm_gated */ lkv_cuda_rmsnorm_gated,
     /* ssm_conv */ lkv_cuda_ssm_conv,
     /* delta_rule */ lkv_cuda_delta_rule,
+    /* phase_arena */ 1,
 };

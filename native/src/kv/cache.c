@@ -134,6 +134,10 @@ lkv_status lkv_kv_rebind(lkv_kv *kv, void *base, int64_t bytes) {
     return kv->stream ? lkv_kv_stream_rebind(kv->stream, base, bytes) : LKV_OK;
 }
 
+lkv_status lkv_kv_lend(lkv_kv *kv, void *base, int64_t bytes) {
+    return kv->stream ? lkv_kv_stream_lend(kv->stream, base, bytes) : LKV_OK;
+}
+
 lkv_status lkv_kv_copy(lkv_kv *dst, lkv_kv *src, int32_t n) {
     LKV_TRY(lkv_kv_truncate(dst, 0));
     if (n <= 0) return LKV_OK;

@@ -59,6 +59,9 @@ lkv_status lkv_kv_write(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_
                         const void *src);
 /* Streaming caches: the pool is now `bytes` at `base` (kv/seqs.c moves shares) */
 lkv_status lkv_kv_rebind(lkv_kv *kv, void *base, int64_t bytes);
+/* Streaming caches: the phase arena lends `bytes` at `base` for extra
+ * resident chunks, or (base NULL) takes them back; a no-op when all resident */
+lkv_status lkv_kv_lend(lkv_kv *kv, void *base, int64_t bytes);
 /* dst's first n rows of every layer = src's (dst then holds n positions) */
 lkv_status lkv_kv_copy(lkv_kv *dst, lkv_kv *src, int32_t n);
 void lkv_kv_get_stats(const lkv_kv *kv, lkv_kv_stats *out, int32_t *resident);

@@ -15,6 +15,9 @@ lkv_status lkv_plan_make(const lkv_plan_params *p, int32_t n_tokens, lkv_plan *o
     if (p->n_layer <= 0 || p->kv_chunk <= 0 || p->row_bytes_k <= 0 || p->row_bytes_v <= 0 ||
         p->n_ctx <= 0)
         return lkv_fail(LKV_ERR_INVALID_ARG, "plan: n_layer, kv_chunk, row bytes and n_ctx must be > 0");
+    if (p->arena_bytes < 0)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "plan: arena_bytes (%lld) must be >= 0",
+                        (long long)p->arena_bytes);
     if (n_tokens < 0 || n_tokens > p->n_ctx)
         return lkv_fail(LKV_ERR_INVALID_ARG, "plan: n_tokens %d outside [0, n_ctx=%d]", n_tokens,
                         p->n_ctx);
@@ -49,6 +52,12 @@ lkv_status lkv_plan_make(const lkv_plan_params *p, int32_t n_tokens, lkv_plan *o
         if (ring < 2 * cb) ring = 2 * cb;
         int64_t r = (p->pool_bytes - ring) / cb / L;
         if (r > F) r = F;
+        /* the arena's whole chunks per layer, after the pool's, up to the last chunk */
+        int64_t e = p->arena_bytes / (L * cb);
+        if (e > nc_max - r) e = nc_max - r;
+        out->arena_chunks = (int32_t)e;
+        out->pool_bytes = r * L * cb + ring;
+        r += e;
         T = r * L;
         for (int64_t l = 0; resident && l < L; l++) resident[l] = (int32_t)r;
         out->resident_min = out->resident_max = (int32_t)r;
@@ -58,7 +67,7 @@ lkv_status lkv_plan_make(const lkv_plan_params *p, int32_t n_tokens, lkv_plan *o
     }
     out->resident_chunks = T;
     out->ring_bytes = ring;
-    out->pool_bytes = T * cb + ring;
+    if (!ring) out->pool_bytes = T * cb;
     return LKV_OK;
 }
 

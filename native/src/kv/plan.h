@@ -15,6 +15,14 @@
  *   r does not depend on n_tokens, so resident chunks never increase as the
  *   context grows, and never exceed what was resident just before.
  * - The least pool a context accepts is min(2 * cb, L * nc(n_ctx) * cb).
+ * - Phase arena (arena_bytes A > 0: the prefill workspace, lent while
+ *   decoding; native/src/arena.h): only while the pool streams, each layer
+ *   keeps e = min(floor(A / (L * cb)), nc(n_ctx) - r) more chunks resident,
+ *   chunks [r, r + e), in the arena. resident[] and resident_chunks count
+ *   them, arena_chunks = e, pool_bytes stays the pool's part, and a decode
+ *   step streams e * C fewer rows per layer. e does not depend on n_tokens
+ *   either. Entering prefill (A = 0) drops them without a copy back (the
+ *   host is authoritative); entering decode refills them from the host.
  *
  * Several sequences, one pool (lkv_plan_shares): a context of n_seq_max
  * sequences has one pool, split into shares; each sequence is then planned

@@ -23,6 +23,12 @@
  * - Writes: the micro-batch's rows live in per-layer batch buffers, feed their
  *   own attention, go to their slot when resident, and are written through to
  *   the host store on the copy queue (ordered before any later read).
+ * - Phase arena (lkv_kv_stream_lend, native/src/arena.h): while decoding, the
+ *   context lends its prefill workspace; once the pool streams, each layer's
+ *   next E chunks after its S pool slots are resident there (a K and a V
+ *   region of (L, E * C) rows, laid out as the pool's), refilled from the
+ *   host on the first step after the loan. Taking the loan back only waits
+ *   for the copies in flight: nothing is only on the device.
  * - Attention folds chunks in increasing order whichever source holds them, so
  *   the result equals the all-resident run bit for bit.
  */
@@ -56,6 +62,10 @@ struct lkv_kv_stream {
     char *pool;              /* cfg.pool_bytes; ours unless cfg.pool_base gave it */
     char *pool_k, *pool_v;   /* slot regions, (L, S * C) rows each */
     int32_t S;               /* slots per layer */
+    char *arena;             /* lent by the context while decoding (NULL: none) */
+    int64_t arena_bytes;
+    char *arena_k, *arena_v; /* its slot regions, (L, E * C) rows each */
+    int32_t E;               /* arena slots per layer in the current plan */
     int resident_all;        /* the plan streams nothing: ring 0 */
     /* plan */
     int planned;
@@ -80,10 +90,13 @@ struct lkv_kv_stream {
     lkv_kv_stats st;
 };
 
+/* resident chunk j < S + E of layer l: pool slot j, or arena slot j - S */
 static inline char *slot_k(const lkv_kv_stream *s, int l, int j) {
+    if (j >= s->S) return s->arena_k + ((int64_t)l * s->E + j - s->S) * s->C * s->rbk;
     return s->pool_k + ((int64_t)l * s->S + j) * s->C * s->rbk;
 }
 static inline char *slot_v(const lkv_kv_stream *s, int l, int j) {
+    if (j >= s->S) return s->arena_v + ((int64_t)l * s->E + j - s->S) * s->C * s->rbv;
     return s->pool_v + ((int64_t)l * s->S + j) * s->C * s->rbv;
 }
 
@@ -269,16 +282,18 @@ static lkv_status replan(lkv_kv_stream *s, int32_t end) {
     const int32_t nc = (end + s->C - 1) / s->C;
     if (s->planned && nc == s->plan_nc) return LKV_OK;
     lkv_plan_params pp = {s->L, s->C, s->rbk, s->rbv, s->cfg.n_ctx, s->cfg.n_ubatch,
-                          s->cfg.pool_bytes};
+                          s->cfg.pool_bytes, s->arena_bytes};
     lkv_plan plan;
     int32_t *res = malloc(sizeof(int32_t) * (size_t)s->L);
     if (!res) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory to plan");
     lkv_status st = lkv_plan_make(&pp, end, &plan, res);
     if (st) { free(res); return st; }
-    /* slots per layer: all that fit while nothing streams, else the resident count */
-    const int32_t S = plan.ring_bytes ? res[0]
+    /* slots per layer: all that fit while nothing streams, else the resident
+     * count less the arena's */
+    const int32_t S = plan.ring_bytes ? res[0] - plan.arena_chunks
                                       : (int32_t)(s->cfg.pool_bytes / ((int64_t)s->L * s->cb));
     bool same = s->planned && plan.ring_bytes == s->ring_bytes && S == s->S &&
+                plan.arena_chunks == s->E && (s->E == 0 || s->arena_k == s->arena) &&
                 memcmp(res, s->res, sizeof(int32_t) * (size_t)s->L) == 0;
     if (!same) {
         st = drain(s);
@@ -291,6 +306,9 @@ static lkv_status replan(lkv_kv_stream *s, int32_t end) {
         }
         memcpy(s->res, res, sizeof(int32_t) * (size_t)s->L);
         s->S = S;
+        s->E = plan.arena_chunks;
+        s->arena_k = s->arena;
+        s->arena_v = s->E ? s->arena + (int64_t)s->L * s->E * s->C * s->rbk : NULL;
         s->pool_k = s->pool;
         s->pool_v = s->pool + (int64_t)s->L * S * s->C * s->rbk;
         s->resident_all = plan.ring_bytes == 0;
@@ -305,6 +323,7 @@ static lkv_status replan(lkv_kv_stream *s, int32_t end) {
     s->plan_nc = nc;
     s->st.ring_bytes = s->ring_bytes;
     s->st.resident_bytes = plan.resident_chunks * s->cb;
+    s->st.arena_resident_bytes = (int64_t)s->L * s->E * s->cb;
     return LKV_OK;
 }
 
@@ -428,9 +447,14 @@ lkv_status lkv_kv_stream_attend(lkv_kv_stream *s, int32_t l, const float *q, voi
     const int32_t rr = s->res[l] < c_end ? s->res[l] : c_end;
     int32_t done = rr;
     const int32_t old = rr * C < pos0 ? rr * C : pos0;
+    const int32_t in_pool = old < s->S * C ? old : s->S * C;   /* the rest is in the arena */
     d->n_segs = 0;
     d->segs[d->n_segs++] = batch;
-    if (old > 0) d->segs[d->n_segs++] = (lkv_kv_seg){0, old, slot_k(s, l, 0), slot_v(s, l, 0)};
+    if (in_pool > 0)
+        d->segs[d->n_segs++] = (lkv_kv_seg){0, in_pool, slot_k(s, l, 0), slot_v(s, l, 0)};
+    if (old > in_pool)
+        d->segs[d->n_segs++] = (lkv_kv_seg){in_pool, old - in_pool, slot_k(s, l, s->S),
+                                            slot_v(s, l, s->S)};
     accum(s, q, stt, d, 0, rr);
     /* 2. streamed pieces of this layer, in order */
     for (;;) {
@@ -518,6 +542,18 @@ lkv_status lkv_kv_stream_write(lkv_kv_stream *s, int32_t layer, int plane, int32
         if (*v > keep) *v = keep > 0 ? keep : 0;
     }
     s->planned = 0;
+    return LKV_OK;
+}
+
+lkv_status lkv_kv_stream_lend(lkv_kv_stream *s, void *base, int64_t bytes) {
+    if (!base) bytes = 0;
+    if (base == s->arena && bytes == s->arena_bytes) return LKV_OK;
+    /* the copies into the arena's slots land before it is the workspace again,
+     * and fills into it wait for the compute that used it as workspace */
+    LKV_TRY(drain(s));
+    s->arena = base;
+    s->arena_bytes = bytes;
+    s->planned = 0;   /* the next step re-plans: arena chunks become resident or leave */
     return LKV_OK;
 }
 

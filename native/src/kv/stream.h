@@ -25,6 +25,10 @@ lkv_status lkv_kv_stream_write(lkv_kv_stream *s, int32_t layer, int plane, int32
 /* The pool is now `bytes` at `base` (a share of a pool the caller owns):
  * waits for the copies in flight; the next step re-plans and refills. */
 lkv_status lkv_kv_stream_rebind(lkv_kv_stream *s, void *base, int64_t bytes);
+/* The phase arena lends `bytes` at `base` for extra resident chunks (decode),
+ * or takes them back (base NULL: prefill): waits for the copies in flight;
+ * nothing is copied back (the host store holds every row). */
+lkv_status lkv_kv_stream_lend(lkv_kv_stream *s, void *base, int64_t bytes);
 void lkv_kv_stream_decode_begin(lkv_kv_stream *s);
 void lkv_kv_stream_get_stats(const lkv_kv_stream *s, lkv_kv_stats *out, int32_t *resident);
 
