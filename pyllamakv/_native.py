@@ -160,7 +160,7 @@ class Model:
 
     @property
     def n_nextn(self) -> int:
-        """MTP (nextn) blocks loaded with the model (bound and checked, not yet run)."""
+        """MTP (nextn) blocks loaded with the model (run by Context(mtp=True))."""
         return int(lib.lkv_model_n_nextn(self.ptr))
 
     def close(self) -> None:
@@ -217,6 +217,7 @@ class Context(SequencesMixin):
         if n_state_snapshots is not None:   # hybrids: recurrent-state snapshots (core default 2)
             p.n_state_snapshots = int(n_state_snapshots)
         self.logits_all = bool(logits_all)
+        self.mtp = bool(mtp)
         self.n_seq_max = int(n_seq_max)
         self.n_ubatch = min(int(n_ubatch), int(n_batch), int(n_ctx))   # the core's caps (context.c)
         out = ffi.new("lkv_context **")

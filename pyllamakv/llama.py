@@ -36,6 +36,7 @@ from .plan import auto_pool_bytes, kv_plan, whole_cache_bytes
 from .progress import ProgressCallback
 from .sampling import Sampler, SamplingParams
 from .spec_decode import speculative_tokens
+from .spec_mtp import wants_mtp
 from .speculative import make_drafter
 from .state import LlamaState, Timings, load_state, model_fingerprint, save_state
 from .ubatch import chosen_ubatch
@@ -108,7 +109,8 @@ class Llama(OpenAIMethods):
             self._model, n_ctx=self._n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
             n_threads=n_threads, type_k=type_k, type_v=type_v,
             logits_all=cfg.logits_all or embedding, kv_pool_bytes=kv_pool_bytes,
-            gpu_kernels=cfg.gpu_kernels, embeddings=embedding)
+            gpu_kernels=cfg.gpu_kernels, embeddings=embedding,
+            mtp=wants_mtp(draft_model) and self._model.n_nextn > 0)   # spec_mtp.py
         progress("load", 3, 4)
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
         self.embedding = bool(embedding)
@@ -313,11 +315,11 @@ class Llama(OpenAIMethods):
             tokens = tokens[-1:]
         self._prefill(tokens)
         # spec_decode.py; a grammar, mirostat or logits processors keep state per
-        # sampled token, which verification does not advance, and a hybrid's
-        # recurrent state cannot drop rejected rows: plain decoding then
+        # sampled token, which verification does not advance: plain decoding then
+        # (a hybrid drops rejected rows by a snapshot and a replay: history.py)
         if (self.draft_model is not None and not self.config.logits_all
                 and sampler.constraint is None and sampler.mirostat is None
-                and not sampler.processors and not self._ctx.recurrent_bytes):
+                and not sampler.processors):
             yield from speculative_tokens(self, sampler, self.draft_model)
         while True:
             token = self._sample(sampler)
