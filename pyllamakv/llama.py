@@ -83,7 +83,8 @@ class Llama(OpenAIMethods):
         # gpu_memory_mib: every part's share, checked before the weights load (budget.py)
         budget = None if cfg.gpu_memory_mib is None else plan_budget(
             cfg, hp, file.tensors, self._n_ctx, self.device, embeddings=embedding,
-            wide_logits=draft_model is not None)
+            wide_logits=draft_model is not None,
+            mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)
         self.memory = None if budget is None else budget[0]   # budget.BudgetSplit
         if _model is None:
             _model = _native.Model(file, self.device, n_threads)
@@ -110,7 +111,7 @@ class Llama(OpenAIMethods):
             n_threads=n_threads, type_k=type_k, type_v=type_v,
             logits_all=cfg.logits_all or embedding, kv_pool_bytes=kv_pool_bytes,
             gpu_kernels=cfg.gpu_kernels, embeddings=embedding,
-            mtp=wants_mtp(draft_model) and self._model.n_nextn > 0)   # spec_mtp.py
+            mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)   # spec_mtp.py
         progress("load", 3, 4)
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
         self.embedding = bool(embedding)

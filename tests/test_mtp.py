@@ -166,3 +166,21 @@ def test_hybrid_speculation_rolls_back_partly_kept_drafts(path):
         assert _greedy(spec, prompt, 45) == want
         t = spec.timings
         assert 0 < t.accepted_tokens < t.drafted_tokens, vars(t)
+
+
+def test_gpu_memory_budget_counts_the_mtp_block(path):
+    from pyllamakv.budget import granule, plan_budget
+    from pyllamakv.config import LlamaConfig
+    from pyllamakv.plan import kv_row_bytes
+    with Model(path) as m:
+        hp, tensors = m.hparams, m.file.tensors
+    cfg = LlamaConfig(256, n_batch=64, n_ubatch=64, type_k="q8_0", type_v="f16",
+                      gpu_memory_mib=512)
+    plain, _ = plan_budget(cfg, hp, tensors, 256, "cpu", wide_logits=True)
+    mtp, _ = plan_budget(cfg, hp, tensors, 256, "cpu", wide_logits=True, mtp=True)
+    kv = granule(kv_row_bytes(hp, "q8_0") * 256) + granule(kv_row_bytes(hp, "f16") * 256)
+    assert mtp.recurrent - plain.recurrent == kv
+    assert mtp.workspace > plain.workspace
+    with Llama(str(path), n_ctx=256, n_batch=64, n_ubatch=64, gpu_memory_mib=512, type_k="q8_0",
+               draft_model="mtp") as llm:
+        assert llm.memory.recurrent == mtp.recurrent
