@@ -68,7 +68,7 @@ def test_mtp_follows_truncation_and_reset(path):
         c.decode(tokens[30:])
         c.truncate(30)                      # back to the snapshot
         _check(c, path, tokens[:30], 11)
-        c.decode(tokens[30:35])             # different continuation than before? same tokens
+        c.decode(tokens[30:35])             # the same tokens again past the snapshot
         _check(c, path, tokens[:35], 12)
         other = rng.integers(0, N_VOCAB, 6).tolist()
         c.truncate(30)
