@@ -161,7 +161,7 @@ class Model:
 
     @property
     def n_nextn(self) -> int:
-        """MTP (nextn) blocks loaded with the model (bound and checked, not yet run)."""
+        """MTP (nextn) blocks loaded with the model (run by Context(mtp=True))."""
         return int(lib.lkv_model_n_nextn(self.ptr))
 
     def close(self) -> None:
@@ -195,7 +195,7 @@ class Context(SequencesMixin):
                  type_v: str | int = "f16", kv_chunk: int = 0, logits_all: bool = False,
                  kv_pool_bytes: int | None = None, gpu_kernels: str = "fast",
                  embeddings: bool = False, n_state_snapshots: int | None = None,
-                 n_seq_max: int = 1, phase_arena: bool | None = None):
+                 n_seq_max: int = 1, phase_arena: bool | None = None, mtp: bool = False):
         self._ptr = None
         self._guard = Guard("context")
         self.model = model
@@ -215,9 +215,11 @@ class Context(SequencesMixin):
         # the prefill workspace lent to the KV while decoding (native/src/arena.h);
         # None: the backend's default (on for CUDA with a pool bound)
         p.phase_arena = -1 if phase_arena is None else int(bool(phase_arena))
+        p.mtp = int(bool(mtp))   # the MTP block beside the trunk (mtp_draft)
         if n_state_snapshots is not None:   # hybrids: recurrent-state snapshots (core default 2)
             p.n_state_snapshots = int(n_state_snapshots)
         self.logits_all = bool(logits_all)
+        self.mtp = bool(mtp)
         self.n_seq_max = int(n_seq_max)
         self.n_ubatch = min(int(n_ubatch), int(n_batch), int(n_ctx))   # the core's caps (context.c)
         out = ffi.new("lkv_context **")
@@ -286,6 +288,19 @@ class Context(SequencesMixin):
             return np.zeros((0, self.out_width), np.float32)
         buf = ffi.buffer(ptr, n[0] * self.out_width * 4)
         return np.frombuffer(buf, np.float32).reshape(n[0], self.out_width).copy()
+
+    def mtp_draft(self, token: int, n_draft: int, logits: bool = False):
+        """Arg-max drafts of the model's MTP block after `token` (the token at
+        n_tokens), up to n_draft; with logits, (drafts, (len, n_vocab) logits).
+        None drafted (an empty array) when the block is out of sync (llamakv.h)."""
+        n_draft = _int32("n_draft", n_draft)
+        out = np.zeros(max(n_draft, 0), np.int32)
+        rows = np.zeros((max(n_draft, 0), self.n_vocab), np.float32) if logits else None
+        n = ffi.new("int32_t *")
+        self._guard.call(lambda: _check(lib.lkv_context_mtp_draft(
+            self.ptr, _int32("token", token), n_draft, ffi.from_buffer("int32_t[]", out),
+            ffi.from_buffer("float[]", rows) if logits else ffi.NULL, n), "mtp draft"))
+        return (out[:n[0]], rows[:n[0]]) if logits else out[:n[0]]
 
     def truncate(self, n: int) -> None:
         n = _int32("n", n)

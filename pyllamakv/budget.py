@@ -15,7 +15,8 @@ leave of the budget. Every part is the list of allocations the core makes:
   part of the pool), context.c lkv_context_build's ALLOC list, the KV stream's
   micro-batch rows (kv/stream.c), the logits rows a speculative verification
   adds (context.c wide_logits) and cuda/backend.cu cuda_ctx_init's buffers;
-- recurrent: recurrent.c, the live state and each snapshot;
+- recurrent: recurrent.c, the live state and each snapshot; with an MTP
+  drafter (mtp.c) also its KV of one layer, all resident, and its buffers;
 - KV: all resident, two planes per attention layer (kv/cache.c); bounded, one
   pool (kv/stream.c).
 
@@ -73,7 +74,7 @@ def workspace_allocations(hp: dict, n_ubatch: int, *, logits_all: bool = False,
                           wide_logits: bool = False, embeddings: bool = False,
                           streaming: bool = False, row_bytes_k: int = 0,
                           row_bytes_v: int = 0, wg_scratch: bool = False,
-                          arena: bool = False) -> list[int]:
+                          arena: bool = False, mtp: bool = False) -> list[int]:
     """Bytes of every device allocation of a context other than the KV cache
     and the recurrent state, for a micro-batch of n_ubatch tokens (arena: the
     phase arena, which the core makes only with a pool and n_ubatch > DECODE_ROWS)."""
@@ -89,10 +90,14 @@ def workspace_allocations(hp: dict, n_ubatch: int, *, logits_all: bool = False,
     a.append(f * (U if logits_all else 1) * out_width)   # logits
     if wide_logits and not logits_all:                      # several rows without logits_all
         a.append(f * U * out_width)
+    if mtp:                                                 # mtp.c: hid, emb, cat, chain, saved
+        E = hp["n_embd"]
+        a += [f * (U + 1) * E, f * U * E, f * U * 2 * E, f * E, f * 4 * E]
     if streaming:                                           # each layer's micro-batch K and V
         a += [row_bytes_k * U, row_bytes_v * U] * n_layer_kv(hp)
     # cuda_ctx_init: tokens, position, attention workspace, rope table, 8-bit activations
-    cols = -(-max(hp["n_embd"], hp["n_ff"], nq) // 32) * 32
+    mtp_in = 2 * hp["n_embd"] if hp.get("n_nextn") else 0    # an MTP block's eh_proj input
+    cols = -(-max(hp["n_embd"], hp["n_ff"], nq, mtp_in) // 32) * 32
     rows = max(U, 8)
     nq8 = rows * cols
     a += [4 * U, 4, ATTN_WS_BYTES, 4 * hd * U, nq8, nq8 // 32 * 4, nq8 // 32 * 4]
@@ -198,7 +203,7 @@ def split_budget(budget: int, weights: int, workspace: int, recurrent: int, resi
 # ---------------------------------------------------------------- a Llama's budget
 
 def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits: bool = False,
-                embeddings: bool = False, weights: int | None = None
+                embeddings: bool = False, weights: int | None = None, mtp: bool = False
                 ) -> tuple[BudgetSplit, int]:
     """(split, n_ubatch) for LlamaConfig cfg with cfg.gpu_memory_mib set.
 
@@ -216,6 +221,8 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     rbk, rbv = kv_row_bytes(hp, cfg.type_k), kv_row_bytes(hp, cfg.type_v)
     resident = resident_kv_bytes(hp, n_ctx, rbk, rbv)
     rec = recurrent_device_bytes(hp)
+    if mtp:   # the MTP block's own KV (mtp.c): one layer, all resident
+        rec += granule(rbk * n_ctx) + granule(rbv * n_ctx)
     auto = cfg.kv_pool_mib is None or cfg.kv_pool_mib == "auto"
     # the one planner call: the minimum pool does not depend on the micro-batch
     # (kv/plan.h); a requested pool below it is refused once a split is found
@@ -229,7 +236,7 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     pool = (None if auto else requested_pool_bytes(cfg) if plan is None   # below the minimum
             else requested_pool_bytes(cfg, whole_cache_bytes(plan)))
     cap = lambda u: max(1, min(u, cfg.n_batch, n_ctx))   # noqa: E731  (the core's caps)
-    kw = dict(logits_all=cfg.logits_all, wide_logits=wide_logits, embeddings=embeddings,
+    kw = dict(logits_all=cfg.logits_all, wide_logits=wide_logits, embeddings=embeddings, mtp=mtp,
               wg_scratch=device == "cuda" and needs_wg_scratch(tensors),
               arena=device == "cuda")   # the core's default (phase_arena -1): on for CUDA
     if cfg.n_ubatch is not None:

@@ -49,8 +49,8 @@ def _model_options(f):
 
 _draft_option = click.option(
     "--draft", "draft_model", default=None,
-    help="speculative decoding: a draft GGUF sharing the model's vocabulary, or 'lookup' "
-         "(prompt lookup: n-grams of the context)")
+    help="speculative decoding: a draft GGUF sharing the model's vocabulary, 'lookup' "
+         "(prompt lookup: n-grams of the context) or 'mtp' (a qwen35 GGUF's own MTP block)")
 
 
 def _load(model, n_ctx, type_k, type_v, device, kv_pool_mib, n_threads, gpu_kernels,

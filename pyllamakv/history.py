@@ -112,8 +112,14 @@ class History:
         return tokens[keep:]
 
     def truncate(self, n: int) -> None:
+        """To n positions; a hybrid whose recurrent state cannot return to n goes
+        back to the latest snapshot before it and decodes the tokens between
+        again (the speculative rollback: spec_decode.py snapshots before verifying)."""
         self.sync()
-        self.ctx.truncate(n)
+        back = self.ctx.restore_point(n) if n < self.ctx.n_tokens else n
+        self.ctx.truncate(back)
+        for i in range(back, n, self.n_batch):
+            self.ctx.decode(self._ids[i:min(n, i + self.n_batch)])
         self.sync()
 
     def restore(self, kv: bytes | memoryview, ids: np.ndarray, scores: np.ndarray) -> None:

@@ -36,6 +36,7 @@ from .plan import auto_pool_bytes, kv_plan, whole_cache_bytes
 from .progress import ProgressCallback, report_load
 from .sampling import Sampler, SamplingParams
 from .spec_decode import speculative_tokens
+from .spec_mtp import wants_mtp
 from .speculative import make_drafter
 from .state import LlamaState, Timings, model_fingerprint
 from .ubatch import chosen_ubatch
@@ -82,7 +83,8 @@ class Llama(OpenAIMethods):
         # gpu_memory_mib: every part's share, checked before the weights load (budget.py)
         budget = None if cfg.gpu_memory_mib is None else plan_budget(
             cfg, hp, file.tensors, self._n_ctx, self.device, embeddings=embedding,
-            wide_logits=draft_model is not None)
+            wide_logits=draft_model is not None,
+            mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)
         self.memory = None if budget is None else budget[0]   # budget.BudgetSplit
         if _model is None:
             _model = _native.Model(file, self.device, n_threads)
@@ -110,6 +112,7 @@ class Llama(OpenAIMethods):
             n_threads=n_threads, type_k=type_k, type_v=type_v,
             logits_all=cfg.logits_all or embedding, kv_pool_bytes=kv_pool_bytes,
             gpu_kernels=cfg.gpu_kernels, embeddings=embedding,
+            mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0,   # spec_mtp.py
             **({"n_seq_max": cfg.n_seq_max} if cfg.n_seq_max > 1 else {}))
         progress("load", 3, 4)
         self.tokenizer = Tokenizer.from_metadata(file.metadata)
@@ -309,11 +312,11 @@ class Llama(OpenAIMethods):
             tokens = tokens[-1:]
         self._prefill(tokens)
         # spec_decode.py; a grammar, mirostat or logits processors keep state per
-        # sampled token, which verification does not advance, and a hybrid's
-        # recurrent state cannot drop rejected rows: plain decoding then
+        # sampled token, which verification does not advance: plain decoding then
+        # (a hybrid drops rejected rows by a snapshot and a replay: history.py)
         if (self.draft_model is not None and not self.config.logits_all
                 and sampler.constraint is None and sampler.mirostat is None
-                and not sampler.processors and not self._ctx.recurrent_bytes):
+                and not sampler.processors):
             yield from speculative_tokens(self, sampler, self.draft_model)
         while True:
             token = self._sample(sampler)

@@ -84,6 +84,8 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
         history = np.append(hist.input_ids(), np.int32(token))
         drafts = _clean(drafter(history), n_vocab, room) if room > 0 else []
         t1 = time.perf_counter()
+        if drafts and llm._ctx.recurrent_bytes:
+            llm._ctx.snapshot()   # hybrids: where truncate_to_row replays from
         rows = verify(llm, [token] + drafts)
         t2 = time.perf_counter()
         n_base = hist.n - len(drafts)            # cache length with token, no drafts

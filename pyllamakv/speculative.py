@@ -10,8 +10,8 @@ spec_decode.py), so a bad drafter costs speed, never correctness.
 - ``PromptLookupDecoding``: n-grams of the context (no model).
 - ``DraftModel``: a second, smaller GGUF with the same vocabulary, drafting
   greedily on its own context.
-- qwen35 MTP (the target's own multi-token-prediction layer): not yet; see
-  ``make_drafter`` for where it plugs in.
+- ``MTPDrafter`` (spec_mtp.py): a qwen35 model's own multi-token-prediction
+  block, ``draft_model="mtp"``.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .errors import UnsupportedError
+from .spec_mtp import MTPDrafter, wants_mtp
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -127,23 +127,19 @@ class DraftModel:
 # ---------------------------------------------------------------- choosing one
 
 def make_drafter(spec: Any, llm: "Llama") -> Drafter | None:
-    """The drafter for ``Llama(draft_model=spec)``: None, "lookup", a GGUF path,
+    """The drafter for ``Llama(draft_model=spec)``: None, "lookup", "mtp", a GGUF path,
     or any drafter callable (checked against the target's vocabulary when it
     can tell, as DraftModel does)."""
     if spec is None:
         return None
     if isinstance(spec, str) and spec == "lookup":
         return PromptLookupDecoding()
-    if isinstance(spec, str) and spec == "mtp":
-        # Hook for the target's own MTP layer (qwen35 GGUFs with nextn tensors):
-        # a drafter built here from llm._model that reads the target's last
-        # hidden state. Until that architecture exists it is refused.
-        raise UnsupportedError("draft_model='mtp' needs a qwen35 model with an MTP layer; "
-                               "not supported yet")
+    if wants_mtp(spec):   # the target's own MTP block (spec_mtp.py)
+        return MTPDrafter(llm)
     if isinstance(spec, (str, os.PathLike)):
         spec = DraftModel(spec, n_ctx=llm.n_ctx(), device=llm.device)
     if not callable(spec):
-        raise TypeError(f"draft_model must be 'lookup', a GGUF path or a callable "
+        raise TypeError(f"draft_model must be 'lookup', 'mtp', a GGUF path or a callable "
                         f"draft(input_ids) -> ids, not {type(spec).__name__}")
     check = getattr(spec, "check_vocab", None)
     if check is not None:

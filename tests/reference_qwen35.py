@@ -69,9 +69,14 @@ def _deltanet(g, h, hp, act):
     return act(y.reshape(n, nv * dv)) @ g("ssm_out.weight").T
 
 
-def reference_logits_qwen35(path, tokens, act=lambda x: x) -> np.ndarray:
-    """Logits (n, n_vocab) of every token of `tokens` decoded from position 0;
-    act(x) is applied to every matmul's input (the engine's activation rounding)."""
+def _ffn(g, x, hp, act):
+    h = act(_rmsnorm(x, g("post_attention_norm.weight"), hp["rms_eps"]))
+    a, b = h @ g("ffn_gate.weight").T, h @ g("ffn_up.weight").T
+    return x + act(_silu(a) * b) @ g("ffn_down.weight").T
+
+
+def reference_hidden_qwen35(path, tokens, act=lambda x: x) -> np.ndarray:
+    """The final hidden states (n, n_embd) after output_norm, the LM head's input."""
     f = GGUFFile(path)
     hp = model_params(f)
     n = len(tokens)
@@ -84,8 +89,12 @@ def reference_logits_qwen35(path, tokens, act=lambda x: x) -> np.ndarray:
             x = x + _attention(g, h, hp, pos, act)
         else:
             x = x + _deltanet(g, h, hp, act)
-        h = act(_rmsnorm(x, g("post_attention_norm.weight"), hp["rms_eps"]))
-        a, b = h @ g("ffn_gate.weight").T, h @ g("ffn_up.weight").T
-        x = x + act(_silu(a) * b) @ g("ffn_down.weight").T
-    h = act(_rmsnorm(x, _mat(f, "output_norm.weight"), hp["rms_eps"]))
-    return h @ _mat(f, "output.weight").T
+        x = _ffn(g, x, hp, act)
+    return _rmsnorm(x, _mat(f, "output_norm.weight"), hp["rms_eps"])
+
+
+def reference_logits_qwen35(path, tokens, act=lambda x: x) -> np.ndarray:
+    """Logits (n, n_vocab) of every token of `tokens` decoded from position 0;
+    act(x) is applied to every matmul's input (the engine's activation rounding)."""
+    f = GGUFFile(path)
+    return act(reference_hidden_qwen35(path, tokens, act)) @ _mat(f, "output.weight").T

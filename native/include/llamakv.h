@@ -204,6 +204,9 @@ typedef struct lkv_context_params {
                                 backend has device memory (CUDA), 1 on (also on the CPU's
                                 emulated device), 0 off. Only with a pool bound, one
                                 sequence and n_ubatch > 16; logits do not depend on it */
+    int32_t mtp;             /* 1: run the model's MTP (nextn) block beside the trunk for
+                                lkv_context_mtp_draft (its own resident KV of n_ctx rows,
+                                one attention layer; n_seq_max 1, no embeddings); default 0 */
 } lkv_context_params;
 
 typedef struct lkv_context lkv_context;
@@ -275,6 +278,19 @@ int32_t lkv_context_restore_point(const lkv_context *c, int32_t n);
  * snapshot (replacing the oldest when all slots are used), so that a later
  * truncate can return here. A no-op for other models or with 0 slots. */
 lkv_status lkv_context_snapshot(lkv_context *c);
+/* MTP drafts (a context made with mtp = 1): `token` is the token the caller
+ * chose for position n_tokens; the model's MTP block, fed the trunk's final
+ * hidden state at n_tokens - 1, drafts the token after it, then, fed its own
+ * output, the next ones (arg-max each), up to n_draft (1..64, and the
+ * positions left in n_ctx). *n_out drafts go to drafts (room for n_draft);
+ * logits_out, NULL or room for (n_draft, n_vocab) floats, receives each
+ * step's logits. *n_out is 0 (not an error) when the block does not hold the
+ * rows up to n_tokens - 1: after a state load, or a truncation to a position
+ * whose hidden state was not kept (the last decode's rows and the snapshot
+ * positions are kept); reset (truncate to 0) brings it back. The cache and
+ * the logits of the last decode are unchanged. */
+lkv_status lkv_context_mtp_draft(lkv_context *c, int32_t token, int32_t n_draft, int32_t *drafts,
+                         float *logits_out, int32_t *n_out);
 /* Bytes of recurrent state (conv + delta-rule state) of one sequence; 0 for
  * models without it. Snapshots take this much each, beside it. */
 int64_t lkv_context_recurrent_bytes(const lkv_context *c);

@@ -230,6 +230,14 @@ API lkv_status lkv_context_set_abort(lkv_context *c, int32_t abort) {
     return LKV_OK;
 }
 
+API lkv_status lkv_context_mtp_draft(lkv_context *c, int32_t token, int32_t n_draft,
+                                     int32_t *drafts, float *logits_out, int32_t *n_out) {
+    lkv_clear_error();
+    if (!c || !drafts || !n_out)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_mtp_draft: NULL argument");
+    return lkv_context_draft_mtp(c, token, n_draft, drafts, logits_out, n_out);
+}
+
 API const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows) {
     if (n_rows) *n_rows = c ? c->n_logit_rows : 0;
     return c ? c->logits : NULL;

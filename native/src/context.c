@@ -12,6 +12,7 @@
 #include "context.h"
 #include "error.h"
 #include "model_api.h"
+#include "mtp.h"
 #include "quant/types.h"
 
 #define DEFAULT_CHUNK 256
@@ -36,6 +37,8 @@ static lkv_status check_params(const lkv_model *m, const lkv_context_params *p) 
     if (p->n_seq_max > 1 && m->arch->hybrid)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "n_seq_max = %d: hybrid models (recurrent state) "
                         "hold one sequence per context", p->n_seq_max);
+    if (p->mtp != 0 && p->mtp != 1)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "mtp must be 0 or 1 (got %d)", p->mtp);
     if (p->gpu_kernels != 0 && p->gpu_kernels != 1)
         return lkv_fail(LKV_ERR_INVALID_ARG, "gpu_kernels must be 0 (exact) or 1 (fast) (got %d)",
                         p->gpu_kernels);
@@ -127,6 +130,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
             c->active = c->seq_len + 2 * c->n_seq;
         }
     }
+    if (!st && p.mtp) st = lkv_mtp_create(c, &c->mtp);
     if (st) { lkv_context_destroy(c); return st; }
 
     c->geo = (lkv_attn_desc){
@@ -147,6 +151,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
 
 void lkv_context_destroy(lkv_context *c) {
     if (!c) return;
+    lkv_mtp_free(c, c->mtp);
     lkv_kvset_free(c->kvs);
     free(c->seq_len);
     free(c->want);
@@ -171,6 +176,7 @@ int32_t lkv_context_restore(const lkv_context *c, int32_t n) {
 
 lkv_status lkv_context_keep_snapshot(lkv_context *c) {
     if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
+    if (c->mtp) lkv_mtp_snapshot(c, c->seq_len[0]);
     return c->rs ? lkv_recur_snapshot(c->rs, c->seq_len[0]) : LKV_OK;
 }
 

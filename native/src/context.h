@@ -54,6 +54,8 @@ struct lkv_context {
     float *rs_out;           /* (U, VD) delta-rule output, then gated-normed */
     lkv_delta_desc delta;
 
+    struct lkv_mtp *mtp;     /* the MTP block's cache and inputs (mtp.h), NULL unless p.mtp */
+
     float *logits;           /* host (logit_rows_host, n_vocab) */
     int32_t logit_rows_host; /* logits_all ? n_batch : 1, n_batch once logits_wide exists */
     int32_t n_logit_rows;    /* rows valid after the last decode */
@@ -85,6 +87,11 @@ float *lkv_logits_dev(const struct lkv_context *c, int32_t nl);
 /* Runs one micro-batch; the logits of the wanted rows go, packed in row
  * order, to host `logits_out`. */
 lkv_status lkv_forward(struct lkv_context *c, const lkv_ubatch *ub, float *logits_out);
+
+/* One decoder block (forward.c): see there. */
+lkv_status lkv_forward_block(struct lkv_context *c, const lkv_layer_weights *L,
+                             const lkv_ubatch *ub, lkv_kv *own, const lkv_weight *next_norm,
+                             bool kv_only);
 
 /* LKV_ERR_ABORTED (with a message) when the abort flag is set, else LKV_OK */
 lkv_status lkv_context_check_abort(const struct lkv_context *c);

@@ -10,6 +10,7 @@
 #include "context.h"
 #include "error.h"
 #include "model_api.h"
+#include "mtp.h"
 
 lkv_status lkv_context_check_abort(const lkv_context *c) {
     if (!atomic_load_explicit(&c->abort, memory_order_relaxed)) return LKV_OK;
@@ -92,6 +93,7 @@ static void roll_back(lkv_context *c) {
             lkv_recur_truncate(c->rs, back, -1);
         }
         lkv_kv_truncate(lkv_kvset_seq(c->kvs, s), back);
+        if (c->mtp) lkv_mtp_truncate(c, back);
         c->seq_len[s] = back;
     }
 }
@@ -170,9 +172,19 @@ lkv_status lkv_context_seq_set_length(lkv_context *c, int32_t seq, int32_t n) {
                         "holds %d positions", n, seq, len);
     if (c->rs) LKV_TRY(lkv_recur_truncate(c->rs, n, len));
     LKV_TRY(lkv_kv_truncate(lkv_kvset_seq(c->kvs, seq), n));
+    if (c->mtp) lkv_mtp_truncate(c, n);
     c->seq_len[seq] = n;
     c->n_logit_rows = 0;
     return LKV_OK;
+}
+
+lkv_status lkv_context_draft_mtp(lkv_context *c, int32_t token, int32_t n_draft, int32_t *drafts,
+                           float *logits_out, int32_t *n_out) {
+    *n_out = 0;
+    LKV_TRY(check_live(c));
+    if (!c->mtp)
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "mtp draft: the context was made without mtp = 1");
+    return lkv_mtp_run_draft(c, token, n_draft, drafts, logits_out, n_out);
 }
 
 lkv_status lkv_context_set_length(lkv_context *c, int32_t n) {

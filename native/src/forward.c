@@ -13,16 +13,19 @@
  *                 y = delta_rule(q, k, v, b, alpha ; state) ; o = gnorm(y, z) @ Wout
  *               x += o ; h = rmsnorm(x) ; x += (silu(h @ Wg) * (h @ Wu)) @ Wd
  *   logits = rmsnorm(x[rows wanted]) @ Wout
+ * With an MTP block (mtp.c) each micro-batch then also writes that block's K/V.
  * A residual add and the rmsnorm after it go to the backend as one op where
  * it has one (add_rmsnorm), so a layer starts with h already normalised.
  */
 #include "context.h"
 #include "error.h"
+#include "mtp.h"
 
 /* q, k, v of an attention layer into c->q, c->k, c->v (the K/V rows into
  * the cache). With a q gate the projection is (n, n_head, [q | gate]): the
  * gates go to c->gate. */
-static void layer_attention(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub) {
+static void layer_attention(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub,
+                            lkv_kv *own) {
     const lkv_backend *be = c->be;
     const lkv_model *m = c->model;
     const lkv_model_params *hp = &m->hp;
@@ -51,7 +54,7 @@ static void layer_attention(lkv_context *c, const lkv_layer_weights *L, const lk
         float *q = c->q + (size_t)gr->row0 * nq, *k = c->k + (size_t)gr->row0 * nkv;
         const float *v = c->v + (size_t)gr->row0 * nkv;
         void *kdst, *vdst;
-        lkv_kv_batch_rows(lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer, &kdst, &vdst);
+        lkv_kv_batch_rows(own ? own : lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer, &kdst, &vdst);
         if (be->rope_store && be->rope_store(c->b, q, k, v, gr->n, gr->pos0, &rq, &rk, kdst,
                                              c->p.type_k, vdst, c->p.type_v))
             continue;
@@ -63,16 +66,17 @@ static void layer_attention(lkv_context *c, const lkv_layer_weights *L, const lk
 }
 
 /* the attention mixer: c->o (n, n_embd) from h; attention runs per
- * sequence over its own cache, the projections over all rows at once */
-static lkv_status mixer_attention(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub) {
+ * sequence over its own cache (or over `own`), the projections over all rows at once */
+static lkv_status mixer_attention(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub,
+                                  lkv_kv *own) {
     const lkv_backend *be = c->be;
     const lkv_model_params *hp = &c->model->hp;
     const int n = ub->n, nq = hp->n_head * hp->head_dim;
-    layer_attention(c, L, ub);
+    layer_attention(c, L, ub, own);
     for (int32_t g = 0; g < ub->n_groups; g++) {
         const lkv_group *gr = &ub->groups[g];
         void *st = (char *)c->attn_st + be->attn_state_bytes(gr->row0, hp->n_head, hp->head_dim);
-        LKV_TRY(lkv_kv_attend(lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer,
+        LKV_TRY(lkv_kv_attend(own ? own : lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer,
                               c->q + (size_t)gr->row0 * nq, st, c->h + (size_t)gr->row0 * nq,
                               &c->geo));
     }
@@ -119,16 +123,21 @@ static void add_norm(lkv_context *c, float *y, const lkv_weight *w, int n) {
     }
 }
 
-/* On entry h = rmsnorm(x) * attn_norm of this layer (the previous layer's
- * last add computed it); on exit the same holds for the next layer, except
- * after the last layer, which only adds. */
-static lkv_status layer(lkv_context *c, int il, const lkv_ubatch *ub) {
+/* One block L. On entry h = rmsnorm(x) * L's attn_norm; on exit x holds the
+ * block's output and h = rmsnorm(x) * next_norm (next_norm NULL: h is
+ * scratch). own: the cache of a block outside the trunk (the MTP block,
+ * mtp.c), NULL for the sequences' caches; kv_only: stop once the K/V rows are
+ * written (x and h are then unchanged). */
+lkv_status lkv_forward_block(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub,
+                             lkv_kv *own, const lkv_weight *next_norm, bool kv_only) {
     const int n = ub->n;
     const lkv_backend *be = c->be;
     const lkv_model_params *hp = &c->model->hp;
-    const lkv_layer_weights *L = &c->model->layers[il];
-
-    if (L->kv_layer >= 0) LKV_TRY(mixer_attention(c, L, ub));
+    if (kv_only) {
+        layer_attention(c, L, ub, own);
+        return LKV_OK;
+    }
+    if (L->kv_layer >= 0) LKV_TRY(mixer_attention(c, L, ub, own));
     else mixer_delta(c, L, n);
     add_norm(c, c->o, &L->ffn_norm, n);
 
@@ -141,9 +150,15 @@ static lkv_status layer(lkv_context *c, int il, const lkv_ubatch *ub) {
     float *o1[1] = {c->o};
     const lkv_weight *wd[1] = {&L->w_down};
     be->matmul(c->b, o1, c->ffn_g, wd, 1, n);
-    if (il + 1 < hp->n_layer) add_norm(c, c->o, &c->model->layers[il + 1].attn_norm, n);
+    if (next_norm) add_norm(c, c->o, next_norm, n);
     else be->add(c->b, c->x, c->o, (int64_t)n * hp->n_embd);
     return LKV_OK;
+}
+
+static lkv_status layer(lkv_context *c, int il, const lkv_ubatch *ub) {
+    const lkv_model *m = c->model;
+    return lkv_forward_block(c, &m->layers[il], ub, NULL,
+                             il + 1 < m->hp.n_layer ? &m->layers[il + 1].attn_norm : NULL, false);
 }
 
 /* the wanted rows' outputs, packed in row order: final norm and output
@@ -232,11 +247,13 @@ lkv_status lkv_forward(lkv_context *c, const lkv_ubatch *ub, float *logits_out) 
         }
         if (ran) {
             LKV_TRY(steps_end(c, ub));
+            if (c->mtp) LKV_TRY(lkv_mtp_after_step(c, ub));   /* mtp.c: the MTP block's K/V */
             return download_logits(c, ub->n_want, logits_out);
         }
     }
     LKV_TRY(run_layers(c, ub, ub->n > 8));
     LKV_TRY(steps_end(c, ub));
     if (ub->n_want > 0) output_head(c, ub);
+    if (c->mtp) LKV_TRY(lkv_mtp_after_step(c, ub));
     return download_logits(c, ub->n_want, logits_out);
 }

@@ -63,7 +63,9 @@ typedef struct lkv_layer_weights {
 } lkv_layer_weights;
 
 /* One MTP (nextn) block: a full-attention layer fed with
- * eh_proj([enorm(embed(token)) | hnorm(hidden)]); reached through model->nextn. */
+ * eh_proj([enorm(embed(token t+1)) | hnorm(h_t)]), h_t the trunk's hidden state at t
+ * after output_norm; shared_head_norm and shared_head_head (or output_norm and output)
+ * then give the logits of token t+2. Run by mtp.c (what and when: mtp.h). */
 typedef struct lkv_nextn_weights {
     lkv_layer_weights blk;           /* attention + FFN weights, as a trunk attention layer */
     lkv_weight eh_proj;              /* (n_embd, 2*n_embd) */

@@ -204,6 +204,8 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
         if (hp->n_head * hp->head_dim > c) c = hp->n_head * hp->head_dim;
         /* hybrids: ssm_out's input, the delta rule's nv * dv outputs */
         if (hp->ssm_n_v_heads * hp->ssm_head_v_dim > c) c = hp->ssm_n_v_heads * hp->ssm_head_v_dim;
+        /* an MTP block (mtp.c): eh_proj's input, [embedding | hidden] */
+        if (hp->n_nextn > 0 && 2 * hp->n_embd > c) c = 2 * hp->n_embd;
         b->xq_cols = (c + 31) / 32 * 32;
         /* the library's one debug switch (README): LKV_CUDA_GRAPH=0 launches
          * every decode step op by op instead of replaying a captured graph */

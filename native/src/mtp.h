@@ -1,0 +1,51 @@
+/*
+ * mtp.h: a qwen35 model's MTP (nextn) block run beside the trunk, as a drafter.
+ *
+ * With h_t the trunk's final hidden state at position t after output_norm
+ * (the vector the LM head reads) and e = embed(token at t + 1), the block's
+ * row at position t is
+ *
+ *   u  = eh_proj @ [enorm(e) | hnorm(h_t)]          (embedding half first)
+ *   u  = one gated full-attention decoder block (attention + SwiGLU FFN) on u,
+ *        attending over the block's own K/V at positions 0..t
+ *   g  = rmsnorm(u) * shared_head_norm (output_norm when absent)
+ *   logits = g @ shared_head_head (output when absent): the token at t + 2
+ *
+ * Its own KV is one resident attention layer of n_ctx rows (lkv_kv, never
+ * streamed). Every trunk micro-batch at positions [p0, p0 + n) writes the
+ * block's K/V rows for positions p0 - 1 .. p0 + n - 2 (their next tokens are
+ * the micro-batch's), so after a decode the block holds n_tokens - 1 rows and
+ * the trunk's hidden state at n_tokens - 1 waits for the token the caller
+ * samples. A draft runs the block at n_tokens - 1 with that token, then at
+ * the next positions with the block's own g and its arg-max token (one block
+ * reused for every draft step, as llama.cpp and vLLM do); its rows are
+ * dropped afterwards. Truncation keeps the rows below the new length; the
+ * block is "in sync" while it holds n_tokens - 1 rows and the hidden state at
+ * n_tokens - 1 is known (kept from the last micro-batch, or at a snapshot).
+ * Out of sync (after a state load, or a truncation to a position whose hidden
+ * state was not kept), drafts are empty until the context is reset.
+ */
+#ifndef LKV_MTP_H
+#define LKV_MTP_H
+
+#include <stdint.h>
+
+#include "context.h"
+
+typedef struct lkv_mtp lkv_mtp;
+
+/* the MTP state of c (c->p.mtp != 0; the model has an MTP block) */
+lkv_status lkv_mtp_create(lkv_context *c, lkv_mtp **out);
+void lkv_mtp_free(lkv_context *c, lkv_mtp *t);
+/* after a trunk micro-batch's layers (c->x holds its residual rows) */
+lkv_status lkv_mtp_after_step(lkv_context *c, const lkv_ubatch *ub);
+/* the trunk now holds n positions (truncate, roll back, reset) */
+void lkv_mtp_truncate(lkv_context *c, int32_t n);
+/* a snapshot at position pos: keep the hidden state at pos - 1 with it */
+void lkv_mtp_snapshot(lkv_context *c, int32_t pos);
+/* up to n_draft arg-max drafts after `token` (the token at n_tokens); *n_out
+ * of them (0 out of sync); logits_out (n_draft, n_vocab) host or NULL */
+lkv_status lkv_mtp_run_draft(lkv_context *c, int32_t token, int32_t n_draft, int32_t *drafts,
+                         float *logits_out, int32_t *n_out);
+
+#endif
