@@ -58,8 +58,11 @@
  * f16: issue slots 23% busy, ~1.9 warps per scheduler with 0.3 eligible, the
  * top stall the cp.async waits (L1TEX scoreboard, 32%), L2 51% busy: the
  * block-wide barrier per tile and 8 warps per SM leave it latency-bound.
- * What would take it toward FlashAttention-3's rate: producer warps that copy
- * and dequantize behind mbarriers (no block barrier per tile), the two
+ * The warp-specialized instance (WS: warps 8-11 copy and dequantize behind
+ * per-stage mbarriers, no block barrier per tile) reached 224 / 235 TFLOP/s
+ * for f16 at 32K / 128K (2026-12-02) but only 110 / 149 for q8_0 / q4_0, whose
+ * dequantization then bounds it; it runs for 16-bit K/V at head_dim 128.
+ * What would take it further toward FlashAttention-3's rate: the two
  * consumer warpgroups ping-ponging softmax against each other's products,
  * 128-position tiles, and K/V tiles shared by the blocks of one KV head
  * (cluster multicast: 16 blocks read each tile through L2 today).
@@ -81,10 +84,10 @@
 #include "attn_fa_tile.cuh"
 #include "attn_mma.cuh"
 
-/* test-only: 0 auto (the warp-specialized kernel where compiled for sm_90a and
- * head_dim <= 128, else pipelined wgmma where compiled for sm_90a, else
- * mma.sync), 1 mma.sync, 2 wgmma not pipelined, 3 wgmma pipelined (one block
- * of 8 warps that copy and compute) */
+/* test-only: 0 auto (the warp-specialized kernel where compiled for sm_90a for
+ * head_dim 128 with 16-bit K and V, else pipelined wgmma where compiled for
+ * sm_90a, else mma.sync), 1 mma.sync, 2 wgmma not pipelined, 3 wgmma pipelined
+ * (one block of 8 warps that copy and compute) */
 static int fa_path_sel = 0;
 extern "C" void lkv_cuda_attn_mma_path(int sel) { fa_path_sel = sel; }
 
