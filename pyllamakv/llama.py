@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from functools import cached_property
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -89,7 +90,6 @@ class Llama(OpenAIMethods):
         self._model = _model
         progress("load", 2, 4)
         self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file
-        self._fingerprint = model_fingerprint(file.metadata, file.tensors)
         n_ubatch = cfg.n_ubatch or 512   # unset: chosen below, once the pool is known (ubatch.py)
         if budget is not None:
             n_ubatch, kv_pool_bytes = budget[1], self.memory.pool
@@ -335,6 +335,11 @@ class Llama(OpenAIMethods):
     def load_state(self, state: LlamaState) -> None:
         """Replace the context with a saved one; every check runs first (StateError)."""
         load_state(self, state)
+
+    @cached_property
+    def _fingerprint(self) -> str:
+        """The model's identity in saved states, computed at the first save or load."""
+        return model_fingerprint(self._model.file.metadata, self._model.file.tensors)
 
     @guarded
     def kv_stats(self) -> dict:
