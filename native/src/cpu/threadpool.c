@@ -34,7 +34,11 @@
  *   - the time saved: per job, the caller's own parts' time scaled to all
  *     parts (what the job would cost it alone) less the job's wall time;
  *     below MIN_GAIN of the solo estimate, the worker costs more than it
- *     gives (stalls, hand-off overhead).
+ *     gives (stalls, hand-off overhead). The estimate is scaled by the
+ *     share: beside the workers the caller got share / n cores, alone it
+ *     would get up to one (the group's share, as autogroup gives it, does
+ *     not grow with the thread count; where threads are shared out one by
+ *     one this errs towards solo spells).
  * A window that fails either starts a solo spell: the next jobs run on the
  * caller alone and the workers park on `cv`, for one window, then 2, 4...
  * up to MAX_BACKOFF windows while the probes keep failing, and back to 1
@@ -192,7 +196,12 @@ static void account(lkv_threadpool *tp, double own_s, int n_own, double wall_s) 
     if (++tp->win_jobs < WINDOW_JOBS) return;
     const double share = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - tp->win_cpu0) /
                          (now_s() - tp->win_t0);
-    if (share < SHARE_MIN || tp->win_gain < MIN_GAIN * tp->win_solo) {
+    /* the caller ran at share / n cores beside the workers; alone it would get
+     * up to a core of the process's share: the solo estimate shrinks by that */
+    const double per_thread = share / tp->n < 1 ? share / tp->n : 1;
+    const double solo = tp->win_solo * per_thread / (share < 1 ? share : 1);
+    const double wall = tp->win_solo - tp->win_gain;
+    if (share < SHARE_MIN || solo - wall < MIN_GAIN * solo) {
         tp->solo_left = tp->backoff * WINDOW_JOBS;
         if (tp->backoff < MAX_BACKOFF) tp->backoff *= 2;
         atomic_store_explicit(&tp->park, 1, memory_order_relaxed);
