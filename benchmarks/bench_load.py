@@ -3,8 +3,8 @@
     python benchmarks/bench_load.py [MODEL] [-r 7]
 
 Medians of -r loads in this process after one warm-up (the file in the page
-cache), wall and CPU time: ``from pyllamakv import Llama`` (in a fresh interpreter: numpy, cffi
-and the core's header, jinja2, tokenizers),
+cache), wall and CPU time: ``from pyllamakv import Llama`` (in a fresh
+interpreter: numpy, cffi and the core's header, jinja2, tokenizers),
 ``GGUFFile`` alone, ``Llama()``, and the first ``tokenize`` after it (the
 tokenizers-library model is built there, not at load). CPU time is the figure
 to compare on a loaded machine: wall time then counts other processes' turns.
@@ -34,8 +34,8 @@ def clock(fn):
 
 
 def import_time() -> tuple[float, float]:
-    code = ("import time; w, c = time.perf_counter(), time.process_time(); import pyllamakv; "
-            "print(time.perf_counter() - w, time.process_time() - c)")
+    code = ("import time; w, c = time.perf_counter(), time.process_time(); "
+            "from pyllamakv import Llama; print(time.perf_counter() - w, time.process_time() - c)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     return float(out[0]), float(out[1])
