@@ -1,18 +1,31 @@
-"""CPU decode under contention: 1 and 2 threads (and llama.cpp when llama_cpp is
-installed), interleaved in one run, beside competing processes.
+"""CPU decode under contention: 1 and 2 threads, pyllamakv and llama.cpp, interleaved
+in one run, beside competing processes.
 
-    python benchmarks/bench_contention.py [MODEL] [-n 64] [-r 3] [--loads none,cpu2,mem1]
+    python benchmarks/bench_contention.py [MODEL] [-n 48] [-r 3] [--loads none,cpu2,mem2]
+        [--llamacpp PATH/llama-bench] [--library LABEL=PATH/libllamakv.so ...]
 
-Loads: ``none``; ``cpuK``: K processes spinning on arithmetic; ``memK``: K
-processes streaming a 256 MiB array through numpy (memory-bound). For each load
-the engines run in turn (1 thread, 2 threads, llama.cpp 1 and 2), -r rounds,
-interleaved so that drifting load hits all alike; decode tokens per second are
-the median of the rounds (greedy, after a 64-token prompt).
+Engines: pyllamakv with 1 and 2 threads, each a child process that keeps its
+``Llama`` loaded (``--library`` adds another pair on another build of the core,
+for an A/B of two builds in one run); with ``--llamacpp``, llama.cpp's
+``llama-bench`` (tg of -n tokens, ``-t 1`` and ``-t 2``, the same GGUF), started
+for each measurement. Loads, started by this script (so in its process group):
+``none``; ``cpuK``: K processes spinning on integer arithmetic; ``memK``: K
+processes copying a 256 MiB array with numpy (memory-bound: they compete for
+memory bandwidth and the last-level cache). Each round runs every engine once,
+in a rotated order so that drifting load hits all alike; a row is the median
+of -r rounds of decode tokens per second (greedy, after a short prompt), with
+the load average when the row was taken.
 """
 import argparse
+import json
 import multiprocessing as mp
+import os
 import statistics
+import subprocess
+import sys
 import time
+
+PROMPT = "The history of the Roman Empire is long and"
 
 
 def _spin(stop):
@@ -34,6 +47,8 @@ def start_load(name):
     if name == "none":
         return None, []
     kind, k = name[:3], int(name[3:] or 1)
+    if kind not in ("cpu", "mem"):
+        raise SystemExit(f"unknown load {name!r}: none, cpuK or memK")
     stop = mp.Event()
     procs = [mp.Process(target=_spin if kind == "cpu" else _stream, args=(stop,), daemon=True)
              for _ in range(k)]
@@ -43,67 +58,105 @@ def start_load(name):
     return stop, procs
 
 
-def ours(model, threads):
+# ---------------------------------------------------------------- engines
+
+def serve(model: str, threads: int) -> None:
+    """Child: load once, then for each line n on stdin decode n tokens and
+    print the decode rate."""
     from pyllamakv import Llama
     llm = Llama(model, n_ctx=512, n_threads=threads, device="cpu")
-
-    def run(n):
+    print("ready", flush=True)
+    for line in sys.stdin:
         llm.reset()
-        llm("The history of the Roman Empire is long and", max_tokens=n, temperature=0)
-        return llm.timings.decode_tps
-    return run
+        w, c = time.perf_counter(), time.process_time()
+        llm(PROMPT, max_tokens=int(line), temperature=0)
+        w, c = time.perf_counter() - w, time.process_time() - c
+        print(llm.timings.decode_tps, c / w, flush=True)
 
 
-def theirs(model, threads):
-    import llama_cpp
-    llm = llama_cpp.Llama(model, n_ctx=512, n_threads=threads, verbose=False)
+class Ours:
+    def __init__(self, model, threads, library=None):
+        env = dict(os.environ)
+        if library:
+            env["PYLLAMAKV_LIBRARY"] = library
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", model, str(threads)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=env)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise SystemExit("a pyllamakv engine failed to start")
 
-    def run(n):
-        llm.reset()
-        t0 = time.perf_counter()
-        out = llm("The history of the Roman Empire is long and", max_tokens=n, temperature=0)
-        # llama-cpp-python reports no split: time the whole call, minus a prefill run
-        total = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        llm.reset()
-        llm("The history of the Roman Empire is long and", max_tokens=1, temperature=0)
-        pre = time.perf_counter() - t1
-        return (out["usage"]["completion_tokens"] - 1) / max(total - pre, 1e-9)
-    return run
+    def __call__(self, n):
+        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.flush()
+        tps, self.cpu = map(float, self.proc.stdout.readline().split())
+        return tps
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+class LlamaBench:
+    def __init__(self, exe, model, threads):
+        self.cmd = [exe, "-m", model, "-p", "0", "-t", str(threads), "-r", "1", "-o", "json"]
+
+    def __call__(self, n):
+        out = subprocess.run(self.cmd + ["-n", str(n)], capture_output=True, text=True,
+                             check=True).stdout
+        return float(json.loads(out)[0]["avg_ts"])
+
+    def close(self):
+        pass
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?")
-    ap.add_argument("-n", type=int, default=64)
-    ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("-n", type=int, default=48, help="decode tokens per measurement")
+    ap.add_argument("-r", type=int, default=3, help="rounds per load (median)")
     ap.add_argument("--loads", default="none,cpu1,cpu2,mem1,mem2")
+    ap.add_argument("--llamacpp", metavar="PATH", help="llama.cpp's llama-bench executable")
+    ap.add_argument("--library", action="append", default=[], metavar="LABEL=PATH",
+                    help="also pyllamakv on this build of the core")
+    ap.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.serve:
+        return serve(a.serve[0], int(a.serve[1]))
     from pyllamakv.default_model import default_model_path
     model = a.model or default_model_path()
-    engines = {"pyllamakv 1t": ours(model, 1), "pyllamakv 2t": ours(model, 2)}
+    engines = {}
+    for label, lib in [("pyllamakv", None)] + [tuple(s.split("=", 1)) for s in a.library]:
+        for t in (1, 2):
+            engines[f"{label} {t}t"] = Ours(model, t, lib)
+    if a.llamacpp:
+        for t in (1, 2):
+            engines[f"llama.cpp {t}t"] = LlamaBench(a.llamacpp, model, t)
     try:
-        engines["llama.cpp 1t"] = theirs(model, 1)
-        engines["llama.cpp 2t"] = theirs(model, 2)
-    except ImportError:
-        print("(llama_cpp not installed: pyllamakv only)")
-    for run in engines.values():
-        run(8)                                          # warm-up
-    print(f"{'load':6s} " + " ".join(f"{k:>14s}" for k in engines))
-    for load in a.loads.split(","):
-        stop, procs = start_load(load)
-        try:
-            rates = {k: [] for k in engines}
-            for _ in range(a.r):
-                for k, run in engines.items():
-                    rates[k].append(run(a.n))
-        finally:
-            if stop is not None:
-                stop.set()
-                for p in procs:
-                    p.join(5)
-        print(f"{load:6s} " + " ".join(f"{statistics.median(v):10.1f} t/s" for v in rates.values()),
-              flush=True)
+        for run in engines.values():
+            run(8)                                          # warm-up
+        names = list(engines)
+        print(f"{os.path.basename(model)}, -n {a.n}, median of {a.r} rounds; "
+              f"{os.cpu_count()} CPUs")
+        print(f"{'load':6s} {'loadavg':>7s} " + " ".join(f"{k:>15s}" for k in names))
+        for load in a.loads.split(","):
+            stop, procs = start_load(load)
+            try:
+                rates = {k: [] for k in names}
+                for r in range(a.r):
+                    order = names[r % len(names):] + names[:r % len(names)]
+                    for k in order:
+                        rates[k].append(engines[k](a.n))
+            finally:
+                if stop is not None:
+                    stop.set()
+                    for p in procs:
+                        p.join(5)
+            print(f"{load:6s} {os.getloadavg()[0]:7.1f} " +
+                  " ".join(f"{statistics.median(v):11.1f} t/s" for v in rates.values()),
+                  flush=True)
+    finally:
+        for run in engines.values():
+            run.close()
 
 
 if __name__ == "__main__":

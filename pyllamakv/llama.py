@@ -14,6 +14,7 @@ anywhere leaves the two in agreement.
 from __future__ import annotations
 
 import time
+from functools import cached_property
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -91,7 +92,6 @@ class Llama(OpenAIMethods):
         self._model = _model
         progress("load", 2, 4)
         self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file
-        self._fingerprint = model_fingerprint(file.metadata, file.tensors)
         n_ubatch = cfg.n_ubatch or 512   # unset: chosen below, once the pool is known (ubatch.py)
         if budget is not None:
             n_ubatch, kv_pool_bytes = budget[1], self.memory.pool
@@ -336,6 +336,11 @@ class Llama(OpenAIMethods):
         """Replace the context (seq_id: that sequence) with a saved one; every check
         runs first (StateError)."""
         load_seq_state(self, state, seq_id)
+
+    @cached_property
+    def _fingerprint(self) -> str:
+        """The model's identity in saved states, computed at the first save or load."""
+        return model_fingerprint(self._model.file.metadata, self._model.file.tensors)
 
     @guarded
     def kv_stats(self, seq_id: int | None = None) -> dict:

@@ -35,10 +35,9 @@ import codecs
 from functools import cached_property
 from typing import Iterable, Sequence
 
-from tokenizers import Tokenizer as _HFTokenizer
-from tokenizers import models as _hf_models
-from tokenizers import pre_tokenizers as _hf_pre
+import numpy as np
 
+from .bpe_model import build_bpe
 from .errors import ContextFullError
 from .pretokenizer import PreTokenizer, pre_tokenizer, split_words
 from . import text_pieces
@@ -56,11 +55,10 @@ class Tokenizer:
         self.kind = vocab.kind                   # 'gpt2' | 'llama'
         self.pre = pre                           # None for SPM
         # special tokens to split out of raw text, longest text first
-        order = sorted((i for i in range(vocab.n_vocab)
-                        if vocab.attrs[i] in (CONTROL, USER_DEFINED, UNKNOWN)),
-                       key=lambda i: -len(vocab.tokens[i].encode()))
-        self._special_order: list[int] = order
-        self._hf = _build_hf(vocab, pre)
+        attrs = np.asarray(vocab.attrs)
+        special = np.flatnonzero(np.isin(attrs, (CONTROL, USER_DEFINED, UNKNOWN)))
+        self._special_order: list[int] = sorted(
+            special.tolist(), key=lambda i: -len(vocab.tokens[i].encode()))
 
     @classmethod
     def from_metadata(cls, meta: dict) -> "Tokenizer":
@@ -69,6 +67,12 @@ class Tokenizer:
         if pre is not None and pre.add_bos is not None and "tokenizer.ggml.add_bos_token" not in meta:
             vocab.add_bos = pre.add_bos
         return cls(vocab, pre)
+
+    @cached_property
+    def _hf(self):
+        """The tokenizers-library model, built at the first encode (it cannot
+        fail on a vocab that loaded, and half of a load's time went into it)."""
+        return build_bpe(self.vocab, self.pre)
 
     # --- properties ------------------------------------------------------------
 
@@ -273,44 +277,3 @@ class IncrementalDecoder:
 
     def reset(self) -> None:
         self._utf8.reset()
-
-
-# --- tokenizers-library models -------------------------------------------------
-
-def _build_hf(vocab: Vocab, pre: PreTokenizer | None) -> _HFTokenizer:
-    ids = vocab.text_to_id
-    if pre is not None:
-        merges = []
-        for line in vocab.merges:
-            pos = line.find(" ", 1)
-            if pos < 0:
-                continue
-            a, b = line[:pos], line[pos + 1:]
-            if a in ids and b in ids and a + b in ids:
-                merges.append((a, b))
-        model = _hf_models.BPE(ids, merges, ignore_merges=pre.ignore_merges)
-        tk = _HFTokenizer(model)
-        tk.pre_tokenizer = _hf_pre.ByteLevel(add_prefix_space=False, use_regex=False)
-        return tk
-    # SPM: every split of an entry into two entries is a merge, best score first;
-    # only cuts where both sides have the length of some entry are tried (a
-    # 300k-character entry would otherwise cost 300k slices of itself)
-    scores = vocab.scores
-    have = {len(t) for t in ids}
-    lengths = sorted(have)
-    ranked = []
-    for text, tid in ids.items():
-        n = len(text)
-        for i in lengths:
-            if i >= n:
-                break
-            if n - i not in have:
-                continue
-            a, b = text[:i], text[i:]
-            if a in ids and b in ids:
-                ranked.append((-scores[tid], tid, i, a, b))
-    ranked.sort()
-    unk = vocab.tokens[vocab.unk_id] if vocab.unk_id is not None else None
-    model = _hf_models.BPE(ids, [(a, b) for *_, a, b in ranked], unk_token=unk,
-                           byte_fallback=True)
-    return _HFTokenizer(model)

@@ -18,17 +18,50 @@
  * Workers spin on the generation for a while (cheap hand-off between the
  * small jobs of a decode step), yielding now and then, and then block on `cv`
  * until the next job.
+ *
+ * Solo spells. On a busy machine a second thread can cost more than it
+ * gives. The kernel shares CPU time between groups of processes (autogroup:
+ * one group per session; cgroups), so on a 2-core machine with a few busy
+ * sessions the whole process may get a third of a core however many threads
+ * it runs: then every thread is a slice of that third, and a worker
+ * descheduled while it holds a part stalls the caller until its next turn
+ * (measured: a process at 0.3 cores decoded at 35 t/s with 1 thread, 5-26
+ * t/s with 2). So the caller measures each window of WINDOW_JOBS jobs run
+ * in parallel:
+ *   - the CPU time the process got per second of the window (both threads
+ *     are runnable all along, spinning or working): below SHARE_MIN cores,
+ *     a second thread cannot pay;
+ *   - the time saved: per job, the caller's own parts' time scaled to all
+ *     parts (what the job would cost it alone) less the job's wall time;
+ *     below MIN_GAIN of the solo estimate, the worker costs more than it
+ *     gives (stalls, hand-off overhead). The estimate is scaled by the
+ *     share: beside the workers the caller got share / n cores, alone it
+ *     would get up to one (the group's share, as autogroup gives it, does
+ *     not grow with the thread count; where threads are shared out one by
+ *     one this errs towards solo spells).
+ * A window that fails either starts a solo spell: the next jobs run on the
+ * caller alone and the workers park on `cv`, for one window, then 2, 4...
+ * up to MAX_BACKOFF windows while the probes keep failing, and back to 1
+ * after a window that passed. A window that an idle pause interrupts
+ * starts again. A solo job runs the same parts in order, so the results are
+ * the same bits either way.
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cpu/threadpool.h"
 
 #define SPIN_ROUNDS 200000
 #define PARTS_PER_THREAD 4
+#define WINDOW_JOBS 256          /* jobs per measured window (a decode token is ~250) */
+#define MIN_GAIN 0.05            /* a parallel window must save this share of solo time */
+#define SHARE_MIN 1.25           /* ... and get this many cores' worth of CPU time */
+#define MAX_BACKOFF 128          /* longest solo spell, in windows */
+#define GAP_S 0.01               /* a pause between jobs this long restarts the window */
 
 struct lkv_threadpool {
     int n;                       /* threads including the caller */
@@ -43,6 +76,14 @@ struct lkv_threadpool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     _Atomic int sleepers;
+    _Atomic int park;            /* solo spell: spinning workers go to sleep */
+    /* the caller's accounting (only the caller touches these) */
+    int solo_left;               /* jobs left in this solo spell */
+    int backoff;                 /* windows of the next solo spell */
+    int win_jobs;                /* jobs measured in this window */
+    double win_solo, win_gain;   /* seconds: solo estimate, and estimate - wall */
+    double win_t0, win_cpu0;     /* the window's start: wall and process CPU time */
+    double last_end;             /* when the last parallel job ended */
 };
 
 typedef struct { lkv_threadpool *tp; int ith; } worker_arg;
@@ -53,16 +94,26 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* claim and run parts of job `gen` until none is left */
-static void run_parts(lkv_threadpool *tp, unsigned gen, int thread) {
-    for (;;) {
+static inline double clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+
+/* claim and run parts of job `gen` until none is left; returns how many */
+static int run_parts(lkv_threadpool *tp, unsigned gen, int thread) {
+    for (int ran = 0;; ran++) {
         uint64_t w = atomic_load_explicit(&tp->work, memory_order_acquire);
-        if ((unsigned)(w >> 32) != gen) return;          /* another job by now */
+        if ((unsigned)(w >> 32) != gen) return ran;      /* another job by now */
         const int part = (int)(uint32_t)w;
-        if (part >= tp->n_parts) return;                  /* all claimed */
+        if (part >= tp->n_parts) return ran;              /* all claimed */
         if (!atomic_compare_exchange_weak_explicit(&tp->work, &w, w + 1,
-                                                   memory_order_acq_rel, memory_order_acquire))
+                                                   memory_order_acq_rel, memory_order_acquire)) {
+            ran--;
             continue;
+        }
         tp->fn(tp->arg, part, tp->n_parts, thread);
         atomic_fetch_add_explicit(&tp->finished, 1, memory_order_release);
     }
@@ -78,7 +129,7 @@ static void *worker_main(void *p) {
         int spins = 0;
         while ((g = atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen) {
             if (atomic_load(&tp->stop)) return NULL;
-            if (++spins < SPIN_ROUNDS) {
+            if (++spins < SPIN_ROUNDS && !atomic_load_explicit(&tp->park, memory_order_relaxed)) {
                 if (spins & 1023) cpu_relax();
                 else sched_yield();
                 continue;
@@ -102,6 +153,7 @@ lkv_threadpool *lkv_tp_create(int n_threads) {
     lkv_threadpool *tp = calloc(1, sizeof *tp);
     if (!tp) return NULL;
     tp->n = n_threads;
+    tp->backoff = 1;
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->cv, NULL);
     tp->threads = calloc((size_t)n_threads, sizeof(pthread_t));
@@ -134,12 +186,54 @@ void lkv_tp_free(lkv_threadpool *tp) {
     free(tp);
 }
 
+/* the job just run in parallel: own_s on the caller's n_own parts, wall_s in all */
+static void account(lkv_threadpool *tp, double own_s, int n_own, double wall_s) {
+    if (n_own > 0) {             /* else the workers took every part: no estimate */
+        const double solo = own_s * tp->n_parts / n_own;
+        tp->win_solo += solo;
+        tp->win_gain += solo - wall_s;
+    }
+    if (++tp->win_jobs < WINDOW_JOBS) return;
+    const double share = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - tp->win_cpu0) /
+                         (now_s() - tp->win_t0);
+    /* the caller ran at share / n cores beside the workers; alone it would get
+     * up to a core of the process's share: the solo estimate shrinks by that */
+    const double per_thread = share / tp->n < 1 ? share / tp->n : 1;
+    const double solo = tp->win_solo * per_thread / (share < 1 ? share : 1);
+    const double wall = tp->win_solo - tp->win_gain;
+    if (share < SHARE_MIN || solo - wall < MIN_GAIN * solo) {
+        tp->solo_left = tp->backoff * WINDOW_JOBS;
+        if (tp->backoff < MAX_BACKOFF) tp->backoff *= 2;
+        atomic_store_explicit(&tp->park, 1, memory_order_relaxed);
+    } else {
+        tp->backoff = 1;
+    }
+    tp->win_jobs = 0;
+    tp->win_solo = tp->win_gain = 0;
+}
+
 void lkv_tp_run(lkv_threadpool *tp, lkv_tp_fn fn, void *arg) {
     if (tp->n == 1) { fn(arg, 0, 1, 0); return; }
+    const int n_parts = tp->n * PARTS_PER_THREAD;
+    if (tp->solo_left > 0) {     /* the same parts, in order, on the caller */
+        tp->solo_left--;
+        for (int part = 0; part < n_parts; part++) fn(arg, part, n_parts, 0);
+        return;
+    }
+    const double t0 = now_s();
+    if (t0 - tp->last_end > GAP_S) {
+        tp->win_jobs = 0;
+        tp->win_solo = tp->win_gain = 0;
+    }
+    if (tp->win_jobs == 0) {     /* a window starts (an idle pause is not measured) */
+        atomic_store_explicit(&tp->park, 0, memory_order_relaxed);
+        tp->win_t0 = t0;
+        tp->win_cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    }
     const unsigned gen = atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1;
     tp->fn = fn;
     tp->arg = arg;
-    tp->n_parts = tp->n * PARTS_PER_THREAD;
+    tp->n_parts = n_parts;
     atomic_store_explicit(&tp->finished, 0, memory_order_relaxed);
     atomic_store_explicit(&tp->work, (uint64_t)gen << 32, memory_order_release);
     atomic_store(&tp->gen, gen);    /* seq_cst: ordered before the sleepers check */
@@ -148,7 +242,8 @@ void lkv_tp_run(lkv_threadpool *tp, lkv_tp_fn fn, void *arg) {
         pthread_cond_broadcast(&tp->cv);
         pthread_mutex_unlock(&tp->mu);
     }
-    run_parts(tp, gen, 0);
+    const int n_own = run_parts(tp, gen, 0);
+    const double t1 = now_s();
     /* parts still running elsewhere: spin briefly, then yield (with more
      * runnable threads than cores the thread we wait for may need this core) */
     for (int spins = 0;
@@ -156,4 +251,6 @@ void lkv_tp_run(lkv_threadpool *tp, lkv_tp_fn fn, void *arg) {
         if (spins < 4096) cpu_relax();
         else sched_yield();
     }
+    tp->last_end = now_s();
+    account(tp, t1 - t0, n_own, tp->last_end - t0);
 }

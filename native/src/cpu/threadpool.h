@@ -7,7 +7,9 @@
  * scratch), and returns when every part has finished. A part's work is the
  * part-th of n_parts near-equal shares (lkv_split). Workers spin briefly
  * between jobs (decode issues hundreds of jobs per token) and then sleep on a
- * condition variable, so an idle context costs no CPU.
+ * condition variable, so an idle context costs no CPU. When a second thread
+ * does not pay (a busy machine), jobs run on the caller alone for a while
+ * (threadpool.c: solo spells); the parts, and so the results, stay the same.
  */
 #ifndef LKV_CPU_THREADPOOL_H
 #define LKV_CPU_THREADPOOL_H
