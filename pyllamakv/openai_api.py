@@ -17,8 +17,9 @@ from .embedding import create_embedding, embed
 from .grammar import LlamaGrammar, response_format_grammar
 from .guard import guarded
 from .prompt_list import complete_prompts, is_prompt_list
-from .response import (Usage, chat_chunks, chat_response, chunks_of, completion_chunks,
+from .response import (Usage, chat_chunks, chat_response, completion_chunks,
                        completion_response, with_tool_calls)
+from .tool_stream import tool_chat_chunks
 from .tools import normalize_messages, plan_tools
 
 
@@ -113,14 +114,13 @@ class OpenAIMethods:
         n_lp = (c.logprobs or 0) if logprobs else None
         usage, name = Usage(), model or self.model_path
         self._from_cache(tokens)
-        if plan is not None:     # the reply is parsed for tool calls once it is whole
+        if plan is not None:     # the reply parsed for tool calls (streamed: tool_stream.py)
             return run_pieces(
                 self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,
                                                 n_lp, sampler, chat.stop_token_ids,
                                                 stopping_criteria=stopping_criteria),
-                False, None,
-                lambda p: (chunks_of if c.stream else (lambda r: r))(
-                    with_tool_calls(chat_response(p, name, usage, logprobs), plan)))
+                c.stream, lambda p: tool_chat_chunks(p, plan, name),
+                lambda p: with_tool_calls(chat_response(p, name, usage, logprobs), plan))
         return run_pieces(
             self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,
                                             n_lp, sampler, chat.stop_token_ids,

@@ -124,22 +124,3 @@ def with_tool_calls(reply: dict, plan) -> dict:
         choice["message"] = message
         choice["finish_reason"] = "tool_calls"
     return reply
-
-
-def chunks_of(reply: dict) -> Iterator[dict]:
-    """A finished chat.completion as stream chunks (role, content, tool calls, reason)."""
-    choice = reply["choices"][0]
-    msg = choice["message"]
-
-    def chunk(delta: dict, reason: str | None = None) -> dict:
-        return {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"],
-                "model": reply["model"],
-                "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                             "finish_reason": reason}]}
-
-    yield chunk({"role": "assistant"})
-    if msg.get("content"):
-        yield chunk({"content": msg["content"]})
-    for i, call in enumerate(msg.get("tool_calls", [])):
-        yield chunk({"tool_calls": [{"index": i, **call}]})
-    yield chunk({}, choice["finish_reason"])

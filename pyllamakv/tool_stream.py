@@ -1,0 +1,146 @@
+"""Streamed chat completions with tools: content and tool calls as they come.
+
+``create_chat_completion(stream=True, tools=...)`` yields OpenAI's chunks: the
+role, ``content`` deltas for the text that is not a call, and for each call a
+``tool_calls`` delta ``{"index", "id", "type", "function": {"name",
+"arguments"}}`` as soon as its text is complete, then ``finish_reason``
+("tool_calls" when a call was made). The calls are parsed by tools.py's rules,
+so the calls and the content of the stream are those of the same completion
+not streamed (content up to the whitespace that the whole reply strips around
+calls).
+
+How soon text goes out depends on the family (tools.py):
+
+- ``hermes``: content streams at once, except a tail that could be the start
+  of ``<tool_call>`` and trailing whitespace, which wait for the next piece;
+  each ``<tool_call>...</tool_call>`` block is sent as one call when its closing
+  tag arrives (or at the end of the reply, which may cut the last one short);
+- ``llama3``: a call can only open the reply (JSON, or ``<|python_tag|>``): a
+  reply that starts otherwise streams as content at once, one that may be a
+  call is parsed when it ends;
+- ``mistral``: a call can stand anywhere (``name[ARGS]{...}``): the reply is
+  parsed when it ends.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+from .response import _new_id
+from .tools import _ARGS_KEY, _call, _json_prefix, parse_tool_calls
+
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_LLAMA3_STARTS = ("{", "[", "<")
+
+
+def _partial_tail(text: str, tag: str) -> int:
+    """Length of the longest suffix of text that is a proper prefix of tag."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+class ToolStream:
+    """Feed it the reply's text piece by piece; it returns the deltas to send."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        # forced: the prompt ended with the call's opening, which the reply continues
+        self.buf = plan.prompt_suffix if (plan.family == "hermes" and plan.forced) else ""
+        self.pos = 0
+        self.held = ""            # content whitespace not yet sent
+        self.n_calls = 0
+        self.mode = "scan" if plan.family == "hermes" else "decide"
+
+    # -- the deltas
+    def _content(self, text: str) -> list[dict]:
+        if not text:
+            return []
+        body = self.held + text
+        keep = len(body) - len(body.rstrip())
+        out, self.held = body[:len(body) - keep], body[len(body) - keep:]
+        return [{"content": out}] if out else []
+
+    def _calls(self, calls: list[dict]) -> list[dict]:
+        out = []
+        for c in calls:
+            out.append({"tool_calls": [{"index": self.n_calls, **c}]})
+            self.n_calls += 1
+        if out:
+            self.held = ""        # whitespace before a call is stripped, as the whole reply's
+        return out
+
+    def _hermes_block(self, body: str) -> list[dict]:
+        got = _json_prefix(body.strip())
+        call = _call(got[0], _ARGS_KEY["hermes"]) if got else None
+        return self._calls([call]) if call else self._content(_OPEN + body + _CLOSE)
+
+    def feed(self, text: str) -> list[dict]:
+        self.buf += text
+        if self.mode == "decide":          # llama3 / mistral: content, or parse at the end
+            s = self.buf.lstrip()
+            if not s:
+                return []
+            if self.plan.family == "llama3" and not s.startswith(_LLAMA3_STARTS):
+                self.mode = "content"
+            else:
+                self.mode = "whole"
+        if self.mode == "whole":
+            return []
+        if self.mode == "content":
+            out = self._content(self.buf[self.pos:])
+            self.pos = len(self.buf)
+            return out
+        out: list[dict] = []
+        while True:                        # hermes
+            i = self.buf.find(_OPEN, self.pos)
+            if i < 0:
+                end = len(self.buf) - _partial_tail(self.buf[self.pos:], _OPEN)
+                out += self._content(self.buf[self.pos:end])
+                self.pos = end
+                return out
+            out += self._content(self.buf[self.pos:i])
+            e = self.buf.find(_CLOSE, i + len(_OPEN))
+            if e < 0:
+                self.pos = i               # an open block: wait for its end
+                return out
+            out += self._hermes_block(self.buf[i + len(_OPEN):e])
+            self.pos = e + len(_CLOSE)
+
+    def finish(self) -> list[dict]:
+        """The deltas left when the reply has ended."""
+        if self.mode in ("decide", "whole"):
+            content, calls = parse_tool_calls(self.buf, self.plan)
+            out = self._calls(calls)
+            return ([{"content": content}] if content else []) + out if calls else \
+                ([{"content": self.buf}] if self.buf else [])
+        rest = self.buf[self.pos:]
+        if self.mode == "scan" and rest.startswith(_OPEN):
+            out = self._hermes_block(rest[len(_OPEN):])
+        else:
+            out = self._content(rest)
+        if self.held and not self.n_calls:
+            out.append({"content": self.held})
+        self.held = ""
+        return out
+
+
+def tool_chat_chunks(pieces: Iterator, plan, model: str) -> Iterator[dict]:
+    """``chat.completion.chunk``s of a reply with tools (see the module's text)."""
+    cid, created = _new_id("chatcmpl"), int(time.time())
+
+    def chunk(delta: dict, reason: str | None = None) -> dict:
+        return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+
+    ts = ToolStream(plan)
+    yield chunk({"role": "assistant"})
+    for p in pieces:
+        if p.text:
+            for d in ts.feed(p.text):
+                yield chunk(d)
+        if p.finish_reason is not None:
+            for d in ts.finish():
+                yield chunk(d)
+            yield chunk({}, "tool_calls" if ts.n_calls else p.finish_reason)

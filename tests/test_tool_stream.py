@@ -1,0 +1,92 @@
+"""Streamed tool calls (tool_stream.py): the chunks of a reply cut into random
+pieces carry the calls and the content of the same reply parsed whole, and
+text before a call goes out before the call is complete."""
+import json
+import random
+
+import pytest
+
+pytest.importorskip("llguidance")
+
+from pyllamakv.response import Piece  # noqa: E402
+from pyllamakv.tool_stream import ToolStream, tool_chat_chunks  # noqa: E402
+from pyllamakv.tools import parse_tool_calls, plan_tools  # noqa: E402
+from test_tools import LLAMA3_LIKE, MISTRAL_LIKE, QWEN_LIKE, TIME, WEATHER  # noqa: E402
+
+H_TWO = ('Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", '
+         '"unit": "C"}}\n</tool_call>\n<tool_call>{"name": "get_time", "arguments": '
+         '{"tz": "CET"}}</tool_call>')
+REPLIES = [
+    (QWEN_LIKE, None, H_TWO),
+    (QWEN_LIKE, None, "No call at all, just < and <tool text.\n"),
+    (QWEN_LIKE, None, 'Cut: <tool_call>{"name": "get_time", "arguments": {"tz": "UTC"}}'),
+    (QWEN_LIKE, None, '<tool_call>not json</tool_call> and text'),
+    (QWEN_LIKE, "required", '{"name": "get_time", "arguments": {"tz": "PST"}}\n</tool_call>'),
+    (LLAMA3_LIKE, None, '<|python_tag|>{"name": "get_weather", "parameters": '
+                        '{"city": "Lima", "unit": "F"}}'),
+    (LLAMA3_LIKE, None, 'Plain answer with {braces} later.'),
+    (MISTRAL_LIKE, None, '[TOOL_CALLS][{"name": "get_weather", "arguments": '
+                         '{"city": "Kyiv", "unit": "C"}}]'),
+    (MISTRAL_LIKE, None, 'Just words.'),
+]
+
+
+def _cut(text, rng):
+    out, i = [], 0
+    while i < len(text):
+        n = rng.randint(1, 7)
+        out.append(text[i:i + n])
+        i += n
+    return out
+
+
+def _replay(plan, text, rng, reason="stop"):
+    parts = _cut(text, rng)
+    pieces = [Piece(p) for p in parts[:-1]] + [Piece(parts[-1], finish_reason=reason)]
+    chunks = list(tool_chat_chunks(iter(pieces), plan, "m"))
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    content = "".join(d.get("content", "") for d in deltas)
+    calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+    return chunks, content, calls
+
+
+@pytest.mark.parametrize("case", range(len(REPLIES)))
+def test_stream_equals_whole(case):
+    tpl, forced, text = REPLIES[case]
+    tools = [WEATHER, TIME]
+    plan = plan_tools(tpl, tools, forced)
+    want_content, want_calls = parse_tool_calls(text, plan)
+    for seed in range(20):
+        chunks, content, calls = _replay(plan, text, random.Random(seed))
+        assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
+        assert [c["index"] for c in calls] == list(range(len(calls)))
+        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
+            [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in want_calls], \
+            f"seed {seed}: {text!r}"
+        assert all(c["id"].startswith("call_") and c["type"] == "function" for c in calls)
+        if want_calls:
+            assert content.strip() == (want_content or "").strip(), f"seed {seed}: {text!r}"
+        elif case != 3:   # an unparsable block streams as the text it was
+            assert content == want_content, f"seed {seed}: {text!r}"
+        reason = chunks[-1]["choices"][0]["finish_reason"]
+        assert reason == ("tool_calls" if want_calls else "stop")
+
+
+def test_content_and_first_call_go_out_early():
+    plan = plan_tools(QWEN_LIKE, [WEATHER, TIME])
+    ts = ToolStream(plan)
+    end_first = H_TWO.index("</tool_call>") + len("</tool_call>")
+    out = ts.feed(H_TWO[:20])
+    assert "".join(d.get("content", "") for d in out) == H_TWO[:12]   # "Let me look." before the tag
+    out = ts.feed(H_TWO[20:end_first])
+    assert [d["tool_calls"][0]["function"]["name"] for d in out if "tool_calls" in d] == \
+        ["get_weather"]          # the first call before the reply has ended
+    out = ts.feed(H_TWO[end_first:]) + ts.finish()
+    assert [d["tool_calls"][0]["index"] for d in out if "tool_calls" in d] == [1]
+
+
+def test_partial_tag_is_held_back():
+    plan = plan_tools(QWEN_LIKE, [WEATHER])
+    ts = ToolStream(plan)
+    assert ts.feed("hello <tool_") == [{"content": "hello"}]   # " <tool_" may open a call
+    assert ts.feed("kit>") == [{"content": " <tool_kit>"}]
