@@ -28,12 +28,6 @@ def require_model_path() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def path() -> str:
-    """The default model's path, once per module (import it: ``from _smollm2 import path``)."""
-    return require_model_path()
-
-
 @lru_cache(maxsize=1)
 def metadata() -> dict:
     path = require_model_path()

@@ -9,7 +9,6 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
-from _smollm2 import path
 from pyllamakv.budget import (MIB, PAGE, BudgetSplit, granule, recurrent_device_bytes,
                               split_budget, weight_device_bytes)
 from pyllamakv.errors import MemoryBudgetError, ParameterError, PoolTooSmallError

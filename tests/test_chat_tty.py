@@ -56,7 +56,7 @@ class _Screen:
 
 
 def test_chat_on_a_terminal(tmp_path):
-    path = require_model_path()
+    require_model_path()
     env = dict(os.environ, PYLLAMAKV_HISTORY=str(tmp_path / "hist"), TERM="xterm",
                COLUMNS="100", LINES="30", PROMPT_TOOLKIT_NO_CPR="1")
     if os.environ.get("PYLLAMAKV_LIBRARY"):   # development: the source tree has the package

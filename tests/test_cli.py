@@ -3,10 +3,8 @@ import os
 import subprocess
 import sys
 
-import pytest
 from click.testing import CliRunner
 
-from _smollm2 import path
 
 
 def run(*args):

@@ -5,7 +5,6 @@ import warnings
 import numpy as np
 import pytest
 
-from _smollm2 import path
 
 
 @pytest.fixture(scope="module")

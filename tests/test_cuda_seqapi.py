@@ -10,7 +10,6 @@ import pytest
 
 from pyllamakv import Llama
 from pyllamakv import _native as N
-from _smollm2 import path
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]

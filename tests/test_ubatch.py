@@ -28,7 +28,6 @@ def test_resident_on_the_gpu_takes_up_to_2048_and_the_cpu_512():
 
 def test_llama_reports_the_choice():
     """Llama(n_ubatch=None) on the CPU: 512 capped by n_batch and n_ctx, in kv_stats."""
-    import pytest
     from _smollm2 import require_model_path
     from pyllamakv import Llama
     path = require_model_path()
