@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as T
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyllamakv import errors
 from pyllamakv._ffi import ffi, lib
 from pyllamakv._native import Context, Model, row_bytes
-from tiny_models import write_tiny_model
+from tiny_models import tiny_model_fixture
 from _smollm2 import model_path
 
 CHUNK = 16
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = write_tiny_model(tmp_path_factory.mktemp("s") / "tiny.gguf", "qwen3", T.Q8_0,
-                            n_layer=3)
-    with Model(path) as m:
-        yield m
+tiny = tiny_model_fixture("qwen3", n_layer=3)
 
 
 def _chunk_bytes(m, chunk, kv="f16"):
