@@ -204,8 +204,11 @@ def _llama_metadata(w: GGUFWriter, s: Shape) -> None:
     w.add_layer_norm_rms_eps(1e-5)
 
 
-def _qwen35_metadata(w: GGUFWriter, s: Qwen35Shape) -> None:
-    w.add_context_length(s.n_ctx_train)
+def qwen35_metadata(w: GGUFWriter, s: Qwen35Shape, n_ctx_train: int | None = None) -> None:
+    """qwen35's hyper-parameters from s, or from anything with Qwen35Shape's field
+    names (tests/tiny_qwen35.py's Qwen35Config); the context length is s.n_ctx_train
+    unless given. Not the block count (trunk + MTP blocks) nor the vocabulary."""
+    w.add_context_length(s.n_ctx_train if n_ctx_train is None else n_ctx_train)
     w.add_embedding_length(s.n_embd)
     w.add_feed_forward_length(s.n_ff)
     w.add_head_count(s.n_head)
@@ -259,7 +262,7 @@ def write(shape: Shape | Qwen35Shape, path: str | Path, qtype: T = T.Q4_0, seed:
     w = GGUFWriter(str(path), "qwen35" if hybrid else "llama")
     w.add_name("synthetic")
     w.add_block_count(shape.n_layer + (shape.n_nextn if hybrid else 0))
-    (_qwen35_metadata if hybrid else _llama_metadata)(w, shape)
+    (qwen35_metadata if hybrid else _llama_metadata)(w, shape)
     w.add_vocab_size(shape.n_vocab)
     _vocab(w, shape.n_vocab)
     tensors = (_qwen35_tensors if hybrid else _llama_tensors)(shape)
