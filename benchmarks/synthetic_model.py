@@ -193,32 +193,34 @@ def _vocab(w: GGUFWriter, n_vocab: int) -> None:
 
 
 def _llama_metadata(w: GGUFWriter, s: Shape) -> None:
-    hd = s.n_embd // s.n_head
-    w.add_context_length(131072)
+    _trunk_metadata(w, s, 131072, s.n_embd // s.n_head, 1e-5)
+
+
+def _trunk_metadata(w: GGUFWriter, s: Shape | Qwen35Shape, n_ctx_train: int, rope_dim: int,
+                    eps: float) -> None:
+    """The keys every architecture here has: sizes, heads, rope, the norms' epsilon."""
+    w.add_context_length(n_ctx_train)
     w.add_embedding_length(s.n_embd)
     w.add_feed_forward_length(s.n_ff)
     w.add_head_count(s.n_head)
     w.add_head_count_kv(s.n_head_kv)
-    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_count(rope_dim)
     w.add_rope_freq_base(s.rope_base)
-    w.add_layer_norm_rms_eps(1e-5)
+    w.add_layer_norm_rms_eps(eps)
 
 
-def _qwen35_metadata(w: GGUFWriter, s: Qwen35Shape) -> None:
-    w.add_context_length(s.n_ctx_train)
-    w.add_embedding_length(s.n_embd)
-    w.add_feed_forward_length(s.n_ff)
-    w.add_head_count(s.n_head)
-    w.add_head_count_kv(s.n_head_kv)
+def qwen35_metadata(w: GGUFWriter, s: Qwen35Shape, n_ctx_train: int | None = None) -> None:
+    """qwen35's hyper-parameters from s, or from anything with Qwen35Shape's field
+    names (tests/tiny_qwen35.py's Qwen35Config); the context length is s.n_ctx_train
+    unless given. Not the block count (trunk + MTP blocks) nor the vocabulary."""
+    _trunk_metadata(w, s, s.n_ctx_train if n_ctx_train is None else n_ctx_train, s.rope_dim,
+                    s.eps)
     w.add_key_length(s.head_dim)
     w.add_value_length(s.head_dim)
-    w.add_rope_dimension_count(s.rope_dim)
     # llama.cpp requires the (interleaved multi-axis) rope sections; text uses the first
     q = s.rope_dim // 2                 # rotated pairs: the published [11, 11, 10] of 32
     a = q * 11 // 32
     w.add_rope_dimension_sections([a, a, q - 2 * a, 0])
-    w.add_rope_freq_base(s.rope_base)
-    w.add_layer_norm_rms_eps(s.eps)
     w.add_full_attention_interval(s.interval)
     w.add_ssm_conv_kernel(s.conv)
     w.add_ssm_state_size(s.dk)
@@ -259,7 +261,7 @@ def write(shape: Shape | Qwen35Shape, path: str | Path, qtype: T = T.Q4_0, seed:
     w = GGUFWriter(str(path), "qwen35" if hybrid else "llama")
     w.add_name("synthetic")
     w.add_block_count(shape.n_layer + (shape.n_nextn if hybrid else 0))
-    (_qwen35_metadata if hybrid else _llama_metadata)(w, shape)
+    (qwen35_metadata if hybrid else _llama_metadata)(w, shape)
     w.add_vocab_size(shape.n_vocab)
     _vocab(w, shape.n_vocab)
     tensors = (_qwen35_tensors if hybrid else _llama_tensors)(shape)

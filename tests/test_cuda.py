@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 
 from pyllamakv import _native as N
+import stream_script
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]
@@ -409,26 +410,9 @@ def _stream_script(m, tokens, pool, ubatch, chunk, n_ctx, type_kv="f16", n_batch
     c = N.Context(m, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=ubatch, kv_chunk=chunk,
                   kv_pool_bytes=pool, type_k=type_kv, type_v=type_kv, logits_all=True,
                   phase_arena=phase_arena)
-    out = []
-    n = len(tokens)
-    for i in range(0, n - 10, n_batch):
-        c.decode(tokens[i:min(i + n_batch, n - 10)])
-        out.append(c.logits())
-    for t in tokens[n - 10:]:
-        c.decode([t])
-        out.append(c.logits())
-    c.truncate(n // 2)
-    c.decode(tokens[:7])
-    out.append(c.logits())
-    for t in tokens[7:12]:
-        c.decode([t])
-        out.append(c.logits())
-    stats = c.kv_stats()
-    c.reset()
-    c.decode(tokens[:40])
-    out.append(c.logits())
+    got = stream_script.run(c, tokens, n_batch, decodes_after_truncate=5)
     c.close()
-    return np.concatenate(out), stats
+    return got
 
 
 def _pools(m, n_ctx, chunk, ubatch, type_kv):

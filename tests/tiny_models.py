@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFWriter, quants
 from gguf.constants import GGML_QUANT_SIZES
@@ -127,3 +128,16 @@ def _add_vocab(w: GGUFWriter, n_vocab: int) -> None:
     w.add_token_scores([0.0] * 259 + [-float(i) for i in range(len(pieces))])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
+
+
+def tiny_model_fixture(arch: str, n_layer: int, **model_kw):
+    """A module-scoped fixture: a fresh tiny random model (Q8_0 weights) of arch with
+    n_layer layers, opened as pyllamakv._native.Model(path, **model_kw)."""
+    @pytest.fixture(scope="module")
+    def tiny(tmp_path_factory):
+        from pyllamakv._native import Model
+        path = write_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny.gguf", arch, T.Q8_0,
+                                n_layer=n_layer)
+        with Model(path, **model_kw) as m:
+            yield m
+    return tiny

@@ -9,6 +9,7 @@ weights into transformers; every other test reads the GGUF.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from gguf import GGUFWriter
 
 from tiny_models import _QUANTIZABLE
 from gguf import quants
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from synthetic_model import qwen35_metadata  # noqa: E402   (the benchmarks' writer: the same keys)
 
 
 @dataclass
@@ -177,26 +181,8 @@ def write_gguf(path: str | Path, cfg: Qwen35Config, tensors: dict[str, np.ndarra
     """Writes the tensors (matrices in wtype, vectors and conv taps in f32)."""
     w = GGUFWriter(str(path), "qwen35")
     w.add_block_count(cfg.n_layer + cfg.n_nextn)
-    w.add_context_length(4096)
-    w.add_embedding_length(cfg.n_embd)
-    w.add_feed_forward_length(cfg.n_ff)
-    w.add_head_count(cfg.n_head)
-    w.add_head_count_kv(cfg.n_head_kv)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
-    w.add_rope_dimension_count(cfg.rope_dim)
-    w.add_rope_dimension_sections([cfg.rope_dim // 8 * 3 - 1, cfg.rope_dim // 8 * 3 - 1, 2, 0])
-    w.add_rope_freq_base(cfg.rope_base)
-    w.add_layer_norm_rms_eps(cfg.eps)
+    qwen35_metadata(w, cfg, n_ctx_train=4096)
     w.add_vocab_size(cfg.n_vocab)
-    w.add_full_attention_interval(cfg.interval)
-    w.add_ssm_conv_kernel(cfg.conv)
-    w.add_ssm_state_size(cfg.dk)
-    w.add_ssm_group_count(cfg.nk)
-    w.add_ssm_time_step_rank(cfg.nv)
-    w.add_ssm_inner_size(cfg.nv * cfg.dv)
-    if cfg.n_nextn:
-        w.add_nextn_predict_layers(cfg.n_nextn)
     _vocab(w, cfg.n_vocab)
     for name, x in tensors.items():
         if x.ndim == 1 or "ssm_conv1d" in name or wtype == T.F32:
