@@ -213,14 +213,18 @@ class SlotPool:
 
     def submit(self, job: Job) -> None:
         """Queue job, or raise QueueFull (RuntimeError once closed)."""
+        self.submit_all([job])
+
+    def submit_all(self, jobs: list[Job]) -> None:
+        """Queue every job of one request, or none of them (QueueFull, RuntimeError)."""
         with self._cv:
             if self._closed:
                 raise RuntimeError("the server is shutting down")
-            if len(self._waiting) >= self._idle + self.queue_size:
+            if len(self._waiting) + len(jobs) > self._idle + self.queue_size:
                 raise QueueFull(f"all {len(self.slots)} slots are busy and "
                                 f"{self.queue_size} requests are waiting")
-            self._waiting.append(job)
-            self._cv.notify()
+            self._waiting.extend(jobs)
+            self._cv.notify(len(jobs))
 
     def withdraw(self, job: Job) -> bool:
         """Take job out of the queue if it has not reached a slot yet (its place frees)."""
