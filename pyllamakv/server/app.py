@@ -29,7 +29,7 @@ from .metrics import CONTENT_TYPE, Metrics
 from .schemas import ChatRequest, CompletionRequest, Unsupported, error_body
 from .settings import ServerSettings
 from .slots import Job, JobStopped, QueueFull, SlotPool, load_engines
-from .speculation import SpecRequest, drafting
+from .speculation import SpecRequest, check_available, drafting
 
 INDEX = Path(__file__).resolve().parent / "static" / "index.html"
 POLL_S = 0.25         # how often a waiting request checks that its client is still there
@@ -167,6 +167,12 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
         body = await _parse(request, ChatRequest if chat else CompletionRequest)
         param = "messages" if chat else "prompt"
         limit = min(settings.timeout_s, body.timeout or math.inf)
+        spec = body.speculative()
+        try:
+            check_available(spec, pool.slots[0].engine)
+        except ValueError as e:
+            raise ApiError(400, error_body(str(e), param="speculative.type",
+                                           code="invalid_value")) from None
         parts = fanout.split(body.kwargs(), body.n, chat)
         if len(parts) > len(pool.slots) + pool.queue_size:
             raise ApiError(400, error_body(
@@ -175,7 +181,7 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
                 code="invalid_value"))
         loop = asyncio.get_running_loop()
         jobs = [Job(_run(chat, part.kwargs, body.stream, body.model or alias,
-                         body.speculative()), loop, limit) for part in parts]
+                         spec), loop, limit) for part in parts]
         try:
             pool.submit_all(jobs)
         except QueueFull as e:

@@ -32,7 +32,8 @@ from ..default_model import default_model_path
 from ..llama import Llama
 from ..seq_batch import SharedContext
 from .settings import ServerSettings
-from .speculation import DRAFT, LOOKUP
+from ..speculative import make_drafter
+from .speculation import DRAFT, LOOKUP, MTP, SpecRequest, check_available
 
 
 class QueueFull(Exception):
@@ -151,14 +152,19 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     if s.parallel > 1 and device != "cpu" and not model.hparams.get("full_attn_interval"):
         kw["_context"] = SharedContext(s.parallel).context
     # every slot is made with a drafter, so that a budget counts the logits rows a
-    # verification needs (budget.py): any request may ask for speculation
-    engines = [SlotLlama(path, _model=model, draft_model=s.draft_model or "lookup", **kw)
-               for _ in range(s.parallel)]
+    # verification needs (budget.py): any request may ask for speculation; a model with an
+    # MTP block gets contexts that run it (speculative.type "mtp"), a draft GGUF its own
+    has_mtp = model.n_nextn > 0
+    gguf = s.draft_model not in (None, "lookup", "mtp")
+    engines = [SlotLlama(path, _model=model, draft_model="mtp" if has_mtp else
+                         s.draft_model or "lookup", **kw) for _ in range(s.parallel)]
     for e in engines:
-        e.spec_default = None if s.draft_model is None else \
-            LOOKUP if s.draft_model == "lookup" else DRAFT
-        e.spec_draft_model = e.draft_model if e.spec_default == DRAFT else None
+        e.spec_mtp = e.draft_model if has_mtp else None
+        e.spec_draft_model = None if not gguf else \
+            make_drafter(s.draft_model, e) if has_mtp else e.draft_model
+        e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
         e.draft_model = None      # a request's fields choose (speculation.drafting)
+        check_available(SpecRequest(), e)     # --draft mtp on a model without the block
     return engines
 
 
