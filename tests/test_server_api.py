@@ -340,6 +340,26 @@ def test_disconnect_mid_stream_frees_the_slot(served):
     assert r.status_code == 200
 
 
+def test_disconnect_mid_stream_frees_every_choice_slot(served):
+    """n = 2 streamed on two slots: the client leaves, both slots free."""
+    server, pool, _ = served
+    cancelled0 = server.app.state.metrics.cancelled._value.get()
+    body = {"prompt": PROMPTS[6], "max_tokens": 480, "temperature": 0.8, "stream": True,
+            "seed": 9, "n": 2, "logit_bias": NO_END}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(8)]
+        assert got[0].startswith("data: ")
+    wait_idle(server.url)     # long before 2 x 480 tokens could have been generated
+    t_end = time.monotonic() + 10     # on_done counts a job just after its slot frees
+    while server.app.state.metrics.cancelled._value.get() < cancelled0 + 2 \
+            and time.monotonic() < t_end:
+        time.sleep(0.02)
+    assert server.app.state.metrics.cancelled._value.get() == cancelled0 + 2
+    assert pool.busy == 0 and pool.queue_length == 0
+
+
 def test_time_limit_ends_with_length(client):
     r = client.completions.create(model="m", prompt=PROMPTS[6], max_tokens=480,
                                   temperature=0.8, seed=3, logit_bias=NO_END,
