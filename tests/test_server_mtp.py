@@ -12,7 +12,6 @@ from tiny_qwen35 import write_tiny_qwen35
 
 need_server_deps()
 openai = pytest.importorskip("openai")
-import httpx  # noqa: E402
 
 from test_server_speculative import SPEC, counters  # noqa: E402
 

@@ -4,9 +4,9 @@ A *slot* is one sequence's engine. Today that is a Llama of its own (its own
 Context over the one loaded Model) driven by its own thread: the core releases
 the GIL while it decodes, so slots run in parallel, and a slot's output never
 depends on its neighbours (each has its own KV cache and sampler). A *job* is
-one request: a function run on a slot's engine that yields items (a response
-dict, or stream chunks); the items reach the event loop through the job's
-asyncio queue. Free slots take waiting jobs first come, first served; a queue
+one choice of a request (fanout.py): a function run on a slot's engine that
+yields items (a response dict, or stream chunks); the items reach the event
+loop through the job's asyncio queue. Free slots take waiting jobs first come, first served; a queue
 that is full refuses new ones (QueueFull, which the app answers with 503).
 On a GPU with parallel > 1 the slots' Llamas share one context (seq_batch.py):
 each holds a sequence of it, and their threads' decode calls merge into
