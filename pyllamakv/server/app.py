@@ -188,21 +188,25 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
             raise ApiError(503, error_body(str(e), "server_error", code="queue_full"),
                            {"Retry-After": "1"}) from None
 
+        ended: set[int] = set()      # jobs whose last item came: never cancelled (metrics)
+
         def stop_all() -> None:
-            for job in jobs:
-                job.cancel()
-                pool.withdraw(job)
+            for k, job in enumerate(jobs):
+                if k not in ended:
+                    job.cancel()
+                    pool.withdraw(job)
 
         if not body.stream:
-            async def whole(job: Job) -> dict:
-                kind, item = await next_item(job, request)
+            async def whole(k: int) -> dict:
+                kind, item = await next_item(jobs[k], request)
+                ended.add(k)        # the response is a job's last item
                 if kind == "error":
                     raise _engine_error(item, param)
                 return item
             try:      # the first part to fail fails the request and stops the others
-                outs = await asyncio.gather(*(whole(j) for j in jobs))
+                outs = await asyncio.gather(*(whole(k) for k in range(len(jobs))))
             finally:
-                stop_all()      # no-ops once every job has ended
+                stop_all()
             metrics.requests.labels(endpoint, "200").inc()
             metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
             return JSONResponse(fanout.merge(outs, parts))
@@ -211,6 +215,7 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
         # items as they come (each part's job ends with "end" or "error")
         kind, first = await next_item(jobs[0], request)
         if kind == "error":
+            ended.add(0)
             stop_all()
             raise _engine_error(first, param)
         first_id = first.get("id") if len(parts) > 1 else None
@@ -220,6 +225,8 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
             job = jobs[k]
             while True:
                 kind, item = await next_item(job, request)
+                if kind != "item":
+                    ended.add(k)
                 await merged.put((k, kind, item))
                 if kind != "item":
                     return
@@ -248,7 +255,7 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
             finally:
                 for t in pumps:
                     t.cancel()
-                stop_all()    # no-ops after the end; frees the slots if the client left
+                stop_all()    # frees the slots of jobs still running (the client left)
                 metrics.requests.labels(endpoint, status).inc()
                 metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
 
