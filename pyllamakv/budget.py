@@ -17,8 +17,11 @@ leave of the budget. Every part is the list of allocations the core makes:
   adds (context.c wide_logits) and cuda/backend.cu cuda_ctx_init's buffers;
 - recurrent: recurrent.c, the live state and each snapshot; with an MTP
   drafter (mtp.c) also its KV of one layer, all resident, and its buffers;
-- KV: all resident, two planes per attention layer (kv/cache.c); bounded, one
-  pool (kv/stream.c).
+- KV: all resident, two planes per attention layer (kv/cache.c) of every
+  sequence; bounded, one pool (kv/stream.c) that n_seq_max sequences share,
+  each at least a sequence's minimum (kv/plan.h lkv_plan_shares). With
+  n_seq_max > 1 a batched step gives a logits row per sequence, so the wide
+  logits rows are counted too.
 
 Each allocation is rounded up to the driver's granularity (``granule``) so the
 sum bounds what NVML sees. The CUDA runtime's own context (created before any
@@ -214,12 +217,14 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     minimum. weights: device bytes of weights already loaded (None: from tensors).
     """
     from .config import requested_pool_bytes
-    from .plan import kv_plan, kv_row_bytes, whole_cache_bytes
+    from .plan import kv_plan, kv_row_bytes, sequences_pool_bytes, share_bytes, whole_cache_bytes
     from .ubatch import CHOICES, RESIDENT
     budget = int(cfg.gpu_memory_mib * MIB)
     w = weight_device_bytes(tensors) if weights is None else weights
     rbk, rbv = kv_row_bytes(hp, cfg.type_k), kv_row_bytes(hp, cfg.type_v)
-    resident = resident_kv_bytes(hp, n_ctx, rbk, rbv)
+    n_seq = cfg.n_seq_max
+    resident = n_seq * resident_kv_bytes(hp, n_ctx, rbk, rbv)
+    wide_logits = wide_logits or n_seq > 1
     rec = recurrent_device_bytes(hp)
     if mtp:   # the MTP block's own KV (mtp.c): one layer, all resident
         rec += granule(rbk * n_ctx) + granule(rbv * n_ctx)
@@ -227,14 +232,16 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     # the one planner call: the minimum pool does not depend on the micro-batch
     # (kv/plan.h); a requested pool below it is refused once a split is found
     too_small: PoolTooSmallError | None = None
+    # (of one sequence, within its share of the pool: what each of n_seq gets)
     try:
         plan = kv_plan(hp, n_ctx, type_k=cfg.type_k, type_v=cfg.type_v,
-                       pool_bytes=None if auto else requested_pool_bytes(cfg))
+                       pool_bytes=None if auto else share_bytes(requested_pool_bytes(cfg), n_seq))
     except PoolTooSmallError as e:
         plan, too_small = None, e
-    min_pool = 0 if plan is None else plan.min_pool_bytes
+    min_pool = 0 if plan is None else sequences_pool_bytes(plan.min_pool_bytes, n_seq)
+    whole = None if plan is None else whole_cache_bytes(plan)
     pool = (None if auto else requested_pool_bytes(cfg) if plan is None   # below the minimum
-            else requested_pool_bytes(cfg, whole_cache_bytes(plan)))
+            else requested_pool_bytes(cfg, whole and n_seq * whole))
     cap = lambda u: max(1, min(u, cfg.n_batch, n_ctx))   # noqa: E731  (the core's caps)
     kw = dict(logits_all=cfg.logits_all, wide_logits=wide_logits, embeddings=embeddings, mtp=mtp,
               wg_scratch=device == "cuda" and needs_wg_scratch(tensors),

@@ -99,7 +99,8 @@ class Llama(OpenAIMethods):
             plan = kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v,
                            pool_bytes=requested_pool_bytes(cfg), n_ubatch=min(n_ubatch, n_batch))
             if cfg.kv_pool_mib == "auto":
-                kv_pool_bytes = auto_pool_bytes(hp, self._n_ctx, self.device, full=plan)
+                kv_pool_bytes = auto_pool_bytes(hp, self._n_ctx, self.device, full=plan,
+                                                n_seq=cfg.n_seq_max)
             else:   # above the whole cache (of every sequence): clamped to it, with a warning
                 whole = whole_cache_bytes(plan)
                 kv_pool_bytes = requested_pool_bytes(cfg, whole and whole * cfg.n_seq_max)

@@ -15,6 +15,7 @@ from .arch_qwen35 import n_layer_kv, recurrent_bytes
 KV_CHUNK = 256          # the core's default positions per chunk (kv_chunk=0)
 STATE_COPIES = 3        # a hybrid's live recurrent state and the core's default 2 snapshots
 LINK_BYTES_PER_S = 55e9  # the host->device link that info's decode bound assumes
+PLAN_ALIGN = 256        # kv/plan.h LKV_PLAN_ALIGN: a sequence's share of the pool, in steps
 
 
 @dataclass(slots=True)
@@ -71,6 +72,20 @@ def whole_cache_bytes(plan: KVPlan) -> int | None:
     return plan.pool_bytes if plan.ring_bytes == 0 else None
 
 
+def sequences_pool_bytes(share_bytes: int, n_seq: int) -> int:
+    """The least pool whose split among n_seq active sequences gives each at
+    least share_bytes (kv/plan.h lkv_plan_shares: equal shares, each rounded
+    down to PLAN_ALIGN bytes)."""
+    if n_seq <= 1:
+        return share_bytes
+    return n_seq * (-(-share_bytes // PLAN_ALIGN) * PLAN_ALIGN)
+
+
+def share_bytes(pool_bytes: int, n_seq: int) -> int:
+    """Each sequence's share of a pool when n_seq sequences are active (kv/plan.h)."""
+    return pool_bytes if n_seq <= 1 else pool_bytes // n_seq // PLAN_ALIGN * PLAN_ALIGN
+
+
 def cuda_free_bytes() -> int:
     free, total = ffi.new("int64_t *"), ffi.new("int64_t *")
     _check(lib.lkv_cuda_mem_info(free, total), "CUDA memory info")
@@ -78,26 +93,30 @@ def cuda_free_bytes() -> int:
 
 
 def auto_pool_bytes(hparams: dict, n_ctx: int, device: str, reserve_bytes: int = 0,
-                    full: KVPlan | None = None, **kv) -> int | None:
-    """kv_pool_mib="auto": the pool a context gets; None means all resident.
+                    full: KVPlan | None = None, n_seq: int = 1, **kv) -> int | None:
+    """kv_pool_mib="auto": the pool a context of n_seq sequences gets (one pool
+    for all of them, kv/plan.h); None means all resident.
 
     CUDA: the free device memory (measured after the weights are loaded; less
     ``reserve_bytes`` for memory still to be taken, e.g. weights not yet loaded,
     and a hybrid's recurrent state with its snapshots, which the context
     allocates beside the pool) less a margin of 512 MiB + 5% for the context's
     own buffers and the runtime;
-    when the whole cache fits there, no bound at all. CPU: a quarter of the
-    full cache, but at least the plan's minimum (the CPU's "device" pool is an
-    emulation that exercises streaming, so it is kept deliberately small).
-    full: the plan of the whole cache (kv_plan without a pool), when the
-    caller has it already; else it is computed from kv.
+    when the whole cache of every sequence fits there, no bound at all. CPU: a
+    quarter of each sequence's full cache, but at least the plan's minimum (the
+    CPU's "device" pool is an emulation that exercises streaming, so it is kept
+    deliberately small), times n_seq. Either way every one of n_seq active
+    sequences gets at least a sequence's minimum pool.
+    full: the plan of one sequence's whole cache (kv_plan without a pool), when
+    the caller has it already; else it is computed from kv.
     """
     if full is None:
         full = kv_plan(hparams, n_ctx, **kv)
+    least = sequences_pool_bytes(full.min_pool_bytes, n_seq)
     if device == "cuda":
         free = cuda_free_bytes() - reserve_bytes - STATE_COPIES * recurrent_bytes(hparams)
         budget = free - (512 << 20) - free // 20
-        if budget >= full.pool_bytes:
+        if budget >= n_seq * full.pool_bytes:
             return None
-        return max(budget, full.min_pool_bytes)
-    return max(full.pool_bytes // 4, full.min_pool_bytes)
+        return max(budget, least)
+    return max(sequences_pool_bytes(full.pool_bytes // 4, n_seq), least)

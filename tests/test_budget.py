@@ -181,3 +181,80 @@ def test_serve_splits_the_budget_between_slots(path, weights_mib):
     assert slot_budget_mib(weights_mib + 400, ts, 4) == pytest.approx(weights_mib + 100)
     with pytest.raises(MemoryBudgetError, match="weights alone"):
         slot_budget_mib(weights_mib - 1, ts, 2)
+
+
+# ---------------------------------------------------------------- several sequences
+
+@settings(max_examples=300, deadline=None)
+@given(share=st.integers(1, 1 << 34), n=st.integers(2, 64))
+def test_sequences_pool_is_the_least_the_core_splits_into_shares(share, n):
+    """sequences_pool_bytes: the core's split gives each of n sequences >= share
+    bytes (lkv_plan_pool_shares), and one byte less does not. (One sequence has
+    the whole pool: the core splits only for n_seq_max > 1, kv/seqs.c.)"""
+    from pyllamakv._native_seqs import pool_shares
+    from pyllamakv.plan import sequences_pool_bytes, share_bytes
+    assert sequences_pool_bytes(share, 1) == share == share_bytes(share, 1)
+    pool = sequences_pool_bytes(share, n)
+    got = pool_shares(pool, [True] * n)
+    assert all(b >= share for _, b in got) and got[0][1] == share_bytes(pool, n)
+    assert all(o + b <= pool for o, b in got)
+    assert share_bytes(pool - 1, n) < share
+    with pytest.raises(PoolTooSmallError):
+        pool_shares(pool - 1, [True] * n, min_share=share)
+
+
+def _cfg(n_seq, **kw):
+    from pyllamakv.config import LlamaConfig
+    return LlamaConfig(n_ctx=2048, device="cpu", n_threads=1, n_seq_max=n_seq, **kw)
+
+
+def test_budget_plans_for_every_sequence(path, weights_mib):
+    """n_seq_max = 3: all resident only when three whole caches fit (one fitting is
+    not enough); else one pool that gives each of the three its minimum."""
+    from pyllamakv.budget import plan_budget, resident_kv_bytes
+    from pyllamakv.gguf_file import GGUFFile
+    from pyllamakv.plan import kv_plan, kv_row_bytes, sequences_pool_bytes
+    from pyllamakv._native import model_params
+    f = GGUFFile(path)
+    hp = model_params(f)
+    one_kv = resident_kv_bytes(hp, 2048, kv_row_bytes(hp, "f16"), kv_row_bytes(hp, "f16"))
+    plan = kv_plan(hp, 2048)
+
+    def split(n_seq, budget_mib, **kw):
+        return plan_budget(_cfg(n_seq, gpu_memory_mib=budget_mib, **kw), hp, f.tensors, 2048,
+                           "cpu")[0]
+    one = split(1, weights_mib + 300)
+    assert one.pool is None and one.kv == one_kv, one.describe()
+    three = split(3, weights_mib + 300)      # fits one whole cache, not three
+    assert three.pool is not None and three.used <= three.budget, three.describe()
+    assert three.pool >= sequences_pool_bytes(plan.min_pool_bytes, 3), three.describe()
+    roomy = split(3, weights_mib + 400)
+    assert roomy.pool is None and roomy.kv == 3 * one_kv, roomy.describe()
+    # a fixed pool is clamped to the three whole caches, not to one
+    with pytest.warns(RuntimeWarning, match="exceeds the whole KV cache"):
+        fixed = split(3, weights_mib + 800, kv_pool_mib=4 * one_kv / MIB)
+    assert fixed.pool == 3 * plan.pool_bytes, fixed.describe()
+    # a fixed pool whose three shares are each below a sequence's minimum: refused
+    with pytest.raises(PoolTooSmallError):
+        split(3, weights_mib + 400, kv_pool_mib=1.5 * plan.min_pool_bytes / MIB)
+
+
+def test_auto_pool_plans_for_every_sequence(path):
+    """kv_pool_mib='auto' on the CPU: a quarter of each sequence's cache, times
+    n_seq_max, which the context then splits into equal shares."""
+    from pyllamakv.plan import PLAN_ALIGN, auto_pool_bytes, kv_plan, share_bytes
+    from pyllamakv._native import model_params
+    from pyllamakv.gguf_file import GGUFFile
+    hp = model_params(GGUFFile(path))
+    full = kv_plan(hp, 1024)
+    one = auto_pool_bytes(hp, 1024, "cpu", full=full)
+    assert one == max(full.pool_bytes // 4, full.min_pool_bytes)
+    assert auto_pool_bytes(hp, 1024, "cpu", full=full, n_seq=3) == \
+        3 * (-(-one // PLAN_ALIGN) * PLAN_ALIGN)
+    with llama(path, n_ctx=1024, n_seq_max=3, kv_pool_mib="auto") as llm:
+        assert llm.kv_pool_bytes == auto_pool_bytes(hp, 1024, "cpu", full=full, n_seq=3)
+        # kv_stats: sequence 0's share of the one pool
+        assert llm.kv_stats()["pool_bytes"] == share_bytes(llm.kv_pool_bytes, 3)
+        r = llm.create_completion(["The sky is", "Two plus two is", "Paris is"], max_tokens=3,
+                                  temperature=0)
+        assert [c["index"] for c in r["choices"]] == [0, 1, 2]

@@ -155,6 +155,67 @@ def test_concurrent_equal_sequential(client):
     assert len(set(sequential)) == len(PROMPTS)
 
 
+def test_n_choices_and_prompt_list_order(client, ref):
+    """n choices per prompt, index p * n + i as OpenAI orders them; greedy: each the
+    text of a request for it alone; usage counts each prompt once."""
+    prompts = [PROMPTS[5], PROMPTS[6]]
+    want = [ref(p, max_tokens=5, temperature=0) for p in prompts]
+    r = client.completions.create(model="m", prompt=prompts, n=3, max_tokens=5, temperature=0)
+    assert [c.index for c in r.choices] == list(range(6))
+    assert [c.text for c in r.choices] == [w["choices"][0]["text"] for w in want
+                                           for _ in range(3)]
+    assert r.usage.prompt_tokens == sum(w["usage"]["prompt_tokens"] for w in want)
+    assert r.usage.completion_tokens == 30
+    texts = [""] * 6
+    ids = set()
+    for chunk in client.completions.create(model="m", prompt=prompts, n=3, max_tokens=5,
+                                           temperature=0, stream=True):
+        ids.add(chunk.id)
+        for c in chunk.choices:
+            texts[c.index] += c.text
+    assert texts == [c.text for c in r.choices] and len(ids) == 1
+
+
+def test_n_seeded_choices_are_reproducible(client, ref):
+    """Seeded: choice i is the completion of seed + i, so the n choices differ."""
+    kw = dict(max_tokens=10, temperature=1.0, top_p=1.0)
+    extra = {"top_k": 0, "min_p": 0.0}
+    r = client.completions.create(model="m", prompt=PROMPTS[1], n=3, seed=77,
+                                  extra_body=extra, **kw)
+    want = [ref(PROMPTS[1], seed=77 + i, top_k=0, min_p=0.0, **kw)["choices"][0]["text"]
+            for i in range(3)]
+    assert [c.text for c in r.choices] == want
+    assert len(set(want)) > 1
+
+
+def test_chat_n_choices(client, ref):
+    msgs = [{"role": "user", "content": "Name a colour."}]
+    want = ref.create_chat_completion(msgs, max_tokens=6, temperature=0)
+    r = client.chat.completions.create(model="m", messages=msgs, n=2, max_tokens=6,
+                                       temperature=0)
+    assert [c.index for c in r.choices] == [0, 1]
+    assert [c.message.content for c in r.choices] == \
+        [want["choices"][0]["message"]["content"]] * 2
+    assert r.usage.prompt_tokens == want["usage"]["prompt_tokens"]
+    texts = ["", ""]
+    for chunk in client.chat.completions.create(model="m", messages=msgs, n=2, max_tokens=6,
+                                                temperature=0, stream=True):
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+    assert texts == [c.message.content for c in r.choices]
+
+
+def test_prompt_list_is_one_job_per_prompt(served, client):
+    """A prompt list runs as a job per prompt (free slots take them at once)."""
+    pool = served[1]
+    before = sum(s.n_jobs for s in pool.slots)
+    client.completions.create(model="m", prompt=PROMPTS[:4], max_tokens=2, temperature=0)
+    t_end = time.monotonic() + 10     # a slot counts its job just after the answer leaves
+    while sum(s.n_jobs for s in pool.slots) - before < 4 and time.monotonic() < t_end:
+        time.sleep(0.02)
+    assert sum(s.n_jobs for s in pool.slots) - before == 4
+
+
 def test_models_health_metrics(served, client):
     server, pool, _ = served
     models = client.models.list()
@@ -209,7 +270,10 @@ BAD = [
     ({"prompt": "Hi", "top_k": -3}, "top_k"),
     ({"prompt": "Hi", "stream": "yes"}, "stream"),
     ({"prompt": "Hi", "logit_bias": {"x": 1}}, "logit_bias"),
-    ({"prompt": "Hi", "n": 2}, "n"),
+    ({"prompt": "Hi", "n": 0}, "n"),
+    ({"prompt": "Hi", "n": 129}, "n"),
+    ({"prompt": "Hi", "n": "2"}, "n"),
+    ({"prompt": ["Hi", "Ho"], "n": 10}, "n"),                          # 20 jobs > 2 + 16
     ({"prompt": "word " * 700}, "prompt"),                             # over the context
     ({"prompt": []}, None),
     ({"prompt": ["Hi", []]}, None),                                  # an empty one of a list
@@ -275,6 +339,26 @@ def test_disconnect_mid_stream_frees_the_slot(served):
     assert server.app.state.metrics.cancelled._value.get() == cancelled0 + 1
     r = httpx.post(server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
     assert r.status_code == 200
+
+
+def test_disconnect_mid_stream_frees_every_choice_slot(served):
+    """n = 2 streamed on two slots: the client leaves, both slots free."""
+    server, pool, _ = served
+    cancelled0 = server.app.state.metrics.cancelled._value.get()
+    body = {"prompt": PROMPTS[6], "max_tokens": 480, "temperature": 0.8, "stream": True,
+            "seed": 9, "n": 2, "logit_bias": NO_END}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(8)]
+        assert got[0].startswith("data: ")
+    wait_idle(server.url)     # long before 2 x 480 tokens could have been generated
+    t_end = time.monotonic() + 10     # on_done counts a job just after its slot frees
+    while server.app.state.metrics.cancelled._value.get() < cancelled0 + 2 \
+            and time.monotonic() < t_end:
+        time.sleep(0.02)
+    assert server.app.state.metrics.cancelled._value.get() == cancelled0 + 2
+    assert pool.busy == 0 and pool.queue_length == 0
 
 
 def test_time_limit_ends_with_length(client):

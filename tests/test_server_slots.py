@@ -126,6 +126,37 @@ def _job(loop, fn, timeout_s=30.0):
     return Job(fn, loop, timeout_s)
 
 
+def test_prompt_list_runs_on_free_slots_at_once():
+    """Two prompts on two slots: both start before either produces a token (the old
+    path ran a list on one slot, one prompt after the other); choices come back in order."""
+    gates = [Gate(), Gate()]
+    pool = SlotPool(gates, queue_size=2)
+    server = InProcess(create_app(ServerSettings(parallel=2, queue_size=2), pool))
+    try:
+        with httpx.Client(timeout=60) as http:
+            body = {"prompt": ["a", "b"], "max_tokens": 2, "n": 2}
+            box = {}
+            t = threading.Thread(target=lambda: box.update(
+                r=http.post(server.url + "/v1/completions", json=body)))
+            t.start()
+            for g in gates:
+                assert g.started.acquire(timeout=30), "a slot never started its prompt"
+            for _ in range(40):
+                for g in gates:
+                    g.step.release()
+            t.join(60)
+        r = box["r"]
+        assert r.status_code == 200, r.text
+        assert [c["index"] for c in r.json()["choices"]] == [0, 1, 2, 3]
+        assert sum(g.calls for g in gates) == 4
+    finally:
+        for g in gates:
+            for _ in range(100):
+                g.step.release()
+        server.stop()
+        pool.close()
+
+
 def test_pool_skips_cancelled_and_expired_jobs_and_closes():
     gate = Gate()
     pool = SlotPool([gate], queue_size=4)

@@ -126,6 +126,19 @@ def test_bad_fields_get_400(served, fields, needle):
     assert needle in r.json()["error"]["message"], r.text
 
 
+def test_mtp_without_an_mtp_block_gets_400_naming_the_field(served):
+    """The default model has no MTP (nextn) block: 400 before the request queues."""
+    r = httpx.post(served[0].url + "/v1/chat/completions",
+                   json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
+                         "speculative.type": "mtp"}, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "speculative.type" and "MTP" in err["message"], err
+    ok = httpx.post(served[0].url + "/v1/completions",
+                    json={"prompt": "x", "max_tokens": 2, "temperature": 0}, timeout=60)
+    assert ok.status_code == 200
+
+
 def test_server_default_and_draft_model(plain):
     """--draft MODEL.gguf: speculation by default with the draft model (here the
     target itself, so nearly every draft is kept); a request can turn it off."""

@@ -24,11 +24,12 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException
 
+from . import fanout
 from .metrics import CONTENT_TYPE, Metrics
 from .schemas import ChatRequest, CompletionRequest, Unsupported, error_body
 from .settings import ServerSettings
 from .slots import Job, JobStopped, QueueFull, SlotPool, load_engines
-from .speculation import SpecRequest, drafting
+from .speculation import SpecRequest, check_available, drafting
 
 INDEX = Path(__file__).resolve().parent / "static" / "index.html"
 POLL_S = 0.25         # how often a waiting request checks that its client is still there
@@ -166,39 +167,95 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
         body = await _parse(request, ChatRequest if chat else CompletionRequest)
         param = "messages" if chat else "prompt"
         limit = min(settings.timeout_s, body.timeout or math.inf)
-        fn = _run(chat, body.kwargs(), body.stream, body.model or alias, body.speculative())
-        job = Job(fn, asyncio.get_running_loop(), limit)
+        spec = body.speculative()
         try:
-            pool.submit(job)
+            check_available(spec, pool.slots[0].engine)
+        except ValueError as e:
+            raise ApiError(400, error_body(str(e), param="speculative.type",
+                                           code="invalid_value")) from None
+        parts = fanout.split(body.kwargs(), body.n, chat)
+        if len(parts) > len(pool.slots) + pool.queue_size:
+            raise ApiError(400, error_body(
+                f"{len(parts)} choices (n times the prompts) are more than this server's "
+                f"{len(pool.slots)} slots and {pool.queue_size} queue places", param="n",
+                code="invalid_value"))
+        loop = asyncio.get_running_loop()
+        jobs = [Job(_run(chat, part.kwargs, body.stream, body.model or alias,
+                         spec), loop, limit) for part in parts]
+        try:
+            pool.submit_all(jobs)
         except QueueFull as e:
             raise ApiError(503, error_body(str(e), "server_error", code="queue_full"),
                            {"Retry-After": "1"}) from None
-        kind, first = await next_item(job, request)
-        if kind == "error":
-            raise _engine_error(first, param)
+
+        ended: set[int] = set()      # jobs whose last item came: never cancelled (metrics)
+
+        def stop_all() -> None:
+            for k, job in enumerate(jobs):
+                if k not in ended:
+                    job.cancel()
+                    pool.withdraw(job)
+
         if not body.stream:
+            async def whole(k: int) -> dict:
+                kind, item = await next_item(jobs[k], request)
+                ended.add(k)        # the response is a job's last item
+                if kind == "error":
+                    raise _engine_error(item, param)
+                return item
+            try:      # the first part to fail fails the request and stops the others
+                outs = await asyncio.gather(*(whole(k) for k in range(len(jobs))))
+            finally:
+                stop_all()
             metrics.requests.labels(endpoint, "200").inc()
             metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
-            return JSONResponse(first)
+            return JSONResponse(fanout.merge(outs, parts))
+
+        # streamed: the first part's first item decides the status; then every part's
+        # items as they come (each part's job ends with "end" or "error")
+        kind, first = await next_item(jobs[0], request)
+        if kind == "error":
+            ended.add(0)
+            stop_all()
+            raise _engine_error(first, param)
+        first_id = first.get("id") if len(parts) > 1 else None
+        merged: asyncio.Queue = asyncio.Queue()
+
+        async def pump(k: int) -> None:
+            job = jobs[k]
+            while True:
+                kind, item = await next_item(job, request)
+                if kind != "item":
+                    ended.add(k)
+                await merged.put((k, kind, item))
+                if kind != "item":
+                    return
+
+        await merged.put((0, "item", first))
+        pumps = [asyncio.create_task(pump(k)) for k in range(len(jobs))]
 
         async def events():
-            item, status = first, "200"
+            status, left = "200", len(jobs)
             try:
-                while True:
-                    data = _json(item)
-                    metrics.sse_bytes.inc(len(data.encode()) + 8)
-                    yield data
-                    kind, item = await job.get()
+                while left:
+                    k, kind, item = await merged.get()
                     if kind == "end":
-                        break
+                        left -= 1
+                        continue
                     if kind == "error":
                         e = _engine_error(item, param)
-                        item, status = e.body, str(e.status)
-                        yield _json(item)
+                        status = str(e.status)
+                        yield _json(e.body)
                         break
+                    data = _json(fanout.relabel(item, parts[k], first_id)
+                                 if first_id is not None else item)
+                    metrics.sse_bytes.inc(len(data.encode()) + 8)
+                    yield data
                 yield "[DONE]"
             finally:
-                job.cancel()    # a no-op after the end; frees the slot if the client left
+                for t in pumps:
+                    t.cancel()
+                stop_all()    # frees the slots of jobs still running (the client left)
                 metrics.requests.labels(endpoint, status).inc()
                 metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
 

@@ -34,7 +34,7 @@ from ..cli_values import memory_option, pool_mib
 @click.option("--alias", "model_alias", default=None, help="the model name /v1/models reports")
 @click.option("--draft", "draft_model", default=None,
               help="speculative decoding by default: a draft GGUF sharing the model's "
-                   "vocabulary, or 'lookup' (prompt lookup); a request chooses with "
+                   "vocabulary, 'lookup' (prompt lookup) or 'mtp' (the model's MTP block); a request chooses with "
                    "'speculative.type' / 'speculative.n_max' either way")
 def serve(**kw):
     """Serve MODEL (default: the default model) over OpenAI's HTTP API."""

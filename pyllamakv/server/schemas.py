@@ -3,7 +3,7 @@
 The models accept OpenAI's field names and types and check the ranges the
 sampler needs, so a bad request is answered with 400 before it waits for a
 slot. Fields OpenAI has and this server does not implement are refused by name
-(n > 1, logprobs, suffix, tools) rather than ignored; unknown fields are
+(logprobs, suffix, tools) rather than ignored; unknown fields are
 ignored, as OpenAI-compatible servers do.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .fanout import MAX_N
 from .speculation import SpecRequest
 
 
@@ -44,7 +45,7 @@ class _Sampling(BaseModel):
     seed: int | None = Field(default=None, ge=-1, le=2**63 - 1)
     stop: str | list[str] | None = None
     stream: bool = False
-    n: int = 1
+    n: int = Field(default=1, ge=1, le=MAX_N)   # choices per prompt (fanout.py)
     logit_bias: dict[str, float] | None = None
     timeout: float | None = Field(default=None, gt=0.0)   # seconds; only lowers the server's
     # speculative decoding, llama-server's field names (speculation.py)
@@ -70,9 +71,7 @@ class _Sampling(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _one_choice(self):
-        if self.n != 1:
-            raise Unsupported("n", f"n={self.n}: this server returns one choice (n=1)")
+    def _checks(self):
         self.speculative()      # its checks, before the request queues
         return self
 

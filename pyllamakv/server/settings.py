@@ -38,7 +38,7 @@ class ServerSettings:
     type_k: str = "f16"
     type_v: str = "f16"
     model_alias: str | None = None    # the name /v1/models reports; None: the file name
-    draft_model: str | None = None    # speculation by default: "lookup" or a draft GGUF
+    draft_model: str | None = None    # speculation by default: "lookup", "mtp" or a draft GGUF
 
     def __post_init__(self) -> None:
         LlamaConfig(self.n_ctx, n_threads=self.n_threads, device=self.device,
@@ -61,7 +61,8 @@ class ServerSettings:
                              "memory; with parallel > 1 give the server's pool in MiB")
         d = self.draft_model
         if d is not None and not (isinstance(d, str) and d):
-            raise ValueError(f"draft_model must be None, 'lookup' or a GGUF path, got {d!r}")
+            raise ValueError(f"draft_model must be None, 'lookup', 'mtp' or a GGUF path, "
+                             f"got {d!r}")
 
     @property
     def threads_per_slot(self) -> int:

@@ -4,9 +4,9 @@ A *slot* is one sequence's engine. Today that is a Llama of its own (its own
 Context over the one loaded Model) driven by its own thread: the core releases
 the GIL while it decodes, so slots run in parallel, and a slot's output never
 depends on its neighbours (each has its own KV cache and sampler). A *job* is
-one request: a function run on a slot's engine that yields items (a response
-dict, or stream chunks); the items reach the event loop through the job's
-asyncio queue. Free slots take waiting jobs first come, first served; a queue
+one choice of a request (fanout.py): a function run on a slot's engine that
+yields items (a response dict, or stream chunks); the items reach the event
+loop through the job's asyncio queue. Free slots take waiting jobs first come, first served; a queue
 that is full refuses new ones (QueueFull, which the app answers with 503).
 On a GPU with parallel > 1 the slots' Llamas share one context (seq_batch.py):
 each holds a sequence of it, and their threads' decode calls merge into
@@ -32,7 +32,8 @@ from ..default_model import default_model_path
 from ..llama import Llama
 from ..seq_batch import SharedContext
 from .settings import ServerSettings
-from .speculation import DRAFT, LOOKUP
+from ..speculative import make_drafter
+from .speculation import DRAFT, LOOKUP, MTP, SpecRequest, check_available
 
 
 class QueueFull(Exception):
@@ -151,14 +152,19 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     if s.parallel > 1 and device != "cpu" and not model.hparams.get("full_attn_interval"):
         kw["_context"] = SharedContext(s.parallel).context
     # every slot is made with a drafter, so that a budget counts the logits rows a
-    # verification needs (budget.py): any request may ask for speculation
-    engines = [SlotLlama(path, _model=model, draft_model=s.draft_model or "lookup", **kw)
-               for _ in range(s.parallel)]
+    # verification needs (budget.py): any request may ask for speculation; a model with an
+    # MTP block gets contexts that run it (speculative.type "mtp"), a draft GGUF its own
+    has_mtp = model.n_nextn > 0
+    gguf = s.draft_model not in (None, "lookup", "mtp")
+    engines = [SlotLlama(path, _model=model, draft_model="mtp" if has_mtp else
+                         s.draft_model or "lookup", **kw) for _ in range(s.parallel)]
     for e in engines:
-        e.spec_default = None if s.draft_model is None else \
-            LOOKUP if s.draft_model == "lookup" else DRAFT
-        e.spec_draft_model = e.draft_model if e.spec_default == DRAFT else None
+        e.spec_mtp = e.draft_model if has_mtp else None
+        e.spec_draft_model = None if not gguf else \
+            make_drafter(s.draft_model, e) if has_mtp else e.draft_model
+        e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
         e.draft_model = None      # a request's fields choose (speculation.drafting)
+        check_available(SpecRequest(), e)     # --draft mtp on a model without the block
     return engines
 
 
@@ -213,14 +219,18 @@ class SlotPool:
 
     def submit(self, job: Job) -> None:
         """Queue job, or raise QueueFull (RuntimeError once closed)."""
+        self.submit_all([job])
+
+    def submit_all(self, jobs: list[Job]) -> None:
+        """Queue every job of one request, or none of them (QueueFull, RuntimeError)."""
         with self._cv:
             if self._closed:
                 raise RuntimeError("the server is shutting down")
-            if len(self._waiting) >= self._idle + self.queue_size:
+            if len(self._waiting) + len(jobs) > self._idle + self.queue_size:
                 raise QueueFull(f"all {len(self.slots)} slots are busy and "
                                 f"{self.queue_size} requests are waiting")
-            self._waiting.append(job)
-            self._cv.notify()
+            self._waiting.extend(jobs)
+            self._cv.notify(len(jobs))
 
     def withdraw(self, job: Job) -> bool:
         """Take job out of the queue if it has not reached a slot yet (its place frees)."""

@@ -5,7 +5,9 @@ these dotted names):
 
 - ``speculative.type``: ``"none"``; ``"ngram-simple"`` (alias ``"lookup"``),
   prompt lookup: n-grams of the context; ``"draft-simple"`` (alias
-  ``"draft"``), the draft GGUF the server was started with (``--draft``).
+  ``"draft"``), the draft GGUF the server was started with (``--draft``);
+  ``"mtp"``, the model's own MTP (nextn) block, where its GGUF has one (the
+  slots' contexts are then made with the block: spec_mtp.py).
   Unset: the server's default (``--draft``; none without it).
 - ``speculative.n_max``: the most tokens drafted per verification (0: none).
 - ``speculative.n_min``: fewer drafted tokens than this are not verified.
@@ -25,8 +27,8 @@ import numpy as np
 
 from ..speculative import PromptLookupDecoding
 
-LOOKUP, DRAFT, NONE = "ngram-simple", "draft-simple", "none"
-ALIASES = {"lookup": LOOKUP, "draft": DRAFT, LOOKUP: LOOKUP, DRAFT: DRAFT, NONE: NONE}
+LOOKUP, DRAFT, MTP, NONE = "ngram-simple", "draft-simple", "mtp", "none"
+ALIASES = {"lookup": LOOKUP, "draft": DRAFT, LOOKUP: LOOKUP, DRAFT: DRAFT, MTP: MTP, NONE: NONE}
 MAX_DRAFT = 64       # a verification is one pass of n_max + 1 tokens (at most n_batch)
 
 
@@ -61,19 +63,40 @@ class Limited:
         return d if d.size >= max(self.n_min, 1) else d[:0]
 
 
-def request_drafter(spec: SpecRequest, default: str | None, draft_model) -> Any | None:
+def _kind(spec: SpecRequest, default: str | None) -> str:
+    return ALIASES[spec.type] if spec.type is not None else (default or NONE)
+
+
+def check_available(spec: SpecRequest, engine) -> None:
+    """ValueError naming speculative.type when engine (a slot's Llama, as load_engines
+    makes them) cannot draft as spec asks; before the request queues."""
+    if not hasattr(engine, "draft_model"):
+        if spec.type not in (None, NONE):
+            raise ValueError("speculative.type: this server's engine has no speculative decoding")
+        return
+    kind = _kind(spec, getattr(engine, "spec_default", None))
+    if kind == DRAFT and getattr(engine, "spec_draft_model", None) is None:
+        raise ValueError("speculative.type 'draft-simple' needs a draft model: start the "
+                         "server with --draft MODEL.gguf (or use 'ngram-simple')")
+    if kind == MTP and getattr(engine, "spec_mtp", None) is None:
+        raise ValueError(f"speculative.type 'mtp' needs a model with an MTP (nextn) block; "
+                         f"{getattr(engine, 'model_path', 'this model')} has none "
+                         f"(use 'ngram-simple')")
+
+
+def request_drafter(spec: SpecRequest, default: str | None, drafters: dict) -> Any | None:
     """The drafter for one request on a slot whose server default is ``default``
-    (a type, or None) and whose draft GGUF drafter is ``draft_model`` (or None)."""
-    kind = ALIASES[spec.type] if spec.type is not None else (default or NONE)
+    (a type, or None) and whose own drafters are ``drafters`` (DRAFT: the draft
+    GGUF's, MTP: the MTP block's; None where the slot has none)."""
+    kind = _kind(spec, default)
     if kind == NONE or spec.n_max == 0:
         return None
     if kind == LOOKUP:
         base = PromptLookupDecoding(num_pred_tokens=spec.n_max or 10)
     else:
-        if draft_model is None:
-            raise ValueError("speculative.type 'draft-simple' needs a draft model: start the "
-                             "server with --draft MODEL.gguf (or use 'ngram-simple')")
-        base = draft_model
+        base = drafters.get(kind)
+        if base is None:
+            raise ValueError(f"speculative.type {kind!r}: this server has no such drafter")
         if spec.n_max is not None and hasattr(base, "num_pred_tokens"):
             base.num_pred_tokens = spec.n_max      # the slot's own drafter, this request only
     return Limited(base, spec.n_max, spec.n_min)
@@ -82,19 +105,20 @@ def request_drafter(spec: SpecRequest, default: str | None, draft_model) -> Any 
 @contextlib.contextmanager
 def drafting(llm, spec: SpecRequest) -> Iterator[None]:
     """Within: llm drafts as spec asks (llm a slot's Llama with the server's
-    ``spec_default`` and ``spec_draft_model`` set by load_engines)."""
+    ``spec_default``, ``spec_draft_model`` and ``spec_mtp`` set by load_engines)."""
     if not hasattr(llm, "draft_model"):   # an engine without speculation (tests' stand-ins)
-        if spec.type not in (None, NONE):
-            raise ValueError("this server's engine has no speculative decoding")
+        check_available(spec, llm)
         yield
         return
-    model = getattr(llm, "spec_draft_model", None)
-    saved_k = getattr(model, "num_pred_tokens", None)
+    drafters = {DRAFT: getattr(llm, "spec_draft_model", None),
+                MTP: getattr(llm, "spec_mtp", None)}
+    saved_k = {k: getattr(d, "num_pred_tokens", None) for k, d in drafters.items()}
     saved = llm.draft_model
-    llm.draft_model = request_drafter(spec, getattr(llm, "spec_default", None), model)
+    llm.draft_model = request_drafter(spec, getattr(llm, "spec_default", None), drafters)
     try:
         yield
     finally:
         llm.draft_model = saved
-        if saved_k is not None:
-            model.num_pred_tokens = saved_k
+        for k, d in drafters.items():
+            if saved_k[k] is not None:
+                d.num_pred_tokens = saved_k[k]

@@ -1,0 +1,72 @@
+"""speculative.type "mtp" per request: a tiny random qwen35 GGUF with an MTP (nextn)
+block behind the server (tests/tiny_qwen35.py), through the openai client.
+
+Greedy output with the MTP drafter is the plain greedy output (spec_decode.py's
+exactness), and /metrics counts its drafts like the other drafters'.
+"""
+import numpy as np
+import pytest
+
+from _server import InProcess, need_server_deps
+from tiny_qwen35 import write_tiny_qwen35
+
+need_server_deps()
+openai = pytest.importorskip("openai")
+
+from test_server_speculative import SPEC, counters  # noqa: E402
+
+N_VOCAB = 320
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from pyllamakv.server import ServerSettings, create_app
+    from pyllamakv.server.slots import SlotPool, load_engines
+    seed = int(np.random.default_rng().integers(1 << 30))
+    path = write_tiny_qwen35(tmp_path_factory.mktemp("srv-mtp") / "mtp.gguf", seed=seed,
+                             n_nextn=1)
+    settings = ServerSettings(str(path), parallel=2, n_ctx=128, queue_size=4, n_threads=1,
+                              type_k="f32", type_v="f32")
+    pool = SlotPool(load_engines(settings), settings.queue_size)
+    server = InProcess(create_app(settings, pool))
+    yield server, pool
+    server.stop()
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=served[0].url + "/v1", api_key="unused", max_retries=0,
+                         timeout=120)
+
+
+def _complete(client, prompt, n=1, **extra):
+    r = client.completions.create(model="m", prompt=prompt, max_tokens=24, temperature=0, n=n,
+                                  extra_body=extra or None)
+    return [c.text for c in r.choices]
+
+
+def test_mtp_per_request_is_exact_and_counted(served, client):
+    url = served[0].url
+    prompt = np.random.default_rng().integers(3, N_VOCAB, 12).tolist()
+    before = counters(url)
+    plain = _complete(client, prompt)
+    assert counters(url) == before, "a request without speculation moved the counters"
+    got = _complete(client, prompt, n=2, **{"speculative.type": "mtp", "speculative.n_max": 3})
+    assert got == plain * 2, "greedy MTP speculation changed the text"
+    after = counters(url)
+    drafted, accepted, passes = (after[k] - before[k] for k in SPEC)
+    assert drafted > 0 and passes > 0, (before, after)
+    assert 0 <= accepted <= drafted
+    assert all(e.engine.spec_mtp.num_pred_tokens == 3 for e in served[1].slots)
+    # n_max sets this request's draft length only: the slots' drafters are restored
+    _complete(client, prompt, **{"speculative.type": "mtp", "speculative.n_max": 1})
+    assert all(s.engine.spec_mtp.num_pred_tokens == 3 for s in served[1].slots)
+
+
+def test_streamed_mtp_equals_whole(client):
+    prompt = np.random.default_rng().integers(3, N_VOCAB, 9).tolist()
+    whole = _complete(client, prompt, **{"speculative.type": "mtp"})[0]
+    chunks = client.completions.create(model="m", prompt=prompt, max_tokens=24, temperature=0,
+                                       stream=True, extra_body={"speculative.type": "mtp"})
+    assert "".join(c.choices[0].text for c in chunks) == whole
