@@ -139,7 +139,9 @@ def mid_path(tmp_path_factory):
     return str(sm.write(shape, tmp_path_factory.mktemp("mid") / "mid.gguf"))
 
 
-@pytest.mark.parametrize("extra_mib", [300, 1500])
+# 500: the workspace of this Q4_0 model holds gemm_wg's 128 MiB of f16 weights
+# (sm_90a's q4_0 prefill; 300 left no pool on the H200, 2026-12-02)
+@pytest.mark.parametrize("extra_mib", [500, 1500])
 def test_mid_model_stays_in_budget(nvml, mid_path, extra_mib):
     budget = weights_mib(mid_path) + extra_mib
     used, split, line = measure(nvml, mid_path, budget, n_ctx=65536, type_k="q8_0",

@@ -9,7 +9,7 @@
  *   class (types)                  decode (n <= 8)   prefill, fast        prefill, exact
  *                                                    sm_90a   other
  *   float (f32, f16, bf16)         matvec_f32        gemm_wg  gemm_f16    gemm_f16
- *   q4_0                           mvx               mmq      mmq         mmb
+ *   q4_0                           mvx               gemm_wg  mmq         mmb
  *   legacy (q4_1 q5_0 q5_1 q8_0    mvx               mmq      mmq         mmx
  *           iq4_nl)
  *   k45 (q4_K, q5_K)               matvec_q8         mmq      mmq         mmq
@@ -21,13 +21,15 @@
  *
  * "fast" (gpu_kernels = 1, the default) are the fastest kernels measured on
  * the H200 (docs/performance.md) among those that keep the accuracy
- * contract. The warp-specialized gemm_wg is faster than mmq for q4_0 and the
- * legacy types too (pp512 of the 8B shape, 2026-12-02: q4_0 37.1 against
- * 46.0 ms, q8_0 37.2 / 55.1; q4_K 64.7 / 54.0), but it rounds x to f16 where
- * the CPU (and mmq) quantize x to q8_0 / q8_1 codes, and the tiny models of
- * tests/test_cuda.py then left the CPU by mean KL 1.4e-3 to 1.7e-2 (bound 2e-3;
- * mmq: within it), SmolLM2's 8-layer cut with q4_0 KV 0.018 against 0.011: so
- * mmq keeps those types until gemm_wg rounds x by the CPU's q8 rule. The i-quant rows are not measured yet:
+ * contract. The warp-specialized gemm_wg takes q4_0's prefill on sm_90a
+ * (pp512 of the 8B shape, 2026-12-02: 37.1 against mmq's 46.0 ms; tiny q4_0
+ * models of tests/test_cuda.py within mean KL 1.44e-3 of the CPU). It is
+ * faster for the legacy types too (q8_0 37.2 / 55.1 ms; q4_K 33.8 / 56.0 after
+ * the conversion's last change), but it rounds x to f16 where the CPU (and
+ * mmq) quantize x to q8 codes, and their tiny models then left the CPU by mean
+ * KL 6.4e-3 to 1.7e-2 (bound 2e-3; mmq within it), SmolLM2's (Q4_1) 8-layer
+ * cut with q4_0 KV 0.018 against 0.011: mmq keeps them until gemm_wg rounds x
+ * by the CPU's q8 rule. The i-quant rows are not measured yet:
  * iq4_xs has q4_K's structure (one integer scale per 32-block, q8_K
  * activations on the CPU), so it takes q4_K's kernels; the grid i-quants
  * have 8-bit codes too (grid level times sign) but scales per 16 (iq2_xs,
@@ -89,7 +91,7 @@ static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
     },
     {
         /* float   */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
-        /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMB}},
+        /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_GEMM_WG, LKV_MM_MMB}},
         /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
         /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
         /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
