@@ -71,10 +71,11 @@ class ToolStream:
             self.held = ""        # whitespace before a call is stripped, as the whole reply's
         return out
 
-    def _hermes_block(self, body: str) -> list[dict]:
+    def _hermes_block(self, body: str, closed: bool = True) -> list[dict]:
         got = _json_prefix(body.strip())
         call = _call(got[0], _ARGS_KEY["hermes"]) if got else None
-        return self._calls([call]) if call else self._content(_OPEN + body + _CLOSE)
+        return self._calls([call]) if call else \
+            self._content(_OPEN + body + (_CLOSE if closed else ""))
 
     def feed(self, text: str) -> list[dict]:
         self.buf += text
@@ -117,7 +118,7 @@ class ToolStream:
                 ([{"content": self.buf}] if self.buf else [])
         rest = self.buf[self.pos:]
         if self.mode == "scan" and rest.startswith(_OPEN):
-            out = self._hermes_block(rest[len(_OPEN):])
+            out = self._hermes_block(rest[len(_OPEN):], closed=False)
         else:
             out = self._content(rest)
         if self.held and not self.n_calls:

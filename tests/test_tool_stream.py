@@ -85,6 +85,13 @@ def test_content_and_first_call_go_out_early():
     assert [d["tool_calls"][0]["index"] for d in out if "tool_calls" in d] == [1]
 
 
+def test_cut_block_streams_as_its_text():
+    plan = plan_tools(QWEN_LIKE, [WEATHER])
+    text = 'x <tool_call>{"name": "get_wea'
+    _, content, calls = _replay(plan, text, random.Random(0), reason="length")
+    assert calls == [] and content == text
+
+
 def test_partial_tag_is_held_back():
     plan = plan_tools(QWEN_LIKE, [WEATHER])
     ts = ToolStream(plan)
