@@ -151,7 +151,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     ic.start(d);
     /* by NT threads (t: this one's index among them): all 8 warps, or the producer warps */
     using all_t = std::integral_constant<int, FA_THREADS>;
-    using one_t = std::integral_constant<int, FA_PROD>;
+    using prod_t = std::integral_constant<int, FA_PROD>;
     auto issue = [&](int j, auto nt) {
         constexpr int NT = decltype(nt)::value;
         const int t = NT == FA_THREADS ? tid : tid - FA_THREADS;
@@ -168,13 +168,10 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
                 fa_rows rw;
                 rw.init(d, tl);
                 /* bit r of the mask: tile row r is present (64 rows: the first two warps) */
-                {
-                    const int r = t;
-                    if (r < FA_BN) {
-                        const bool ok = rw.row(d, r, true, ge.rbk, 0) != nullptr;
-                        const uint32_t bal = __ballot_sync(0xffffffffu, ok);
-                        if (lane == 0) ((uint32_t *)(sm + L::mask))[(j % NS) * 2 + (r >> 5)] = bal;
-                    }
+                if (t < FA_BN) {
+                    const bool ok = rw.row(d, t, true, ge.rbk, 0) != nullptr;
+                    const uint32_t bal = __ballot_sync(0xffffffffu, ok);
+                    if (lane == 0) ((uint32_t *)(sm + L::mask))[(j % NS) * 2 + (t >> 5)] = bal;
                 }
                 if constexpr (QK) fa_copy_raw<NT>(d, rw, true, ge.rbk, offk, fa_hb<TK, D>(), ge.gk, stg, t);
                 else fa_copy_f16<D, NT>(d, rw, true, ge.rbk, offk, stg, t);
@@ -224,20 +221,20 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         __syncthreads();
         if (warp >= FA_WARPS) {   /* the producer: copies NS - 1 tiles ahead, dequantizes one ahead */
             constexpr int LA = NS - 1;
-            for (int s = 0; s < LA; s++) issue(s, one_t{});
+            for (int s = 0; s < LA; s++) issue(s, prod_t{});
             for (int j = 0; j < n_tiles; j++) {
                 fa_cp_wait<LA - 1>();   /* tile j's pieces of this thread */
                 asm volatile("bar.sync 2, %0;\n" ::"r"((int)FA_PROD) : "memory");   /* and of every producer */
                 if constexpr (ANYQ) {
                     if (j >= NF) mb_wait(bempty + 8 * ((j - NF) % NS), ((j - NF) / NS) & 1);
-                    dequant(j, one_t{});
+                    dequant(j, prod_t{});
                 } else {
                     fa_fence_async();
                 }
                 mb_arrive(bfull + 8 * (j % NS));
                 /* stage (j + LA) % NS held tile j - 1 (its mask too): wait until it is done with */
                 if (j >= 1 && j + LA < n_tiles) mb_wait(bempty + 8 * ((j - 1) % NS), ((j - 1) / NS) & 1);
-                issue(j + LA, one_t{});
+                issue(j + LA, prod_t{});
             }
             fa_cp_wait<0>();
             return;
