@@ -92,24 +92,40 @@ static __device__ __forceinline__ void wg_item(size_t i, int R, int nkt, int &r,
     g = (u / (R / 8)) * 4 + (l >> 3);
 }
 
+/* eight floats rounded to f16 (round to nearest), as one 16-byte piece */
+static __device__ __forceinline__ uint4 wg_pack8(const float (&y)[8]) {
+    __half2 h[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
+    return *(const uint4 *)h;
+}
+
+/* every 16-byte piece of a matrix tiled by R rows (rows_pad rows, nkt tiles of
+ * K per panel) from load(r, g, y): the 8 elements of group g of row r, or
+ * zeros where it returns false (no such element) */
+template <class Load>
+static __device__ __forceinline__ void wg_to_tiled(uint8_t *__restrict__ dst, int rows_pad, int R, int nkt,
+                                                   Load load) {
+    const size_t total = (size_t)rows_pad * nkt * 8;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        int r, g;
+        wg_item(i, R, nkt, r, g);
+        float y[8];
+        const uint4 v = load(r, g, y) ? wg_pack8(y) : make_uint4(0, 0, 0, 0);
+        *(uint4 *)(dst + wg_tiled(r, g, R, nkt)) = v;
+    }
+}
+
 /* x (n, cols) f32 -> x16, tiled by WG_BM rows, n_pad (a multiple of WG_BM) rows */
 static __global__ void wg_x_to_f16(const float *__restrict__ x, uint8_t *__restrict__ y, int n, int cols,
                                    int n_pad, int nkt) {
-    const size_t total = (size_t)n_pad * nkt * 8;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        int r, g;
-        wg_item(i, WG_BM, nkt, r, g);
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (r < n && 8 * g < cols) {
-            const float4 *s = (const float4 *)(x + (size_t)r * cols + 8 * g);
-            const float4 a = s[0], b = s[1];
-            const __half2 h0 = __floats2half2_rn(a.x, a.y), h1 = __floats2half2_rn(a.z, a.w);
-            const __half2 h2 = __floats2half2_rn(b.x, b.y), h3 = __floats2half2_rn(b.z, b.w);
-            v = make_uint4(*(const uint32_t *)&h0, *(const uint32_t *)&h1, *(const uint32_t *)&h2,
-                           *(const uint32_t *)&h3);
-        }
-        *(uint4 *)(y + wg_tiled(r, g, WG_BM, nkt)) = v;
-    }
+    wg_to_tiled(y, n_pad, WG_BM, nkt, [&](int r, int g, float (&v)[8]) {
+        if (r >= n || 8 * g >= cols) return false;
+        const float4 *s = (const float4 *)(x + (size_t)r * cols + 8 * g);
+        const float4 a = s[0], b = s[1];
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        return true;
+    });
 }
 
 /* rows [0, rows) of a weight (row_bytes apart) -> dst, tiled by R rows,
@@ -117,21 +133,11 @@ static __global__ void wg_x_to_f16(const float *__restrict__ x, uint8_t *__restr
 template <int T>
 static __global__ void wg_w_to_f16(const uint8_t *__restrict__ w, size_t row_bytes, int rows, int cols,
                                    int rows_pad, int R, int nkt, uint8_t *__restrict__ dst) {
-    const size_t total = (size_t)rows_pad * nkt * 8;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        int r, g;
-        wg_item(i, R, nkt, r, g);
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (r < rows && 8 * g < cols) {
-            float y[8];
-            dq8<T>(w + (size_t)r * row_bytes, g, y);
-            __half2 h[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
-            v = *(const uint4 *)h;
-        }
-        *(uint4 *)(dst + wg_tiled(r, g, R, nkt)) = v;
-    }
+    wg_to_tiled(dst, rows_pad, R, nkt, [&](int r, int g, float (&v)[8]) {
+        if (r >= rows || 8 * g >= cols) return false;
+        dq8<T>(w + (size_t)r * row_bytes, g, v);
+        return true;
+    });
 }
 
 // ---------------------------------------------------------------- the GEMM
