@@ -25,6 +25,12 @@ def need_server_deps() -> None:
         pytest.importorskip(name, reason="the server's extra: pip install 'pyllamakv[test]'")
 
 
+def openai_client(url: str):
+    """The official openai client on a test server: key "unused", no retries, 120 s."""
+    import openai
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
 def _bound() -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from _server import InProcess, need_server_deps
+from _server import InProcess, need_server_deps, openai_client
 from _smollm2 import require_model_path
 
 need_server_deps()
@@ -45,8 +45,7 @@ def ref(served):
 
 @pytest.fixture(scope="module")
 def client(served):
-    return openai.OpenAI(base_url=served[0].url + "/v1", api_key="unused", max_retries=0,
-                         timeout=120)
+    return openai_client(served[0].url)
 
 
 def test_completion_matches_llama(client, ref):

@@ -7,7 +7,7 @@ exactness), and /metrics counts its drafts like the other drafters'.
 import numpy as np
 import pytest
 
-from _server import InProcess, need_server_deps
+from _server import InProcess, need_server_deps, openai_client
 from tiny_qwen35 import write_tiny_qwen35
 
 need_server_deps()
@@ -36,8 +36,7 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(served):
-    return openai.OpenAI(base_url=served[0].url + "/v1", api_key="unused", max_retries=0,
-                         timeout=120)
+    return openai_client(served[0].url)
 
 
 def _complete(client, prompt, n=1, **extra):

@@ -6,7 +6,7 @@ exactness); the counters move by what the request's timings say.
 """
 import pytest
 
-from _server import InProcess, need_server_deps
+from _server import InProcess, need_server_deps, openai_client
 from _smollm2 import model_path, require_model_path
 
 need_server_deps()
@@ -39,8 +39,7 @@ def served():
 
 @pytest.fixture(scope="module")
 def client(served):
-    return openai.OpenAI(base_url=served[0].url + "/v1", api_key="unused", max_retries=0,
-                         timeout=120)
+    return openai_client(served[0].url)
 
 
 def counters(url: str) -> dict:
@@ -144,8 +143,7 @@ def test_server_default_and_draft_model(plain):
     target itself, so nearly every draft is kept); a request can turn it off."""
     server, pool = start(draft_model=model_path())
     try:
-        c = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
-                          timeout=120)
+        c = openai_client(server.url)
         before = counters(server.url)
         assert complete(c) == plain
         mid = counters(server.url)
