@@ -156,7 +156,7 @@ static size_t mm_bits_differ(const float *a, const float *b, size_t n) {
 }
 
 /* The legacy types (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl) must equal the CPU
- * backend bit for bit (mvx.cu for n <= 8, mmx.cu / mmb.cu above): the CPU's 8
+ * backend bit for bit (mvx.cu for n <= 32, mmx.cu / mmb.cu above): the CPU's 8
  * lane chains in block order (q4_0: its 8 chains of whole blocks). Fresh random weights and activations per call; no
  * f64 reference (test_matmul_shape has it), so large n stays cheap. Every
  * n <= 8 (the mat-vec's 1/2/4/8-token variants, tokens past n repeated). */
@@ -179,7 +179,7 @@ static void test_matmul_exact_ns(int rows, int cols, const int *ns, int n_ns) {
             C->matmul(cb, couts, x, ws, 1, n);
             const size_t nd = mm_bits_differ(out, cout, no);
             check(nd == 0, "matmul %-7s %dx%d n=%-3d %s: %zu of %zu outputs differ from the CPU (rel err %.2e)",
-                  t->name, rows, cols, n, n <= 8 ? "mat-vec" : "gemm", nd, no, rel_err_f(out, cout, no));
+                  t->name, rows, cols, n, n <= 32 ? "mat-vec" : "gemm", nd, no, rel_err_f(out, cout, no));
             free(x); free(out); free(cout); cudaFree(dx); cudaFree(dout);
         }
         free_weight(&w);
@@ -187,7 +187,8 @@ static void test_matmul_exact_ns(int rows, int cols, const int *ns, int n_ns) {
 }
 
 static void test_matmul_exact(int rows, int cols) {
-    const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 32, 100, 509};
+    /* 9 .. 32: mvx in slices of 8 (the last one short: 17, 31), 33: the GEMM */
+    const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 31, 32, 33, 100, 509};
     test_matmul_exact_ns(rows, cols, ns, NELEM(ns));
 }
 
@@ -412,10 +413,28 @@ static void test_gemm_exact_tails(void) {
     }
 }
 
+/* x as the CPU backend rounds it for a weight type's dot: the round trip
+ * through its vec_dot_type (q8_0, q8_1, q8_K); x itself for the float types */
+static void cpu_act_round(const lkv_traits *t, const float *x, float *xr, int n, int cols) {
+    const lkv_traits *vt = lkv_type_traits(t->vec_dot_type);
+    const bool q8 = t->vec_dot_type == LKV_TYPE_Q8_0 || t->vec_dot_type == LKV_TYPE_Q8_1 ||
+                    t->vec_dot_type == LKV_TYPE_Q8_K;
+    uint8_t *buf = malloc((size_t)cols / vt->block_size * vt->type_size + 64);
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * cols;
+        float *ri = xr + (size_t)i * cols;
+        if (!q8) { memcpy(ri, xi, sizeof(float) * cols); continue; }
+        vt->from_float(xi, buf, cols);
+        vt->to_float(buf, ri, cols);
+    }
+    free(buf);
+}
+
 /* gemm_wg.cu (sm_90a's prefill GEMM), forced through tune.h: every weight
- * type against gemm_f16.cu, which rounds both operands to f16 the same way
- * (so only the order of the f32 adds differs), and against the f64
- * reference; shapes with row tiles and token tiles cut short, a K tail of 32
+ * type against gemm_f16.cu fed x as the CPU rounds it for the type
+ * (cpu_act_round): gemm_wg rounds x so itself, then both round the operands
+ * to f16 the same way, so only the order of the f32 adds may differ; and
+ * against the f64 product of the rounded x; shapes with row tiles and token tiles cut short, a K tail of 32
  * (cols % 64 == 32), three weights in one call, and a weight larger than the
  * f16 scratch (split by rows into two GEMMs). Skipped where the device's code
  * has no wgmma kernel. */
@@ -440,16 +459,17 @@ static void test_gemm_wg(void) {
                 t->to_float((const uint8_t *)w[0].data + r * w[0].row_bytes, wf + (size_t)r * cols, cols);
             for (int ni = 0; ni < NELEM(ns); ni++) {
                 const int n = ns[ni];
-                float *x = malloc(sizeof(float) * n * cols);
+                float *x = malloc(sizeof(float) * n * cols), *xr = malloc(sizeof(float) * n * cols);
                 fill(x, (size_t)n * cols, 1.f);
+                cpu_act_round(t, x, xr, n, cols);
                 double *ref = malloc(sizeof(double) * n * rows);
                 for (int i = 0; i < n; i++)
                     for (int r = 0; r < rows; r++) {
                         double acc = 0;
-                        for (int k = 0; k < cols; k++) acc += (double)x[(size_t)i * cols + k] * wf[(size_t)r * cols + k];
+                        for (int k = 0; k < cols; k++) acc += (double)xr[(size_t)i * cols + k] * wf[(size_t)r * cols + k];
                         ref[(size_t)i * rows + r] = acc;
                     }
-                float *dx = dup_dev(x, sizeof(float) * n * cols);
+                float *dx = dup_dev(x, sizeof(float) * n * cols), *dxr = dup_dev(xr, sizeof(float) * n * cols);
                 float *dwg[3], *df[3], *hwg[3], *hf[3];
                 const lkv_weight *ws[3] = {&w[0], &w[1], &w[2]};
                 for (int i = 0; i < 3; i++) {
@@ -462,7 +482,7 @@ static void test_gemm_wg(void) {
                 lkv_cuda_tuning.matmul = LKV_MM_GEMM_WG; lkv_cuda_tuning.gen++;
                 G->matmul(gb, dwg, dx, ws, 3, n);
                 lkv_cuda_tuning.matmul = LKV_MM_GEMM_F16; lkv_cuda_tuning.gen++;
-                G->matmul(gb, df, dx, ws, 3, n);
+                G->matmul(gb, df, dxr, ws, 3, n);
                 lkv_cuda_tuning.matmul = LKV_MM_TABLE; lkv_cuda_tuning.gen++;
                 double ewf = 0;
                 for (int i = 0; i < 3; i++) {
@@ -476,7 +496,7 @@ static void test_gemm_wg(void) {
                       n, ewf);
                 check(eg < 4e-3, "gemm_wg %-7s %dx%d n=%-3d vs f64 rel err %.2e", t->name, rows, cols, n, eg);
                 for (int i = 0; i < 3; i++) { cudaFree(dwg[i]); cudaFree(df[i]); free(hwg[i]); free(hf[i]); }
-                cudaFree(dx); free(x); free(ref);
+                cudaFree(dx); cudaFree(dxr); free(x); free(xr); free(ref);
             }
             free(wf);
             for (int i = 0; i < 3; i++) free_weight(&w[i]);
@@ -485,10 +505,12 @@ static void test_gemm_wg(void) {
     {
         const int rows = 17000, cols = 4096, n = 133;
         lkv_weight w = {0};
-        make_weight(&w, LKV_TYPE_Q4_1, rows, cols);   
-        float *x = malloc(sizeof(float) * n * cols);
+        make_weight(&w, LKV_TYPE_Q4_1, rows, cols);
+        float *x = malloc(sizeof(float) * n * cols), *xr = malloc(sizeof(float) * n * cols);
         fill(x, (size_t)n * cols, 1.f);
-        float *dx = dup_dev(x, sizeof(float) * n * cols), *d1 = dev_buf(sizeof(float) * n * rows),
+        cpu_act_round(lkv_type_traits(LKV_TYPE_Q4_1), x, xr, n, cols);
+        float *dx = dup_dev(x, sizeof(float) * n * cols), *dxr = dup_dev(xr, sizeof(float) * n * cols),
+              *d1 = dev_buf(sizeof(float) * n * rows),
               *d2 = dev_buf(sizeof(float) * n * rows);
         float *h1 = malloc(sizeof(float) * n * rows), *h2 = malloc(sizeof(float) * n * rows);
         const lkv_weight *ws[1] = {&w};
@@ -496,13 +518,14 @@ static void test_gemm_wg(void) {
         lkv_cuda_tuning.matmul = LKV_MM_GEMM_WG; lkv_cuda_tuning.gen++;
         G->matmul(gb, &d1, dx, ws, 1, n);
         lkv_cuda_tuning.matmul = LKV_MM_GEMM_F16; lkv_cuda_tuning.gen++;
-        G->matmul(gb, &d2, dx, ws, 1, n);
+        G->matmul(gb, &d2, dxr, ws, 1, n);
         lkv_cuda_tuning.matmul = LKV_MM_TABLE; lkv_cuda_tuning.gen++;
         get(h1, d1, sizeof(float) * n * rows);
         get(h2, d2, sizeof(float) * n * rows);
         const double e = rel_err_f(h1, h2, (size_t)n * rows);
         check(e < 1e-5, "gemm_wg q4_1 %dx%d n=%d (split by rows) vs gemm_f16 rel err %.2e", rows, cols, n, e);
-        cudaFree(dx); cudaFree(d1); cudaFree(d2); free(x); free(h1); free(h2); free_weight(&w);
+        cudaFree(dx); cudaFree(dxr); cudaFree(d1); cudaFree(d2); free(x); free(xr); free(h1); free(h2);
+        free_weight(&w);
     }
 }
 
@@ -587,7 +610,7 @@ static void test_fused_act_quant(void) {
  * mmb variant (token tile 32 / 64, ring of 2 / 3). Shapes: SmolLM2's and the
  * 8B's FFN, a 3-tile FFN; token counts with partial token tiles. */
 static void test_matmul_swiglu(void) {
-    const int shapes[][3] = {{130, 576, 1536}, {509, 576, 96}, {64, 4096, 1024}, {9, 4096, 14336}, {33, 1024, 320}};
+    const int shapes[][3] = {{130, 576, 1536}, {509, 576, 96}, {64, 4096, 1024}, {40, 4096, 14336}, {33, 1024, 320}};
     const char *vars[][2] = {{"", ""}, {"mmb_bn", "32"}, {"mmb_st", "2"}};
     for (int si = 0; si < NELEM(shapes); si++) {
         const int n = shapes[si][0], cols = shapes[si][1], ff = shapes[si][2], rd = 40;

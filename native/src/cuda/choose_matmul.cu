@@ -10,26 +10,30 @@
  *                                                    sm_90a   other
  *   float (f32, f16, bf16)         matvec_f32        gemm_wg  gemm_f16    gemm_f16
  *   q4_0                           mvx               gemm_wg  mmq         mmb
- *   legacy (q4_1 q5_0 q5_1 q8_0    mvx               mmq      mmq         mmx
+ *   legacy (q4_1 q5_0 q5_1 q8_0    mvx               gemm_wg  mmq         mmx
  *           iq4_nl)
- *   k45 (q4_K, q5_K)               matvec_q8         mmq      mmq         mmq
+ *   k45 (q4_K, q5_K)               matvec_q8         gemm_wg  mmq         mmq
  *   k-other (q2_K, q3_K, q6_K)     matvec_q8         gemm_wg  gemm_f16    gemm_f16
- *   iq4_xs                         matvec_q8         mmq      mmq         mmq
+ *   iq4_xs                         matvec_q8         gemm_wg  mmq         mmq
  *   iq-grid (iq2_xxs, iq2_xs,      matvec_q8         gemm_wg  gemm_f16    gemm_f16
  *     iq2_s, iq3_xxs, iq3_s)
  *   iq1 (iq1_s, iq1_m)             matvec_f32        gemm_wg  gemm_f16    gemm_f16
  *
+ * Where mvx decodes, it also takes 9 to MV_SLICE_MAX (32) tokens, in launches
+ * of 8 (several sequences' decode step, a draft's verification): a GEMM's
+ * fixed cost (the f16 copy of every weight for gemm_wg) made a step of the
+ * 8B shape cost about 17 ms for any n from 16 to 128 (one token: 2.4 ms);
+ * cuda_bench's BENCH_PPN measures where the slices stop paying.
+ *
  * "fast" (gpu_kernels = 1, the default) are the fastest kernels measured on
  * the H200 (docs/performance.md) among those that keep the accuracy
- * contract. The warp-specialized gemm_wg takes q4_0's prefill on sm_90a
- * (pp512 of the 8B shape, 2026-12-02: 37.1 against mmq's 46.0 ms; tiny q4_0
- * models of tests/test_cuda.py within mean KL 1.44e-3 of the CPU). It is
- * faster for the legacy types too (q8_0 37.2 / 55.1 ms; q4_K 33.8 / 56.0 after
- * the conversion's last change), but it rounds x to f16 where the CPU (and
- * mmq) quantize x to q8 codes, and their tiny models then left the CPU by mean
- * KL 6.4e-3 to 1.7e-2 (bound 2e-3; mmq within it), SmolLM2's (Q4_1) 8-layer
- * cut with q4_0 KV 0.018 against 0.011: mmq keeps them until gemm_wg rounds x
- * by the CPU's q8 rule. The i-quant rows are not measured yet:
+ * contract. The warp-specialized gemm_wg takes every prefill on sm_90a
+ * (pp512 of the 8B shape, H200, 2026-12-02, whole step against mmq: q4_0
+ * 26.4 / 45.7 ms, q8_0 27.3 / 54.9, q4_1 26.6 / 52.1, q4_K 32.3 / 53.7). It
+ * rounds x as the CPU does for the weight type (q8 codes per 32 or 256)
+ * before its f16 operand: with plain f16 x the tiny legacy and q4_K models
+ * left the CPU by mean KL 6.4e-3 to 1.7e-2 (bound 2e-3), mmq within it.
+ * On the other GPUs the i-quant rows are not measured yet:
  * iq4_xs has q4_K's structure (one integer scale per 32-block, q8_K
  * activations on the CPU), so it takes q4_K's kernels; the grid i-quants
  * have 8-bit codes too (grid level times sign) but scales per 16 (iq2_xs,
@@ -92,10 +96,10 @@ static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
     {
         /* float   */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
         /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_GEMM_WG, LKV_MM_MMB}},
-        /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
-        /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
+        /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_GEMM_WG, LKV_MM_MMX}},
+        /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_MMQ}},
         /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
-        /* iq4_xs  */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
+        /* iq4_xs  */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_MMQ}},
         /* iq-grid */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
         /* iq1     */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
     },
@@ -109,7 +113,11 @@ static int mm_choose(const lkv_bctx *b, int type, int n) {
         const bool dec = forced == LKV_MM_MATVEC_F32 || forced == LKV_MM_MATVEC_Q8 || forced == LKV_MM_MVX;
         if (dec == !phase) return forced;
     }
-    return MM_TABLE[b->wg_ok ? 1 : 0][mm_class(type)][phase][b->fast ? 0 : 1];
+    const unsigned char (&row)[2][2] = MM_TABLE[b->wg_ok ? 1 : 0][mm_class(type)];
+    const int kind = b->fast ? 0 : 1;
+    /* up to MV_SLICE_MAX tokens, the classes decoded by mvx keep it (slices of 8) */
+    if (phase && n <= MV_SLICE_MAX && row[0][kind] == LKV_MM_MVX) return LKV_MM_MVX;
+    return row[phase][kind];
 }
 
 /* the 8-bit codes of x in the format of `type` in b->xq / xd / xs; *have: the
@@ -129,7 +137,7 @@ static bool mm_codes(lkv_bctx *b, const float *x, int n, int cols, int type, int
 static bool mm_takes(int k, int type, const mm_set &ms, int n) {
     switch (k) {
     case LKV_MM_MATVEC_Q8: return n <= MV_MAX_TOK && lkv_cuda_matvec_q8_takes(type);
-    case LKV_MM_MVX: return n <= MV_MAX_TOK && lkv_cuda_mvx_takes(type, ms);
+    case LKV_MM_MVX: return n <= MV_SLICE_MAX && lkv_cuda_mvx_takes(type, ms);
     case LKV_MM_MMQ: return lkv_cuda_mmq_takes(type, ms);
     case LKV_MM_MMB: return type == LKV_TYPE_Q4_0;
     case LKV_MM_MMX: return lkv_cuda_mmx_takes(type);

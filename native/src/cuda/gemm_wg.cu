@@ -5,19 +5,24 @@
  * memory stages by bulk copies (cp.async.bulk) completed on mbarriers, two
  * consumer warpgroups run the products, and no block-wide barrier is taken
  * after the start. choose_matmul.cu gives it the fast kind's prefill on
- * sm_90a for the weight types without a faster int8 GEMM (docs/performance.md
- * has the figures; the first version, with every thread copying by cp.async
- * and a __syncthreads per 64 of K, stayed near 190 TFLOP/s).
+ * sm_90a for every weight type (docs/performance.md has the figures; the
+ * first version, with every thread copying by cp.async and a __syncthreads
+ * per 64 of K, stayed near 190 TFLOP/s).
  *
  * Three launches per call:
- *   1. x (n, cols) f32 -> x16 f16 (round to nearest), written tile by tile in
- *      the order the GEMM's blocks read it;
+ *   1. x (n, cols) f32 -> x16 f16, written tile by tile in the order the
+ *      GEMM's blocks read it; for a quantized weight type x is first rounded
+ *      as the CPU backend rounds it for that type's dot (q8_0 / q8_1 codes
+ *      per 32, q8_K per 256: the value code * scale), so that the product
+ *      differs from the CPU's by the f16 rounding of the operands and the
+ *      order of the adds, not by the 8-bit rounding of x (without it the
+ *      tiny legacy and q4_K models left the CPU by mean KL 6.4e-3 to 1.7e-2);
  *   2. the weights of the call -> w16 f16 in a bounded scratch (WG_SCRATCH
  *      bytes; weights larger than what is left are split by rows into
  *      several GEMMs), each element dequantized once per call with dq8
  *      (quant.cuh: code * d in f32) and rounded to f16: the same operand
- *      values as gemm_f16.cu, which makes that kernel this one's reference up
- *      to the order of the f32 adds;
+ *      values as gemm_f16.cu, which, fed x as the CPU rounds it, is this
+ *      kernel's reference up to the order of the f32 adds;
  *   3. the GEMM over the two f16 matrices.
  *
  * Tiled operands. Both copies are stored as tiles of 64 of K: an x tile is
@@ -116,16 +121,86 @@ static __device__ __forceinline__ void wg_to_tiled(uint8_t *__restrict__ dst, in
     }
 }
 
-/* x (n, cols) f32 -> x16, tiled by WG_BM rows, n_pad (a multiple of WG_BM) rows */
+/* the 8 floats at s (16-byte aligned) */
+static __device__ __forceinline__ void wg_load8(const float *s, float (&v)[8]) {
+    const float4 a = ((const float4 *)s)[0], b = ((const float4 *)s)[1];
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+/* x (n, cols) f32 -> x16, tiled by WG_BM rows, n_pad (a multiple of WG_BM) rows,
+ * rounded to nearest f16: the float weights' operand (the CPU's f16 vec_dot_type) */
 static __global__ void wg_x_to_f16(const float *__restrict__ x, uint8_t *__restrict__ y, int n, int cols,
                                    int n_pad, int nkt) {
     wg_to_tiled(y, n_pad, WG_BM, nkt, [&](int r, int g, float (&v)[8]) {
         if (r >= n || 8 * g >= cols) return false;
-        const float4 *s = (const float4 *)(x + (size_t)r * cols + 8 * g);
-        const float4 a = s[0], b = s[1];
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        wg_load8(x + (size_t)r * cols + 8 * g, v);
         return true;
     });
+}
+
+/* x (n, cols) f32 -> x16 as above, each 32-block first rounded by the CPU's
+ * q8_0 / q8_1 rule (legacy.c quantize8): d = amax / 127, codes
+ * round-half-even(x * (127 / amax)), element = code * d rounded to f16 (the
+ * value the CPU's to_float gives), then to f16. A block is the 4 groups of one
+ * row that lanes l, l ^ 8, l ^ 16, l ^ 24 of a warp hold (wg_item); the loop's
+ * trip count is the same for every lane of a warp (total and the stride are
+ * multiples of 32), so the shuffles are full. */
+static __global__ void wg_x_q8_to_f16(const float *__restrict__ x, uint8_t *__restrict__ y, int n, int cols,
+                                      int n_pad, int nkt) {
+    const size_t total = (size_t)n_pad * nkt * 8;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        int r, g;
+        wg_item(i, WG_BM, nkt, r, g);
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (r < n && 8 * g < cols) wg_load8(x + (size_t)r * cols + 8 * g, v);
+        float amax = 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(v[k]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+        const float d = __half2float(__float2half_rn(__fdiv_rn(amax, 127.f)));
+        const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = __fmul_rn((float)__float2int_rn(__fmul_rn(v[k], id)), d);
+        *(uint4 *)(y + wg_tiled(r, g, WG_BM, nkt)) = wg_pack8(v);
+    }
+}
+
+/* the same by the CPU's q8_K rule (kquants.c lkv_q8_K_from_float), cols a
+ * multiple of 256: one warp a 256-block of one row (lane l: group 32 b + l);
+ * max = the first element of the largest magnitude, iscale = -127 / max,
+ * codes round-half-even(iscale * x) clamped to +-127, element = code * (1 /
+ * iscale), then f16. Rows n .. n_pad are zeros. */
+static __global__ void wg_x_q8k_to_f16(const float *__restrict__ x, uint8_t *__restrict__ y, int n, int cols,
+                                       int n_pad, int nkt) {
+    const int nb = cols / 256;
+    const size_t total = (size_t)n_pad * nb * 32;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t w = i >> 5;
+        const int r = (int)(w / nb), g = (int)(w % nb) * 32 + (int)(i & 31);
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (r < n) wg_load8(x + (size_t)r * cols + 8 * g, v);
+        float amax = 0.f, mx = 0.f;
+        int at = 1 << 30;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (fabsf(v[k]) > amax) { amax = fabsf(v[k]); mx = v[k]; at = 8 * g + k; }
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {   /* the largest magnitude, the first of equals */
+            const float a2 = __shfl_xor_sync(0xffffffffu, amax, o), m2 = __shfl_xor_sync(0xffffffffu, mx, o);
+            const int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+            if (a2 > amax || (a2 == amax && at2 < at)) { amax = a2; mx = m2; at = at2; }
+        }
+        if (amax != 0.f) {
+            const float iscale = __fdiv_rn(-127.f, mx), d = __fdiv_rn(1.f, iscale);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const int q = min(127, max(-127, __float2int_rn(__fmul_rn(iscale, v[k]))));
+                v[k] = __fmul_rn(d, (float)q);
+            }
+        }
+        *(uint4 *)(y + wg_tiled(r, g, WG_BM, nkt)) = wg_pack8(v);
+    }
 }
 
 /* rows [0, rows) of a weight (row_bytes apart) -> dst, tiled by R rows,
@@ -291,8 +366,15 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
     if (!wg_buf(&b->wg_x16, &b->wg_x16_cap, (size_t)n_pad * nkt * WG_XTILE / WG_BM)) return false;
     const size_t panel = (size_t)nkt * S::WTILE, cap_tiles = WG_SCRATCH / panel;
     if (cap_tiles < 1) return false;
-    wg_x_to_f16<<<wg_grid((size_t)n_pad * nkt * 8, b->n_sm), 256, 0, b->stream>>>(x, (uint8_t *)b->wg_x16, n, cols,
-                                                                                 n_pad, nkt);
+    /* x as the CPU rounds it for this weight type (its vec_dot_type), then f16 */
+    const unsigned gx = wg_grid((size_t)n_pad * nkt * 8, b->n_sm);
+    uint8_t *x16 = (uint8_t *)b->wg_x16;
+    if (cblk<T>::qk == 1)
+        wg_x_to_f16<<<gx, 256, 0, b->stream>>>(x, x16, n, cols, n_pad, nkt);
+    else if (lkv_act_format(T, cols) == ACT_Q8K)
+        wg_x_q8k_to_f16<<<gx, 256, 0, b->stream>>>(x, x16, n, cols, n_pad, nkt);
+    else
+        wg_x_q8_to_f16<<<gx, 256, 0, b->stream>>>(x, x16, n, cols, n_pad, nkt);
     LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg: x to f16)");
     if (!wg_buf(&b->wg_w16, &b->wg_w16_cap, WG_SCRATCH)) return false;
     /* pack pieces of the weights into the scratch, one GEMM per full scratch */

@@ -32,7 +32,10 @@ static __device__ __forceinline__ const uint8_t *mm_tile_rows(const mm_set &ms, 
     return ms.w[j] + (size_t)rows * ms.row_bytes[j];
 }
 
-enum { MV_MAX_TOK = 8, MV_ROWS = 2, MV_WARPS = 4 };
+/* MV_SLICE_MAX: the most tokens mvx.cu takes, in slices of MV_MAX_TOK (a
+ * few sequences' decode step, a draft's verification), where its passes over
+ * the weights cost less than a GEMM's fixed cost */
+enum { MV_MAX_TOK = 8, MV_SLICE_MAX = 32, MV_ROWS = 2, MV_WARPS = 4 };
 
 /* The activation format the integer paths use for weight type T: the CPU's
  * vec_dot_type: q8_K (256-blocks, f32 scale; quantize_k.cu) for the k-quants

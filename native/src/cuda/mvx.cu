@@ -1,5 +1,6 @@
 /*
- * cuda/mvx.cu: decode mat-vec (n <= MV_MAX_TOK) for the legacy weight types,
+ * cuda/mvx.cu: decode mat-vec (n <= MV_MAX_TOK; up to MV_SLICE_MAX in
+ * launches of 8 tokens) for the legacy weight types,
  * bit-identical to the CPU backend (exact.cuh: the CPU's 8 lane chains; for
  * q4_0 its 8 chains of whole blocks, computed by mvx_blocks.cuh in the same
  * frame).
@@ -451,8 +452,10 @@ static int mw_depth(lkv_bctx *b, int stage, int grid) {
     return st;
 }
 
+/* tokens t0 .. t0 + n - 1 of the call (n <= NT): their codes from row t0 of
+ * b->xq / xd / xs, their outputs from row t0 of ms.out */
 template <int T, int NT>
-static void mw_launch(lkv_bctx *b, mm_set &ms, int cols, int n) {
+static void mw_launch(lkv_bctx *b, mm_set ms, int cols, int n, int t0) {
     using G = mw_geom<T, NT>;
     static unsigned configured = 0;   /* one bit per device: shared-memory limit raised */
     if (b->device >= 32 || !(configured >> b->device & 1u)) {
@@ -466,20 +469,29 @@ static void mw_launch(lkv_bctx *b, mm_set &ms, int cols, int n) {
         if (b->device < 32) configured |= 1u << b->device;
     }
     ms.tile0[0] = 0;
-    for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MT_ROWS);
+    for (int i = 0; i < ms.n_w; i++) {
+        ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MT_ROWS);
+        ms.out[i] += (size_t)t0 * ms.rows[i];
+    }
     const int grid = ms.tile0[ms.n_w];
     const int st = mw_depth(b, G::stage, grid);
-    lkv_launch(b, mvx2_kernel<T, NT>, grid, MT_THREADS, (size_t)st * G::stage, ms, (const int8_t *)b->xq,
-               (const float *)b->xd, (const float *)b->xs, cols, n, st);
+    const size_t q0 = (size_t)t0 * cols, d0 = (size_t)t0 * (cols / 32);
+    lkv_launch(b, mvx2_kernel<T, NT>, grid, MT_THREADS, (size_t)st * G::stage, ms, (const int8_t *)b->xq + q0,
+               (const float *)b->xd + d0, (const float *)b->xs + d0, cols, n, st);
 }
 
 template <int T>
 static bool mw_run(lkv_bctx *b, mm_set &ms, int cols, int n) {
     if constexpr (ex_ok<T>::v) {
-        if (n <= 1) mw_launch<T, 1>(b, ms, cols, n);
-        else if (n <= 2) mw_launch<T, 2>(b, ms, cols, n);
-        else if (n <= 4) mw_launch<T, 4>(b, ms, cols, n);
-        else mw_launch<T, 8>(b, ms, cols, n);
+        /* more than 8 tokens (MV_SLICE_MAX at most): slices of 8, each a pass
+         * over the weights; per token the same sums as one call */
+        int t0 = 0;
+        for (; n - t0 > 8; t0 += 8) mw_launch<T, 8>(b, ms, cols, 8, t0);
+        const int m = n - t0;
+        if (m <= 1) mw_launch<T, 1>(b, ms, cols, m, t0);
+        else if (m <= 2) mw_launch<T, 2>(b, ms, cols, m, t0);
+        else if (m <= 4) mw_launch<T, 4>(b, ms, cols, m, t0);
+        else mw_launch<T, 8>(b, ms, cols, m, t0);
         return true;
     } else {
         (void)b; (void)ms; (void)cols; (void)n;
@@ -500,7 +512,7 @@ bool lkv_cuda_mvx_takes(int type, const mm_set &ms) {
 }
 
 bool lkv_cuda_mvx(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
-    if (n < 1 || n > MV_MAX_TOK || !lkv_cuda_mvx_takes(type, ms)) return false;
+    if (n < 1 || n > MV_SLICE_MAX || !lkv_cuda_mvx_takes(type, ms)) return false;
     switch (type) {
 #define X(T) case T: return mw_run<T>(b, ms, cols, n);
         LKV_CUDA_WEIGHT_TYPES(X)
