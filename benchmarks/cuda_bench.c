@@ -15,7 +15,8 @@
  * beside the default's where the shape and types are theirs (q4_0, q8_0 KV).
  * BENCH_NCU=tg|pp: instead of timing, mark one range for `ncu --profile-from-start
  * off` per depth: 3 decode steps after 2 warm-up steps (tg), or one prefill of 512
- * (pp). BENCH_NO_PP=1: decode only.
+ * (pp). BENCH_NO_PP=1: decode only. BENCH_PPN="9,16,32": steps of those
+ * token counts as well.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -164,8 +165,8 @@ int main(int argc, char **argv) {
     const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
     /* llama.cpp on the same shape, Q4_0 weights, q8_0 K and V (BENCHMARKS.md, 2026-12-01) */
     const int ref_ok = wt == 2 && kvt == 8 && NL == 32;
-    char *dcopy = strdup(depths_s);
-    for (char *tok = strtok(dcopy, ","); tok; tok = strtok(NULL, ","))
+    char *dcopy = strdup(depths_s), *dsave = NULL;
+    for (char *tok = strtok_r(dcopy, ",", &dsave); tok; tok = strtok_r(NULL, ",", &dsave))
     for (int vj = 0; vj < (atoi(tok) == 0 ? (n_var > 0 ? n_var : 1) : (n_dvar < n_var ? n_dvar : n_var)); vj++) {
         const int depth = atoi(tok);
         const int vi = pick[vj];
@@ -246,6 +247,27 @@ int main(int argc, char **argv) {
             if (am) printf("  [attn.cu's exact attention]");
             else if (ref_pp > 0 && vi == 0) printf("  llama.cpp %.0f t/s: %.2fx", ref_pp, 512 / tp / ref_pp);
             printf("\n");
+        }
+        /* BENCH_PPN="9,16,32": steps of those token counts too (a few sequences'
+         * decode, a draft's verification): the median of 5 after a warm-up */
+        if (getenv("BENCH_PPN") && !getenv("BENCH_NO_PP")) {
+            char *pc = strdup(getenv("BENCH_PPN")), *psave = NULL;
+            for (char *t = strtok_r(pc, ",", &psave); t; t = strtok_r(NULL, ",", &psave)) {
+                const int np = atoi(t);
+                if (np < 1 || np > 512) continue;
+                double pt[6];
+                int ok = 1;
+                for (int r = 0; r < 6 && ok; r++) {
+                    lkv_context_truncate(c, depth);
+                    double a = now();
+                    if (lkv_decode(c, toks, np, depth)) { printf("pp%d: %s\n", np, lkv_last_error()); ok = 0; }
+                    pt[r] = now() - a;
+                }
+                if (!ok) break;
+                qsort(pt + 1, 5, sizeof(double), cmp_d);
+                printf("pp%-4d @%-6d %8.1f t/s  (%.2f ms a step)\n", np, depth, np / pt[3], pt[3] * 1e3);
+            }
+            free(pc);
         }
         lkv_cuda_tuning.attn = LKV_ATT_TABLE;
         lkv_cuda_tuning.gen++;
