@@ -19,11 +19,12 @@
  *     iq2_s, iq3_xxs, iq3_s)
  *   iq1 (iq1_s, iq1_m)             matvec_f32        gemm_wg  gemm_f16    gemm_f16
  *
- * Where mvx decodes, it also takes 9 to MV_SLICE_MAX (32) tokens, in launches
- * of 8 (several sequences' decode step, a draft's verification): a GEMM's
- * fixed cost (the f16 copy of every weight for gemm_wg) made a step of the
- * 8B shape cost about 17 ms for any n from 16 to 128 (one token: 2.4 ms);
- * cuda_bench's BENCH_PPN measures where the slices stop paying.
+ * Where mvx decodes, it also takes 9 to 32 (q4_0, iq4_nl) or 16 (the other
+ * legacy types) tokens, in launches of 8 (several sequences' decode step, a
+ * draft's verification; mm_slice_max): a GEMM's fixed cost (the f16 copy of
+ * every weight for gemm_wg) makes a step of the 8B shape cost about 17 ms for
+ * any n from 9 to 128 (one token: 2.4 ms); cuda_bench's BENCH_PPN measures
+ * where the slices stop paying.
  *
  * "fast" (gpu_kernels = 1, the default) are the fastest kernels measured on
  * the H200 (docs/performance.md) among those that keep the accuracy
@@ -105,6 +106,15 @@ static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
     },
 };
 
+/* the most tokens mvx keeps for `type` (slices of 8) before the GEMM is
+ * faster: H200, 8B shape, whole step, 2026-12-02: q4_0 9 / 16 / 24 / 32
+ * tokens 5.9 / 8.6 / 11.9 / 15.4 ms against gemm_wg's 16.2 / 16.9 / 17.0 /
+ * 17.2; q8_0 16 tokens 12.8 / 17.2 but 32 tokens 23.5 / 17.5; q4_1 16 tokens
+ * 13.7 ms */
+static int mm_slice_max(int type) {
+    return type == LKV_TYPE_Q4_0 || type == LKV_TYPE_IQ4_NL ? MV_SLICE_MAX : 2 * MV_MAX_TOK;
+}
+
 static int mm_choose(const lkv_bctx *b, int type, int n) {
     const int phase = n > MV_MAX_TOK;
     const int forced = lkv_cuda_tuning.matmul;
@@ -115,8 +125,8 @@ static int mm_choose(const lkv_bctx *b, int type, int n) {
     }
     const unsigned char (&row)[2][2] = MM_TABLE[b->wg_ok ? 1 : 0][mm_class(type)];
     const int kind = b->fast ? 0 : 1;
-    /* up to MV_SLICE_MAX tokens, the classes decoded by mvx keep it (slices of 8) */
-    if (phase && n <= MV_SLICE_MAX && row[0][kind] == LKV_MM_MVX) return LKV_MM_MVX;
+    /* a few tokens more than 8: the classes decoded by mvx keep it (slices of 8) */
+    if (phase && n <= mm_slice_max(type) && row[0][kind] == LKV_MM_MVX) return LKV_MM_MVX;
     return row[phase][kind];
 }
 

@@ -34,7 +34,8 @@ static __device__ __forceinline__ const uint8_t *mm_tile_rows(const mm_set &ms, 
 
 /* MV_SLICE_MAX: the most tokens mvx.cu takes, in slices of MV_MAX_TOK (a
  * few sequences' decode step, a draft's verification), where its passes over
- * the weights cost less than a GEMM's fixed cost */
+ * the weights cost less than a GEMM's fixed cost (choose_matmul.cu's
+ * mm_slice_max, per type) */
 enum { MV_MAX_TOK = 8, MV_SLICE_MAX = 32, MV_ROWS = 2, MV_WARPS = 4 };
 
 /* The activation format the integer paths use for weight type T: the CPU's
