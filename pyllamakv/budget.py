@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._native import type_id
 from .arch_qwen35 import n_layer_kv, recurrent_bytes
 from .errors import MemoryBudgetError, PoolTooSmallError
 
@@ -47,8 +48,17 @@ WG_TYPES = {0, 1, 30, 2,                  # f32, f16, bf16, q4_0
             16, 17, 18, 19, 21, 22, 29}   # iq2_xxs, iq2_xs, iq3_xxs, iq1_s, iq3_s, iq2_s, iq1_m
 
 
-def needs_wg_scratch(tensors) -> bool:
-    """Whether a matmul weight (2-D, not the token embedding) has a type gemm_wg copies."""
+# K / V types cuda/attn_stage.cu decodes to f16 in that scratch (with each other or f16)
+STAGE_KV_TYPES = {1, 2, 8}                # f16, q4_0, q8_0
+
+
+def needs_wg_scratch(tensors, type_k=None, type_v=None) -> bool:
+    """Whether a matmul weight (2-D, not the token embedding) has a type gemm_wg
+    copies, or the prefill attention decodes K / V (type_k / type_v) in its scratch."""
+    if type_k is not None and type_v is not None:
+        tk, tv = type_id(type_k, kv=True), type_id(type_v, kv=True)
+        if tk in STAGE_KV_TYPES and tv in STAGE_KV_TYPES and (tk, tv) != (1, 1):
+            return True
     return any(len(t.shape) == 2 and t.type in WG_TYPES and not t.name.startswith("token_embd")
                for t in tensors)
 DECODE_ROWS = 16          # arena.h LKV_DECODE_ROWS: rows of the decode-phase workspace
@@ -245,7 +255,7 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
             else requested_pool_bytes(cfg, whole and n_seq * whole))
     cap = lambda u: max(1, min(u, cfg.n_batch, n_ctx))   # noqa: E731  (the core's caps)
     kw = dict(logits_all=cfg.logits_all, wide_logits=wide_logits, embeddings=embeddings, mtp=mtp,
-              wg_scratch=device == "cuda" and needs_wg_scratch(tensors),
+              wg_scratch=device == "cuda" and needs_wg_scratch(tensors, cfg.type_k, cfg.type_v),
               arena=device == "cuda")   # the core's default (phase_arena -1): on for CUDA
     if cfg.n_ubatch is not None:
         choices = [cap(cfg.n_ubatch)]

@@ -373,6 +373,8 @@ static void time_all(void) {
         for (int ti = 0; ti < 3; ti++) time_one(32, 8, 128, di ? 131072 : 32768, 512, types[ti], "8B shape");
     time_one(32, 8, 128, 32768, 2048, LKV_TYPE_Q8_0, "8B shape");
     time_one(24, 4, 256, 32768, 512, LKV_TYPE_Q8_0, "hd256 GQA6");
+    time_one(24, 4, 256, 32768, 512, LKV_TYPE_F16, "hd256 GQA6");
+    time_one(9, 3, 64, 32768, 512, LKV_TYPE_Q8_0, "hd64 GQA3");
     time_one(9, 3, 64, 32768, 512, LKV_TYPE_F16, "hd64 GQA3");
 }
 

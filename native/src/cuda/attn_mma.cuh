@@ -40,4 +40,13 @@
 
 extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d);
 
+/* attn_stage.cu: the same for quantized K or V (q8_0, q4_0, with each other or
+ * f16) on sm_90a, decoded to f16 a pass of chunks at a time and folded by the
+ * f16 kernel. _takes: whether it applies (the device's code has wgmma, the
+ * types). lkv_cuda_attn_stage (rbk / rbv: the K / V row strides): 1 done, 0
+ * refused with nothing folded (no scratch, a chunk larger than it, the f16
+ * call refused), -1 refused after a first pass was folded (an error). */
+bool lkv_cuda_attn_stage_takes(const lkv_bctx *b, const lkv_attn_desc *d);
+int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv);
+
 #endif

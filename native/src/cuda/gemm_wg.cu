@@ -344,6 +344,12 @@ static bool wg_buf(void **p, size_t *cap, size_t bytes) {
     return true;
 }
 
+void *lkv_cuda_wg_scratch(lkv_bctx *b, size_t *bytes) {
+    if (!wg_buf(&b->wg_w16, &b->wg_w16_cap, WG_SCRATCH)) return nullptr;
+    *bytes = b->wg_w16_cap;
+    return b->wg_w16;
+}
+
 /* for the kernel harness (tests/cuda/test_ops.c) */
 extern "C" int lkv_cuda_gemm_wg_ok(const lkv_bctx *b) { return b->wg_ok; }
 

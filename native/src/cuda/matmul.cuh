@@ -64,6 +64,9 @@ bool lkv_cuda_gemm_f16(lkv_bctx *b, int type, mm_set &ms, const float *x, int co
  * device's code lacks it (b->wg_ok, from the probe at context creation) */
 bool lkv_cuda_gemm_wg(lkv_bctx *b, int type, mm_set &ms, const float *x, int cols, int n);
 bool lkv_cuda_gemm_wg_probe(lkv_bctx *b);
+/* gemm_wg's f16 scratch (WG_SCRATCH bytes, made on first use; NULL if it
+ * cannot be): attn_stage.cu decodes K / V into it between GEMMs (one stream) */
+void *lkv_cuda_wg_scratch(lkv_bctx *b, size_t *bytes);
 void lkv_cuda_gemm_wg_free(lkv_bctx *b);
 bool lkv_cuda_matvec_q8_takes(int type);
 bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, int cols, int n);

@@ -1,0 +1,97 @@
+/*
+ * cuda/attn_stage.cu: prefill attention over q8_0 / q4_0 K or V on sm_90a by
+ * way of f16. The chunks of a call are dequantized, a pass of whole chunks at
+ * a time, into gemm_wg.cu's f16 scratch (the weights' f16 copy: one stream,
+ * never both at once), and attn_mma.cu's warp-specialized f16 kernel folds
+ * each pass into the state.
+ *
+ * Why: inside the attention kernel every block of 128 (query, head) rows
+ * dequantizes every K / V tile it reads, so a tile is decoded once per query
+ * tile (16 times for 2048 queries of the 8B shape), and with q8_0 / q4_0 the
+ * producer warps' decoding bounds the warp-specialized kernel (H200,
+ * 2026-12-02, 512 queries at 128K: q8_0 149 TFLOP/s in the 8-warp kernel,
+ * f16 237 in the warp-specialized one). Decoding a chunk once costs a read of
+ * its bytes and a write of twice as many f16 bytes, a few microseconds per
+ * thousand positions, against the milliseconds of the products.
+ *
+ * The values are those of the in-kernel path (code * scale in f32, rounded to
+ * f16). The passes split the range at chunk boundaries and the kernel folds
+ * chunk by chunk, so the state is the same bits however the call's range is
+ * cut, into passes here or into calls by the streaming pool (attn_mma.cuh).
+ * Segments are kept as they are (rows a segment does not hold stay absent).
+ */
+#include "attn_mma.cuh"
+#include "matmul.cuh"
+#include "quant.cuh"
+
+/* rows x kv elements of type T (rows row_bytes apart) -> f16 rows of kv */
+template <int T>
+static __global__ void st_to_f16(const uint8_t *__restrict__ src, size_t row_bytes, __half *__restrict__ dst,
+                                 int rows, int kv) {
+    const int ng = kv / 8;
+    const size_t total = (size_t)rows * ng;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const int r = (int)(i / ng), g = (int)(i % ng);
+        float y[8];
+        dq8<T>(src + (size_t)r * row_bytes, g, y);
+        __half2 h[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
+        *(uint4 *)(dst + (size_t)r * kv + 8 * g) = *(const uint4 *)h;
+    }
+}
+
+static void st_launch(lkv_bctx *b, int type, const void *src, size_t row_bytes, __half *dst, int rows, int kv) {
+    const size_t work = (size_t)rows * (kv / 8);
+    const size_t cap = (size_t)(b->n_sm > 0 ? b->n_sm : 1) * 16;
+    const unsigned grid = (unsigned)((work + 255) / 256 < cap ? (work + 255) / 256 : cap);
+    const uint8_t *s = (const uint8_t *)src;
+    switch (type) {
+    case LKV_TYPE_F16: st_to_f16<LKV_TYPE_F16><<<grid ? grid : 1, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
+    case LKV_TYPE_Q8_0: st_to_f16<LKV_TYPE_Q8_0><<<grid ? grid : 1, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
+    case LKV_TYPE_Q4_0: st_to_f16<LKV_TYPE_Q4_0><<<grid ? grid : 1, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
+    default: return;
+    }
+    LKV_CUDA_LAUNCHED(b, "attn_mma (K / V to f16)");
+}
+
+static bool st_type(int t) { return t == LKV_TYPE_F16 || t == LKV_TYPE_Q8_0 || t == LKV_TYPE_Q4_0; }
+
+bool lkv_cuda_attn_stage_takes(const lkv_bctx *b, const lkv_attn_desc *d) {
+    const int kv = d->n_head_kv * d->head_dim;
+    return b->wg_ok && st_type(d->type_k) && st_type(d->type_v) &&
+           (d->type_k != LKV_TYPE_F16 || d->type_v != LKV_TYPE_F16) && kv % 8 == 0 && d->chunk > 0;
+}
+
+int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
+    const int kv = d->n_head_kv * d->head_dim;
+    size_t cap_bytes = 0;
+    __half *scratch = (__half *)lkv_cuda_wg_scratch(b, &cap_bytes);
+    if (!scratch) return 0;
+    /* positions per pass: whole chunks of K and V rows in the scratch */
+    const int64_t per_pass = (int64_t)(cap_bytes / ((size_t)kv * 2 * sizeof(__half))) / d->chunk;
+    if (per_pass < 1) return 0;
+    const size_t half_rows = (size_t)per_pass * d->chunk;   /* V rows start after K's */
+    __half *k16 = scratch, *v16 = scratch + half_rows * kv;
+    lkv_attn_desc s = *d;
+    s.type_k = s.type_v = LKV_TYPE_F16;
+    for (int c0 = d->chunk_lo; c0 < d->chunk_hi; c0 += (int)per_pass) {
+        const int c1 = c0 + per_pass < d->chunk_hi ? c0 + (int)per_pass : d->chunk_hi;
+        const int64_t a = (int64_t)c0 * d->chunk, e = (int64_t)c1 * d->chunk;
+        s.n_segs = 0;
+        for (int i = 0; i < d->n_segs; i++) {
+            const lkv_kv_seg &g = d->segs[i];
+            const int64_t lo = g.pos0 > a ? g.pos0 : a, hi = (int64_t)g.pos0 + g.n < e ? (int64_t)g.pos0 + g.n : e;
+            if (lo >= hi) continue;
+            const size_t o = (size_t)(lo - a) * kv, r0 = (size_t)(lo - g.pos0);
+            st_launch(b, d->type_k, (const uint8_t *)g.k + r0 * rbk, rbk, k16 + o, (int)(hi - lo), kv);
+            st_launch(b, d->type_v, (const uint8_t *)g.v + r0 * rbv, rbv, v16 + o, (int)(hi - lo), kv);
+            s.segs[s.n_segs++] = lkv_kv_seg{(int32_t)lo, (int32_t)(hi - lo), k16 + o, v16 + o};
+        }
+        s.chunk_lo = c0;
+        s.chunk_hi = c1;
+        /* the f16 call takes what the quantized one took (same shape, aligned rows) */
+        if (!lkv_cuda_attn_mma(b, st, q, &s)) return c0 == d->chunk_lo ? 0 : -1;
+    }
+    return 1;
+}
