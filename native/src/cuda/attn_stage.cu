@@ -15,7 +15,8 @@
  * thousand positions, against the milliseconds of the products.
  *
  * The values are those of the in-kernel path (code * scale in f32, rounded to
- * f16). The passes split the range at chunk boundaries and the kernel folds
+ * f16), and for a quantized K the query is first rounded by the CPU's q8_0
+ * rule, as the CPU scores such rows (st_q8_round). The passes split the range at chunk boundaries and the kernel folds
  * chunk by chunk, so the state is the same bits however the call's range is
  * cut, into passes here or into calls by the streaming pool (attn_mma.cuh).
  * Segments are kept as they are (rows a segment does not hold stay absent).
@@ -41,15 +42,33 @@ static __global__ void st_to_f16(const uint8_t *__restrict__ src, size_t row_byt
     }
 }
 
+/* q (n floats, whole 32-blocks) -> out, each block rounded by the CPU's q8_0
+ * rule (legacy.c quantize8; act_quant.cuh): the CPU's attention scores a
+ * q8_0 / q4_0 K row against the query in q8_0, so the query goes to the f16
+ * kernel as those values (without it the scores left the CPU's by ~6e-3) */
+static __global__ void st_q8_round(const float *__restrict__ q, float *__restrict__ out, size_t n) {
+    const size_t warps = (size_t)gridDim.x * blockDim.x / 32;
+    for (size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32; w < n / 32; w += warps) {
+        const float v = q[32 * w + (threadIdx.x & 31)];
+        const float amax = lkv_warp_max(fabsf(v));
+        const float d = __half2float(__float2half_rn(__fdiv_rn(amax, 127.f)));
+        const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
+        out[32 * w + (threadIdx.x & 31)] = __fmul_rn((float)__float2int_rn(__fmul_rn(v, id)), d);
+    }
+}
+
+static unsigned st_grid(const lkv_bctx *b, size_t work) {
+    const size_t cap = (size_t)(b->n_sm > 0 ? b->n_sm : 1) * 16, g = (work + 255) / 256;
+    return (unsigned)(g < cap ? (g ? g : 1) : cap);
+}
+
 static void st_launch(lkv_bctx *b, int type, const void *src, size_t row_bytes, __half *dst, int rows, int kv) {
-    const size_t work = (size_t)rows * (kv / 8);
-    const size_t cap = (size_t)(b->n_sm > 0 ? b->n_sm : 1) * 16;
-    const unsigned grid = (unsigned)((work + 255) / 256 < cap ? (work + 255) / 256 : cap);
+    const unsigned grid = st_grid(b, (size_t)rows * (kv / 8));
     const uint8_t *s = (const uint8_t *)src;
     switch (type) {
-    case LKV_TYPE_F16: st_to_f16<LKV_TYPE_F16><<<grid ? grid : 1, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
-    case LKV_TYPE_Q8_0: st_to_f16<LKV_TYPE_Q8_0><<<grid ? grid : 1, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
-    case LKV_TYPE_Q4_0: st_to_f16<LKV_TYPE_Q4_0><<<grid ? grid : 1, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
+    case LKV_TYPE_F16: st_to_f16<LKV_TYPE_F16><<<grid, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
+    case LKV_TYPE_Q8_0: st_to_f16<LKV_TYPE_Q8_0><<<grid, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
+    case LKV_TYPE_Q4_0: st_to_f16<LKV_TYPE_Q4_0><<<grid, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
     default: return;
     }
     LKV_CUDA_LAUNCHED(b, "attn_mma (K / V to f16)");
@@ -66,13 +85,25 @@ bool lkv_cuda_attn_stage_takes(const lkv_bctx *b, const lkv_attn_desc *d) {
 int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
     const int kv = d->n_head_kv * d->head_dim;
     size_t cap_bytes = 0;
-    __half *scratch = (__half *)lkv_cuda_wg_scratch(b, &cap_bytes);
+    uint8_t *scratch = (uint8_t *)lkv_cuda_wg_scratch(b, &cap_bytes);
     if (!scratch) return 0;
-    /* positions per pass: whole chunks of K and V rows in the scratch */
-    const int64_t per_pass = (int64_t)(cap_bytes / ((size_t)kv * 2 * sizeof(__half))) / d->chunk;
+    /* the scratch: the query as the CPU rounds it for a quantized K, then a
+     * pass of K rows and one of V rows in f16 */
+    const size_t qn = (size_t)d->n_q * d->n_head * d->head_dim;
+    const bool qk = d->type_k != LKV_TYPE_F16;
+    const size_t qbytes = qk ? (qn * sizeof(float) + 255) / 256 * 256 : 0;
+    if (qbytes >= cap_bytes) return 0;
+    /* positions per pass: whole chunks of K and V rows in the rest */
+    const int64_t per_pass = (int64_t)((cap_bytes - qbytes) / ((size_t)kv * 2 * sizeof(__half))) / d->chunk;
     if (per_pass < 1) return 0;
     const size_t half_rows = (size_t)per_pass * d->chunk;   /* V rows start after K's */
-    __half *k16 = scratch, *v16 = scratch + half_rows * kv;
+    __half *k16 = (__half *)(scratch + qbytes), *v16 = k16 + half_rows * kv;
+    if (qk) {
+        float *qr = (float *)scratch;
+        st_q8_round<<<st_grid(b, qn), 256, 0, b->stream>>>(q, qr, qn);
+        LKV_CUDA_LAUNCHED(b, "attn_mma (query to q8_0 values)");
+        q = qr;
+    }
     lkv_attn_desc s = *d;
     s.type_k = s.type_v = LKV_TYPE_F16;
     for (int c0 = d->chunk_lo; c0 < d->chunk_hi; c0 += (int)per_pass) {
