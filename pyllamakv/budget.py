@@ -70,8 +70,8 @@ MODULE_RESERVE = 64 << 20  # kernel images loaded lazily on first launch, graph 
 def granule(nbytes: int) -> int:
     """Device bytes one cudaMalloc of nbytes occupies (0 bytes: the core asks for 16)."""
     n = max(int(nbytes), 16)
-    step = PAGE if n >= SMALL else 512
-    return -(-n // step) * step
+    small = -(-n // 512) * 512
+    return small if small < SMALL else -(-n // PAGE) * PAGE   # what rounds up to SMALL is paged
 
 
 def weight_device_bytes(tensors) -> int:

@@ -34,7 +34,8 @@ def mib_figures(message: str) -> list[float]:
 @given(st.integers(0, 1 << 40))
 def test_granule_covers_and_rounds(n):
     g = granule(n)
-    assert g >= max(n, 16) and g - max(n, 16) < (PAGE if n >= MIB else 512)
+    assert g >= max(n, 16) and g - max(n, 16) < (PAGE if g >= MIB else 512)
+    assert g % (PAGE if g >= MIB else 512) == 0
     assert granule(g) == g
 
 
