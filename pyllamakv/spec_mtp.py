@@ -21,9 +21,17 @@ def wants_mtp(spec: Any) -> bool:
     return isinstance(spec, str) and spec == "mtp"
 
 
+def uses_mtp(drafter: Any) -> bool:
+    """The drafter (or the one it wraps: ``uses_mtp`` forwarded) drafts from the
+    context's MTP block, which must then run beside the trunk."""
+    return bool(getattr(drafter, "uses_mtp", False))
+
+
 class MTPDrafter:
     """Drafts from llm's own context: the history it is given must be that
     context's tokens plus the token just chosen (spec_decode's call)."""
+
+    uses_mtp = True   # Llama._generate switches the block on for its generations only
 
     def __init__(self, llm: "Llama", num_pred_tokens: int = DEFAULT_DRAFTS):
         if isinstance(num_pred_tokens, bool) or not isinstance(num_pred_tokens, int) \

@@ -164,6 +164,8 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
             make_drafter(s.draft_model, e) if has_mtp else e.draft_model
         e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
         e.draft_model = None      # a request's fields choose (speculation.drafting)
+        if has_mtp:               # on only for requests that draft with it (Llama._generate)
+            e._ctx.set_mtp(False)
         check_available(SpecRequest(), e)     # --draft mtp on a model without the block
     return engines
 
