@@ -4,18 +4,21 @@ switched off it computes nothing; switched on behind, the restore point is
 one where it is in sync, and after truncating there and decoding the rest
 again its drafts are bit for bit those of a context that had it on all along;
 a Llama runs it only for generations that draft with it, and greedy output
-with speculation switched on mid-stream is plain greedy output."""
+with speculation switched on mid-stream is plain greedy output. The
+bit-for-bit cases also run on CUDA where there is a device (marked gpu)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from pyllamakv import Llama
-from pyllamakv._native import Context, Model
+from pyllamakv._native import Context, Model, cuda_device_count
 from pyllamakv.errors import UnsupportedError
 from tiny_qwen35 import write_tiny_qwen35
 
 N_VOCAB = 320
+DEVICES = ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(cuda_device_count() == 0, reason="no CUDA device")])]
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +90,13 @@ def test_off_computes_nothing_and_refuses_drafts(path):
             plain.set_mtp(True)
 
 
-def test_switched_on_drafts_equal_always_on_bit_for_bit(path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_switched_on_drafts_equal_always_on_bit_for_bit(path, device):
     rng = np.random.default_rng()
     calls = _calls(rng, int(rng.integers(10, 40)), int(rng.integers(3, 9)))
     n = sum(map(len, calls))
     token, k = int(rng.integers(N_VOCAB)), int(rng.integers(1, 6))
-    with Model(path) as m, _ctx(m) as ref, _ctx(m) as late:
+    with Model(path, device) as m, _ctx(m) as ref, _ctx(m) as late:
         _decode(ref, calls)
         want, want_lg = ref.mtp_draft(token, k, logits=True)
         late.set_mtp(False)
@@ -108,7 +112,8 @@ def test_switched_on_drafts_equal_always_on_bit_for_bit(path):
         assert np.array_equal(got_lg, want_lg)
 
 
-def test_switched_off_after_a_snapshot_resumes_from_it(path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_switched_off_after_a_snapshot_resumes_from_it(path, device):
     # on through the prompt and a snapshot, off for some tokens, on again: the
     # restore point is the snapshot; replaying from it gives the always-on drafts
     rng = np.random.default_rng()
@@ -116,7 +121,7 @@ def test_switched_off_after_a_snapshot_resumes_from_it(path):
     n_on = sum(map(len, calls[:-3]))
     n = sum(map(len, calls))
     token, k = int(rng.integers(N_VOCAB)), int(rng.integers(1, 6))
-    with Model(path) as m, _ctx(m) as ref, _ctx(m) as c:
+    with Model(path, device) as m, _ctx(m) as ref, _ctx(m) as c:
         _decode(ref, calls)
         want, want_lg = ref.mtp_draft(token, k, logits=True)
         _decode(c, calls[:-3])
@@ -146,10 +151,11 @@ def _greedy(llm, prompt, n):
             return out
 
 
-def test_llama_runs_the_block_only_while_speculating(path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_llama_runs_the_block_only_while_speculating(path, device):
     rng = np.random.default_rng()
     prompt = rng.integers(3, N_VOCAB, int(rng.integers(6, 14))).tolist()
-    kw = dict(n_ctx=160, n_batch=32, n_threads=2, type_k="f32", type_v="f32")
+    kw = dict(n_ctx=160, n_batch=32, n_threads=2, type_k="f32", type_v="f32", device=device)
     with Llama(str(path), **kw) as plain, Llama(str(path), draft_model="mtp", **kw) as spec:
         want = _greedy(plain, prompt, 48)
         mtp = spec.draft_model
