@@ -7,6 +7,9 @@ llama-batched-bench prints as S_TG (its -npl list is -b here, -npp --prompt,
         --prompt 4096 --pool-mib resident --fill state --deadline 540 --out ms-out
     python benchmarks/bench_multiseq.py --shape llama-tiny -b 1,4 -n 2 --prompt 64   # CPU smoke
 
+--shape writes the synthetic file (benchmarks/synthetic_model.py, --weight-type)
+into --out, or to --model's path when given with it, unless it is there.
+
 Per row (prompt depth P, pool, B): a context of B sequences of P + n positions
 each (--type-k/--type-v, one pool of --pool-mib shared by all; 'resident': no
 bound), every sequence filled with a P-token random prompt (--fill prefill: each
@@ -193,13 +196,16 @@ def run_row(m: Model, a, prompt: int, pool: float | None, b: int, deadline) -> d
 # ---------------------------------------------------------------- main
 
 def _model_path(a, out: Path) -> tuple[str, tuple | None]:
-    if a.model is not None:
-        return a.model, None
+    """The GGUF, and (shape, weight type) when it is a synthetic file."""
+    if a.shape is None:
+        if a.model is not None:
+            return a.model, None
+        a.shape = "llama3-8b"
     import synthetic_model
     from gguf import GGMLQuantizationType as T
     if a.shape not in synthetic_model.SHAPES:
         raise SystemExit(f"--shape: one of {', '.join(sorted(synthetic_model.SHAPES))}")
-    path = out / f"synthetic-{a.shape}-{a.weight_type}.gguf"
+    path = Path(a.model) if a.model else out / f"synthetic-{a.shape}-{a.weight_type}.gguf"
     if not path.exists():
         print(f"writing {path} ...", flush=True)
         tmp = path.with_suffix(".part")
@@ -219,8 +225,10 @@ def _show(row: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None, help="a GGUF (else --shape)")
-    ap.add_argument("--shape", default="llama3-8b", help="a synthetic_model.py shape")
+    ap.add_argument("--model", default=None,
+                    help="a GGUF; with --shape, that shape's synthetic file (written if missing)")
+    ap.add_argument("--shape", default=None,
+                    help="a synthetic_model.py shape (default llama3-8b without --model)")
     ap.add_argument("--weight-type", default="q4_0", help="the synthetic file's weights")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--type-k", default="q8_0")
