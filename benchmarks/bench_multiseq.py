@@ -20,6 +20,8 @@ n timed steps of one random token per sequence, each step one decode_batch
 keeping every sequence's logits (as llama-batched-bench does). The figure is
 B * n / (seconds of the timed steps). --deadline stops cleanly: the row in
 progress ends with the steps it has (status "partial"), the rest are skipped.
+--in-turn also times the same steps on B one-sequence contexts stepped in turn
+(what batching saves: the weights read once per step, not B times).
 
 Beside it: llama-batched-bench's decode t/s for the same file where known
 (the table below, from ../shared/BENCHMARKS.md, for --shape llama3-8b with
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 import time
 from pathlib import Path
@@ -40,16 +41,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from batched_bench_ref import load_refs, ref_for  # noqa: E402
 from pyllamakv._native import Context, Model, cuda_device_count  # noqa: E402
 
 MIB = 1 << 20
-# llama-batched-bench, 2026-12-01, H200, random Llama-3-8B shape, q4_0, -fa on, q8_0 K/V,
-# -b 2048 -ub 512, 4096-token prompt per sequence, 64 generated (BENCHMARKS.md)
-BATCHED_BENCH = {("llama3-8b", "q4_0", "q8_0", "q8_0", 4096): {1: 245.0, 4: 584.2, 16: 935.0,
-                                                               32: 1150.1}}
 FIELDS = ["model", "device", "type_k", "type_v", "prompt", "pool_mib", "b", "n", "fill",
           "fill_s", "prefill_tps", "decode_s", "decode_tps", "per_seq_tps", "streamed_mib_step",
-          "ref_tps", "ratio", "ref_source", "status"]
+          "ref_tps", "ratio", "ref_source", "in_turn_tps", "x_in_turn", "status"]
 
 
 class Deadline(Exception):
@@ -80,40 +78,6 @@ def _pools(text: str) -> list[float | None]:
         if out[-1] <= 0:
             raise SystemExit(f"--pool-mib: a positive size, got {x!r}")
     return out
-
-
-def load_refs(spec: str | None, key: tuple | None) -> tuple[dict, str]:
-    """{(prompt or None, b): t/s} and where they come from; key: BATCHED_BENCH's
-    (shape, weight type, K type, V type, prompt) for a synthetic file, else None."""
-    if spec is None:
-        known = BATCHED_BENCH.get(key) if key else None
-        if known is None:
-            return {}, ""
-        return {(key[-1], b): v for b, v in known.items()}, "BENCHMARKS.md"
-    p = Path(spec)
-    if not p.is_file():   # numbers: "1=245.0,4=584.2"
-        try:
-            pairs = [x.split("=") for x in spec.split(",") if x.strip()]
-            return {(None, int(b)): float(v) for b, v in pairs}, "--ref"
-        except ValueError:
-            raise SystemExit(f"--ref: a CSV/jsonl file or B=t/s pairs, got {spec!r}")
-    if p.suffix == ".jsonl":
-        rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-    else:
-        with p.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-    refs = {}
-    for r in rows:
-        pick = lambda *names: next((r[k] for k in names if k in r and r[k] != ""), None)
-        b, pp, tps = pick("b", "pl"), pick("prompt", "pp"), pick("decode_tps", "speed_tg")
-        if b is None or tps is None:
-            raise SystemExit(f"--ref {p}: a row without b/pl or decode_tps/speed_tg: {r}")
-        refs[(None if pp is None else int(pp), int(b))] = float(tps)
-    return refs, p.name
-
-
-def _ref(refs: dict, prompt: int, b: int) -> float | None:
-    return refs.get((prompt, b), refs.get((None, b)))
 
 
 # ---------------------------------------------------------------- one row
@@ -147,6 +111,44 @@ def fill(ctx: Context, b: int, toks: np.ndarray, how: str, n_batch: int, deadlin
     return t_first
 
 
+def _timed(step, warmup: int, n: int, deadline) -> tuple[int, float]:
+    """warmup untimed calls of step(i), then n timed ones (fewer at the deadline):
+    (timed calls done, their seconds)."""
+    for i in range(warmup):
+        _check(deadline)
+        step(i)
+    done, t0 = 0, time.perf_counter()
+    try:
+        for i in range(warmup, warmup + n):
+            _check(deadline)
+            step(i)
+            done += 1
+    except Deadline:
+        pass
+    return done, time.perf_counter() - t0
+
+
+def in_turn(m: Model, kw: dict, blob: bytes, b: int, steps: np.ndarray, a, deadline) -> float:
+    """The same steps on b one-sequence contexts (each a b-th of the pool) stepped in
+    turn, every one loaded with blob: aggregate t/s (0 when none finished)."""
+    pool = kw["kv_pool_bytes"]
+    kw = dict(kw, n_seq_max=1, kv_pool_bytes=None if pool is None else pool // b)
+    ctxs = []
+    try:
+        for _ in range(b):
+            ctxs.append(Context(m, **kw))
+            ctxs[-1].state_set(blob)
+
+        def step(i: int) -> None:
+            for s, c in enumerate(ctxs):
+                c.decode([int(steps[i, s])])
+        done, dt = _timed(step, a.warmup, a.n, deadline)
+        return b * done / dt if done else 0.0
+    finally:
+        for c in ctxs:
+            c.close()
+
+
 def run_row(m: Model, a, prompt: int, pool: float | None, b: int, deadline) -> dict:
     rng = np.random.default_rng(prompt * 1000 + b)
     n_batch = max(a.batch, b)
@@ -160,36 +162,35 @@ def run_row(m: Model, a, prompt: int, pool: float | None, b: int, deadline) -> d
     except Exception as e:   # a pool below the plan's minimum, no memory: the row says so
         row["status"] = f"error: {e}"
         return row
+    blob = None
+    steps = rng.integers(0, m.n_vocab, (a.warmup + a.n, b))
+    seqs = list(range(b))
     try:
         t0 = time.perf_counter()
         t_first = fill(ctx, b, rng.integers(0, m.n_vocab, prompt), a.fill, n_batch, deadline)
         row["fill_s"] = round(time.perf_counter() - t0, 3)
         row["prefill_tps"] = round(prompt / t_first, 1)
-        steps = rng.integers(0, m.n_vocab, (a.warmup + a.n, b))
-        seqs = list(range(b))
-        for i in range(a.warmup):
-            _check(deadline)
-            ctx.decode_batch(steps[i].tolist(), seqs)
-        done, t0 = 0, time.perf_counter()
-        try:
-            for i in range(a.warmup, a.warmup + a.n):
-                _check(deadline)
-                ctx.decode_batch(steps[i].tolist(), seqs)
-                done += 1
-        except Deadline:
-            row["status"] = "partial"
-        dt = time.perf_counter() - t0
+        if a.in_turn:
+            blob = ctx.seq_state_get(0)
+        done, dt = _timed(lambda i: ctx.decode_batch(steps[i].tolist(), seqs), a.warmup, a.n,
+                          deadline)
+        row["status"] = "ok" if done == a.n else "partial" if done else "deadline"
         if done:
             streamed = sum(ctx.seq_kv_stats(s)["bytes_streamed_last"] for s in seqs)
             row.update(n=done, decode_s=round(dt, 4), decode_tps=round(b * done / dt, 2),
                        per_seq_tps=round(done / dt, 2),
                        streamed_mib_step=round(streamed / MIB, 2))
-        elif row["status"] == "partial":
-            row["status"] = "deadline"
     except Deadline:
         row["status"] = "deadline"
     finally:
         ctx.close()
+    if blob is not None and row["status"] == "ok":
+        try:
+            tps = in_turn(m, kw, blob, b, steps, a, deadline)
+            if tps:
+                row.update(in_turn_tps=round(tps, 2), x_in_turn=round(row["decode_tps"] / tps, 3))
+        except Exception as e:
+            row["status"] = f"ok; in turn: {e}"
     return row
 
 
@@ -217,10 +218,11 @@ def _model_path(a, out: Path) -> tuple[str, tuple | None]:
 def _show(row: dict) -> str:
     ref = f"{row['ref_tps']:8.1f}  x{row['ratio']:.2f}" if row.get("ref_tps") else f"{'-':>8}"
     tps = row.get("decode_tps")
+    turn = f"  in turn {row['in_turn_tps']} (x{row['x_in_turn']})" if "in_turn_tps" in row else ""
     return (f"P={row['prompt']:6d} pool={str(row['pool_mib']):>8} B={row['b']:3d} "
             f"fill={row.get('fill_s', '-')}s  decode {tps if tps else '-':>9} t/s "
             f"({row.get('per_seq_tps', '-')} per seq, n={row['n']})  "
-            f"ref {ref}  {row['status']}")
+            f"ref {ref}{turn}  {row['status']}")
 
 
 def main() -> None:
@@ -239,6 +241,8 @@ def main() -> None:
     ap.add_argument("--pool-mib", default="resident", help="'resident' or MiB, a list")
     ap.add_argument("--fill", default="state", choices=["prefill", "copy", "state"])
     ap.add_argument("--warmup", type=int, default=1, help="untimed decode steps first")
+    ap.add_argument("--in-turn", action="store_true",
+                    help="also B one-sequence contexts stepped in turn (each a B-th of the pool)")
     ap.add_argument("--batch", type=int, default=2048, help="n_batch (prefill calls)")
     ap.add_argument("--ubatch", type=int, default=512)
     ap.add_argument("--threads", type=int, default=None)
@@ -268,7 +272,7 @@ def main() -> None:
                                    pool, b=b, n=0, fill=a.fill, status="skipped (deadline)")
                     else:
                         row = run_row(m, a, prompt, pool, b, deadline)
-                    ref = _ref(refs, prompt, b)
+                    ref = ref_for(refs, prompt, b)
                     row.update(model=Path(path).name, device=device, type_k=a.type_k,
                                type_v=a.type_v, ref_source=ref_source if ref else "")
                     if ref and row.get("decode_tps"):

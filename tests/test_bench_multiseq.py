@@ -1,7 +1,7 @@
 """benchmarks/bench_multiseq.py on the CPU with a tiny synthetic shape: the three
 ways of filling the sequences leave the same caches (the state and copy fills
 stand in for prefilling every sequence), a smoke run writes its CSV with the
-reference column, and --deadline stops cleanly."""
+reference and in-turn columns, and --deadline stops cleanly."""
 from __future__ import annotations
 
 import csv
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import batched_bench_ref as ref  # noqa: E402
 import bench_multiseq as bm  # noqa: E402
 import synthetic_model as sm  # noqa: E402
 from pyllamakv._native import Context, Model  # noqa: E402
@@ -54,11 +55,11 @@ def _run(tmp_path, *args):
 
 def test_smoke_run_writes_rows_with_references(path, tmp_path):
     rows = _run(tmp_path, "--model", str(path), "-b", "1,3", "-n", "2", "--prompt", "40",
-                "--pool-mib", "resident,1", "--fill", "state", "--ref", "1=10,3=20")
+                "--pool-mib", "resident,1", "--fill", "state", "--ref", "1=10,3=20", "--in-turn")
     assert [(r["pool_mib"], r["b"], r["status"]) for r in rows] == [
         ("resident", "1", "ok"), ("resident", "3", "ok"), ("1.0", "1", "ok"), ("1.0", "3", "ok")]
     for r in rows:
-        assert float(r["decode_tps"]) > 0 and r["n"] == "2"
+        assert float(r["decode_tps"]) > 0 and r["n"] == "2" and float(r["in_turn_tps"]) > 0
         ref = {"1": 10.0, "3": 20.0}[r["b"]]
         assert float(r["ref_tps"]) == ref
         assert float(r["ratio"]) == pytest.approx(float(r["decode_tps"]) / ref, rel=1e-2)
@@ -71,11 +72,11 @@ def test_deadline_skips_cleanly(path, tmp_path):
 
 
 def test_references(tmp_path):
-    refs, src = bm.load_refs(None, ("llama3-8b", "q4_0", "q8_0", "q8_0", 4096))
-    assert bm._ref(refs, 4096, 32) == 1150.1 and bm._ref(refs, 32768, 32) is None
-    assert bm.load_refs(None, ("llama3-8b", "q4_0", "f16", "f16", 4096)) == ({}, "")
+    refs, src = ref.load_refs(None, ("llama3-8b", "q4_0", "q8_0", "q8_0", 4096))
+    assert ref.ref_for(refs, 4096, 32) == 1150.1 and ref.ref_for(refs, 32768, 32) is None
+    assert ref.load_refs(None, ("llama3-8b", "q4_0", "f16", "f16", 4096)) == ({}, "")
     (tmp_path / "r.jsonl").write_text('{"pp": 4096, "tg": 64, "pl": 4, "speed_tg": 584.2}\n')
-    refs, _ = bm.load_refs(str(tmp_path / "r.jsonl"), None)
-    assert bm._ref(refs, 4096, 4) == 584.2 and bm._ref(refs, 8192, 4) is None
+    refs, _ = ref.load_refs(str(tmp_path / "r.jsonl"), None)
+    assert ref.ref_for(refs, 4096, 4) == 584.2 and ref.ref_for(refs, 8192, 4) is None
     with pytest.raises(SystemExit, match="--ref"):
-        bm.load_refs("four=1", None)
+        ref.load_refs("four=1", None)
