@@ -304,7 +304,8 @@ class Context(SequencesMixin, MTPMixin):
         return int(lib.lkv_context_recurrent_bytes(self.ptr))
 
     def restore_point(self, n: int) -> int:
-        """The largest position <= n that truncate accepts (hybrids: 0, a snapshot or n_tokens)."""
+        """The largest position <= n that truncate accepts (hybrids: 0, a snapshot or n_tokens);
+        with the MTP block on, one where the block is also in sync (_native_mtp.py)."""
         return int(lib.lkv_context_restore_point(self.ptr, int(n)))
 
     def snapshot(self) -> None:
