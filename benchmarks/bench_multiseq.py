@@ -25,9 +25,10 @@ progress ends with the steps it has (status "partial"), the rest are skipped.
 
 Beside it: llama-batched-bench's decode t/s for the same file where known
 (the table below, from ../shared/BENCHMARKS.md, for --shape llama3-8b with
-q4_0 weights and q8_0 K/V at P = 4096, n = 64), or from --ref: a CSV (columns
-b or pl, prompt or pp, decode_tps or speed_tg), llama-batched-bench's
---output-format jsonl, or numbers "1=245.0,4=584.2" (every depth of this run).
+q4_0 weights and q8_0 K/V at P = 4096, n = 64), or from --ref: llama-batched-bench's output
+saved as it printed it (markdown or --output-format jsonl), a CSV (columns b
+or pl, prompt or pp, decode_tps or speed_tg), or numbers "1=245.0,4=584.2"
+(every depth of this run); benchmarks/batched_bench_ref.py.
 """
 from __future__ import annotations
 

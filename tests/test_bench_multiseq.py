@@ -75,8 +75,18 @@ def test_references(tmp_path):
     refs, src = ref.load_refs(None, ("llama3-8b", "q4_0", "q8_0", "q8_0", 4096))
     assert ref.ref_for(refs, 4096, 32) == 1150.1 and ref.ref_for(refs, 32768, 32) is None
     assert ref.load_refs(None, ("llama3-8b", "q4_0", "f16", "f16", 4096)) == ({}, "")
-    (tmp_path / "r.jsonl").write_text('{"pp": 4096, "tg": 64, "pl": 4, "speed_tg": 584.2}\n')
+    (tmp_path / "r.jsonl").write_text('main: loading\n{"pp": 4096, "tg": 64, "pl": 4, '
+                                      '"speed_tg": 584.2}\n')
     refs, _ = ref.load_refs(str(tmp_path / "r.jsonl"), None)
     assert ref.ref_for(refs, 4096, 4) == 584.2 and ref.ref_for(refs, 8192, 4) is None
+    (tmp_path / "r.md").write_text(
+        "main: n_kv_max = 1000\n\n"
+        "|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s "
+        "|    S t/s |\n|-------|--------|------|--------|----------|----------|----------|"
+        "----------|----------|----------|\n"
+        "|  32768 |     32 |   16 |  33000 |    5.000 |  6553.60 |    1.000 |   512.00 |    6.000 "
+        "|  5546.67 |\n")
+    refs, _ = ref.load_refs(str(tmp_path / "r.md"), None)
+    assert refs == {(32768, 16): 512.0}
     with pytest.raises(SystemExit, match="--ref"):
         ref.load_refs("four=1", None)
