@@ -289,8 +289,10 @@ lkv_status lkv_context_snapshot(lkv_context *c);
  * step's logits. *n_out is 0 (not an error) when the block does not hold the
  * rows up to n_tokens - 1: after a state load, or a truncation to a position
  * whose hidden state was not kept (the last decode's rows and the snapshot
- * positions are kept); reset (truncate to 0) brings it back. The cache and
- * the logits of the last decode are unchanged. */
+ * positions are kept), or while the block is behind after lkv_context_set_mtp;
+ * truncating to lkv_context_restore_point (reset at worst) and decoding again
+ * brings it back. The cache and the logits of the last decode are unchanged.
+ * LKV_ERR_UNSUPPORTED while the block is switched off. */
 lkv_status lkv_context_mtp_draft(lkv_context *c, int32_t token, int32_t n_draft, int32_t *drafts,
                          float *logits_out, int32_t *n_out);
 /* Switches the MTP block of a context made with mtp = 1 on (on != 0) or off,

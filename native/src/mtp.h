@@ -23,7 +23,8 @@
  * block is "in sync" while it holds n_tokens - 1 rows and the hidden state at
  * n_tokens - 1 is known (kept from the last micro-batch, or at a snapshot).
  * Out of sync (after a state load, or a truncation to a position whose hidden
- * state was not kept), drafts are empty until the context is reset.
+ * state was not kept), drafts are empty until the context is truncated to a
+ * position where the block is in sync (0 always is) and decoded again.
  *
  * Switched off (lkv_context_set_mtp), the block computes nothing: a trunk
  * micro-batch neither writes its K/V rows nor keeps its hidden rows, so the
