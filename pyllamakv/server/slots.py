@@ -177,6 +177,7 @@ class Slot:
         self.index, self.engine = index, engine
         self.job: Job | None = None
         self.kv_stats: dict = {}        # a snapshot after each job (read by /metrics)
+        self.mtp_stats: dict = {}       # the same of its MTP block, where it has one
         self.n_jobs = 0
         self._snapshot()
 
@@ -186,11 +187,14 @@ class Slot:
 
     def _snapshot(self) -> None:
         stats = getattr(self.engine, "kv_stats", None)
-        if stats is not None:
-            try:
+        ctx = getattr(self.engine, "_ctx", None)
+        try:
+            if stats is not None:
                 self.kv_stats = stats()
-            except Exception:    # a closed or dead context: keep the last snapshot
-                pass
+            if getattr(ctx, "mtp", False):
+                self.mtp_stats = ctx.mtp_stats()
+        except Exception:    # a closed or dead context: keep the last snapshot
+            pass
 
 
 class SlotPool:
