@@ -1,6 +1,7 @@
 """What a qwen35 model's MTP block costs: the trunk's decode step with and
 without the block beside it (each micro-batch also writes the block's K/V),
-and one MTP draft of k = 1..max-k tokens, at given depths.
+with the block switched off (step_mtp_off: should be the plain step), and one
+MTP draft of k = 1..max-k tokens, at given depths.
 
     python benchmarks/synthetic_model.py qwen35-27b q35-mtp.gguf --type q4_k --mtp
     python benchmarks/bench_mtp.py --model q35-mtp.gguf --device cuda --depths 8192,32768
@@ -28,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pyllamakv._native import Context, Model, cuda_device_count  # noqa: E402
 
-FIELDS = ["model", "device", "depth", "k", "step_ms", "step_mtp_ms", "draft_ms"]
+FIELDS = ["model", "device", "depth", "k", "step_ms", "step_mtp_ms", "step_mtp_off_ms",
+          "draft_ms"]
 
 
 def _median(fn, repeat: int) -> float:
@@ -89,6 +91,10 @@ def main() -> None:
             def one() -> None:
                 c.decode(toks[depth:depth + 1])
                 c.truncate(depth)
+            if mtp:   # the block switched off (lkv_context_set_mtp): the trunk's cost again
+                c.set_mtp(False)
+                step["off"] = _median(one, a.repeat)
+                c.set_mtp(True)   # in sync again: truncate(depth) kept the snapshot's hidden
             step[mtp] = _median(one, a.repeat)
             if mtp:
                 for k in range(1, a.max_k + 1):
@@ -96,6 +102,7 @@ def main() -> None:
                     row = dict(model=Path(path).name, device=device, depth=depth, k=k,
                                step_ms=round(step[False] * 1e3, 3),
                                step_mtp_ms=round(step[True] * 1e3, 3),
+                               step_mtp_off_ms=round(step["off"] * 1e3, 3),
                                draft_ms=round(d * 1e3, 3))
                     rows.append(row)
                     print(" ".join(f"{f}={row[f]}" for f in FIELDS[2:]), flush=True)

@@ -69,6 +69,7 @@ SHAPES = {
     "llama3-8b": Shape(32, 4096, 14336, 32, 8, 128256),
     "llama2-7b": Shape(32, 4096, 11008, 32, 32, 32000, 10000.0),
     "smollm2-135m": Shape(30, 576, 1536, 9, 3, 49152, 100000.0),
+    "llama-tiny": Shape(2, 256, 512, 4, 2, 512, 10000.0),   # CPU smoke runs of the benchmarks
     # Qwen3.5-27B's published configuration (its Hugging Face config.json: 64 layers, every
     # 4th full attention; hidden 5120, ffn 17408, 24 / 4 heads of 256, partial rotary 0.25,
     # rope theta 1e7; linear attention 16 key / 48 value heads of 128, conv 4; vocab 248320,

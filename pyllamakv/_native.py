@@ -26,6 +26,7 @@ from .errors import ClosedError, ParameterError, ParameterTypeError, error_for_s
 from .gguf_file import GGUFError, GGUFFile  # noqa: F401  (GGUFError re-exported)
 from .config import check_gpu_kernels
 from .guard import Guard, abortable
+from ._native_mtp import MTPMixin
 from ._native_seqs import SequencesMixin
 from .hparams import ARCHS, model_params  # noqa: F401  (re-exported)
 from .weight_check import check_finite
@@ -184,11 +185,12 @@ class Model:
 
 # ---------------------------------------------------------------- context
 
-class Context(SequencesMixin):
+class Context(SequencesMixin, MTPMixin):
     """A KV cache and the buffers to decode into it, over one Model; with
     n_seq_max > 1, that many sequences (each n_ctx positions, its own cache)
     sharing one KV pool (the sequence calls are in _native_seqs.py; the calls
-    without a sequence id mean sequence 0)."""
+    without a sequence id mean sequence 0). With mtp, the model's MTP block
+    beside the trunk (its calls: _native_mtp.py)."""
 
     def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_ubatch: int = 512, n_threads: int | None = None, type_k: str | int = "f16",
@@ -289,19 +291,6 @@ class Context(SequencesMixin):
         buf = ffi.buffer(ptr, n[0] * self.out_width * 4)
         return np.frombuffer(buf, np.float32).reshape(n[0], self.out_width).copy()
 
-    def mtp_draft(self, token: int, n_draft: int, logits: bool = False):
-        """Arg-max drafts of the model's MTP block after `token` (the token at
-        n_tokens), up to n_draft; with logits, (drafts, (len, n_vocab) logits).
-        None drafted (an empty array) when the block is out of sync (llamakv.h)."""
-        n_draft = _int32("n_draft", n_draft)
-        out = np.zeros(max(n_draft, 0), np.int32)
-        rows = np.zeros((max(n_draft, 0), self.n_vocab), np.float32) if logits else None
-        n = ffi.new("int32_t *")
-        self._guard.call(lambda: _check(lib.lkv_context_mtp_draft(
-            self.ptr, _int32("token", token), n_draft, ffi.from_buffer("int32_t[]", out),
-            ffi.from_buffer("float[]", rows) if logits else ffi.NULL, n), "mtp draft"))
-        return (out[:n[0]], rows[:n[0]]) if logits else out[:n[0]]
-
     def truncate(self, n: int) -> None:
         n = _int32("n", n)
         self._guard.call(lambda: _check(lib.lkv_context_truncate(self.ptr, n), "truncate"))
@@ -315,7 +304,8 @@ class Context(SequencesMixin):
         return int(lib.lkv_context_recurrent_bytes(self.ptr))
 
     def restore_point(self, n: int) -> int:
-        """The largest position <= n that truncate accepts (hybrids: 0, a snapshot or n_tokens)."""
+        """The largest position <= n that truncate accepts (hybrids: 0, a snapshot or n_tokens);
+        with the MTP block on, one where the block is also in sync (_native_mtp.py)."""
         return int(lib.lkv_context_restore_point(self.ptr, int(n)))
 
     def snapshot(self) -> None:

@@ -37,7 +37,7 @@ from .plan import auto_pool_bytes, kv_plan, whole_cache_bytes
 from .progress import ProgressCallback, report_load
 from .sampling import Sampler, SamplingParams
 from .spec_decode import speculative_tokens
-from .spec_mtp import wants_mtp
+from .spec_mtp import uses_mtp, wants_mtp
 from .speculative import make_drafter
 from .state import LlamaState, Timings, model_fingerprint
 from .ubatch import chosen_ubatch
@@ -299,6 +299,16 @@ class Llama(OpenAIMethods):
                   ) -> Iterator[int]:
         self._logits_mode()
         self.timings = Timings()
+        # spec_decode.py; a grammar, mirostat or logits processors keep state per
+        # sampled token, which verification does not advance: plain decoding then
+        # (a hybrid drops rejected rows by a snapshot and a replay: history.py)
+        drafter = self.draft_model if (
+            not self.config.logits_all and sampler.constraint is None
+            and sampler.mirostat is None and not sampler.processors) else None
+        if getattr(self._ctx, "mtp", False):
+            # only a generation that drafts with it pays for the MTP block; switched on
+            # behind, keep_prefix's restore point is one where it is in sync (_native_mtp.py)
+            self._ctx.set_mtp(uses_mtp(drafter))
         if reset:
             if not tokens:
                 raise ParameterError("generate needs at least one token")
@@ -312,13 +322,8 @@ class Llama(OpenAIMethods):
             self._ctx.snapshot()
             tokens = tokens[-1:]
         self._prefill(tokens)
-        # spec_decode.py; a grammar, mirostat or logits processors keep state per
-        # sampled token, which verification does not advance: plain decoding then
-        # (a hybrid drops rejected rows by a snapshot and a replay: history.py)
-        if (self.draft_model is not None and not self.config.logits_all
-                and sampler.constraint is None and sampler.mirostat is None
-                and not sampler.processors):
-            yield from speculative_tokens(self, sampler, self.draft_model)
+        if drafter is not None:
+            yield from speculative_tokens(self, sampler, drafter)
         while True:
             token = self._sample(sampler)
             yield token

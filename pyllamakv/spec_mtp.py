@@ -2,7 +2,15 @@
 tensors): the context runs the block beside the trunk (``Context(mtp=True)``,
 native/src/mtp.h) and each call drafts ``num_pred_tokens`` arg-max tokens,
 chained through the one block as llama.cpp and vLLM do. Drafts are point
-masses for spec_decode.py's accept/reject rule."""
+masses for spec_decode.py's accept/reject rule.
+
+The block runs only while a generation drafts with it: Llama._generate
+switches it on for such a generation and off for the others (``uses_mtp``).
+Switched on after tokens were decoded without it, the block catches up
+through prefix reuse: keep_prefix's restore point is then one where the block
+is in sync, and the tokens after it are decoded again. A generation with
+``reset=False`` does not truncate, so a block switched on behind drafts
+nothing there (plain decoding, the same tokens)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -21,9 +29,17 @@ def wants_mtp(spec: Any) -> bool:
     return isinstance(spec, str) and spec == "mtp"
 
 
+def uses_mtp(drafter: Any) -> bool:
+    """The drafter (or the one it wraps: ``uses_mtp`` forwarded) drafts from the
+    context's MTP block, which must then run beside the trunk."""
+    return bool(getattr(drafter, "uses_mtp", False))
+
+
 class MTPDrafter:
     """Drafts from llm's own context: the history it is given must be that
     context's tokens plus the token just chosen (spec_decode's call)."""
+
+    uses_mtp = True   # Llama._generate switches the block on for its generations only
 
     def __init__(self, llm: "Llama", num_pred_tokens: int = DEFAULT_DRAFTS):
         if isinstance(num_pred_tokens, bool) or not isinstance(num_pred_tokens, int) \

@@ -2,8 +2,12 @@
 block behind the server (tests/tiny_qwen35.py), through the openai client.
 
 Greedy output with the MTP drafter is the plain greedy output (spec_decode.py's
-exactness), and /metrics counts its drafts like the other drafters'.
+exactness), /metrics counts its drafts like the other drafters', and a slot
+runs its MTP block only for a request that drafts with it.
 """
+import time
+
+import httpx
 import numpy as np
 import pytest
 
@@ -49,10 +53,24 @@ def test_mtp_per_request_is_exact_and_counted(served, client):
     url = served[0].url
     prompt = np.random.default_rng().integers(3, N_VOCAB, 12).tolist()
     before = counters(url)
+    slots = served[1].slots
+    rows = lambda: [s.engine._ctx.mtp_stats()["rows_computed"] for s in slots]
+    rows0 = rows()
     plain = _complete(client, prompt)
     assert counters(url) == before, "a request without speculation moved the counters"
+    # the slots run their MTP blocks only for requests that draft with them
+    assert rows() == rows0 and not any(s.engine._ctx.mtp_on for s in slots)
     got = _complete(client, prompt, n=2, **{"speculative.type": "mtp", "speculative.n_max": 3})
     assert got == plain * 2, "greedy MTP speculation changed the text"
+    assert all(a > b for a, b in zip(rows(), rows0)) and all(s.engine._ctx.mtp_on for s in slots)
+    want = [f'pyllamakv_mtp_on{{slot="{s.index}"}} 1.0' for s in slots] + \
+        [f'pyllamakv_mtp_rows_total{{slot="{s.index}"}} {float(n)}' for s, n in zip(slots, rows())]
+    for _ in range(50):   # the slots' snapshots, taken by their threads after their jobs
+        text = httpx.get(url + "/metrics").text
+        if all(w in text for w in want):
+            break
+        time.sleep(0.05)
+    assert all(w in text for w in want), [w for w in want if w not in text]
     after = counters(url)
     drafted, accepted, passes = (after[k] - before[k] for k in SPEC)
     assert drafted > 0 and passes > 0, (before, after)

@@ -19,6 +19,9 @@
 #            PYTESTS (default tests/test_cuda.py; golden data from .smb/golden); without
 #            the halves, the 8-layer cut carried in .models/smollm2-8l.gguf
 #   kvstream benchmarks/benchmark_kv_stream.py (synthetic 8B shape, q8_0 KV)
+#   multiseq benchmarks/bench_multiseq.py: aggregate decode t/s of 1..32 sequences (synthetic
+#            8B shape, q8_0 KV) beside llama-batched-bench's (BENCHMARKS.md); MULTISEQ_ARGS
+#            (default "-b 1,4,16,32 -n 64 --prompt 4096 --pool-mib resident")
 #
 # Here, once:  bash ../shared/tools/device-wheels.sh          (makes .whl/)
 #              split -n 2 -d SmolLM2-135M-Instruct.Q4_1.gguf: .sma/sm-a, .smb/sm-b;
@@ -132,6 +135,17 @@ if [[ $STAGES == *kvstream* ]]; then
     echo "kv_stream rc=$?" >> "$OUT/kv_stream.log"
     cp /tmp/kvs/results.csv "$OUT/kv_stream.csv" 2>/dev/null
     grep -v "^writing" "$OUT/kv_stream.log" | tail -14
+fi
+
+if [[ $STAGES == *multiseq* ]]; then
+    stamp "parallel sequences' aggregate decode (synthetic llama3-8b, q8_0 KV)"
+    L=$(left); DL=$(( L - 20 ))
+    timeout "$(cap 590)" python3 benchmarks/bench_multiseq.py --model /tmp/llama3-8b-q4_0.gguf \
+        --shape llama3-8b ${MULTISEQ_ARGS:--b 1,4,16,32 -n 64 --prompt 4096 --pool-mib resident} \
+        --fill state --deadline "$(( DL > 30 ? DL : 30 ))" --out /tmp/ms > "$OUT/multiseq.log" 2>&1
+    echo "multiseq rc=$?" >> "$OUT/multiseq.log"
+    cp /tmp/ms/multiseq.csv "$OUT/multiseq.csv" 2>/dev/null
+    tail -14 "$OUT/multiseq.log"
 fi
 
 stamp "done"

@@ -175,7 +175,7 @@ int64_t lkv_model_weight_bytes(const lkv_model *m);
 /* Layers with a KV cache (all layers, or the full-attention layers of a hybrid). */
 int32_t lkv_model_n_layer_kv(const lkv_model *m);
 /* MTP (nextn) blocks the model loaded (0 when the file has none). Their
- * weights are bound and checked; the forward pass does not run them yet. */
+ * weights are bound and checked; a context made with mtp = 1 runs the first. */
 int32_t lkv_model_n_nextn(const lkv_model *m);
 
 /* ---- context -------------------------------------------------------------- */
@@ -206,7 +206,8 @@ typedef struct lkv_context_params {
                                 sequence and n_ubatch > 16; logits do not depend on it */
     int32_t mtp;             /* 1: run the model's MTP (nextn) block beside the trunk for
                                 lkv_context_mtp_draft (its own resident KV of n_ctx rows,
-                                one attention layer; n_seq_max 1, no embeddings); default 0 */
+                                one attention layer; n_seq_max 1, no embeddings); default 0.
+                                It starts switched on; lkv_context_set_mtp switches it */
 } lkv_context_params;
 
 typedef struct lkv_context lkv_context;
@@ -272,7 +273,8 @@ int32_t lkv_context_n_ctx(const lkv_context *c);
 lkv_status lkv_context_truncate(lkv_context *c, int32_t n);
 /* The largest position p <= n (and <= n_tokens) that truncate accepts: n
  * itself for models without recurrent state; for hybrids 0, n_tokens or the
- * latest snapshot at or before n. */
+ * latest snapshot at or before n. With the MTP block on (lkv_context_set_mtp),
+ * the largest of those after which the block is also in sync (0 at worst). */
 int32_t lkv_context_restore_point(const lkv_context *c, int32_t n);
 /* Hybrid models: keeps the recurrent state at the current position as a
  * snapshot (replacing the oldest when all slots are used), so that a later
@@ -287,10 +289,41 @@ lkv_status lkv_context_snapshot(lkv_context *c);
  * step's logits. *n_out is 0 (not an error) when the block does not hold the
  * rows up to n_tokens - 1: after a state load, or a truncation to a position
  * whose hidden state was not kept (the last decode's rows and the snapshot
- * positions are kept); reset (truncate to 0) brings it back. The cache and
- * the logits of the last decode are unchanged. */
+ * positions are kept), or while the block is behind after lkv_context_set_mtp;
+ * truncating to lkv_context_restore_point (reset at worst) and decoding again
+ * brings it back. The cache and the logits of the last decode are unchanged.
+ * LKV_ERR_UNSUPPORTED while the block is switched off. */
 lkv_status lkv_context_mtp_draft(lkv_context *c, int32_t token, int32_t n_draft, int32_t *drafts,
                          float *logits_out, int32_t *n_out);
+/* Switches the MTP block of a context made with mtp = 1 on (on != 0) or off,
+ * so that only a context that speculates pays for it. Off, a decode runs the
+ * trunk alone (the block writes no K/V rows; lkv_context_mtp_stats counts
+ * them) and lkv_context_mtp_draft fails with LKV_ERR_UNSUPPORTED. Switching
+ * computes nothing: switched on after positions were decoded while off, the
+ * block lacks their rows and drafts nothing (n_out 0) until it is in sync
+ * again. While it is on, lkv_context_restore_point gives only positions where
+ * the block is in sync after the truncation (the last position decoded while
+ * it was on, a snapshot taken while it was on, 0 at worst): truncate to
+ * lkv_context_restore_point(c, n) and decode the tokens after it again, and
+ * the block's rows are filled by that decode, as if it had been on all along
+ * (bit for bit for the same sequence of decode calls). A context made with
+ * mtp = 0 accepts on = 0 (a no-op) and refuses on != 0 (LKV_ERR_UNSUPPORTED).
+ * The block belongs to the one sequence of its context (mtp = 1 needs
+ * n_seq_max = 1), so the switch is per context: a server's slot that
+ * speculates is a context of its own. */
+lkv_status lkv_context_set_mtp(lkv_context *c, int32_t on);
+
+typedef struct lkv_mtp_stats {
+    int32_t on;              /* the switch (lkv_context_set_mtp) */
+    int32_t n_rows;          /* K/V rows the block holds: positions [0, n_rows) */
+    int32_t in_sync;         /* 1: lkv_context_mtp_draft drafts now */
+    int64_t rows_computed;   /* K/V rows the block computed following the trunk, total */
+    int64_t draft_steps;     /* draft steps run (one block pass each), total */
+} lkv_mtp_stats;
+
+/* The MTP block's switch and counters (a context made with mtp = 1; else
+ * LKV_ERR_UNSUPPORTED). */
+lkv_status lkv_context_mtp_stats(const lkv_context *c, lkv_mtp_stats *out);
 /* Bytes of recurrent state (conv + delta-rule state) of one sequence; 0 for
  * models without it. Snapshots take this much each, beside it. */
 int64_t lkv_context_recurrent_bytes(const lkv_context *c);
@@ -377,7 +410,7 @@ int64_t lkv_row_bytes(int32_t type, int64_t n);
 
 /* LKV_CDEF_END */
 
-#define LKV_ABI_VERSION 5
+#define LKV_ABI_VERSION 6
 
 #ifdef __cplusplus
 }

@@ -238,6 +238,18 @@ API lkv_status lkv_context_mtp_draft(lkv_context *c, int32_t token, int32_t n_dr
     return lkv_context_draft_mtp(c, token, n_draft, drafts, logits_out, n_out);
 }
 
+API lkv_status lkv_context_set_mtp(lkv_context *c, int32_t on) {
+    lkv_clear_error();
+    if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_set_mtp: NULL context");
+    return lkv_context_switch_mtp(c, on);
+}
+
+API lkv_status lkv_context_mtp_stats(const lkv_context *c, lkv_mtp_stats *out) {
+    lkv_clear_error();
+    if (!c || !out) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_mtp_stats: NULL argument");
+    return lkv_context_get_mtp_stats(c, out);
+}
+
 API const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows) {
     if (n_rows) *n_rows = c ? c->n_logit_rows : 0;
     return c ? c->logits : NULL;

@@ -168,10 +168,22 @@ void lkv_context_destroy(lkv_context *c) {
 
 // ------------------------------------------------------------------ recurrent state
 
-int32_t lkv_context_restore(const lkv_context *c, int32_t n) {
+/* the trunk's: the largest p <= n that truncate accepts */
+static int32_t trunk_restore(const lkv_context *c, int32_t n) {
     if (n < 0) return 0;
     if (!c->rs) return n < c->seq_len[0] ? n : c->seq_len[0];
     return lkv_recur_restore_point(c->rs, n, c->seq_len[0]);
+}
+
+/* with the MTP block on, also one where the block is in sync after the
+ * truncation (mtp.h): walk the trunk's points down to one (0 at worst) */
+int32_t lkv_context_restore(const lkv_context *c, int32_t n) {
+    int32_t p = trunk_restore(c, n);
+    if (!c->mtp || !lkv_mtp_is_on(c->mtp)) return p;
+    const int32_t rows = lkv_mtp_rows(c->mtp);
+    if (p > rows + 1) p = trunk_restore(c, rows + 1);
+    while (p > 0 && !lkv_mtp_synced_at(c->mtp, p)) p = trunk_restore(c, p - 1);
+    return p;
 }
 
 lkv_status lkv_context_keep_snapshot(lkv_context *c) {

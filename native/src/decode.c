@@ -184,7 +184,30 @@ lkv_status lkv_context_draft_mtp(lkv_context *c, int32_t token, int32_t n_draft,
     LKV_TRY(check_live(c));
     if (!c->mtp)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "mtp draft: the context was made without mtp = 1");
+    if (!lkv_mtp_is_on(c->mtp))
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "mtp draft: the MTP block is switched off "
+                        "(lkv_context_set_mtp); switch it on, then truncate to the restore point "
+                        "and decode the rest again to bring it in sync");
     return lkv_mtp_run_draft(c, token, n_draft, drafts, logits_out, n_out);
+}
+
+lkv_status lkv_context_switch_mtp(lkv_context *c, int32_t on) {
+    LKV_TRY(check_live(c));
+    if (!c->mtp) {
+        if (!on) return LKV_OK;   /* nothing runs anyway */
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "set mtp: the context was made without mtp = 1 "
+                        "(the MTP block's buffers are made with the context)");
+    }
+    lkv_mtp_set_on(c->mtp, on != 0);
+    return LKV_OK;
+}
+
+lkv_status lkv_context_get_mtp_stats(const lkv_context *c, lkv_mtp_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!c->mtp)
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "mtp stats: the context was made without mtp = 1");
+    lkv_mtp_get_stats(c, out);
+    return LKV_OK;
 }
 
 lkv_status lkv_context_set_length(lkv_context *c, int32_t n) {

@@ -32,6 +32,9 @@ struct lkv_mtp {
     uint32_t saved_stamp[N_SAVED], clock;
     float *host_logits;         /* (n_vocab,) a draft step's logits when the caller wants none */
     int32_t len;                /* rows in kv: positions [0, len) */
+    bool on;                    /* follows the trunk (lkv_context_set_mtp); off: len stays */
+    int64_t rows_computed;      /* K/V rows written following the trunk, total */
+    int64_t draft_steps;        /* draft steps run, total */
 };
 
 // ------------------------------------------------------------------ create / free
@@ -57,6 +60,7 @@ lkv_status lkv_mtp_create(lkv_context *c, lkv_mtp **out) {
     t->head = N->shared_head_head.data ? &N->shared_head_head : &m->output;
     for (int i = 0; i < N_SAVED; i++) t->saved_pos[i] = -1;
     t->hid_pos0 = -1;
+    t->on = true;
     *out = t;   /* from here lkv_mtp_free undoes a partial build */
 
     const size_t E = (size_t)hp->n_embd, U = (size_t)c->p.n_ubatch;
@@ -118,6 +122,12 @@ static lkv_status block(lkv_context *c, lkv_mtp *t, const float *hidden, const i
 
 static bool have_hidden(const lkv_mtp *t, int32_t pos) { return pos >= t->lo && pos < t->hi; }
 
+static bool have_saved(const lkv_mtp *t, int32_t pos) {
+    for (int i = 0; i < N_SAVED; i++)
+        if (t->saved_pos[i] == pos) return true;
+    return false;
+}
+
 static const float *hidden_at(const lkv_context *c, const lkv_mtp *t, int32_t pos) {
     return t->hid + (size_t)(pos - t->hid_pos0) * c->model->hp.n_embd;
 }
@@ -126,7 +136,9 @@ static const float *hidden_at(const lkv_context *c, const lkv_mtp *t, int32_t po
 
 lkv_status lkv_mtp_after_step(lkv_context *c, const lkv_ubatch *ub) {
     lkv_mtp *t = c->mtp;
-    if (ub->n_groups != 1) return LKV_OK;   /* one sequence (lkv_mtp_create) */
+    /* off: nothing at all, not even the hidden rows (those kept stay true: truncation
+     * still trims them); the block falls behind (len < n_tokens - 1) */
+    if (!t->on || ub->n_groups != 1) return LKV_OK;   /* one sequence (lkv_mtp_create) */
     const lkv_model_params *hp = &c->model->hp;
     const size_t E = (size_t)hp->n_embd;
     const int32_t p0 = ub->groups[0].pos0, n = ub->n;
@@ -142,6 +154,7 @@ lkv_status lkv_mtp_after_step(lkv_context *c, const lkv_ubatch *ub) {
     if (t->len != a || (p0 > 0 && !pending) || rows == 0) return LKV_OK;   /* out of sync */
     LKV_TRY(block(c, t, hidden_at(c, t, a), ub->tokens + (a + 1 - p0), rows, a, false));
     t->len = a + rows;
+    t->rows_computed += rows;
     return LKV_OK;
 }
 
@@ -212,9 +225,33 @@ lkv_status lkv_mtp_run_draft(lkv_context *c, int32_t token, int32_t n_draft, int
         drafts[j] = tok = best;
         hidden = t->chain;
         *n_out = j + 1;
+        t->draft_steps++;
     }
     /* the draft rows (positions >= L - 1) are not kept: the verification rewrites L - 1 */
     lkv_status st2 = lkv_kv_truncate(t->kv, t->len);
     if (st == LKV_ERR_DEVICE) c->dead = true;
     return st ? st : st2;
+}
+
+// ------------------------------------------------------------------ switch and sync
+
+void lkv_mtp_set_on(lkv_mtp *t, bool on) { t->on = on; }
+
+bool lkv_mtp_is_on(const lkv_mtp *t) { return t->on; }
+
+bool lkv_mtp_synced_at(const lkv_mtp *t, int32_t p) {
+    /* truncate(p) keeps rows [0, p - 1) and the hidden state at p - 1 (lkv_mtp_truncate) */
+    return p == 0 || (t->len >= p - 1 && (have_hidden(t, p - 1) || have_saved(t, p - 1)));
+}
+
+int32_t lkv_mtp_rows(const lkv_mtp *t) { return t->len; }
+
+void lkv_mtp_get_stats(const lkv_context *c, lkv_mtp_stats *out) {
+    const lkv_mtp *t = c->mtp;
+    const int32_t L = c->seq_len[0];
+    out->on = t->on;
+    out->n_rows = t->len;
+    out->in_sync = t->on && L > 0 && t->len == L - 1 && have_hidden(t, L - 1);
+    out->rows_computed = t->rows_computed;
+    out->draft_steps = t->draft_steps;
 }

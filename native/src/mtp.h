@@ -23,11 +23,22 @@
  * block is "in sync" while it holds n_tokens - 1 rows and the hidden state at
  * n_tokens - 1 is known (kept from the last micro-batch, or at a snapshot).
  * Out of sync (after a state load, or a truncation to a position whose hidden
- * state was not kept), drafts are empty until the context is reset.
+ * state was not kept), drafts are empty until the context is truncated to a
+ * position where the block is in sync (0 always is) and decoded again.
+ *
+ * Switched off (lkv_context_set_mtp), the block computes nothing: a trunk
+ * micro-batch neither writes its K/V rows nor keeps its hidden rows, so the
+ * block falls behind. Its rows [0, len) and the hidden states it kept stay
+ * true (truncation still trims them). Switched on again, it is in sync at a
+ * position p where len >= p - 1 and the hidden state at p - 1 is kept; the
+ * context's restore point (context.c) then only gives such positions, so a
+ * caller that truncates to it and decodes the rest again (prefix reuse) has
+ * the block's rows filled by that decode, as if it had been on throughout.
  */
 #ifndef LKV_MTP_H
 #define LKV_MTP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "context.h"
@@ -47,5 +58,13 @@ void lkv_mtp_snapshot(lkv_context *c, int32_t pos);
  * of them (0 out of sync); logits_out (n_draft, n_vocab) host or NULL */
 lkv_status lkv_mtp_run_draft(lkv_context *c, int32_t token, int32_t n_draft, int32_t *drafts,
                          float *logits_out, int32_t *n_out);
+/* the switch: off, lkv_mtp_after_step does nothing */
+void lkv_mtp_set_on(lkv_mtp *t, bool on);
+bool lkv_mtp_is_on(const lkv_mtp *t);
+/* after truncate(p) the block would be in sync (p = 0 always is) */
+bool lkv_mtp_synced_at(const lkv_mtp *t, int32_t p);
+/* rows the block holds: positions [0, rows) */
+int32_t lkv_mtp_rows(const lkv_mtp *t);
+void lkv_mtp_get_stats(const lkv_context *c, lkv_mtp_stats *out);
 
 #endif

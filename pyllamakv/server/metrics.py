@@ -6,7 +6,9 @@ and the bytes of SSE events sent; gauges for the queue and the slots, read
 when scraped; and each slot's KV cache figures from its last kv_stats()
 snapshot (taken by the slot's own thread after each request, since a context
 is used by one thread at a time): pool, ring and resident bytes, resident
-chunks, and the host-to-device bytes streamed.
+chunks, and the host-to-device bytes streamed; for a model with an MTP block,
+whether each slot's block is on and the K/V rows it has computed (a slot runs
+it only for requests that draft with it).
 """
 from __future__ import annotations
 
@@ -35,6 +37,10 @@ class _KVCollector:
                      for k, d in _KV_COUNTERS})
         chunks = GaugeMetricFamily("pyllamakv_kv_resident_chunks",
                                    "KV chunks resident in the pool, all layers", labels=["slot"])
+        mtp_on = GaugeMetricFamily("pyllamakv_mtp_on", "the slot's MTP block runs beside the "
+                                   "trunk (speculative.type mtp)", labels=["slot"])
+        mtp_rows = CounterMetricFamily("pyllamakv_mtp_rows", "K/V rows the slot's MTP block "
+                                       "computed", labels=["slot"])
         for s in self.pool.slots:
             st, label = s.kv_stats, [str(s.index)]
             for k, fam in fams.items():
@@ -42,8 +48,14 @@ class _KVCollector:
                     fam.add_metric(label, float(st[k]))
             if "resident_chunks" in st:
                 chunks.add_metric(label, float(sum(st["resident_chunks"])))
+            if s.mtp_stats:
+                mtp_on.add_metric(label, float(s.mtp_stats["on"]))
+                mtp_rows.add_metric(label, float(s.mtp_stats["rows_computed"]))
         yield from fams.values()
         yield chunks
+        if any(s.mtp_stats for s in self.pool.slots):
+            yield mtp_on
+            yield mtp_rows
 
 
 class Metrics:

@@ -164,6 +164,8 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
             make_drafter(s.draft_model, e) if has_mtp else e.draft_model
         e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
         e.draft_model = None      # a request's fields choose (speculation.drafting)
+        if has_mtp:               # on only for requests that draft with it (Llama._generate)
+            e._ctx.set_mtp(False)
         check_available(SpecRequest(), e)     # --draft mtp on a model without the block
     return engines
 
@@ -175,6 +177,7 @@ class Slot:
         self.index, self.engine = index, engine
         self.job: Job | None = None
         self.kv_stats: dict = {}        # a snapshot after each job (read by /metrics)
+        self.mtp_stats: dict = {}       # the same of its MTP block, where it has one
         self.n_jobs = 0
         self._snapshot()
 
@@ -184,11 +187,14 @@ class Slot:
 
     def _snapshot(self) -> None:
         stats = getattr(self.engine, "kv_stats", None)
-        if stats is not None:
-            try:
+        ctx = getattr(self.engine, "_ctx", None)
+        try:
+            if stats is not None:
                 self.kv_stats = stats()
-            except Exception:    # a closed or dead context: keep the last snapshot
-                pass
+            if getattr(ctx, "mtp", False):
+                self.mtp_stats = ctx.mtp_stats()
+        except Exception:    # a closed or dead context: keep the last snapshot
+            pass
 
 
 class SlotPool:

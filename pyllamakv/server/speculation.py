@@ -56,6 +56,10 @@ class Limited:
     def __init__(self, base, n_max: int | None, n_min: int):
         self.base, self.n_max, self.n_min = base, n_max, n_min
 
+    @property
+    def uses_mtp(self) -> bool:   # the slot runs its MTP block only for such a request
+        return bool(getattr(self.base, "uses_mtp", False))
+
     def __call__(self, input_ids: np.ndarray, /, **kw: Any) -> np.ndarray:
         d = np.asarray(self.base(input_ids, **kw)).reshape(-1)
         if self.n_max is not None:
