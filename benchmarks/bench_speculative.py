@@ -1,23 +1,28 @@
 """Speculative decoding benchmark: what verifying k drafts costs, how many
-prompt lookup gets accepted on real text, and the effective decode rate.
+drafts get accepted on realistic text, and the speedup that follows.
 
-    # (1) cost of one pass over [token + k drafts], k = 0..8, against k = 0 (one step)
-    python benchmarks/bench_speculative.py verify --depths 512 --out spec-out          # CPU
+    # (1) cost of one pass over [token + k drafts], k = 0..15, against k = 0 (one step)
+    python benchmarks/bench_speculative.py verify --depths 512 --verify-csv spec-out/verify.csv
     python benchmarks/bench_speculative.py verify --shape llama3-8b --device cuda \\
-        --depths 32768,131072 --pools 1024,4096 --fill state --out spec-out           # GPU
-    # (2) acceptance of prompt lookup, default model, code editing and summarization
-    python benchmarks/bench_speculative.py accept --out spec-out
-    # (3) effective tokens per pass and rate, from the two CSVs above
-    python benchmarks/bench_speculative.py effective --out spec-out
+        --depths 32768,131072 --pools 1024,4096 --fill state --verify-csv spec-out/verify.csv
+    # (2) acceptance on the chat tasks of spec_tasks.py (default model, greedy; asserts the
+    #     output equals plain greedy), see bench_spec_accept.py for the drafter options
+    python benchmarks/bench_speculative.py accept --lookup 3:4,3:8,5:10 --self-repeat on,off \\
+        --accept-csv spec-out/accept.csv
+    # (3) per verify setup and (task class, setting): effective and PCIe-bound speedups
+    python benchmarks/bench_speculative.py effective --verify-csv spec-out/verify.csv \\
+        --accept-csv spec-out/accept.csv
 
 (1) times Context.decode of k + 1 tokens keeping k + 1 logits rows at a given
 depth, then truncates back (the rows of rejected drafts), the median of
 --repeat runs; with a pool the KV streams, and every streamed chunk serves all
-k + 1 queries. (2) runs greedy chat completions with and without
-Llama(draft_model=PromptLookupDecoding(...)), checks the texts are equal, and
-records drafted/accepted tokens and passes. (3) takes each task's mean drafts
-per pass and tokens per pass and divides by the measured cost ratio of that k:
-effective rate = tokens_per_pass / cost(k) x the one-step rate.
+k + 1 queries (streamed_mb stays that of one step). (3) prices every
+verification pass of (2) at the measured cost of its own draft length k:
+effective speedup = tokens per pass / mean pass cost (relative to one plain
+step; drafting time left out, which prompt lookup makes negligible). Under
+streaming, when the PCIe transfer of the KV dominates a step and a pass of
+k + 1 tokens streams it once, the bound is the tokens per pass itself
+(pcie_bound_speedup). Both columns are printed.
 """
 from __future__ import annotations
 
@@ -37,12 +42,10 @@ from pyllamakv._native import Context, Model, cuda_device_count  # noqa: E402
 
 VERIFY_FIELDS = ["model", "device", "depth", "pool_mib", "k", "pass_ms", "ratio_to_step",
                  "streamed_mb"]
-ACCEPT_FIELDS = ["task", "num_pred_tokens", "tokens", "passes", "drafted", "accepted",
-                 "acceptance", "tokens_per_pass", "drafts_per_pass", "plain_tps", "spec_tps",
-                 "identical"]
 
 
 def _write(path: Path, fields: list[str], rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -56,6 +59,7 @@ def verify(a) -> None:
     device = a.device if a.device != "auto" else ("cuda" if cuda_device_count() else "cpu")
     path = a.model
     if a.shape:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
         path = kvs.model_file(SimpleNamespace(model=None, shape=a.shape,
                                               weight_type=a.weight_type), Path(a.out))
     if path is None:
@@ -98,108 +102,83 @@ def verify(a) -> None:
                 rows.append(row)
                 print(" ".join(f"{f}={row[f]}" for f in VERIFY_FIELDS[2:]), flush=True)
             c.close()
-    _write(Path(a.out) / "verify.csv", VERIFY_FIELDS, rows)
-
-
-# ---------------------------------------------------------------- (2) acceptance
-
-def _code_prompt() -> str:
-    lines = ["def summarize_orders(orders, tax_rate=0.2):",
-             '    """Totals per customer, with tax, and the largest order."""',
-             "    totals = {}", "    largest = None", "    count = 0"]
-    for i, field in enumerate(["price", "quantity", "discount", "shipping"]):
-        lines += ["    for order in orders:",
-                  f"        value_{field} = order.get('{field}', 0)",
-                  f"        if value_{field} < 0:",
-                  f"            raise ValueError('negative {field} in order ' + str(order['id']))",
-                  f"        customer = order['customer']",
-                  f"        totals.setdefault(customer, 0.0)",
-                  f"        totals[customer] += value_{field} * (1 + tax_rate)",
-                  f"        count += 1"]
-    lines += ["    for customer, total in totals.items():",
-              "        if largest is None or total > totals[largest]:",
-              "            largest = customer",
-              "    return totals, largest, count"]
-    code = "\n".join(lines)
-    return ("Rename the variable `customer` to `client` everywhere in this Python function. "
-            "Reply with the whole function and nothing else.\n\n```python\n" + code + "\n```")
-
-
-PASSAGE = (
-    "The Rhine is one of the major European rivers. It begins in the Swiss canton of Graubunden "
-    "in the southeastern Swiss Alps, forms part of the Swiss-Liechtenstein, Swiss-Austrian and "
-    "Swiss-German borders, then flows through the German Rhineland and the Netherlands and "
-    "empties into the North Sea. The river's length is about 1,230 kilometres. It is the "
-    "second-longest river in Central and Western Europe, after the Danube. The Rhine has long "
-    "been a navigable waterway, carrying trade and goods deep inland. Castles and fortifications "
-    "along its banks show its importance as a border. Since the 19th century, engineers have "
-    "straightened and canalized much of the river to make navigation easier and to control "
-    "flooding, which has changed its ecology. Today the Rhine is one of the busiest waterways in "
-    "the world, and its valley between Bingen and Koblenz is a UNESCO World Heritage Site.")
-
-TASKS = {
-    "code-rename": _code_prompt,
-    "summarize": lambda: "Summarize this passage in three sentences, reusing its wording.\n\n"
-                         + PASSAGE,
-}
-
-
-def accept(a) -> None:
-    from pyllamakv import Llama
-    from pyllamakv.speculative import PromptLookupDecoding
-    rows = []
-    plain = Llama(a.model, n_ctx=2048, n_threads=a.threads)
-    for task, make in TASKS.items():
-        msgs = [{"role": "user", "content": make()}]
-        want = plain.create_chat_completion(msgs, temperature=0, max_tokens=a.n_gen)
-        plain_tps = plain.timings.decode_tps
-        want = want["choices"][0]["message"]["content"]
-        for num in [int(x) for x in a.num_pred.split(",")]:
-            spec = Llama(a.model, n_ctx=2048, n_threads=a.threads,
-                         draft_model=PromptLookupDecoding(max_ngram_size=2, num_pred_tokens=num))
-            got = spec.create_chat_completion(msgs, temperature=0, max_tokens=a.n_gen)
-            t = spec.timings
-            row = dict(task=task, num_pred_tokens=num, tokens=t.decode_tokens,
-                       passes=t.verify_passes, drafted=t.drafted_tokens,
-                       accepted=t.accepted_tokens, acceptance=round(t.acceptance_rate, 3),
-                       tokens_per_pass=round(t.tokens_per_pass, 3),
-                       drafts_per_pass=round(t.drafted_tokens / max(t.verify_passes, 1), 3),
-                       plain_tps=round(plain_tps, 2), spec_tps=round(t.decode_tps, 2),
-                       identical=got["choices"][0]["message"]["content"] == want)
-            rows.append(row)
-            print(" ".join(f"{f}={row[f]}" for f in ACCEPT_FIELDS), flush=True)
-            spec.close()
-    _write(Path(a.out) / "accept.csv", ACCEPT_FIELDS, rows)
+    _write(Path(a.verify_csv), VERIFY_FIELDS, rows)
 
 
 # ---------------------------------------------------------------- (3) effective rate
 
+def _cost_curve(rows: list[dict]) -> dict[int, float]:
+    return {int(r["k"]): float(r["ratio_to_step"]) for r in rows}
+
+
+def pass_cost(cost: dict[int, float], k_counts) -> float:
+    """Mean cost of the passes relative to one step, each pass priced at the
+    measured cost of its own draft length k."""
+    missing = sorted(k for k in k_counts if k not in cost)
+    if missing:
+        raise SystemExit(f"the verify CSV has no cost for k = {missing}; measure with "
+                         f"--max-k {max(missing)} or more")
+    n = sum(k_counts.values())
+    return sum(c * cost[k] for k, c in k_counts.items()) / n
+
+
+EFFECTIVE_FIELDS = ["device", "depth", "pool_mib", "kind", "setting", "tokens_per_pass",
+                    "accepted_per_pass", "acceptance", "mean_k", "pass_cost",
+                    "effective_speedup", "pcie_bound_speedup", "measured_speedup_cpu"]
+
+
 def effective(a) -> None:
-    out = Path(a.out)
-    with (out / "verify.csv").open() as f:
+    """Per verify setup and per (task class, setting): the speedup over plain
+    decoding when each pass costs its measured cost(k) (effective_speedup =
+    tokens per pass / mean pass cost), and the PCIe bound under streaming (a
+    pass of k + 1 tokens streams the KV once, as one step does: the bound is
+    the tokens per pass)."""
+    from bench_spec_accept import class_summary
+    with Path(a.verify_csv).open() as f:
         ver = list(csv.DictReader(f))
-    with (out / "accept.csv").open() as f:
-        acc = list(csv.DictReader(f))
-    setups = sorted({(r["depth"], r["pool_mib"]) for r in ver})
-    for depth, pool in setups:
-        cost = {int(r["k"]): float(r["ratio_to_step"]) for r in ver
-                if (r["depth"], r["pool_mib"]) == (depth, pool)}
-        kmax = max(cost)
-        for r in acc:
-            # the mean drafts per pass, interpolated on the measured cost curve
-            k = min(float(r["drafts_per_pass"]), kmax)
-            lo = int(k)
-            c = cost[lo] if lo == kmax else cost[lo] + (k - lo) * (cost[lo + 1] - cost[lo])
-            tpp = float(r["tokens_per_pass"])
-            print(f"depth={depth} pool={pool} task={r['task']} num_pred={r['num_pred_tokens']} "
-                  f"tokens/pass={tpp:.2f} cost(k={k:.2f})={c:.3f}x "
-                  f"effective speedup={tpp / c:.2f}x")
+    with Path(a.accept_csv).open() as f:
+        summary = class_summary(list(csv.DictReader(f)))
+    setups: dict[tuple, list[dict]] = {}
+    for r in ver:
+        setups.setdefault((r["device"], r["depth"], r["pool_mib"]), []).append(r)
+    rows = []
+    for (device, depth, pool), vr in setups.items():
+        cost = _cost_curve(vr)
+        print(f"\n{device} depth={depth} pool={pool}: cost(k) = "
+              + " ".join(f"{k}:{c:.2f}" for k, c in sorted(cost.items())))
+        print(f"{'class':6} {'setting':28} {'tok/pass':>8} {'mean k':>6} {'cost':>6} "
+              f"{'effective':>9} {'pcie-bound':>10}")
+        for s in summary:
+            c = pass_cost(cost, s["k_counts"])
+            mean_k = sum(k * n for k, n in s["k_counts"].items()) / max(s["passes"], 1)
+            row = dict(device=device, depth=depth, pool_mib=pool, kind=s["kind"],
+                       setting=s["setting"], tokens_per_pass=round(s["tokens_per_pass"], 3),
+                       accepted_per_pass=round(s["accepted_per_pass"], 3),
+                       acceptance=round(s["acceptance"], 3), mean_k=round(mean_k, 2),
+                       pass_cost=round(c, 3),
+                       effective_speedup=round(s["tokens_per_pass"] / c, 3),
+                       pcie_bound_speedup=round(s["tokens_per_pass"], 3),
+                       measured_speedup_cpu=round(s["spec_tps"] / s["plain_tps"], 3))
+            rows.append(row)
+            print(f"{s['kind']:6} {s['setting']:28} {row['tokens_per_pass']:8.2f} "
+                  f"{mean_k:6.2f} {c:6.2f} {row['effective_speedup']:8.2f}x "
+                  f"{row['pcie_bound_speedup']:9.2f}x")
+    if a.effective_csv:
+        _write(Path(a.effective_csv), EFFECTIVE_FIELDS, rows)
+
+
+def accept(a) -> None:
+    from bench_spec_accept import class_summary, print_summary, run, write_csv
+    rows = run(a)
+    write_csv(Path(a.accept_csv), rows)
+    print_summary(class_summary(rows))
 
 
 def main() -> None:
+    from bench_spec_accept import add_args
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    v = sub.add_parser("verify")
+    v = sub.add_parser("verify", help="(1) the cost of a pass over [token + k drafts]")
     v.add_argument("--model", default=None, help="a GGUF file (default: the default model)")
     v.add_argument("--shape", default=None, help="a synthetic shape, e.g. llama3-8b")
     v.add_argument("--weight-type", default="q4_0")
@@ -209,18 +188,18 @@ def main() -> None:
     v.add_argument("--fill", default="prefill", choices=["prefill", "state"])
     v.add_argument("--type-k", default="f16")
     v.add_argument("--type-v", default="f16")
-    v.add_argument("--max-k", type=int, default=8)
+    v.add_argument("--max-k", type=int, default=15)
     v.add_argument("--repeat", type=int, default=5)
-    s = sub.add_parser("accept")
-    s.add_argument("--model", default=None)
-    s.add_argument("--n-gen", type=int, default=256)
-    s.add_argument("--num-pred", default="10,4", help="num_pred_tokens values")
-    e = sub.add_parser("effective")
-    for p in (v, s, e):
-        p.add_argument("--out", default="spec-out")
-        p.add_argument("--threads", type=int, default=None)
+    v.add_argument("--threads", type=int, default=None)
+    v.add_argument("--out", default="spec-out", help="where a synthetic model is written")
+    v.add_argument("--verify-csv", default="spec-out/verify.csv")
+    s = sub.add_parser("accept", help="(2) acceptance on the tasks of spec_tasks.py")
+    add_args(s)
+    e = sub.add_parser("effective", help="(3) effective and PCIe-bound speedups from (1), (2)")
+    e.add_argument("--verify-csv", default="spec-out/verify.csv")
+    e.add_argument("--accept-csv", default="spec-out/accept.csv")
+    e.add_argument("--effective-csv", default="spec-out/effective.csv")
     a = ap.parse_args()
-    Path(a.out).mkdir(parents=True, exist_ok=True)
     {"verify": verify, "accept": accept, "effective": effective}[a.cmd](a)
 
 

@@ -1,0 +1,276 @@
+"""Speculative acceptance on realistic chat tasks (benchmarks/spec_tasks.py).
+
+    python benchmarks/bench_spec_accept.py --lookup 3:4,3:8,5:10 --accept-csv spec-out/accept.csv
+    python benchmarks/bench_spec_accept.py --lookup 2:10 --self-repeat on,off --mtp 3 \\
+        --draft self:4 --tasks code --n-gen 128
+
+Each task runs greedily once without speculation and once per drafter setting
+on the same prompt tokens; the generated ids must equal plain greedy's
+(asserted: it is the correctness check). Drafters:
+
+- ``--lookup N:K,...``: prompt lookup, PromptLookupDecoding(max_ngram_size=N,
+  num_pred_tokens=K);
+- ``--self-repeat on,off``: "on" drafts from the whole context (the library's
+  drafter: prompt and the reply so far), "off" only from the prompt (the
+  reply's own repetitions drafted nothing), to tell the two sources apart;
+- ``--mtp K``: the model's MTP block (skipped when the model has none);
+- ``--draft PATH:K`` (or ``self:K`` for the target itself): a draft GGUF.
+
+Per row: passes, drafted and accepted tokens, tokens per verification pass
+(1 + accepted drafts: the speedup bound when a pass costs one step, as under
+KV streaming), accepted drafts per pass, acceptance (accepted / drafted), the
+measured decode rate with and without speculation (prefill excluded, drafting
+included) and ``k_counts``, how many passes verified k drafts ("k:count" list),
+from which bench_speculative.py effective prices each pass by its measured
+verification cost.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import spec_tasks  # noqa: E402
+
+ACCEPT_FIELDS = ["task", "kind", "setting", "max_draft", "tokens", "passes", "drafted",
+                 "accepted", "acceptance", "tokens_per_pass", "accepted_per_pass",
+                 "plain_tps", "spec_tps", "measured_speedup", "identical", "k_counts"]
+
+
+# ---------------------------------------------------------------- drafters
+
+def prompt_only_lookup(ids: np.ndarray, n_prompt: int, max_n: int, k: int) -> np.ndarray:
+    """Prompt lookup that matches and drafts inside ids[:n_prompt] only: the
+    earliest occurrence there of the context's last n-gram (n = max_n .. 1)
+    and up to k prompt tokens after it."""
+    src = ids[:n_prompt]
+    for n in range(min(max_n, ids.size - 1, src.size - 1), 0, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(src[:-1], n)
+        hits = np.nonzero(np.all(windows == ids[-n:], axis=1))[0]
+        if hits.size:
+            s = int(hits[0]) + n
+            return src[s:s + k].astype(np.intc)
+    return np.zeros(0, np.intc)
+
+
+class Recorder:
+    """Wraps a drafter: counts the passes by their draft length k (one call per
+    verification pass in spec_decode.speculative_tokens)."""
+
+    def __init__(self, base: Callable):
+        self.base, self.k_counts, self.n_prompt = base, Counter(), 0
+
+    def start(self, n_prompt: int) -> None:
+        self.k_counts, self.n_prompt = Counter(), n_prompt
+
+    def __call__(self, input_ids, /, **kw) -> np.ndarray:
+        d = np.asarray(self.base(input_ids, **kw)).reshape(-1)
+        self.k_counts[d.size] += 1
+        return d
+
+
+@dataclass(slots=True)
+class Setting:
+    name: str
+    max_draft: int
+    kind: str                 # "lookup", "mtp" or "draft": which Llama runs it
+    make: Callable            # (Recorder) -> drafter callable, or (llm) for mtp
+
+
+def _lookup_maker(n: int, k: int, self_repeat: bool) -> Callable:
+    from pyllamakv.speculative import PromptLookupDecoding
+    if self_repeat:
+        return lambda rec: PromptLookupDecoding(n, k)
+    return lambda rec: lambda ids, **kw: prompt_only_lookup(np.asarray(ids), rec.n_prompt, n, k)
+
+
+def parse_settings(a, target: str) -> list[Setting]:
+    from pyllamakv.speculative import DraftModel
+    out = []
+    for item in filter(None, (a.lookup or "").split(",")):
+        try:
+            n, k = (int(x) for x in item.split(":"))
+        except ValueError:
+            raise SystemExit(f"--lookup takes max_ngram:num_pred pairs like 3:8, not {item!r}")
+        for rep in a.self_repeat.split(","):
+            if rep not in ("on", "off"):
+                raise SystemExit(f"--self-repeat takes on and/or off, not {rep!r}")
+            out.append(Setting(f"lookup {n}:{k} self_repeat={rep}", k, "lookup",
+                               _lookup_maker(n, k, rep == "on")))
+    for item in filter(None, (a.draft or "").split(",")):
+        path, _, k = item.rpartition(":")
+        if not path or not k.isdigit():
+            raise SystemExit(f"--draft takes PATH:K (or self:K), not {item!r}")
+        path = target if path == "self" else path
+        out.append(Setting(f"draft {Path(path).name}:{k}", int(k), "draft",
+                           lambda rec, p=path, k=int(k): DraftModel(p, k, n_ctx=a.n_ctx,
+                                                                    n_threads=a.threads)))
+    if a.mtp:
+        out.append(Setting(f"mtp {a.mtp}", a.mtp, "mtp", None))
+    return out
+
+
+# ---------------------------------------------------------------- one greedy run
+
+def prompt_tokens(llm, task) -> tuple[list[int], set[int]]:
+    chat = llm._chat.format(spec_tasks.messages(task), add_generation_prompt=True)
+    toks = llm.tokenizer.encode(chat.prompt.encode(), add_bos=not chat.added_special,
+                                special=True)
+    return toks, set(llm.tokenizer.eog_ids) | set(chat.stop_token_ids)
+
+
+def greedy(llm, tokens: list[int], ends: set[int], n_gen: int) -> tuple[list[int], float]:
+    """Greedy ids up to an end token or n_gen, and the decode rate (t/s, prefill out)."""
+    out = []
+    t0 = time.perf_counter()
+    g = llm.generate(tokens, temp=0.0)
+    for t in g:
+        if t in ends:
+            break
+        out.append(t)
+        if len(out) == n_gen:
+            break
+    g.close()
+    dt = time.perf_counter() - t0 - llm.timings.prefill_s
+    return out, len(out) / dt if dt > 0 else 0.0
+
+
+def run(a) -> list[dict]:
+    from pyllamakv import Llama
+    from pyllamakv.default_model import default_model_path
+    from pyllamakv.speculative import PromptLookupDecoding
+    path = a.model or default_model_path()
+    settings = parse_settings(a, path)
+    tasks = spec_tasks.by_name(a.tasks)
+    kw = dict(n_ctx=a.n_ctx, n_threads=a.threads, verbose=False)
+    plain = Llama(path, **kw)
+    spec = Llama(path, draft_model=PromptLookupDecoding(), **kw)   # a context with wide logits
+    mtp = None
+    if any(s.kind == "mtp" for s in settings):
+        if plain._model.n_nextn < 1:
+            print(f"mtp: skipped, {Path(path).name} has no MTP block", flush=True)
+            settings = [s for s in settings if s.kind != "mtp"]
+        else:
+            mtp = Llama(path, draft_model="mtp", **kw)
+            mtp.draft_model.num_pred_tokens = a.mtp
+    rows = []
+    for task in tasks:
+        tokens, ends = prompt_tokens(plain, task)
+        want, plain_tps = greedy(plain, tokens, ends, a.n_gen)
+        for s in settings:
+            llm = mtp if s.kind == "mtp" else spec
+            rec = Recorder(llm.draft_model)       # mtp: the context's own drafter
+            if s.kind != "mtp":
+                rec.base = s.make(rec)
+            saved, llm.draft_model = llm.draft_model, rec
+            rec.start(len(tokens))
+            try:
+                got, spec_tps = greedy(llm, tokens, ends, a.n_gen)
+            finally:
+                llm.draft_model = saved
+                if s.kind == "draft":
+                    rec.base.close()
+            t = llm.timings
+            row = dict(task=task.name, kind=task.kind, setting=s.name, max_draft=s.max_draft,
+                       tokens=len(got), passes=t.verify_passes, drafted=t.drafted_tokens,
+                       accepted=t.accepted_tokens, acceptance=round(t.acceptance_rate, 3),
+                       tokens_per_pass=round(t.tokens_per_pass, 3),
+                       accepted_per_pass=round(t.accepted_tokens / max(t.verify_passes, 1), 3),
+                       plain_tps=round(plain_tps, 2), spec_tps=round(spec_tps, 2),
+                       measured_speedup=round(spec_tps / plain_tps, 3) if plain_tps else 0.0,
+                       identical=got == want,
+                       k_counts=" ".join(f"{k}:{c}" for k, c in sorted(rec.k_counts.items())))
+            rows.append(row)
+            print(" ".join(f"{f}={row[f]}" for f in ACCEPT_FIELDS[:-1]), flush=True)
+            assert got == want, (f"{task.name}, {s.name}: speculative greedy differs from plain "
+                                 f"greedy at token {_first_diff(got, want)}")
+    for llm in (plain, spec, mtp):
+        if llm is not None:
+            llm.close()
+    return rows
+
+
+def _first_diff(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+# ---------------------------------------------------------------- per class
+
+def class_summary(rows: list[dict]) -> list[dict]:
+    """Per (task class, setting): the tasks' sums, and rates over them."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["kind"], r["setting"]), []).append(r)
+    out = []
+    for (kind, setting), rs in groups.items():
+        s = {f: sum(int(r[f]) for r in rs) for f in ("tokens", "passes", "drafted", "accepted")}
+        plain_s = sum(int(r["tokens"]) / float(r["plain_tps"]) for r in rs)
+        spec_s = sum(int(r["tokens"]) / float(r["spec_tps"]) for r in rs)
+        k_counts = Counter()
+        for r in rs:
+            k_counts.update(parse_k_counts(r["k_counts"]))
+        out.append(dict(kind=kind, setting=setting, max_draft=int(rs[0]["max_draft"]),
+                        tasks=len(rs), **s, k_counts=k_counts,
+                        acceptance=s["accepted"] / max(s["drafted"], 1),
+                        tokens_per_pass=(s["passes"] + s["accepted"]) / max(s["passes"], 1),
+                        accepted_per_pass=s["accepted"] / max(s["passes"], 1),
+                        plain_tps=s["tokens"] / plain_s, spec_tps=s["tokens"] / spec_s,
+                        identical=all(str(r["identical"]) == "True" for r in rs)))
+    return out
+
+
+def parse_k_counts(text: str) -> Counter:
+    return Counter({int(k): int(c) for k, c in (p.split(":") for p in text.split())})
+
+
+def print_summary(summary: list[dict]) -> None:
+    print(f"{'class':6} {'setting':28} {'tok/pass':>8} {'acc/pass':>8} {'accept':>7} "
+          f"{'plain t/s':>9} {'spec t/s':>9} {'same':>5}")
+    for s in summary:
+        print(f"{s['kind']:6} {s['setting']:28} {s['tokens_per_pass']:8.2f} "
+              f"{s['accepted_per_pass']:8.2f} {s['acceptance']:7.3f} {s['plain_tps']:9.1f} "
+              f"{s['spec_tps']:9.1f} {str(s['identical']):>5}")
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=ACCEPT_FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="a GGUF file (default: the default model)")
+    p.add_argument("--tasks", default="all", help="comma list of task names, code, prose or all")
+    p.add_argument("--lookup", default="2:10,3:4,3:8,5:10",
+                   help="prompt-lookup settings, max_ngram:num_pred comma list ('' for none)")
+    p.add_argument("--self-repeat", default="on", help="on, off or on,off (lookup only)")
+    p.add_argument("--mtp", type=int, default=0, help="MTP drafts per pass (0: none)")
+    p.add_argument("--draft", default=None, help="draft GGUFs, PATH:K or self:K comma list")
+    p.add_argument("--n-gen", type=int, default=192)
+    p.add_argument("--n-ctx", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--accept-csv", default="spec-out/accept.csv")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_args(ap)
+    a = ap.parse_args(argv)
+    rows = run(a)
+    write_csv(Path(a.accept_csv), rows)
+    print_summary(class_summary(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""benchmarks/bench_spec_accept.py and spec_tasks.py: speculative greedy equals
+plain greedy on a code-edit task with the lookup drafter (default model), the
+prompt-only lookup against a plain-loop reference, the pass counting, and the
+cost model of bench_speculative.py effective."""
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _smollm2 import require_model_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_spec_accept as acc  # noqa: E402
+import bench_speculative as bs  # noqa: E402
+import spec_tasks  # noqa: E402
+
+from pyllamakv import Llama  # noqa: E402
+from pyllamakv.speculative import PromptLookupDecoding  # noqa: E402
+
+
+def test_lookup_greedy_equals_plain_on_a_code_edit_task():
+    path = require_model_path()
+    rng = np.random.default_rng()
+    task = spec_tasks.CODE[int(rng.integers(len(spec_tasks.CODE)))]
+    n, k = int(rng.integers(2, 6)), int(rng.integers(3, 11))
+    rec = acc.Recorder(PromptLookupDecoding(n, k))
+    with Llama(path, n_ctx=1024, n_batch=64) as plain, \
+            Llama(path, n_ctx=1024, n_batch=64, draft_model=rec) as spec:
+        tokens, ends = acc.prompt_tokens(plain, task)
+        want, _ = acc.greedy(plain, tokens, ends, 48)
+        rec.start(len(tokens))
+        got, _ = acc.greedy(spec, tokens, ends, 48)
+        t = spec.timings
+    assert got == want, (task.name, n, k)
+    assert len(want) == 48                       # the reply is long enough to test
+    assert t.accepted_tokens > 0, task.name      # the reply copies the snippet
+    assert sum(rec.k_counts.values()) == t.verify_passes
+    assert sum(k * c for k, c in rec.k_counts.items()) == t.drafted_tokens
+
+
+def _prompt_only_reference(ids, n_prompt, max_n, k):
+    src = list(ids[:n_prompt])
+    for n in range(min(max_n, len(ids) - 1), 0, -1):
+        tail = list(ids[-n:])
+        for i in range(len(src) - n):
+            if src[i:i + n] == tail:
+                return src[i + n:i + n + k]
+    return []
+
+
+def test_prompt_only_lookup_matches_a_reference():
+    rng = np.random.default_rng()
+    for _ in range(300):
+        ids = rng.integers(0, 4, int(rng.integers(1, 30)))
+        n_prompt = int(rng.integers(0, ids.size + 1))
+        n, k = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        got = acc.prompt_only_lookup(ids, n_prompt, n, k).tolist()
+        assert got == _prompt_only_reference(ids, n_prompt, n, k), (ids, n_prompt, n, k)
+
+
+def test_pass_cost_prices_each_pass_at_its_k():
+    rng = np.random.default_rng()
+    cost = {k: 1.0 + float(rng.random()) * k for k in range(9)}
+    counts = Counter({int(k): int(rng.integers(1, 20)) for k in rng.choice(9, 4, replace=False)})
+    want = sum(cost[k] * c for k, c in counts.items()) / sum(counts.values())
+    assert bs.pass_cost(cost, counts) == pytest.approx(want)
+    with pytest.raises(SystemExit, match="--max-k 12"):
+        bs.pass_cost(cost, Counter({12: 1}))
+
+
+def test_class_summary_sums_the_tasks():
+    rows = [dict(task="a", kind="code", setting="s", max_draft=4, tokens=10, passes=4,
+                 drafted=8, accepted=6, plain_tps=10.0, spec_tps=20.0, identical=True,
+                 k_counts="0:1 4:2 2:1"),
+            dict(task="b", kind="code", setting="s", max_draft=4, tokens=30, passes=20,
+                 drafted=20, accepted=10, plain_tps=30.0, spec_tps=30.0, identical=True,
+                 k_counts="1:20")]
+    (s,) = acc.class_summary(rows)
+    assert (s["tokens"], s["passes"], s["accepted"]) == (40, 24, 16)
+    assert s["tokens_per_pass"] == pytest.approx(40 / 24)
+    assert s["acceptance"] == pytest.approx(16 / 28)
+    assert s["spec_tps"] == pytest.approx(40 / (10 / 20 + 30 / 30))
+    assert s["k_counts"] == Counter({0: 1, 4: 2, 2: 1, 1: 20})
+
+
+def test_task_names_and_bad_input():
+    assert {t.kind for t in spec_tasks.by_name("code")} == {"code"}
+    assert len(spec_tasks.by_name("all")) == len(spec_tasks.TASKS) >= 9
+    with pytest.raises(ValueError, match="unknown task"):
+        spec_tasks.by_name("no-such-task")
+    with pytest.raises(ValueError, match="kind"):
+        spec_tasks.Task("x", "poetry", "i", "b")
