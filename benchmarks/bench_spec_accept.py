@@ -8,8 +8,9 @@ Each task runs greedily once without speculation and once per drafter setting
 on the same prompt tokens; the generated ids must equal plain greedy's
 (asserted: it is the correctness check). Drafters:
 
-- ``--lookup N:K,...``: prompt lookup, PromptLookupDecoding(max_ngram_size=N,
-  num_pred_tokens=K);
+- ``--lookup N:K[:M],...``: prompt lookup, PromptLookupDecoding(max_ngram_size=N,
+  num_pred_tokens=K); with M, no draft unless an n-gram of at least M tokens
+  matches (the library falls back down to 1-grams, M = 1);
 - ``--self-repeat on,off``: "on" drafts from the whole context (the library's
   drafter: prompt and the reply so far), "off" only from the prompt (the
   reply's own repetitions drafted nothing), to tell the two sources apart;
@@ -48,12 +49,13 @@ ACCEPT_FIELDS = ["task", "kind", "setting", "max_draft", "tokens", "passes", "dr
 
 # ---------------------------------------------------------------- drafters
 
-def prompt_only_lookup(ids: np.ndarray, n_prompt: int, max_n: int, k: int) -> np.ndarray:
-    """Prompt lookup that matches and drafts inside ids[:n_prompt] only: the
-    earliest occurrence there of the context's last n-gram (n = max_n .. 1)
-    and up to k prompt tokens after it."""
-    src = ids[:n_prompt]
-    for n in range(min(max_n, ids.size - 1, src.size - 1), 0, -1):
+def ngram_draft(ids: np.ndarray, src: np.ndarray, max_n: int, min_n: int, k: int) -> np.ndarray:
+    """Prompt lookup over a source: the earliest occurrence in src of the
+    context's last n-gram (n = max_n down to min_n) with a token after it, and
+    up to k tokens of src from there. src = ids with min_n = 1 is
+    PromptLookupDecoding; src = ids[:n_prompt] matches and drafts inside the
+    prompt only."""
+    for n in range(min(max_n, ids.size - 1, src.size - 1), min_n - 1, -1):
         windows = np.lib.stride_tricks.sliding_window_view(src[:-1], n)
         hits = np.nonzero(np.all(windows == ids[-n:], axis=1))[0]
         if hits.size:
@@ -86,11 +88,17 @@ class Setting:
     make: Callable            # (Recorder) -> drafter callable, or (llm) for mtp
 
 
-def _lookup_maker(n: int, k: int, self_repeat: bool) -> Callable:
+def _lookup_maker(n: int, k: int, min_n: int, self_repeat: bool) -> Callable:
     from pyllamakv.speculative import PromptLookupDecoding
-    if self_repeat:
-        return lambda rec: PromptLookupDecoding(n, k)
-    return lambda rec: lambda ids, **kw: prompt_only_lookup(np.asarray(ids), rec.n_prompt, n, k)
+    if self_repeat and min_n == 1:
+        return lambda rec: PromptLookupDecoding(n, k)      # the library's drafter itself
+
+    def make(rec: Recorder) -> Callable:
+        def draft(input_ids, **kw):
+            ids = np.asarray(input_ids).reshape(-1)
+            return ngram_draft(ids, ids if self_repeat else ids[:rec.n_prompt], n, min_n, k)
+        return draft
+    return make
 
 
 def parse_settings(a, target: str) -> list[Setting]:
@@ -98,14 +106,18 @@ def parse_settings(a, target: str) -> list[Setting]:
     out = []
     for item in filter(None, (a.lookup or "").split(",")):
         try:
-            n, k = (int(x) for x in item.split(":"))
+            n, k, min_n = ([int(x) for x in item.split(":")] + [1])[:3]
+            if not 1 <= min_n <= n or k < 1 or item.count(":") not in (1, 2):
+                raise ValueError
         except ValueError:
-            raise SystemExit(f"--lookup takes max_ngram:num_pred pairs like 3:8, not {item!r}")
+            raise SystemExit(f"--lookup takes max_ngram:num_pred[:min_ngram] like 3:8 or 3:8:2 "
+                             f"(1 <= min_ngram <= max_ngram), not {item!r}")
         for rep in a.self_repeat.split(","):
             if rep not in ("on", "off"):
                 raise SystemExit(f"--self-repeat takes on and/or off, not {rep!r}")
-            out.append(Setting(f"lookup {n}:{k} self_repeat={rep}", k, "lookup",
-                               _lookup_maker(n, k, rep == "on")))
+            name = f"lookup {n}:{k}" + (f":{min_n}" if min_n > 1 else "")
+            out.append(Setting(f"{name} self_repeat={rep}", k, "lookup",
+                               _lookup_maker(n, k, min_n, rep == "on")))
     for item in filter(None, (a.draft or "").split(",")):
         path, _, k = item.rpartition(":")
         if not path or not k.isdigit():
@@ -253,7 +265,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="a GGUF file (default: the default model)")
     p.add_argument("--tasks", default="all", help="comma list of task names, code, prose or all")
     p.add_argument("--lookup", default="2:10,3:4,3:8,5:10",
-                   help="prompt-lookup settings, max_ngram:num_pred comma list ('' for none)")
+                   help="prompt-lookup settings, max_ngram:num_pred[:min_ngram] comma list "
+                        "('' for none)")
     p.add_argument("--self-repeat", default="on", help="on, off or on,off (lookup only)")
     p.add_argument("--mtp", type=int, default=0, help="MTP drafts per pass (0: none)")
     p.add_argument("--draft", default=None, help="draft GGUFs, PATH:K or self:K comma list")

@@ -1,7 +1,8 @@
 """benchmarks/bench_spec_accept.py and spec_tasks.py: speculative greedy equals
 plain greedy on a code-edit task with the lookup drafter (default model), the
-prompt-only lookup against a plain-loop reference, the pass counting, and the
-cost model of bench_speculative.py effective."""
+benchmark's n-gram drafter (prompt only, minimum n-gram) against a plain-loop
+reference, the pass counting, and the cost model of bench_speculative.py
+effective."""
 import sys
 from collections import Counter
 from pathlib import Path
@@ -40,24 +41,28 @@ def test_lookup_greedy_equals_plain_on_a_code_edit_task():
     assert sum(k * c for k, c in rec.k_counts.items()) == t.drafted_tokens
 
 
-def _prompt_only_reference(ids, n_prompt, max_n, k):
-    src = list(ids[:n_prompt])
-    for n in range(min(max_n, len(ids) - 1), 0, -1):
-        tail = list(ids[-n:])
+def _ngram_reference(ids, src, max_n, min_n, k):
+    ids, src = list(ids), list(src)
+    for n in range(min(max_n, len(ids) - 1), min_n - 1, -1):
+        tail = ids[-n:]
         for i in range(len(src) - n):
             if src[i:i + n] == tail:
                 return src[i + n:i + n + k]
     return []
 
 
-def test_prompt_only_lookup_matches_a_reference():
+def test_ngram_draft_matches_a_reference_and_the_library():
     rng = np.random.default_rng()
     for _ in range(300):
         ids = rng.integers(0, 4, int(rng.integers(1, 30)))
         n_prompt = int(rng.integers(0, ids.size + 1))
         n, k = int(rng.integers(1, 4)), int(rng.integers(1, 6))
-        got = acc.prompt_only_lookup(ids, n_prompt, n, k).tolist()
-        assert got == _prompt_only_reference(ids, n_prompt, n, k), (ids, n_prompt, n, k)
+        min_n = int(rng.integers(1, n + 1))
+        for src in (ids, ids[:n_prompt]):
+            got = acc.ngram_draft(ids, src, n, min_n, k).tolist()
+            assert got == _ngram_reference(ids, src, n, min_n, k), (ids, src, n, min_n, k)
+        assert acc.ngram_draft(ids, ids, n, 1, k).tolist() == \
+            PromptLookupDecoding(n, k)(ids).tolist()
 
 
 def test_pass_cost_prices_each_pass_at_its_k():
