@@ -10,7 +10,7 @@ on the same prompt tokens; the generated ids must equal plain greedy's
 
 - ``--lookup N:K[:M],...``: prompt lookup, PromptLookupDecoding(max_ngram_size=N,
   num_pred_tokens=K); with M, no draft unless an n-gram of at least M tokens
-  matches (the library falls back down to 1-grams, M = 1);
+  matches (PromptLookupDecoding(N, K, min_ngram_size=M); 1 when left out);
 - ``--self-repeat on,off``: "on" drafts from the whole context (the library's
   drafter: prompt and the reply so far), "off" only from the prompt (the
   reply's own repetitions drafted nothing), to tell the two sources apart;
@@ -52,9 +52,8 @@ ACCEPT_FIELDS = ["task", "kind", "setting", "max_draft", "tokens", "passes", "dr
 def ngram_draft(ids: np.ndarray, src: np.ndarray, max_n: int, min_n: int, k: int) -> np.ndarray:
     """Prompt lookup over a source: the earliest occurrence in src of the
     context's last n-gram (n = max_n down to min_n) with a token after it, and
-    up to k tokens of src from there. src = ids with min_n = 1 is
-    PromptLookupDecoding; src = ids[:n_prompt] matches and drafts inside the
-    prompt only."""
+    up to k tokens of src from there. src = ids is PromptLookupDecoding(max_n,
+    k, min_n); src = ids[:n_prompt] matches and drafts inside the prompt only."""
     for n in range(min(max_n, ids.size - 1, src.size - 1), min_n - 1, -1):
         windows = np.lib.stride_tricks.sliding_window_view(src[:-1], n)
         hits = np.nonzero(np.all(windows == ids[-n:], axis=1))[0]
@@ -90,8 +89,8 @@ class Setting:
 
 def _lookup_maker(n: int, k: int, min_n: int, self_repeat: bool) -> Callable:
     from pyllamakv.speculative import PromptLookupDecoding
-    if self_repeat and min_n == 1:
-        return lambda rec: PromptLookupDecoding(n, k)      # the library's drafter itself
+    if self_repeat:
+        return lambda rec: PromptLookupDecoding(n, k, min_n)   # the library's drafter itself
 
     def make(rec: Recorder) -> Callable:
         def draft(input_ids, **kw):

@@ -36,18 +36,26 @@ class VocabMismatchError(ValueError):
 
 class PromptLookupDecoding:
     """Drafts the tokens that followed the earliest earlier occurrence of the
-    context's last n-gram, trying n = max_ngram_size down to 1."""
+    context's last n-gram, trying n = max_ngram_size down to min_ngram_size
+    (1, as llama-cpp-python's LlamaPromptLookupDecoding: any matching token
+    drafts; more: no draft unless that many tokens match)."""
 
-    def __init__(self, max_ngram_size: int = 2, num_pred_tokens: int = 10):
-        for name, v in (("max_ngram_size", max_ngram_size), ("num_pred_tokens", num_pred_tokens)):
+    def __init__(self, max_ngram_size: int = 2, num_pred_tokens: int = 10,
+                 min_ngram_size: int = 1):
+        for name, v in (("max_ngram_size", max_ngram_size), ("num_pred_tokens", num_pred_tokens),
+                        ("min_ngram_size", min_ngram_size)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if min_ngram_size > max_ngram_size:
+            raise ValueError(f"min_ngram_size ({min_ngram_size}) must not exceed max_ngram_size "
+                             f"({max_ngram_size})")
         self.max_ngram_size = int(max_ngram_size)
         self.num_pred_tokens = int(num_pred_tokens)
+        self.min_ngram_size = int(min_ngram_size)
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         ids = np.asarray(input_ids).reshape(-1)
-        for n in range(min(self.max_ngram_size, ids.size - 1), 0, -1):
+        for n in range(min(self.max_ngram_size, ids.size - 1), self.min_ngram_size - 1, -1):
             tail = ids[-n:]
             windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)   # (len-n, n)
             hits = np.nonzero(np.all(windows == tail, axis=1))[0]
@@ -55,6 +63,27 @@ class PromptLookupDecoding:
                 if start < ids.size:
                     return ids[start:start + self.num_pred_tokens].astype(np.intc)
         return np.zeros(0, np.intc)
+
+
+# Prompt lookup as "lookup" (Llama, CLI, the server's ngram-simple) sets it up:
+# (max_ngram_size, num_pred_tokens, min_ngram_size) per device, chosen with
+# benchmarks/bench_speculative.py on its chat tasks (docs/performance.md,
+# "Speculative decoding", 2026-12-02). Longer n-grams first (5, not 2) kept more
+# drafts at the same draft lengths. On the CPU verifying k drafts costs about
+# 1 + 0.6 k steps, so drafting only on a 3-gram match (and 8 at most) turns a
+# loss (0.73x code, 0.40x summaries) into 1.23x / 0.92x; where a drafted token
+# costs little (a GPU: verification reads the weights once; KV streaming: the
+# KV is streamed once per pass) any match drafts, up to 10 (4.7 tokens per pass
+# on code edits, 2.2 on summaries).
+LOOKUP = {"cpu": (5, 8, 3)}
+LOOKUP_OTHER = (5, 10, 1)
+
+
+def default_lookup(device: str, num_pred_tokens: int | None = None) -> PromptLookupDecoding:
+    """The prompt lookup "lookup" means on device ("cpu" or "cuda");
+    num_pred_tokens, when given, replaces the drafts per pass."""
+    max_n, k, min_n = LOOKUP.get(device, LOOKUP_OTHER)
+    return PromptLookupDecoding(max_n, num_pred_tokens or k, min_n)
 
 
 # ---------------------------------------------------------------- draft model
@@ -133,7 +162,7 @@ def make_drafter(spec: Any, llm: "Llama") -> Drafter | None:
     if spec is None:
         return None
     if isinstance(spec, str) and spec == "lookup":
-        return PromptLookupDecoding()
+        return default_lookup(llm.device)
     if wants_mtp(spec):   # the target's own MTP block (spec_mtp.py)
         return MTPDrafter(llm)
     if isinstance(spec, (str, os.PathLike)):

@@ -61,8 +61,8 @@ def test_ngram_draft_matches_a_reference_and_the_library():
         for src in (ids, ids[:n_prompt]):
             got = acc.ngram_draft(ids, src, n, min_n, k).tolist()
             assert got == _ngram_reference(ids, src, n, min_n, k), (ids, src, n, min_n, k)
-        assert acc.ngram_draft(ids, ids, n, 1, k).tolist() == \
-            PromptLookupDecoding(n, k)(ids).tolist()
+        assert acc.ngram_draft(ids, ids, n, min_n, k).tolist() == \
+            PromptLookupDecoding(n, k, min_n)(ids).tolist()
 
 
 def test_pass_cost_prices_each_pass_at_its_k():

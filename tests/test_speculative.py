@@ -13,7 +13,8 @@ from pyllamakv import Llama
 from pyllamakv import spec_decode
 from pyllamakv._native import Context, Model
 from pyllamakv.errors import InvalidArgumentError, UnsupportedError
-from pyllamakv.speculative import DraftModel, PromptLookupDecoding, VocabMismatchError
+from pyllamakv.speculative import (DraftModel, PromptLookupDecoding, VocabMismatchError,
+                                   default_lookup)
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +56,11 @@ def test_decode_ex_bad_n_logits_leaves_the_cache(tiny):
 
 # ---------------------------------------------------------------- drafters
 
-def _lookup_reference(ids, max_n, num):
+def _lookup_reference(ids, max_n, num, min_n=1):
     """Prompt lookup written as plain loops: the earliest earlier occurrence of
-    the last n-gram (n from max_n down), and what followed it."""
+    the last n-gram (n from max_n down to min_n), and what followed it."""
     ids = list(ids)
-    for n in range(min(max_n, len(ids) - 1), 0, -1):
+    for n in range(min(max_n, len(ids) - 1), min_n - 1, -1):
         tail = ids[-n:]
         for i in range(len(ids) - n):
             if ids[i:i + n] == tail and i + n < len(ids):
@@ -72,14 +73,31 @@ def test_prompt_lookup_examples_and_reference():
     assert d(np.array([1, 2, 3, 4, 1, 2])).tolist() == [3, 4, 1, 2]
     assert PromptLookupDecoding(2, 2)(np.array([1, 2, 3, 4, 1, 2])).tolist() == [3, 4]
     assert d(np.array([5, 6, 7, 6])).tolist() == [7, 6]       # falls back to a 1-gram
+    assert PromptLookupDecoding(2, 10, 2)(np.array([5, 6, 7, 6])).tolist() == []   # not below 2
+    assert PromptLookupDecoding(3, 10, 2)(np.array([1, 2, 3, 9, 2, 3])).tolist() == [9, 2, 3]
     assert d(np.array([1, 2, 3])).tolist() == []
     rng = np.random.default_rng()
-    for _ in range(200):
+    for _ in range(300):
         ids = rng.integers(0, 4, int(rng.integers(1, 30)))
-        n, k = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        n, k = int(rng.integers(1, 5)), int(rng.integers(1, 6))
+        m = int(rng.integers(1, n + 1))
         assert PromptLookupDecoding(n, k)(ids).tolist() == _lookup_reference(ids, n, k)
+        assert PromptLookupDecoding(n, k, m)(ids).tolist() == _lookup_reference(ids, n, k, m)
     with pytest.raises(ValueError, match="max_ngram_size"):
         PromptLookupDecoding(0)
+    with pytest.raises(ValueError, match="min_ngram_size"):
+        PromptLookupDecoding(2, 10, 3)
+    with pytest.raises(ValueError, match="min_ngram_size"):
+        PromptLookupDecoding(2, 10, 0)
+
+
+def test_lookup_means_the_measured_setting_for_the_device(tiny):
+    cpu, gpu = default_lookup("cpu"), default_lookup("cuda", 4)
+    assert (cpu.max_ngram_size, cpu.num_pred_tokens, cpu.min_ngram_size) == (5, 8, 3)
+    assert (gpu.max_ngram_size, gpu.num_pred_tokens, gpu.min_ngram_size) == (5, 4, 1)
+    with Llama(tiny, n_ctx=64, device="cpu", draft_model="lookup") as llm:
+        d = llm.draft_model
+        assert (d.max_ngram_size, d.num_pred_tokens, d.min_ngram_size) == (5, 8, 3)
 
 
 def test_draft_model_vocab_and_spec_errors(tiny, tmp_path):
