@@ -15,7 +15,7 @@ drafts get accepted on realistic text, and the speedup that follows.
 
 (1) times Context.decode of k + 1 tokens keeping k + 1 logits rows at a given
 depth, then truncates back (the rows of rejected drafts), the median of
---repeat runs; with a pool the KV streams, and every streamed chunk serves all
+--repeat rounds, each round over every k; with a pool the KV streams, and every streamed chunk serves all
 k + 1 queries (streamed_mb stays that of one step). (3) prices every
 verification pass of (2) at the measured cost of its own draft length k:
 effective speedup = tokens per pass / mean pass cost (relative to one plain
@@ -82,23 +82,25 @@ def verify(a) -> None:
                     c.decode(toks[i:min(i + 512, depth)])
             c.decode(toks[depth:depth + 1])          # warm the decode path at this depth
             c.truncate(depth)
-            base = None
-            for k in range(0, a.max_k + 1):
-                times, streamed = [], 0
-                for r in range(a.repeat + 1):
+            ks = range(0, a.max_k + 1)
+            times = {k: [] for k in ks}
+            streamed = {k: 0 for k in ks}
+            for r in range(a.repeat + 1):             # rounds over every k: a slow spell of
+                for k in ks:                          # the machine hits all k alike
                     t0 = time.perf_counter()
                     c.decode(toks[depth:depth + k + 1], n_logits=k + 1)
                     dt = time.perf_counter() - t0
-                    streamed += c.kv_stats()["bytes_streamed_last"]
+                    streamed[k] += c.kv_stats()["bytes_streamed_last"]
                     c.truncate(depth)                 # the rejected rows
-                    if r:
-                        times.append(dt)
-                t = statistics.median(times)
-                base = t if k == 0 else base
+                    if r:                             # round 0 warms up
+                        times[k].append(dt)
+            base = statistics.median(times[0])
+            for k in ks:
+                t = statistics.median(times[k])
                 row = dict(model=Path(path).name, device=device, depth=depth,
                            pool_mib=pool_s, k=k, pass_ms=round(t * 1e3, 3),
                            ratio_to_step=round(t / base, 3),
-                           streamed_mb=round(streamed / (a.repeat + 1) / 1e6, 2))
+                           streamed_mb=round(streamed[k] / (a.repeat + 1) / 1e6, 2))
                 rows.append(row)
                 print(" ".join(f"{f}={row[f]}" for f in VERIFY_FIELDS[2:]), flush=True)
             c.close()

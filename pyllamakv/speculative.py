@@ -68,14 +68,15 @@ class PromptLookupDecoding:
 # Prompt lookup as "lookup" (Llama, CLI, the server's ngram-simple) sets it up:
 # (max_ngram_size, num_pred_tokens, min_ngram_size) per device, chosen with
 # benchmarks/bench_speculative.py on its chat tasks (docs/performance.md,
-# "Speculative decoding", 2026-12-02). Longer n-grams first (5, not 2) kept more
-# drafts at the same draft lengths. On the CPU verifying k drafts costs about
-# 1 + 0.6 k steps, so drafting only on a 3-gram match (and 8 at most) turns a
-# loss (0.73x code, 0.40x summaries) into 1.23x / 0.92x; where a drafted token
-# costs little (a GPU: verification reads the weights once; KV streaming: the
-# KV is streamed once per pass) any match drafts, up to 10 (4.7 tokens per pass
-# on code edits, 2.2 on summaries).
-LOOKUP = {"cpu": (5, 8, 3)}
+# "Speculative decoding", 2026-12-02). On the CPU verifying k drafts costs about
+# 1 + 0.53 k steps, so drafting only on a 3-gram match, 6 at most, turns the
+# loss of llama-cpp-python's 2:10 (code edits 0.83x, summaries 0.46x by the
+# cost model; 0.79x / 0.43x measured) into 1.35x / 1.04x (1.27x / 0.95x
+# measured). Where a drafted token costs little (a GPU: the weights are read
+# once per pass; KV streaming: the KV is streamed once per pass) any match
+# drafts, up to 10, longest n-gram (5) first: 4.72 / 2.24 tokens per pass on
+# code / summaries against 2:10's 4.39 / 2.23.
+LOOKUP = {"cpu": (5, 6, 3)}
 LOOKUP_OTHER = (5, 10, 1)
 
 

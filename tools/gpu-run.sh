@@ -22,6 +22,10 @@
 #   multiseq benchmarks/bench_multiseq.py: aggregate decode t/s of 1..32 sequences (synthetic
 #            8B shape, q8_0 KV) beside llama-batched-bench's (BENCHMARKS.md); MULTISEQ_ARGS
 #            (default "-b 1,4,16,32 -n 64 --prompt 4096 --pool-mib resident")
+#   spec     benchmarks/bench_speculative.py verify: one pass over [token + k drafts],
+#            k = 0..15, against one step (synthetic 8B shape, q8_0 KV, SPEC_DEPTHS default
+#            32768,131072, pools 1024,4096 MiB), then effective: the acceptance measured on
+#            the CPU (benchmarks/results/spec_accept_cpu.csv) priced at these costs
 #
 # Here, once:  bash ../shared/tools/device-wheels.sh          (makes .whl/)
 #              split -n 2 -d SmolLM2-135M-Instruct.Q4_1.gguf: .sma/sm-a, .smb/sm-b;
@@ -146,6 +150,21 @@ if [[ $STAGES == *multiseq* ]]; then
     echo "multiseq rc=$?" >> "$OUT/multiseq.log"
     cp /tmp/ms/multiseq.csv "$OUT/multiseq.csv" 2>/dev/null
     tail -14 "$OUT/multiseq.log"
+fi
+
+if [[ $STAGES == *spec* ]]; then
+    stamp "speculative verification cost (synthetic llama3-8b, q8_0 KV, k = 0..15)"
+    G=/tmp/llama3-8b-q4_0.gguf
+    [ -f $G ] || timeout "$(cap 120)" python3 benchmarks/synthetic_model.py llama3-8b $G > "$OUT/synth.log" 2>&1
+    timeout "$(cap 420)" python3 benchmarks/bench_speculative.py verify --model $G --device cuda \
+        --depths "${SPEC_DEPTHS:-32768,131072}" --pools 1024,4096 --fill state --type-k q8_0 \
+        --type-v q8_0 --max-k 15 --repeat 5 --verify-csv "$OUT/spec_verify.csv" \
+        > "$OUT/spec_verify.log" 2>&1
+    echo "spec verify rc=$?" >> "$OUT/spec_verify.log"
+    tail -66 "$OUT/spec_verify.log"
+    python3 benchmarks/bench_speculative.py effective --verify-csv "$OUT/spec_verify.csv" \
+        --accept-csv benchmarks/results/spec_accept_cpu.csv \
+        --effective-csv "$OUT/spec_effective.csv" 2>&1 | tee "$OUT/spec_effective.log" | tail -80
 fi
 
 stamp "done"
