@@ -83,16 +83,16 @@ class Recorder:
 class Setting:
     name: str
     max_draft: int
-    kind: str                 # "lookup", "mtp" or "draft": which Llama runs it
-    make: Callable            # (Recorder) -> drafter callable, or (llm) for mtp
+    kind: str                 # "lookup", "draft" or "mtp" (the target's own block)
+    make: Callable | None     # (recorder, device) -> drafter callable; None for mtp
 
 
 def _lookup_maker(n: int, k: int, min_n: int, self_repeat: bool) -> Callable:
     from pyllamakv.speculative import PromptLookupDecoding
     if self_repeat:
-        return lambda rec: PromptLookupDecoding(n, k, min_n)   # the library's drafter itself
+        return lambda rec, device: PromptLookupDecoding(n, k, min_n)   # the library's own
 
-    def make(rec: Recorder) -> Callable:
+    def make(rec: Recorder, device: str) -> Callable:
         def draft(input_ids, **kw):
             ids = np.asarray(input_ids).reshape(-1)
             return ngram_draft(ids, ids if self_repeat else ids[:rec.n_prompt], n, min_n, k)
@@ -123,8 +123,8 @@ def parse_settings(a, target: str) -> list[Setting]:
             raise SystemExit(f"--draft takes PATH:K (or self:K), not {item!r}")
         path = target if path == "self" else path
         out.append(Setting(f"draft {Path(path).name}:{k}", int(k), "draft",
-                           lambda rec, p=path, k=int(k): DraftModel(p, k, n_ctx=a.n_ctx,
-                                                                    n_threads=a.threads)))
+                           lambda rec, device, p=path, k=int(k): DraftModel(
+                               p, k, n_ctx=a.n_ctx, n_threads=a.threads, device=device)))
     if a.mtp:
         out.append(Setting(f"mtp {a.mtp}", a.mtp, "mtp", None))
     return out
@@ -162,7 +162,7 @@ def run(a) -> list[dict]:
     path = a.model or default_model_path()
     settings = parse_settings(a, path)
     tasks = spec_tasks.by_name(a.tasks)
-    kw = dict(n_ctx=a.n_ctx, n_threads=a.threads, verbose=False)
+    kw = dict(n_ctx=a.n_ctx, n_threads=a.threads, device=a.device, verbose=False)
     plain = Llama(path, **kw)
     spec = Llama(path, draft_model=PromptLookupDecoding(), **kw)   # a context with wide logits
     mtp = None
@@ -181,7 +181,7 @@ def run(a) -> list[dict]:
             llm = mtp if s.kind == "mtp" else spec
             rec = Recorder(llm.draft_model)       # mtp: the context's own drafter
             if s.kind != "mtp":
-                rec.base = s.make(rec)
+                rec.base = s.make(rec, llm.device)
             saved, llm.draft_model = llm.draft_model, rec
             rec.start(len(tokens))
             try:
@@ -244,10 +244,11 @@ def parse_k_counts(text: str) -> Counter:
 
 
 def print_summary(summary: list[dict]) -> None:
-    print(f"{'class':6} {'setting':28} {'tok/pass':>8} {'acc/pass':>8} {'accept':>7} "
+    w = max(28, *(len(s["setting"]) for s in summary))
+    print(f"{'class':6} {'setting':{w}} {'tok/pass':>8} {'acc/pass':>8} {'accept':>7} "
           f"{'plain t/s':>9} {'spec t/s':>9} {'same':>5}")
     for s in summary:
-        print(f"{s['kind']:6} {s['setting']:28} {s['tokens_per_pass']:8.2f} "
+        print(f"{s['kind']:6} {s['setting']:{w}} {s['tokens_per_pass']:8.2f} "
               f"{s['accepted_per_pass']:8.2f} {s['acceptance']:7.3f} {s['plain_tps']:9.1f} "
               f"{s['spec_tps']:9.1f} {str(s['identical']):>5}")
 
@@ -272,6 +273,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-gen", type=int, default=192)
     p.add_argument("--n-ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--accept-csv", default="spec-out/accept.csv")
 
 

@@ -15,8 +15,9 @@ drafts get accepted on realistic text, and the speedup that follows.
 
 (1) times Context.decode of k + 1 tokens keeping k + 1 logits rows at a given
 depth, then truncates back (the rows of rejected drafts), the median of
---repeat rounds, each round over every k; with a pool the KV streams, and every streamed chunk serves all
-k + 1 queries (streamed_mb stays that of one step). (3) prices every
+--repeat rounds, each round over every k; with a pool the KV streams, and
+every streamed chunk serves all k + 1 queries (streamed_mb stays that of one
+step). (3) prices every
 verification pass of (2) at the measured cost of its own draft length k:
 effective speedup = tokens per pass / mean pass cost (relative to one plain
 step; drafting time left out, which prompt lookup makes negligible). Under
@@ -148,7 +149,8 @@ def effective(a) -> None:
         cost = _cost_curve(vr)
         print(f"\n{device} depth={depth} pool={pool}: cost(k) = "
               + " ".join(f"{k}:{c:.2f}" for k, c in sorted(cost.items())))
-        print(f"{'class':6} {'setting':28} {'tok/pass':>8} {'mean k':>6} {'cost':>6} "
+        w = max(28, *(len(s["setting"]) for s in summary))
+        print(f"{'class':6} {'setting':{w}} {'tok/pass':>8} {'mean k':>6} {'cost':>6} "
               f"{'effective':>9} {'pcie-bound':>10}")
         for s in summary:
             c = pass_cost(cost, s["k_counts"])
@@ -162,7 +164,7 @@ def effective(a) -> None:
                        pcie_bound_speedup=round(s["tokens_per_pass"], 3),
                        measured_speedup_cpu=round(s["spec_tps"] / s["plain_tps"], 3))
             rows.append(row)
-            print(f"{s['kind']:6} {s['setting']:28} {row['tokens_per_pass']:8.2f} "
+            print(f"{s['kind']:6} {s['setting']:{w}} {row['tokens_per_pass']:8.2f} "
                   f"{mean_k:6.2f} {c:6.2f} {row['effective_speedup']:8.2f}x "
                   f"{row['pcie_bound_speedup']:9.2f}x")
     if a.effective_csv:
