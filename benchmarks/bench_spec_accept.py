@@ -70,6 +70,10 @@ class Recorder:
     def __init__(self, base: Callable):
         self.base, self.k_counts, self.n_prompt = base, Counter(), 0
 
+    @property
+    def uses_mtp(self) -> bool:    # Llama runs the MTP block only for such a drafter (spec_mtp.py)
+        return bool(getattr(self.base, "uses_mtp", False))
+
     def start(self, n_prompt: int) -> None:
         self.k_counts, self.n_prompt = Counter(), n_prompt
 
