@@ -26,7 +26,8 @@ def test_lookup_greedy_equals_plain_on_a_code_edit_task():
     rng = np.random.default_rng()
     task = spec_tasks.CODE[int(rng.integers(len(spec_tasks.CODE)))]
     n, k = int(rng.integers(2, 6)), int(rng.integers(3, 11))
-    rec = acc.Recorder(PromptLookupDecoding(n, k))
+    m = int(rng.integers(1, min(n, 3) + 1))
+    rec = acc.Recorder(PromptLookupDecoding(n, k, m))
     with Llama(path, n_ctx=1024, n_batch=64) as plain, \
             Llama(path, n_ctx=1024, n_batch=64, draft_model=rec) as spec:
         tokens, ends = acc.prompt_tokens(plain, task)
@@ -34,7 +35,7 @@ def test_lookup_greedy_equals_plain_on_a_code_edit_task():
         rec.start(len(tokens))
         got, _ = acc.greedy(spec, tokens, ends, 48)
         t = spec.timings
-    assert got == want, (task.name, n, k)
+    assert got == want, (task.name, n, k, m)
     assert len(want) == 48                       # the reply is long enough to test
     assert t.accepted_tokens > 0, task.name      # the reply copies the snippet
     assert sum(rec.k_counts.values()) == t.verify_passes
