@@ -20,7 +20,7 @@
  * recorded in b as for every op, and sync reports it), or when there was
  * nothing to do (an empty chunk range: the state is unchanged). Returns false,
  * having enqueued nothing, for what it does not cover, so that the caller
- * runs the exact kernels instead: n_q < 16, head_dim other than 64 / 128 /
+ * runs the exact kernels instead: n_q <= 8, head_dim other than 64 / 128 /
  * 256, a (K, V) type pair other than f16 / bf16 / q8_0 / q4_0 with itself,
  * q8_0 with q4_0 or f16, f16 with q8_0 or q4_0 (attn_mma.cu FA_PAIRS),
  * n_head not a multiple of n_head_kv, a captured step (b->dyn_pos set;
@@ -43,7 +43,9 @@ extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const l
 /* attn_stage.cu: the same for quantized K or V (q8_0, q4_0, with each other or
  * f16) on sm_90a, decoded to f16 a pass of chunks at a time and folded by the
  * f16 kernel. _takes: whether it applies (the device's code has wgmma, the
- * types). lkv_cuda_attn_stage (rbk / rbv: the K / V row strides): 1 done, 0
+ * types, at least two query tiles per KV head: n_q * n_head / n_head_kv >=
+ * 256; below that each tile is decoded about once anyway, and a verification
+ * pass of a few tokens would pay for decoding the whole cache). lkv_cuda_attn_stage (rbk / rbv: the K / V row strides): 1 done, 0
  * refused with nothing folded (no scratch, a chunk larger than it, the f16
  * call refused), -1 refused after a first pass was folded (an error). */
 bool lkv_cuda_attn_stage_takes(const lkv_bctx *b, const lkv_attn_desc *d);

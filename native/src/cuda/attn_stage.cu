@@ -78,7 +78,9 @@ static bool st_type(int t) { return t == LKV_TYPE_F16 || t == LKV_TYPE_Q8_0 || t
 
 bool lkv_cuda_attn_stage_takes(const lkv_bctx *b, const lkv_attn_desc *d) {
     const int kv = d->n_head_kv * d->head_dim;
-    return b->wg_ok && st_type(d->type_k) && st_type(d->type_v) &&
+    /* two query tiles of 128 (query, head) rows per KV head at least (attn_mma.cuh) */
+    const bool tiles = d->n_head_kv > 0 && (int64_t)d->n_q * (d->n_head / d->n_head_kv) >= 256;
+    return b->wg_ok && tiles && st_type(d->type_k) && st_type(d->type_v) &&
            (d->type_k != LKV_TYPE_F16 || d->type_v != LKV_TYPE_F16) && kv % 8 == 0 && d->chunk > 0;
 }
 
