@@ -105,7 +105,7 @@ static int fa_piece(int head_bytes, size_t row_bytes, const lkv_attn_desc *d, bo
 extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d) {
     const int hd = d->head_dim;
     if (b->dyn_pos) return false;   /* captured steps are decode-sized: not this kernel's */
-    if (d->n_q <= 8 || (hd != 64 && hd != 128 && hd != 256)) return false;   /* 8: the decode kernels' */
+    if (d->n_q < 16 || (hd != 64 && hd != 128 && hd != 256)) return false;
     if (d->n_head_kv <= 0 || d->n_head <= 0 || d->n_head % d->n_head_kv) return false;
     if (d->chunk <= 0 || d->n_segs < 0 || d->n_segs > LKV_MAX_SEGS) return false;
     if (!(d->scale > 0.f)) return false;   /* the running max of q.k is the max score only for scale > 0 */

@@ -20,7 +20,7 @@
  * recorded in b as for every op, and sync reports it), or when there was
  * nothing to do (an empty chunk range: the state is unchanged). Returns false,
  * having enqueued nothing, for what it does not cover, so that the caller
- * runs the exact kernels instead: n_q <= 8, head_dim other than 64 / 128 /
+ * runs the exact kernels instead: n_q < 16, head_dim other than 64 / 128 /
  * 256, a (K, V) type pair other than f16 / bf16 / q8_0 / q4_0 with itself,
  * q8_0 with q4_0 or f16, f16 with q8_0 or q4_0 (attn_mma.cu FA_PAIRS),
  * n_head not a multiple of n_head_kv, a captured step (b->dyn_pos set;
