@@ -66,18 +66,19 @@ class PromptLookupDecoding:
 
 
 # Prompt lookup as "lookup" (Llama, CLI, the server's ngram-simple) sets it up:
-# (max_ngram_size, num_pred_tokens, min_ngram_size) per device, chosen with
+# (max_ngram_size, num_pred_tokens, min_ngram_size), chosen with
 # benchmarks/bench_speculative.py on its chat tasks (docs/performance.md,
-# "Speculative decoding", 2026-12-02). On the CPU verifying k drafts costs about
-# 1 + 0.53 k steps, so drafting only on a 3-gram match, 6 at most, turns the
-# loss of llama-cpp-python's 2:10 (code edits 0.83x, summaries 0.46x by the
-# cost model; 0.79x / 0.43x measured) into 1.35x / 1.04x (1.27x / 0.95x
-# measured). Where a drafted token costs little (a GPU: the weights are read
-# once per pass; KV streaming: the KV is streamed once per pass) any match
-# drafts, up to 10, longest n-gram (5) first: 4.72 / 2.24 tokens per pass on
-# code / summaries against 2:10's 4.39 / 2.23.
+# "Speculative decoding", 2026-12-02): drafting only on a 3-gram match, 6 at
+# most. On the CPU verifying k drafts costs about 1 + 0.53 k steps, and this
+# turns the loss of llama-cpp-python's 2:10 (code edits 0.83x, summaries 0.46x
+# by the cost model; 0.79x / 0.43x measured) into 1.35x / 1.04x (1.27x / 0.95x
+# measured). On the H200 (8B shape, q8_0 KV) it is the one setting that never
+# loses: all resident at 32K 1.72x / 1.23x where 5:10 falls to 0.75x / 0.38x
+# (9 or more tokens cost 6.6 steps there), streamed through a 1 GiB pool at
+# 32K 3.30x / 1.81x and at 128K 3.36x / 1.82x (5:10: 3.19x / 1.55x, 4.68x /
+# 2.22x).
 LOOKUP = {"cpu": (5, 6, 3)}
-LOOKUP_OTHER = (5, 10, 1)
+LOOKUP_OTHER = (5, 6, 3)
 
 
 def default_lookup(device: str, num_pred_tokens: int | None = None) -> PromptLookupDecoding:

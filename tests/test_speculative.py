@@ -94,7 +94,7 @@ def test_prompt_lookup_examples_and_reference():
 def test_lookup_means_the_measured_setting_for_the_device(tiny):
     cpu, gpu = default_lookup("cpu"), default_lookup("cuda", 4)
     assert (cpu.max_ngram_size, cpu.num_pred_tokens, cpu.min_ngram_size) == (5, 6, 3)
-    assert (gpu.max_ngram_size, gpu.num_pred_tokens, gpu.min_ngram_size) == (5, 4, 1)
+    assert (gpu.max_ngram_size, gpu.num_pred_tokens, gpu.min_ngram_size) == (5, 4, 3)
     with Llama(tiny, n_ctx=64, device="cpu", draft_model="lookup") as llm:
         d = llm.draft_model
         assert (d.max_ngram_size, d.num_pred_tokens, d.min_ngram_size) == (5, 6, 3)
