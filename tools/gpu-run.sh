@@ -4,7 +4,8 @@
 # install the carried wheels, build the library and the C harnesses through
 # meson (-Dharnesses=true; gpu_arch: the GPUs present), then the stages named in
 # STAGES, in order of importance. Each stage's timeout is cut to what the budget
-# has left. Logs go to $OUT; a summary is printed.
+# has left. Logs go to $OUT (packed into $OUT/logs.tgz when there are more than
+# the 8 files the device tool returns); a summary is printed.
 #
 # Stages (STAGES, default "build ops bench prompts stash"):
 #   ops      tests/cuda/test_ops (kernels vs the CPU), test_attn_mma
@@ -167,4 +168,9 @@ if [[ $STAGES == *spec* ]]; then
         --effective-csv "$OUT/spec_effective.csv" 2>&1 | tee "$OUT/spec_effective.log" | tail -80
 fi
 
+# the device tool returns at most 8 files from $OUT: more than that go back as one archive
+if (( $(find "$OUT" -type f | wc -l) > 8 )); then
+    tar czf /tmp/gpu-logs.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/gpu-logs.tgz "$OUT/logs.tgz"
+    stamp "more than 8 logs: packed into \$OUT/logs.tgz"
+fi
 stamp "done"
