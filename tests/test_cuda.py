@@ -489,3 +489,27 @@ def test_streaming_errors_leave_the_process_usable(tmp_path):
     assert np.all(np.isfinite(c.logits()))
     c.close()
     m.close()
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "2:10"])
+def test_lookup_greedy_equals_plain_greedy_on_cuda(drafter):
+    """Issue 18's exactness on the GPU: prompt-lookup speculation on the
+    default model with the default kernels gives plain greedy's text. The
+    default 5:6:3 verifies at most 7 tokens a pass, which run the decode
+    kernels (mvx, the ring attention) whose sums do not depend on the token
+    count; llama-cpp-python's 2:10 verifies up to 11 (mvx's slices, attn.cu)."""
+    from _smollm2 import require_model_path
+    from pyllamakv import Llama
+    from pyllamakv.speculative import PromptLookupDecoding
+    from test_speculative import PROMPTS
+    path = require_model_path()
+    draft = "lookup" if drafter == "lookup" else PromptLookupDecoding(2, 10)
+    kw = dict(n_ctx=256, n_batch=64, device="cuda")
+    with Llama(path, **kw) as plain, Llama(path, draft_model=draft, **kw) as spec:
+        accepted = 0
+        for prompt in PROMPTS:
+            want = plain(prompt, max_tokens=32, temperature=0)["choices"][0]["text"]
+            got = spec(prompt, max_tokens=32, temperature=0)["choices"][0]["text"]
+            assert got == want, prompt
+            accepted += spec.timings.accepted_tokens
+        assert accepted > 0
