@@ -26,7 +26,10 @@ N_VOCAB = 320
 # near block-scale ties (4 layers: 0 to 1.6% over 10 draws; 8 layers up to 6%):
 # a loose bound, the q8_0 path's check.
 TOL = {T.F32: 1e-4, T.F16: 2e-2, T.Q8_0: 1e-1}
-CLOSE = 1e-4   # two engine runs that differ only in where the delta rule's chunks start
+# two engine runs that differ only in where the delta rule's chunks start: over 57
+# draws of random weights and tokens the largest difference (relative to the largest
+# logit) was 1.3e-4, the median 4e-5 (1e-4 failed CI once at 1.1e-4)
+CLOSE = 5e-4
 
 
 def _q8(x):
