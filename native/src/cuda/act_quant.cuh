@@ -16,6 +16,21 @@
 
 #include "common.cuh"
 
+/* The CPU's q8_0 / q8_1 rule (legacy.c quantize8) for a block whose largest
+ * magnitude is amax: d = amax / 127, codes round-half-even(x * (127 / amax)),
+ * the block's scale stored as f16(d); value(x) is what the CPU's to_float gives
+ * back for x, code * f16(d). */
+struct act_q8_rule {
+    float d, id;
+    __device__ __forceinline__ explicit act_q8_rule(float amax) {
+        d = __fdiv_rn(amax, 127.f);
+        id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
+    }
+    __device__ __forceinline__ int code(float x) const { return __float2int_rn(__fmul_rn(x, id)); }
+    __device__ __forceinline__ float d16() const { return __half2float(__float2half_rn(d)); }
+    __device__ __forceinline__ float value(float x, float d16_) const { return __fmul_rn((float)code(x), d16_); }
+};
+
 /* 8 consecutive lanes (lane % 8 == 0 first) hold the 32 elements of one block,
  * 4 each in order; every lane of the warp must call it (idle groups with
  * store = false). Writes the block's 32 codes, scale and sum term. */
@@ -24,12 +39,12 @@ static __device__ __forceinline__ void act_q8_group8(const float v[4], bool stor
     float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
     for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = __fdiv_rn(amax, 127.f);
-    const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
+    const act_q8_rule rule(amax);
+    const float d = rule.d;
     int q[4], sum = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        q[i] = __float2int_rn(__fmul_rn(v[i], id));
+        q[i] = rule.code(v[i]);
         sum += q[i];
     }
 #pragma unroll
@@ -48,10 +63,9 @@ static __device__ __forceinline__ void act_q8_group8(const float v[4], bool stor
 /* one element per lane, the warp's 32 lanes one block (all lanes call it) */
 static __device__ __forceinline__ void act_q8_warp(float v, bool store, int8_t *q32, float *d_out,
                                                    float *s_out) {
-    const float amax = lkv_warp_max(fabsf(v));
-    const float d = __fdiv_rn(amax, 127.f);
-    const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
-    const int q = __float2int_rn(__fmul_rn(v, id));
+    const act_q8_rule rule(lkv_warp_max(fabsf(v)));
+    const float d = rule.d;
+    const int q = rule.code(v);
     const int sum = __reduce_add_sync(0xffffffffu, q);
     if (!store) return;
     const int lane = threadIdx.x & 31;

@@ -21,6 +21,7 @@
  * cut, into passes here or into calls by the streaming pool (attn_mma.cuh).
  * Segments are kept as they are (rows a segment does not hold stay absent).
  */
+#include "act_quant.cuh"
 #include "attn_mma.cuh"
 #include "matmul.cuh"
 #include "quant.cuh"
@@ -35,10 +36,7 @@ static __global__ void st_to_f16(const uint8_t *__restrict__ src, size_t row_byt
         const int r = (int)(i / ng), g = (int)(i % ng);
         float y[8];
         dq8<T>(src + (size_t)r * row_bytes, g, y);
-        __half2 h[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
-        *(uint4 *)(dst + (size_t)r * kv + 8 * g) = *(const uint4 *)h;
+        *(uint4 *)(dst + (size_t)r * kv + 8 * g) = lkv_f16x8(y);
     }
 }
 
@@ -50,10 +48,8 @@ static __global__ void st_q8_round(const float *__restrict__ q, float *__restric
     const size_t warps = (size_t)gridDim.x * blockDim.x / 32;
     for (size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32; w < n / 32; w += warps) {
         const float v = q[32 * w + (threadIdx.x & 31)];
-        const float amax = lkv_warp_max(fabsf(v));
-        const float d = __half2float(__float2half_rn(__fdiv_rn(amax, 127.f)));
-        const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
-        out[32 * w + (threadIdx.x & 31)] = __fmul_rn((float)__float2int_rn(__fmul_rn(v, id)), d);
+        const act_q8_rule rule(lkv_warp_max(fabsf(v)));
+        out[32 * w + (threadIdx.x & 31)] = rule.value(v, rule.d16());
     }
 }
 

@@ -55,6 +55,7 @@
  * lkv_cuda_gemm_wg_probe tells the chooser whether the code the device runs
  * has it.
  */
+#include "act_quant.cuh"
 #include "async_ptx.cuh"
 #include "matmul.cuh"
 
@@ -97,14 +98,6 @@ static __device__ __forceinline__ void wg_item(size_t i, int R, int nkt, int &r,
     g = (u / (R / 8)) * 4 + (l >> 3);
 }
 
-/* eight floats rounded to f16 (round to nearest), as one 16-byte piece */
-static __device__ __forceinline__ uint4 wg_pack8(const float (&y)[8]) {
-    __half2 h[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
-    return *(const uint4 *)h;
-}
-
 /* every 16-byte piece of a matrix tiled by R rows (rows_pad rows, nkt tiles of
  * K per panel) from load(r, g, y): the 8 elements of group g of row r, or
  * zeros where it returns false (no such element) */
@@ -116,7 +109,7 @@ static __device__ __forceinline__ void wg_to_tiled(uint8_t *__restrict__ dst, in
         int r, g;
         wg_item(i, R, nkt, r, g);
         float y[8];
-        const uint4 v = load(r, g, y) ? wg_pack8(y) : make_uint4(0, 0, 0, 0);
+        const uint4 v = load(r, g, y) ? lkv_f16x8(y) : make_uint4(0, 0, 0, 0);
         *(uint4 *)(dst + wg_tiled(r, g, R, nkt)) = v;
     }
 }
@@ -158,11 +151,11 @@ static __global__ void wg_x_q8_to_f16(const float *__restrict__ x, uint8_t *__re
         for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(v[k]));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
-        const float d = __half2float(__float2half_rn(__fdiv_rn(amax, 127.f)));
-        const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
+        const act_q8_rule rule(amax);
+        const float d16 = rule.d16();
 #pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = __fmul_rn((float)__float2int_rn(__fmul_rn(v[k], id)), d);
-        *(uint4 *)(y + wg_tiled(r, g, WG_BM, nkt)) = wg_pack8(v);
+        for (int k = 0; k < 8; k++) v[k] = rule.value(v[k], d16);
+        *(uint4 *)(y + wg_tiled(r, g, WG_BM, nkt)) = lkv_f16x8(v);
     }
 }
 
@@ -199,7 +192,7 @@ static __global__ void wg_x_q8k_to_f16(const float *__restrict__ x, uint8_t *__r
                 v[k] = __fmul_rn(d, (float)q);
             }
         }
-        *(uint4 *)(y + wg_tiled(r, g, WG_BM, nkt)) = wg_pack8(v);
+        *(uint4 *)(y + wg_tiled(r, g, WG_BM, nkt)) = lkv_f16x8(v);
     }
 }
 

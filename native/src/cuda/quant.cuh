@@ -400,6 +400,15 @@ static __device__ __forceinline__ void dq8(const uint8_t *__restrict__ row, int 
     }
 }
 
+/* eight floats rounded to f16 (round to nearest), as one 16-byte piece: dq8's
+ * output as the f16 copies of gemm_wg.cu and attn_stage.cu store it */
+static __device__ __forceinline__ uint4 lkv_f16x8(const float (&y)[8]) {
+    __half2 h[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
+    return *(const uint4 *)h;
+}
+
 // ---------------------------------------------------------------- dispatch
 
 /* Calls F<T>::run(args...) for a run-time weight type id; returns false for a
