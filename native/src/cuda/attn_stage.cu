@@ -19,7 +19,8 @@
  * rule, as the CPU scores such rows (st_q8_round). The passes split the range at chunk boundaries and the kernel folds
  * chunk by chunk, so the state is the same bits however the call's range is
  * cut, into passes here or into calls by the streaming pool (attn_mma.cuh).
- * Segments are kept as they are (rows a segment does not hold stay absent).
+ * Segments are kept as they are (rows a segment does not hold stay absent);
+ * an f16 side (K or V) is read where it lies.
  */
 #include "act_quant.cuh"
 #include "attn_mma.cuh"
@@ -58,16 +59,20 @@ static unsigned st_grid(const lkv_bctx *b, size_t work) {
     return (unsigned)(g < cap ? (g ? g : 1) : cap);
 }
 
-static void st_launch(lkv_bctx *b, int type, const void *src, size_t row_bytes, __half *dst, int rows, int kv) {
+/* the f16 rows the f16 call reads for one side (K or V) of a segment's piece:
+ * f16 rows where they lie (the row stride of kv f16 values is the copy's),
+ * q8_0 / q4_0 rows decoded into dst */
+static const void *st_side(lkv_bctx *b, int type, const uint8_t *src, size_t row_bytes, __half *dst, int rows,
+                           int kv) {
     const unsigned grid = st_grid(b, (size_t)rows * (kv / 8));
-    const uint8_t *s = (const uint8_t *)src;
     switch (type) {
-    case LKV_TYPE_F16: st_to_f16<LKV_TYPE_F16><<<grid, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
-    case LKV_TYPE_Q8_0: st_to_f16<LKV_TYPE_Q8_0><<<grid, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
-    case LKV_TYPE_Q4_0: st_to_f16<LKV_TYPE_Q4_0><<<grid, 256, 0, b->stream>>>(s, row_bytes, dst, rows, kv); break;
-    default: return;
+    case LKV_TYPE_F16: return src;
+    case LKV_TYPE_Q8_0: st_to_f16<LKV_TYPE_Q8_0><<<grid, 256, 0, b->stream>>>(src, row_bytes, dst, rows, kv); break;
+    case LKV_TYPE_Q4_0: st_to_f16<LKV_TYPE_Q4_0><<<grid, 256, 0, b->stream>>>(src, row_bytes, dst, rows, kv); break;
+    default: return src;
     }
     LKV_CUDA_LAUNCHED(b, "attn_mma (K / V to f16)");
+    return dst;
 }
 
 static bool st_type(int t) { return t == LKV_TYPE_F16 || t == LKV_TYPE_Q8_0 || t == LKV_TYPE_Q4_0; }
@@ -113,9 +118,9 @@ int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_de
             const int64_t lo = g.pos0 > a ? g.pos0 : a, hi = (int64_t)g.pos0 + g.n < e ? (int64_t)g.pos0 + g.n : e;
             if (lo >= hi) continue;
             const size_t o = (size_t)(lo - a) * kv, r0 = (size_t)(lo - g.pos0);
-            st_launch(b, d->type_k, (const uint8_t *)g.k + r0 * rbk, rbk, k16 + o, (int)(hi - lo), kv);
-            st_launch(b, d->type_v, (const uint8_t *)g.v + r0 * rbv, rbv, v16 + o, (int)(hi - lo), kv);
-            s.segs[s.n_segs++] = lkv_kv_seg{(int32_t)lo, (int32_t)(hi - lo), k16 + o, v16 + o};
+            const void *ks = st_side(b, d->type_k, (const uint8_t *)g.k + r0 * rbk, rbk, k16 + o, (int)(hi - lo), kv);
+            const void *vs = st_side(b, d->type_v, (const uint8_t *)g.v + r0 * rbv, rbv, v16 + o, (int)(hi - lo), kv);
+            s.segs[s.n_segs++] = lkv_kv_seg{(int32_t)lo, (int32_t)(hi - lo), ks, vs};
         }
         s.chunk_lo = c0;
         s.chunk_hi = c1;
