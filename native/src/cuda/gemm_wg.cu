@@ -5,7 +5,8 @@
  * memory stages by bulk copies (cp.async.bulk) completed on mbarriers, two
  * consumer warpgroups run the products, and no block-wide barrier is taken
  * after the start. choose_matmul.cu gives it the fast kind's prefill on
- * sm_90a for every weight type (docs/performance.md has the figures; the
+ * sm_90a for every weight type except q4_1, q5_0, q5_1, q8_0, iq4_nl and
+ * iq4_xs (its table says why; docs/performance.md has the figures; the
  * first version, with every thread copying by cp.async and a __syncthreads
  * per 64 of K, stayed near 190 TFLOP/s).
  *
