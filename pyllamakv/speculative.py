@@ -77,14 +77,13 @@ class PromptLookupDecoding:
 # (9 or more tokens cost 6.6 steps there), streamed through a 1 GiB pool at
 # 32K 3.30x / 1.81x and at 128K 3.36x / 1.82x (5:10: 3.19x / 1.55x, 4.68x /
 # 2.22x).
-LOOKUP = {"cpu": (5, 6, 3)}
-LOOKUP_OTHER = (5, 6, 3)
+LOOKUP = (5, 6, 3)
 
 
-def default_lookup(device: str, num_pred_tokens: int | None = None) -> PromptLookupDecoding:
-    """The prompt lookup "lookup" means on device ("cpu" or "cuda");
-    num_pred_tokens, when given, replaces the drafts per pass."""
-    max_n, k, min_n = LOOKUP.get(device, LOOKUP_OTHER)
+def default_lookup(num_pred_tokens: int | None = None) -> PromptLookupDecoding:
+    """The prompt lookup "lookup" means (on every device); num_pred_tokens,
+    when given, replaces the drafts per pass."""
+    max_n, k, min_n = LOOKUP
     return PromptLookupDecoding(max_n, num_pred_tokens or k, min_n)
 
 
@@ -164,7 +163,7 @@ def make_drafter(spec: Any, llm: "Llama") -> Drafter | None:
     if spec is None:
         return None
     if isinstance(spec, str) and spec == "lookup":
-        return default_lookup(llm.device)
+        return default_lookup()
     if wants_mtp(spec):   # the target's own MTP block (spec_mtp.py)
         return MTPDrafter(llm)
     if isinstance(spec, (str, os.PathLike)):

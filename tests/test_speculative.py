@@ -91,8 +91,8 @@ def test_prompt_lookup_examples_and_reference():
         PromptLookupDecoding(2, 10, 0)
 
 
-def test_lookup_means_the_measured_setting_for_the_device(tiny):
-    cpu, gpu = default_lookup("cpu"), default_lookup("cuda", 4)
+def test_lookup_means_the_measured_setting(tiny):
+    cpu, gpu = default_lookup(), default_lookup(4)
     assert (cpu.max_ngram_size, cpu.num_pred_tokens, cpu.min_ngram_size) == (5, 6, 3)
     assert (gpu.max_ngram_size, gpu.num_pred_tokens, gpu.min_ngram_size) == (5, 4, 3)
     with Llama(tiny, n_ctx=64, device="cpu", draft_model="lookup") as llm:

@@ -88,17 +88,16 @@ def check_available(spec: SpecRequest, engine) -> None:
                          f"(use 'ngram-simple')")
 
 
-def request_drafter(spec: SpecRequest, default: str | None, drafters: dict,
-                    device: str = "cpu") -> Any | None:
+def request_drafter(spec: SpecRequest, default: str | None, drafters: dict) -> Any | None:
     """The drafter for one request on a slot whose server default is ``default``
     (a type, or None) and whose own drafters are ``drafters`` (DRAFT: the draft
     GGUF's, MTP: the MTP block's; None where the slot has none); prompt lookup
-    as set up for the slot's device (speculative.default_lookup)."""
+    as "lookup" sets it up (speculative.default_lookup)."""
     kind = _kind(spec, default)
     if kind == NONE or spec.n_max == 0:
         return None
     if kind == LOOKUP:
-        base = default_lookup(device, spec.n_max)
+        base = default_lookup(spec.n_max)
     else:
         base = drafters.get(kind)
         if base is None:
@@ -120,8 +119,7 @@ def drafting(llm, spec: SpecRequest) -> Iterator[None]:
                 MTP: getattr(llm, "spec_mtp", None)}
     saved_k = {k: getattr(d, "num_pred_tokens", None) for k, d in drafters.items()}
     saved = llm.draft_model
-    llm.draft_model = request_drafter(spec, getattr(llm, "spec_default", None), drafters,
-                                      getattr(llm, "device", "cpu"))
+    llm.draft_model = request_drafter(spec, getattr(llm, "spec_default", None), drafters)
     try:
         yield
     finally:
