@@ -499,17 +499,7 @@ def test_lookup_greedy_equals_plain_greedy_on_cuda(drafter):
     kernels (mvx, the ring attention) whose sums do not depend on the token
     count; llama-cpp-python's 2:10 verifies up to 11 (mvx's slices, attn.cu)."""
     from _smollm2 import require_model_path
-    from pyllamakv import Llama
     from pyllamakv.speculative import PromptLookupDecoding
-    from test_speculative import PROMPTS
-    path = require_model_path()
+    from test_speculative import check_greedy_identical
     draft = "lookup" if drafter == "lookup" else PromptLookupDecoding(2, 10)
-    kw = dict(n_ctx=256, n_batch=64, device="cuda")
-    with Llama(path, **kw) as plain, Llama(path, draft_model=draft, **kw) as spec:
-        accepted = 0
-        for prompt in PROMPTS:
-            want = plain(prompt, max_tokens=32, temperature=0)["choices"][0]["text"]
-            got = spec(prompt, max_tokens=32, temperature=0)["choices"][0]["text"]
-            assert got == want, prompt
-            accepted += spec.timings.accepted_tokens
-        assert accepted > 0
+    check_greedy_identical(require_model_path(), draft, 32, device="cuda")

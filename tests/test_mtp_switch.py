@@ -14,6 +14,7 @@ import pytest
 from pyllamakv import Llama
 from pyllamakv._native import Context, Model, cuda_device_count
 from pyllamakv.errors import UnsupportedError
+from test_mtp import _greedy
 from tiny_qwen35 import write_tiny_qwen35
 
 N_VOCAB = 320
@@ -141,14 +142,6 @@ def test_switched_off_after_a_snapshot_resumes_from_it(path, device):
         got, got_lg = c.mtp_draft(token, k, logits=True)
         assert got.tolist() == want.tolist()
         assert np.array_equal(got_lg, want_lg)
-
-
-def _greedy(llm, prompt, n):
-    out = []
-    for t in llm.generate(prompt, temp=0.0):
-        out.append(t)
-        if len(out) == n:
-            return out
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -169,19 +169,24 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("drafter", ["lookup", "self"])
-def test_greedy_is_identical_on_the_default_model(drafter):
-    path = require_model_path()
-    draft = PromptLookupDecoding(2, 6) if drafter == "lookup" else path
-    with Llama(path, n_ctx=256, n_batch=64) as plain, \
-            Llama(path, n_ctx=256, n_batch=64, draft_model=draft) as spec:
+def check_greedy_identical(path, draft, max_tokens: int, **kw) -> None:
+    """Greedy texts of PROMPTS with draft_model=draft equal those without, and
+    some drafts were accepted (kw: Llama's other arguments; test_cuda.py too)."""
+    with Llama(path, n_ctx=256, n_batch=64, **kw) as plain, \
+            Llama(path, n_ctx=256, n_batch=64, draft_model=draft, **kw) as spec:
         accepted = 0
         for prompt in PROMPTS:
-            want = plain(prompt, max_tokens=24, temperature=0)["choices"][0]["text"]
-            got = spec(prompt, max_tokens=24, temperature=0)["choices"][0]["text"]
+            want = plain(prompt, max_tokens=max_tokens, temperature=0)["choices"][0]["text"]
+            got = spec(prompt, max_tokens=max_tokens, temperature=0)["choices"][0]["text"]
             assert got == want, prompt
             accepted += spec.timings.accepted_tokens
         assert accepted > 0
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "self"])
+def test_greedy_is_identical_on_the_default_model(drafter):
+    path = require_model_path()
+    check_greedy_identical(path, PromptLookupDecoding(2, 6) if drafter == "lookup" else path, 24)
 
 
 # ---------------------------------------------------------------- the sampled distribution
