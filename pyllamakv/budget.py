@@ -42,7 +42,7 @@ PAGE = 2 << 20            # at and above it, whole 2 MiB pages
 ATTN_WS_BYTES = 32 << 20  # cuda/backend.cu: the split-attention workspace
 WG_SCRATCH_BYTES = 128 << 20   # cuda/gemm_wg.cu WG_SCRATCH: f16 weights of one GEMM
 # weight types gemm_wg.cu converts to f16 for the prefill GEMM on sm_90a
-# (choose_matmul.cu; the legacy types other than q4_0 and iq4_xs take mmq)
+# (choose_matmul.cu; q4_1, q5_0, q5_1, q8_0, iq4_nl and iq4_xs take mmq)
 WG_TYPES = {0, 1, 30, 2,                  # f32, f16, bf16, q4_0
             10, 11, 12, 13, 14,           # q2_K .. q6_K
             16, 17, 18, 19, 21, 22, 29}   # iq2_xxs, iq2_xs, iq3_xxs, iq1_s, iq3_s, iq2_s, iq1_m
