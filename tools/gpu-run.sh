@@ -9,6 +9,7 @@
 #
 # Stages (STAGES, default "build ops bench prompts stash"):
 #   ops      tests/cuda/test_ops (kernels vs the CPU), test_attn_mma
+#   attn     test_attn_mma, then its timings of the auto path (timeonly)
 #   bench    benchmarks/cuda_bench: pp512 and decode at DEPTHS (default 0,32768,131072),
 #            the default kernels, with llama.cpp's figures (BENCHMARKS.md) beside them
 #   prompts  prompts through Llama.eval (../shared/tools/prompt_times.py, carried in
@@ -68,9 +69,18 @@ if [[ $STAGES == *ops* ]]; then
     stamp "kernel harness"
     timeout "$(cap 120)" $B/native/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
     grep -E "FAIL|passed|rc=" "$OUT/test_ops.log" | head -30
-    timeout "$(cap 60)" $B/native/test_attn_mma > "$OUT/test_attn_mma.log" 2>&1
+fi
+if [[ $STAGES == *ops* || $STAGES == *attn* ]]; then
+    stamp "attention harness"
+    timeout "$(cap 150)" $B/native/test_attn_mma > "$OUT/test_attn_mma.log" 2>&1
     echo "test_attn_mma rc=$?" >> "$OUT/test_attn_mma.log"
     grep -E "FAIL|passed|rc=" "$OUT/test_attn_mma.log" | head -20
+fi
+if [[ $STAGES == *attn* ]]; then
+    stamp "attention timings (auto path)"
+    timeout "$(cap 120)" $B/native/test_attn_mma timeonly > "$OUT/attn_time.log" 2>&1
+    echo "timeonly rc=$?" >> "$OUT/attn_time.log"
+    grep -E "8B shape|rc=" "$OUT/attn_time.log"
 fi
 
 if [[ $STAGES == *bench* ]]; then

@@ -429,6 +429,12 @@ int main(int argc, char **argv) {
     const char *names[4] = {"mma.sync", "wgmma", "wgmma pipelined (8 warps)", "auto"};
     const int sel[4] = {1, 2, 3, 0};
     const int timing = argc > 1 && !strcmp(argv[1], "time");
+    if (argc > 2 && !strcmp(argv[1], "timeone")) {   /* one f16 timing on path argv[2] (for a profiler) */
+        lkv_cuda_attn_mma_path(atoi(argv[2]));
+        time_one(32, 8, 128, 32768, 512, LKV_TYPE_F16, "8B shape");
+        lkv_cuda_attn_mma_path(0);
+        return harness_close();
+    }
     if (argc > 1 && !strcmp(argv[1], "timeonly")) {   /* timings only, the auto path */
         time_all();
         return harness_close();

@@ -62,10 +62,19 @@
  * per-stage mbarriers, no block barrier per tile) reached 224 / 235 TFLOP/s
  * for f16 at 32K / 128K (2026-12-02) but only 110 / 149 for q8_0 / q4_0, whose
  * dequantization then bounds it; it runs for 16-bit K/V at head_dim 128.
- * What would take it further toward FlashAttention-3's rate: the two
- * consumer warpgroups ping-ponging softmax against each other's products,
- * 128-position tiles, and K/V tiles shared by the blocks of one KV head
- * (cluster multicast: 16 blocks read each tile through L2 today).
+ * What would take it further toward FlashAttention-3's rate: 128-position
+ * tiles, and K/V tiles shared by the blocks of one KV head (cluster
+ * multicast: 16 blocks read each tile through L2 today). Tried and taken
+ * back (2026-12-02, night; git history has it): FlashAttention-3's loop order
+ * in the warp-specialized kernel (setmaxnreg 224 / 56, S_j issued with
+ * P_{j-1} V_{j-1}, tile j's softmax beside the latter, with and without the
+ * two warpgroups taking turns by named barriers, 4 or 6 stages). It was
+ * exact (test_attn_mma's split checks) but slower: f16 at 32K 168 TFLOP/s
+ * against 209 for this loop in the same build; ncu put the tensor pipe at
+ * 21% against 26% busy. Two ptxas traps on the way, for whoever tries again:
+ * writing a product's accumulators (the mask's -inf) or a register the next
+ * P takes (a copy ptxas coalesces) before the last wgmma.wait of the stage
+ * serializes every wgmma of the kernel (C7513 / C7520 in -Xptxas -v).
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16, g = lane >> 2, t = lane & 3):
  *   A 16x16: a0 (row g, k 2t..2t+1), a1 (row g+8), a2 (row g, k 8+2t..), a3 (row g+8, k 8+2t..)
