@@ -6,7 +6,9 @@
  * meson build's objects, like test_ops). Prints one line per check and exits
  * non-zero if any check fails. Optional argument: "time" adds informational
  * timings (no assertion): the Llama-3-8B shape at 512 queries x 32K and 128K
- * depth for f16 / q8_0 / q4_0 KV, 2048 queries at 32K, head_dim 256 and 64.
+ * depth for f16 / q8_0 / q4_0 KV, 2048 queries at 32K, head_dim 256 and 64;
+ * "timeonly" those timings alone; "timeone P" one f16 timing at 32K on path P
+ * (attn_mma.cu's test-only switch), for a profiler.
  *
  * What is compared: lkv_cuda_attn_mma + attn_finish against the CPU's
  * attn_accum + attn_finish on fresh random inputs, for KV f16 / bf16 / q8_0 /
