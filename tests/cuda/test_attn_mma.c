@@ -8,7 +8,8 @@
  * timings (no assertion): the Llama-3-8B shape at 512 queries x 32K and 128K
  * depth for f16 / q8_0 / q4_0 KV, 2048 queries at 32K, head_dim 256 and 64;
  * "timeonly" those timings alone; "timeone P" one f16 timing at 32K on path P
- * (attn_mma.cu's test-only switch), for a profiler.
+ * (attn_mma.cu's test-only switch), for a profiler; "timesmall" q8_0 at 32K
+ * with 16 to 128 queries, staged (auto) against the in-kernel decoding.
  *
  * What is compared: lkv_cuda_attn_mma + attn_finish against the CPU's
  * attn_accum + attn_finish on fresh random inputs, for KV f16 / bf16 / q8_0 /
@@ -434,6 +435,17 @@ int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "timeone")) {   /* one f16 timing on path argv[2] (for a profiler) */
         lkv_cuda_attn_mma_path(atoi(argv[2]));
         time_one(32, 8, 128, 32768, 512, LKV_TYPE_F16, "8B shape");
+        lkv_cuda_attn_mma_path(0);
+        return harness_close();
+    }
+    if (argc > 1 && !strcmp(argv[1], "timesmall")) {   /* few queries: staged (auto) against in-kernel (path 3) */
+        const int nqs[] = {16, 32, 48, 64, 96, 128};
+        const char *pn[2] = {"auto", "wgmma pipelined (8 warps)"};
+        for (int k = 0; k < 2; k++) {
+            lkv_cuda_attn_mma_path(k ? 3 : 0);
+            path_name = pn[k];
+            for (int i = 0; i < 6; i++) time_one(32, 8, 128, 32768, nqs[i], LKV_TYPE_Q8_0, "8B shape");
+        }
         lkv_cuda_attn_mma_path(0);
         return harness_close();
     }
