@@ -439,11 +439,10 @@ int main(int argc, char **argv) {
         return harness_close();
     }
     if (argc > 1 && !strcmp(argv[1], "timesmall")) {   /* few queries: staged (auto) against in-kernel (path 3) */
-        const int nqs[] = {16, 32, 48, 64, 96, 128};
-        const char *pn[2] = {"auto", "wgmma pipelined (8 warps)"};
+        const int nqs[] = {16, 32, 48, 64, 96, 128}, pis[2] = {3, 2};   /* names[] / sel[]: auto, path 3 */
         for (int k = 0; k < 2; k++) {
-            lkv_cuda_attn_mma_path(k ? 3 : 0);
-            path_name = pn[k];
+            lkv_cuda_attn_mma_path(sel[pis[k]]);
+            path_name = names[pis[k]];
             for (int i = 0; i < 6; i++) time_one(32, 8, 128, 32768, nqs[i], LKV_TYPE_Q8_0, "8B shape");
         }
         lkv_cuda_attn_mma_path(0);

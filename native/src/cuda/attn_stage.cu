@@ -79,10 +79,7 @@ static bool st_type(int t) { return t == LKV_TYPE_F16 || t == LKV_TYPE_Q8_0 || t
 
 bool lkv_cuda_attn_stage_takes(const lkv_bctx *b, const lkv_attn_desc *d) {
     const int kv = d->n_head_kv * d->head_dim;
-    /* every call attn_mma takes (16 queries and more): with one query tile per KV head
-     * the in-kernel decoding is as slow as with two (H200, 2026-12-02, q8_0 at 32K, 8B
-     * shape, test_attn_mma timesmall: 2.00 ms for 16 to 64 queries, 2.05 for 128, against
-     * 1.34 staged from 64 queries on) */
+    /* every call attn_mma takes, however few its queries (attn_mma.cuh says why) */
     return b->wg_ok && d->n_head_kv > 0 && st_type(d->type_k) && st_type(d->type_v) &&
            (d->type_k != LKV_TYPE_F16 || d->type_v != LKV_TYPE_F16) && kv % 8 == 0 && d->chunk > 0;
 }
