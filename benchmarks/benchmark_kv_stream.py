@@ -6,6 +6,9 @@ depth, then time a prefill of --batch-size tokens at that depth (pp) and
 --n-gen single-token decodes (tg), each the median of --repeat runs. Modes: "resident" (no bound, when the
 whole cache fits), "auto" (the largest pool that fits in free memory; equal to
 resident on a card that holds everything) and fixed pools (--pools MiB,...).
+The vram_mib column is the device memory in use (total - free, as the CUDA
+runtime reports it) after the timed decodes, with the model, the context and
+its pool alive: the process's whole footprint, CUDA's own context included.
 Each row lands in results.csv under --out as soon as it is measured, and rows
 already there are skipped, so an interrupted sweep resumes. Plots: PNG + SVG.
 
@@ -32,7 +35,7 @@ from pyllamakv.plan import auto_pool_bytes, kv_bytes_per_token, kv_plan  # noqa:
 PCIE = 55e9
 FIELDS = ["model", "device", "type_k", "type_v", "depth", "mode", "pool_mib", "fill_s",
           "pp_tps", "tg_tps", "resident_fraction", "streamed_per_token_mb", "stream_gbps",
-          "pcie_bound_tps", "ratio_to_bound", "kv_mb"]
+          "pcie_bound_tps", "ratio_to_bound", "kv_mb", "vram_mib"]
 
 
 def parse() -> argparse.Namespace:
@@ -87,6 +90,17 @@ def budget_pool(m: Model, a: argparse.Namespace, n_ctx: int, device: str,
     split, _ = plan_budget(cfg, m.hparams, m.file.tensors, n_ctx, device)
     print(f"budget {mib:g} MiB at n_ctx {n_ctx}: {split.describe()}", file=sys.stderr)
     return split.pool
+
+
+def device_used_mib(device: str) -> float | str:
+    """device memory in use (total - free), MiB; "" on the CPU"""
+    if device != "cuda":
+        return ""
+    from pyllamakv._ffi import ffi, lib
+    free, total = ffi.new("int64_t *"), ffi.new("int64_t *")
+    if lib.lkv_cuda_mem_info(free, total) != 0:
+        return ""
+    return round((total[0] - free[0]) / 2**20, 1)
 
 
 def done_rows(csv_path: Path) -> set[tuple]:
@@ -173,6 +187,7 @@ def measure(m: Model, a, depth: int, pool: int | None, rng) -> dict:
             tgs.append(a.n_gen / (time.perf_counter() - t0))
         tg = statistics.median(tgs)
         stats = c.kv_stats()
+        vram = device_used_mib(a.device_used)
     finally:
         c.close()
     per_tok = streamed / (a.n_gen * a.repeat)
@@ -185,7 +200,7 @@ def measure(m: Model, a, depth: int, pool: int | None, rng) -> dict:
                 stream_gbps=round(per_tok * tg / 1e9, 3),
                 pcie_bound_tps=round(bound, 3) if per_tok else "",
                 ratio_to_bound=round(tg / bound, 4) if per_tok else "",
-                pool_mib=round(stats["pool_bytes"] / 2**20, 1))
+                pool_mib=round(stats["pool_bytes"] / 2**20, 1), vram_mib=vram)
 
 
 def plot(csv_path: Path, out: Path) -> None:
@@ -222,6 +237,7 @@ def main() -> None:
     device = a.device if a.device != "auto" else ("cuda" if cuda_device_count() else "cpu")
     path = model_file(a, out)
     m = Model(path, device=device, n_threads=a.threads)
+    a.device_used = device
     csv_path = out / "results.csv"
     seen = done_rows(csv_path)
     rng = np.random.default_rng(0)
@@ -276,7 +292,7 @@ def main() -> None:
                 f.flush()
                 print(" ".join(f"{k}={row[k]}" for k in ("depth", "mode", "pool_mib", "pp_tps",
                       "tg_tps", "resident_fraction", "streamed_per_token_mb", "stream_gbps",
-                      "ratio_to_bound")), flush=True)
+                      "ratio_to_bound", "vram_mib")), flush=True)
     plot(csv_path, out)
     print(f"results: {csv_path}; plots: {out}/kv_stream.png, .svg")
 
