@@ -8,7 +8,9 @@ whole cache fits), "auto" (the largest pool that fits in free memory; equal to
 resident on a card that holds everything) and fixed pools (--pools MiB,...).
 The vram_mib column is the device memory in use (total - free, as the CUDA
 runtime reports it) after the timed decodes, with the model, the context and
-its pool alive: the process's whole footprint, CUDA's own context included.
+its pool alive: the process's whole footprint, CUDA's own context included;
+vram_base_mib is the same figure before the model loads (the CUDA context and
+whatever else the device holds), so vram_mib - vram_base_mib is pyllamakv's own.
 Each row lands in results.csv under --out as soon as it is measured, and rows
 already there are skipped, so an interrupted sweep resumes. Plots: PNG + SVG.
 
@@ -35,7 +37,7 @@ from pyllamakv.plan import auto_pool_bytes, kv_bytes_per_token, kv_plan  # noqa:
 PCIE = 55e9
 FIELDS = ["model", "device", "type_k", "type_v", "depth", "mode", "pool_mib", "fill_s",
           "pp_tps", "tg_tps", "resident_fraction", "streamed_per_token_mb", "stream_gbps",
-          "pcie_bound_tps", "ratio_to_bound", "kv_mb", "vram_mib"]
+          "pcie_bound_tps", "ratio_to_bound", "kv_mb", "vram_mib", "vram_base_mib"]
 
 
 def parse() -> argparse.Namespace:
@@ -236,6 +238,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     device = a.device if a.device != "auto" else ("cuda" if cuda_device_count() else "cpu")
     path = model_file(a, out)
+    if device == "cuda":
+        from pyllamakv.plan import cuda_free_bytes
+        cuda_free_bytes()        # the CUDA runtime's context exists before the base figure
+    vram_base = device_used_mib(device)
     m = Model(path, device=device, n_threads=a.threads)
     a.device_used = device
     csv_path = out / "results.csv"
@@ -287,7 +293,7 @@ def main() -> None:
                 row = dict(model=os.path.basename(path), device=device, type_k=a.type_k,
                            type_v=a.type_v, depth=depth, mode=mode,
                            kv_mb=round(kv_bytes_per_token(m.hparams, a.type_k, a.type_v)
-                                       * depth / 1e6, 1), **r)
+                                       * depth / 1e6, 1), vram_base_mib=vram_base, **r)
                 w.writerow(row)
                 f.flush()
                 print(" ".join(f"{k}={row[k]}" for k in ("depth", "mode", "pool_mib", "pp_tps",
