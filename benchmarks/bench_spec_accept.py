@@ -15,7 +15,15 @@ on the same prompt tokens; the generated ids must equal plain greedy's
   drafter: prompt and the reply so far), "off" only from the prompt (the
   reply's own repetitions drafted nothing), to tell the two sources apart;
 - ``--mtp K``: the model's MTP block (skipped when the model has none);
-- ``--draft PATH:K`` (or ``self:K`` for the target itself): a draft GGUF.
+- ``--draft PATH:K`` (or ``self:K`` for the target itself): a draft GGUF;
+- ``--adaptive N:K[:M],...``: prompt lookup as above with
+  ``adaptive=True`` (pyllamakv/spec_length.py: the draft length chosen per
+  pass from the measured cost of passes and the acceptance so far). With
+  ``--price CSV:DEPTH:POOL,...`` (bench_speculative.py verify's CSV, e.g.
+  benchmarks/results/spec_verify_h200.csv:131072:1024) it learns each pass's
+  cost from that table instead of from this machine's clock, one setting per
+  table, and the summary gives its speedup priced by the same table (the
+  acceptance is this run's, the costs the table's device).
 
 Per row: passes, drafted and accepted tokens, tokens per verification pass
 (1 + accepted drafts: the speedup bound when a pass costs one step, as under
@@ -71,6 +79,14 @@ class Recorder:
         self.base, self.k_counts, self.n_prompt = base, Counter(), 0
 
     @property
+    def length(self):              # an adaptive drafter's DraftLength (spec_decode.py reads it)
+        return getattr(self.base, "length", None)
+
+    @property
+    def last_match(self):
+        return getattr(self.base, "last_match", None)
+
+    @property
     def uses_mtp(self) -> bool:    # Llama runs the MTP block only for such a drafter (spec_mtp.py)
         return bool(getattr(self.base, "uses_mtp", False))
 
@@ -79,8 +95,12 @@ class Recorder:
 
     def __call__(self, input_ids, /, **kw) -> np.ndarray:
         d = np.asarray(self.base(input_ids, **kw)).reshape(-1)
-        self.k_counts[d.size] += 1
+        if self.length is None:    # adaptive: the passes' k are the DraftLength's choices
+            self.k_counts[d.size] += 1
         return d
+
+    def passes(self) -> Counter:
+        return self.length.k_counts if self.length is not None else self.k_counts
 
 
 @dataclass(slots=True)
@@ -89,6 +109,7 @@ class Setting:
     max_draft: int
     kind: str                 # "lookup", "draft" or "mtp" (the target's own block)
     make: Callable | None     # (recorder, device) -> drafter callable; None for mtp
+    price: dict | None = None  # k -> cost of a pass relative to a step (--price), adaptive only
 
 
 def _lookup_maker(n: int, k: int, min_n: int, self_repeat: bool) -> Callable:
@@ -102,6 +123,33 @@ def _lookup_maker(n: int, k: int, min_n: int, self_repeat: bool) -> Callable:
             return ngram_draft(ids, ids if self_repeat else ids[:rec.n_prompt], n, min_n, k)
         return draft
     return make
+
+
+def _adaptive_maker(n: int, k: int, min_n: int, price: dict | None) -> Callable:
+    from pyllamakv.spec_length import DraftLength
+    from pyllamakv.speculative import PromptLookupDecoding
+
+    kept: list = []        # one drafter for every task, as a Llama keeps its own
+
+    def make(rec: Recorder, device: str) -> Callable:
+        if not kept:
+            d = PromptLookupDecoding(n, k, min_n, adaptive=True)
+            if price is not None:
+                d.length = DraftLength(k, cost_of=lambda tokens, seconds: price[tokens - 1])
+            kept.append(d)
+        kept[0].length.k_counts.clear()
+        return kept[0]
+    return make
+
+
+def load_price(spec: str) -> tuple[str, dict]:
+    """CSV:DEPTH:POOL -> (label, {k: cost relative to one step})"""
+    path, depth, pool = spec.rsplit(":", 2)
+    with open(path) as f:
+        rows = [r for r in csv.DictReader(f) if r["depth"] == depth and r["pool_mib"] == pool]
+    if not rows:
+        raise SystemExit(f"--price: no rows for depth {depth}, pool {pool} in {path}")
+    return f"{rows[0]['device']} {depth}/{pool}", {int(r["k"]): float(r["ratio_to_step"]) for r in rows}
 
 
 def parse_settings(a, target: str) -> list[Setting]:
@@ -129,6 +177,14 @@ def parse_settings(a, target: str) -> list[Setting]:
         out.append(Setting(f"draft {Path(path).name}:{k}", int(k), "draft",
                            lambda rec, device, p=path, k=int(k): DraftModel(
                                p, k, n_ctx=a.n_ctx, n_threads=a.threads, device=device)))
+    prices = [load_price(p) for p in filter(None, (a.price or "").split(","))] or [("clock", None)]
+    for item in filter(None, (a.adaptive or "").split(",")):
+        n, k, min_n = ([int(x) for x in item.split(":")] + [1])[:3]
+        for label, price in prices:
+            if price is not None and max(price) < k:
+                raise SystemExit(f"--price {label}: costs up to k = {max(price)}, fewer than {k}")
+            out.append(Setting(f"adaptive {n}:{k}:{min_n} @{label}", k, "lookup",
+                               _adaptive_maker(n, k, min_n, price), price))
     if a.mtp:
         out.append(Setting(f"mtp {a.mtp}", a.mtp, "mtp", None))
     return out
@@ -165,6 +221,7 @@ def run(a) -> list[dict]:
     from pyllamakv.speculative import PromptLookupDecoding
     path = a.model or default_model_path()
     settings = parse_settings(a, path)
+    prices = [load_price(p) for p in filter(None, (a.price or "").split(","))]
     tasks = spec_tasks.by_name(a.tasks)
     kw = dict(n_ctx=a.n_ctx, n_threads=a.threads, device=a.device, verbose=False)
     plain = Llama(path, **kw)
@@ -177,7 +234,7 @@ def run(a) -> list[dict]:
         else:
             mtp = Llama(path, draft_model="mtp", **kw)
             mtp.draft_model.num_pred_tokens = a.mtp
-    rows = []
+    rows, priced = [], {}
     for task in tasks:
         tokens, ends = prompt_tokens(plain, task)
         want, plain_tps = greedy(plain, tokens, ends, a.n_gen)
@@ -203,7 +260,12 @@ def run(a) -> list[dict]:
                        plain_tps=round(plain_tps, 2), spec_tps=round(spec_tps, 2),
                        measured_speedup=round(spec_tps / plain_tps, 3) if plain_tps else 0.0,
                        identical=got == want,
-                       k_counts=" ".join(f"{k}:{c}" for k, c in sorted(rec.k_counts.items())))
+                       k_counts=" ".join(f"{k}:{c}" for k, c in sorted(rec.passes().items())))
+            for label, price in ([(s.name.split("@")[1], s.price)] if s.price is not None
+                                 else prices if s.kind == "lookup" else []):
+                key = (task.kind, s.name, label)
+                priced[key] = priced.get(key, Counter()) + Counter(
+                    tokens=len(got), cost=sum(c * price[k] for k, c in rec.passes().items()))
             rows.append(row)
             print(" ".join(f"{f}={row[f]}" for f in ACCEPT_FIELDS[:-1]), flush=True)
             assert got == want, (f"{task.name}, {s.name}: speculative greedy differs from plain "
@@ -211,6 +273,9 @@ def run(a) -> list[dict]:
     for llm in (plain, spec, mtp):
         if llm is not None:
             llm.close()
+    for (kind, name, label), c in sorted(priced.items(), key=lambda kv: (kv[0][0], kv[0][2])):
+        print(f"priced {kind} @{label}: {name}: {c['tokens']} tokens, passes costing "
+              f"{c['cost']:.1f} steps: {c['tokens'] / c['cost']:.3f}x")
     return rows
 
 
@@ -272,6 +337,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="prompt-lookup settings, max_ngram:num_pred[:min_ngram] comma list "
                         "('' for none)")
     p.add_argument("--self-repeat", default="on", help="on, off or on,off (lookup only)")
+    p.add_argument("--adaptive", default=None,
+                   help="adaptive prompt-lookup settings, max_ngram:num_pred[:min_ngram] comma list")
+    p.add_argument("--price", default=None,
+                   help="CSV:DEPTH:POOL comma list: pass costs an adaptive setting learns from")
     p.add_argument("--mtp", type=int, default=0, help="MTP drafts per pass (0: none)")
     p.add_argument("--draft", default=None, help="draft GGUFs, PATH:K or self:K comma list")
     p.add_argument("--n-gen", type=int, default=192)

@@ -75,6 +75,7 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
     cache holds every token before the one last yielded (when the consumer
     stops amid kept drafts, the rest are truncated)."""
     tm, n_vocab = llm.timings, llm.n_vocab()
+    length = getattr(drafter, "length", None)   # spec_length.DraftLength: how many drafts pay
     token = llm._sample(sampler)
     while True:
         yield token
@@ -83,6 +84,10 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
         room = min(llm.n_ctx() - hist.n - 1, llm.config.n_batch - 1)
         history = np.append(hist.input_ids(), np.int32(token))
         drafts = _clean(drafter(history), n_vocab, room) if room > 0 else []
+        match = getattr(drafter, "last_match", None)
+        if length is not None:
+            k = length.choose(len(drafts), match)
+            drafts = drafts[:k if k >= getattr(drafter, "n_min", 0) else 0]
         t1 = time.perf_counter()
         if drafts and llm._ctx.recurrent_bytes:
             llm._ctx.snapshot()   # hybrids: where truncate_to_row replays from
@@ -100,6 +105,8 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
             nxt = sampler.sample(rows[len(drafts)], hist.prefix(n_base + kept))
         if kept < len(drafts):
             hist.truncate_to_row(n_base + kept, rows[kept])
+        if length is not None:
+            length.observe(len(drafts), kept, t2 - t1, match)
         t3 = time.perf_counter()
         tm.draft_s += t1 - t0
         tm.decode_s += t2 - t1

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .spec_length import DraftLength
 from .spec_mtp import MTPDrafter, wants_mtp
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class PromptLookupDecoding:
     drafts; more: no draft unless that many tokens match)."""
 
     def __init__(self, max_ngram_size: int = 2, num_pred_tokens: int = 10,
-                 min_ngram_size: int = 1):
+                 min_ngram_size: int = 1, *, adaptive: bool = False):
         for name, v in (("max_ngram_size", max_ngram_size), ("num_pred_tokens", num_pred_tokens),
                         ("min_ngram_size", min_ngram_size)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -52,6 +53,11 @@ class PromptLookupDecoding:
         self.max_ngram_size = int(max_ngram_size)
         self.num_pred_tokens = int(num_pred_tokens)
         self.min_ngram_size = int(min_ngram_size)
+        # adaptive: speculative_tokens verifies only as many of the drafts as
+        # pay on this device (spec_length.py); last_match: the n-gram length
+        # the last draft came from (0: none)
+        self.length = DraftLength(self.num_pred_tokens) if adaptive else None
+        self.last_match = 0
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         ids = np.asarray(input_ids).reshape(-1)
@@ -61,30 +67,32 @@ class PromptLookupDecoding:
             hits = np.nonzero(np.all(windows == tail, axis=1))[0]
             for start in hits + n:                                           # earliest first
                 if start < ids.size:
+                    self.last_match = n
                     return ids[start:start + self.num_pred_tokens].astype(np.intc)
+        self.last_match = 0
         return np.zeros(0, np.intc)
 
 
 # Prompt lookup as "lookup" (Llama, CLI, the server's ngram-simple) sets it up:
-# (max_ngram_size, num_pred_tokens, min_ngram_size), chosen with
-# benchmarks/bench_speculative.py on its chat tasks (docs/performance.md,
-# "Speculative decoding", 2026-12-02): drafting only on a 3-gram match, 6 at
-# most. On the CPU verifying k drafts costs about 1 + 0.53 k steps, and this
-# turns the loss of llama-cpp-python's 2:10 (code edits 0.83x, summaries 0.46x
-# by the cost model; 0.79x / 0.43x measured) into 1.35x / 1.04x (1.27x / 0.95x
-# measured). On the H200 (8B shape, q8_0 KV) it is the one setting that never
-# loses: all resident at 32K 1.72x / 1.23x where 5:10 falls to 0.75x / 0.38x
-# (9 or more tokens cost 6.6 steps there), streamed through a 1 GiB pool at
-# 32K 3.30x / 1.81x and at 128K 3.36x / 1.82x (5:10: 3.19x / 1.55x, 4.68x /
-# 2.22x).
-LOOKUP = (5, 6, 3)
+# (max_ngram_size, num_pred_tokens, min_ngram_size) = (5, 10, 1), adaptive:
+# drafts from any match of up to 5 tokens, of which spec_length.DraftLength
+# verifies as many as pay on this device (learned from the passes' measured
+# cost and the acceptance per match length). Chosen with
+# benchmarks/bench_spec_accept.py on its chat tasks against the fixed 5:6:3
+# that was the default (docs/performance.md, "Adaptive draft length",
+# 2026-12-03): measured on the CPU 175.0 / 136.6 t/s for code edits /
+# summaries against 166.6 / 123.5; priced at the H200's verification costs
+# (8B shape, q8_0 KV), streamed through a 1 GiB pool at 32K 3.94x / 2.09x
+# against 3.27x / 1.79x, at 128K 4.56x / 2.21x against 3.33x / 1.81x, and
+# all resident at 32K 1.65x / 1.31x against 1.70x / 1.22x.
+LOOKUP = (5, 10, 1)
 
 
 def default_lookup(num_pred_tokens: int | None = None) -> PromptLookupDecoding:
-    """The prompt lookup "lookup" means (on every device); num_pred_tokens,
-    when given, replaces the drafts per pass."""
+    """The prompt lookup "lookup" means (on every device): adaptive, at most
+    num_pred_tokens drafts per pass when given."""
     max_n, k, min_n = LOOKUP
-    return PromptLookupDecoding(max_n, num_pred_tokens or k, min_n)
+    return PromptLookupDecoding(max_n, num_pred_tokens or k, min_n, adaptive=True)
 
 
 # ---------------------------------------------------------------- draft model

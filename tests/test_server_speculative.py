@@ -95,7 +95,8 @@ def test_n_min_drops_short_drafts(served, client, plain):
     assert text == plain
     after = counters(url)
     drafted, passes = after[SPEC[0]] - before[SPEC[0]], after[SPEC[2]] - before[SPEC[2]]
-    assert drafted == 3 * passes, (drafted, passes)   # every verified draft is 3 long
+    # every verified draft is 3 long (the adaptive lookup may verify none in a pass)
+    assert drafted % 3 == 0 and drafted <= 3 * passes, (drafted, passes)
 
 
 def test_streaming_with_speculation_equals_whole(client, plain):

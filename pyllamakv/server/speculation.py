@@ -60,6 +60,14 @@ class Limited:
     def uses_mtp(self) -> bool:   # the slot runs its MTP block only for such a request
         return bool(getattr(self.base, "uses_mtp", False))
 
+    @property
+    def length(self):             # an adaptive lookup's DraftLength (spec_decode.py)
+        return getattr(self.base, "length", None)
+
+    @property
+    def last_match(self):
+        return getattr(self.base, "last_match", None)
+
     def __call__(self, input_ids: np.ndarray, /, **kw: Any) -> np.ndarray:
         d = np.asarray(self.base(input_ids, **kw)).reshape(-1)
         if self.n_max is not None:
@@ -88,16 +96,21 @@ def check_available(spec: SpecRequest, engine) -> None:
                          f"(use 'ngram-simple')")
 
 
-def request_drafter(spec: SpecRequest, default: str | None, drafters: dict) -> Any | None:
+def request_drafter(spec: SpecRequest, default: str | None, drafters: dict,
+                    lookups: dict | None = None) -> Any | None:
     """The drafter for one request on a slot whose server default is ``default``
     (a type, or None) and whose own drafters are ``drafters`` (DRAFT: the draft
     GGUF's, MTP: the MTP block's; None where the slot has none); prompt lookup
-    as "lookup" sets it up (speculative.default_lookup)."""
+    as "lookup" sets it up (speculative.default_lookup), one per n_max kept in
+    the slot's ``lookups``, so that its draft length learns across requests."""
     kind = _kind(spec, default)
     if kind == NONE or spec.n_max == 0:
         return None
     if kind == LOOKUP:
-        base = default_lookup(spec.n_max)
+        lookups = {} if lookups is None else lookups
+        if spec.n_max not in lookups:
+            lookups[spec.n_max] = default_lookup(spec.n_max)
+        base = lookups[spec.n_max]
     else:
         base = drafters.get(kind)
         if base is None:
@@ -118,8 +131,11 @@ def drafting(llm, spec: SpecRequest) -> Iterator[None]:
     drafters = {DRAFT: getattr(llm, "spec_draft_model", None),
                 MTP: getattr(llm, "spec_mtp", None)}
     saved_k = {k: getattr(d, "num_pred_tokens", None) for k, d in drafters.items()}
+    if not hasattr(llm, "spec_lookups"):
+        llm.spec_lookups = {}
     saved = llm.draft_model
-    llm.draft_model = request_drafter(spec, getattr(llm, "spec_default", None), drafters)
+    llm.draft_model = request_drafter(spec, getattr(llm, "spec_default", None), drafters,
+                                      llm.spec_lookups)
     try:
         yield
     finally:
