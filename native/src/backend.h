@@ -214,6 +214,16 @@ struct lkv_backend {
     /* contexts with a pool bound put their prefill workspace in a phase arena
      * lent to the KV cache while decoding, unless asked not to (arena.h) */
     int phase_arena;
+
+    /* the decode attention of n rows of several sequences in one op, each
+     * sequence's KV all resident: row i, at position pos[i], attends positions
+     * [0, pos[i]] of planes k[i], v[i] (geo: heads, types, chunk, scale); q,
+     * st and out hold the n rows in order, as for one call of n queries; the
+     * bits of attn_reset + attn_accum + attn_finish per sequence (optional:
+     * NULL, or 0 returned when not covered, makes the caller attend sequence
+     * by sequence) */
+    int (*attn_rows)(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *geo, int n,
+                     const int32_t *pos, const void *const *k, const void *const *v);
 };
 
 extern const lkv_backend lkv_backend_cpu;

@@ -65,6 +65,31 @@ static void layer_attention(lkv_context *c, const lkv_layer_weights *L, const lk
     }
 }
 
+/* several sequences' decode rows (at most ROWS_MAX, 8 or fewer per
+ * sequence, every cache all resident) in one backend op (backend.h
+ * attn_rows, the same bits as one call per sequence); 0 where it does not apply */
+enum { ROWS_MAX = 64 };
+static int attention_rows(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub) {
+    const lkv_backend *be = c->be;
+    if (!be->attn_rows || ub->n_groups < 2 || ub->n > ROWS_MAX) return 0;
+    int32_t pos[ROWS_MAX];
+    const void *k[ROWS_MAX], *v[ROWS_MAX];
+    int32_t r = 0;
+    for (int32_t g = 0; g < ub->n_groups; g++) {
+        const lkv_group *gr = &ub->groups[g];
+        const void *kp, *vp;
+        if (gr->n > 8 || gr->row0 != r ||
+            !lkv_kv_planes(lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer, &kp, &vp))
+            return 0;
+        for (int32_t i = 0; i < gr->n; i++, r++) {
+            pos[r] = gr->pos0 + i;
+            k[r] = kp;
+            v[r] = vp;
+        }
+    }
+    return be->attn_rows(c->b, c->h, c->attn_st, c->q, &c->geo, r, pos, k, v);
+}
+
 /* the attention mixer: c->o (n, n_embd) from h; attention runs per
  * sequence over its own cache (or over `own`), the projections over all rows at once */
 static lkv_status mixer_attention(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub,
@@ -73,7 +98,8 @@ static lkv_status mixer_attention(lkv_context *c, const lkv_layer_weights *L, co
     const lkv_model_params *hp = &c->model->hp;
     const int n = ub->n, nq = hp->n_head * hp->head_dim;
     layer_attention(c, L, ub, own);
-    for (int32_t g = 0; g < ub->n_groups; g++) {
+    const int batched = !own && attention_rows(c, L, ub);
+    for (int32_t g = 0; !batched && g < ub->n_groups; g++) {
         const lkv_group *gr = &ub->groups[g];
         void *st = (char *)c->attn_st + be->attn_state_bytes(gr->row0, hp->n_head, hp->head_dim);
         LKV_TRY(lkv_kv_attend(own ? own : lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer,

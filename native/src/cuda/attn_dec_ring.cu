@@ -137,9 +137,8 @@ static __device__ __forceinline__ void rg_vdims(const uint8_t *row, int k0, floa
  * the partial of chunk c_first + x, heads kh G.. kh G + G - 1, query qi into
  * ws[((qi * n_head + h) * nc + x) * (HD + 2)] (attn.cu's workspace layout) */
 template <int T, int HD, int G>
-__global__ void __launch_bounds__(rg_shape<T, HD, G>::NT, rg_shape<T, HD, G>::MINB)
-attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d, attn_dyn dy, size_t rbk,
-                 size_t rbv, int c_first, int nc) {
+static __device__ __forceinline__ void ring_body(float *ws, const float *q, const lkv_attn_desc &d, attn_dyn dy,
+                                                 size_t rbk, size_t rbv, int c_first, int nc) {
     using S = rg_shape<T, HD, G>;
     constexpr int NT = S::NT, R = S::R, NG = HD / 32, ND = S::ND;
     extern __shared__ __align__(16) uint8_t sm[];
@@ -269,6 +268,23 @@ attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_des
     attn_store_partial<G, ND>(o, wbase, wstride, dg, l8, tid, pm, pl);
 }
 
+template <int T, int HD, int G>
+__global__ void __launch_bounds__(rg_shape<T, HD, G>::NT, rg_shape<T, HD, G>::MINB)
+attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d, attn_dyn dy, size_t rbk,
+                 size_t rbv, int c_first, int nc) {
+    ring_body<T, HD, G>(ws, q, d, dy, rbk, rbv, c_first, nc);
+}
+
+/* grid (n_head_kv, nc, rows): row blockIdx.z's chunks 0 .. nc - 1 (attn_kv.cuh) */
+template <int T, int HD, int G>
+__global__ void __launch_bounds__(rg_shape<T, HD, G>::NT, rg_shape<T, HD, G>::MINB)
+attn_ring_rows_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d0, size_t rbk,
+                      size_t rbv, int nc, const __grid_constant__ attn_rows_arg ra) {
+    __shared__ lkv_attn_desc sd;
+    attn_row_desc(sd, d0, ra, q, ws, nc);
+    ring_body<T, HD, G>(ws, q, sd, attn_dyn{nullptr, 0, -1}, rbk, rbv, 0, nc);
+}
+
 // ---------------------------------------------------------------- launcher
 
 template <int T, int HD, int G>
@@ -299,26 +315,69 @@ static bool launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *
     return true;
 }
 
+template <int T, int HD, int G>
+static bool launch_rows(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const attn_rows_arg &ra,
+                        size_t rbk, size_t rbv) {
+    using S = rg_shape<T, HD, G>;
+    const size_t smem = rg_smem<T, HD, G>(d->chunk);
+    const int nc = attn_rows_chunks(d, ra, S::CU, rbk, rbv, b->attn_ws_bytes);
+    if (smem + sizeof(lkv_attn_desc) > RG_SMEM_MAX || nc < 1) return false;
+    static bool attr = false;
+    if (!attr) {
+        cudaFuncSetAttribute(attn_ring_rows_kernel<T, HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             RG_SMEM_MAX - (int)sizeof(lkv_attn_desc));
+        attr = true;
+    }
+    lkv_launch(b, attn_ring_rows_kernel<T, HD, G>, dim3(d->n_head_kv, nc, ra.n), S::NT, smem, b->attn_ws, q, *d,
+               rbk, rbv, nc, ra);
+    LKV_CUDA_LAUNCHED(b, "attn_ring_rows");
+    attn_dec_fold(b, st, d->n_head, HD, ra.n, nc);
+    return true;
+}
+
+/* the G instance of launcher L for d's heads */
+#define RG_BY_G(L, ...)                                                                            \
+    switch (d->n_head / d->n_head_kv) {                                                            \
+    case 1: return L<T, HD, 1>(__VA_ARGS__);                                                       \
+    case 2: return L<T, HD, 2>(__VA_ARGS__);                                                       \
+    case 3: return L<T, HD, 3>(__VA_ARGS__);                                                       \
+    case 4: return L<T, HD, 4>(__VA_ARGS__);                                                       \
+    case 8: return L<T, HD, 8>(__VA_ARGS__);                                                       \
+    default: return false;                                                                         \
+    }
+
 template <int T, int HD>
 static bool launch_g(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
-    switch (d->n_head / d->n_head_kv) {
-    case 1: return launch<T, HD, 1>(b, st, q, d, rbk, rbv);
-    case 2: return launch<T, HD, 2>(b, st, q, d, rbk, rbv);
-    case 3: return launch<T, HD, 3>(b, st, q, d, rbk, rbv);
-    case 4: return launch<T, HD, 4>(b, st, q, d, rbk, rbv);
-    case 8: return launch<T, HD, 8>(b, st, q, d, rbk, rbv);
-    default: return false;
-    }
+    RG_BY_G(launch, b, st, q, d, rbk, rbv)
 }
+
+template <int T, int HD>
+static bool launch_rows_g(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const attn_rows_arg &ra,
+                          size_t rbk, size_t rbv) {
+    RG_BY_G(launch_rows, b, st, q, d, ra, rbk, rbv)
+}
+
+/* the (type, head_dim) instances */
+#define RG_TYPES(L)                                                                                \
+    L(LKV_TYPE_F16, 64) L(LKV_TYPE_F16, 128) L(LKV_TYPE_Q8_0, 64) L(LKV_TYPE_Q8_0, 128)           \
+    L(LKV_TYPE_Q4_0, 64) L(LKV_TYPE_Q4_0, 128)
 
 bool lkv_cuda_attn_dec_ring(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
                             size_t rbv) {
     const int hd = d->head_dim, T = d->type_k;
     if (d->type_v != T || d->n_head_kv <= 0 || d->n_head % d->n_head_kv || d->chunk > 1024) return false;
 #define L(TT, H) if (T == TT && hd == H) return launch_g<TT, H>(b, st, q, d, rbk, rbv);
-    L(LKV_TYPE_F16, 64) L(LKV_TYPE_F16, 128)
-    L(LKV_TYPE_Q8_0, 64) L(LKV_TYPE_Q8_0, 128)
-    L(LKV_TYPE_Q4_0, 64) L(LKV_TYPE_Q4_0, 128)
+    RG_TYPES(L)
+#undef L
+    return false;
+}
+
+bool lkv_cuda_attn_dec_ring_rows(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d,
+                                 const attn_rows_arg &ra, size_t rbk, size_t rbv) {
+    const int hd = d->head_dim, T = d->type_k;
+    if (d->type_v != T || d->n_head_kv <= 0 || d->n_head % d->n_head_kv || d->chunk > 1024) return false;
+#define L(TT, H) if (T == TT && hd == H) return launch_rows_g<TT, H>(b, st, q, d, ra, rbk, rbv);
+    RG_TYPES(L)
 #undef L
     return false;
 }

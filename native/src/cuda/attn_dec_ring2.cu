@@ -250,11 +250,11 @@ static __host__ __device__ __forceinline__ void r2_vpass(int tid, const uint8_t 
 
 // ---------------------------------------------------------------- kernel
 
-/* attn_dec_ring.cu's attn_ring_kernel for q8_0, the pieces above */
+/* attn_dec_ring.cu's attn_ring_kernel for q8_0, the pieces above: the body
+ * of the one-sequence kernel and of the rows kernel (attn_kv.cuh) */
 template <int HD, int G>
-__global__ void __launch_bounds__(r2_shape<HD, G>::NT, r2_shape<HD, G>::MINB)
-attn_ring2_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d, attn_dyn dy, size_t rbk,
-                  size_t rbv, int c_first, int nc) {
+static __device__ __forceinline__ void ring2_body(float *ws, const float *q, const lkv_attn_desc &d, attn_dyn dy,
+                                                  size_t rbk, size_t rbv, int c_first, int nc) {
     using S = r2_shape<HD, G>;
     constexpr int NT = S::NT, R = S::R, NG = S::NG, ND = S::ND;
     extern __shared__ __align__(16) uint8_t sm[];
@@ -326,6 +326,23 @@ attn_ring2_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
     attn_store_partial<G, ND>(o, wbase, wstride, tid >> 3, tid & 7, tid, pm, pl);
 }
 
+template <int HD, int G>
+__global__ void __launch_bounds__(r2_shape<HD, G>::NT, r2_shape<HD, G>::MINB)
+attn_ring2_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d, attn_dyn dy, size_t rbk,
+                  size_t rbv, int c_first, int nc) {
+    ring2_body<HD, G>(ws, q, d, dy, rbk, rbv, c_first, nc);
+}
+
+/* grid (n_head_kv, nc, rows): row blockIdx.z's chunks 0 .. nc - 1 */
+template <int HD, int G>
+__global__ void __launch_bounds__(r2_shape<HD, G>::NT, r2_shape<HD, G>::MINB)
+attn_ring2_rows_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d0, size_t rbk,
+                       size_t rbv, int nc, const __grid_constant__ attn_rows_arg ra) {
+    __shared__ lkv_attn_desc sd;
+    attn_row_desc(sd, d0, ra, q, ws, nc);
+    ring2_body<HD, G>(ws, q, sd, attn_dyn{nullptr, 0, -1}, rbk, rbv, 0, nc);
+}
+
 // ---------------------------------------------------------------- launcher
 
 #ifndef LKV_ATTN_RING2_EMU
@@ -356,16 +373,46 @@ static bool launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *
     return true;
 }
 
+template <int HD, int G>
+static bool launch_rows(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const attn_rows_arg &ra,
+                        size_t rbk, size_t rbv) {
+    using S = r2_shape<HD, G>;
+    const size_t smem = r2_smem<HD, G>(d->chunk);
+    const int nc = attn_rows_chunks(d, ra, S::CU, rbk, rbv, b->attn_ws_bytes);
+    if (smem + sizeof(lkv_attn_desc) > R2_SMEM_MAX || nc < 1) return false;
+    static bool attr = false;
+    if (!attr) {
+        cudaFuncSetAttribute(attn_ring2_rows_kernel<HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             R2_SMEM_MAX - (int)sizeof(lkv_attn_desc));
+        attr = true;
+    }
+    lkv_launch(b, attn_ring2_rows_kernel<HD, G>, dim3(d->n_head_kv, nc, ra.n), S::NT, smem, b->attn_ws, q, *d,
+               rbk, rbv, nc, ra);
+    LKV_CUDA_LAUNCHED(b, "attn_ring2_rows");
+    attn_dec_fold(b, st, d->n_head, HD, ra.n, nc);
+    return true;
+}
+
+/* the G instance of launcher L for d's heads */
+#define R2_BY_G(L, ...)                                                                            \
+    switch (d->n_head / d->n_head_kv) {                                                            \
+    case 1: return L<HD, 1>(__VA_ARGS__);                                                          \
+    case 2: return L<HD, 2>(__VA_ARGS__);                                                          \
+    case 3: return L<HD, 3>(__VA_ARGS__);                                                          \
+    case 4: return L<HD, 4>(__VA_ARGS__);                                                          \
+    case 8: return L<HD, 8>(__VA_ARGS__);                                                          \
+    default: return false;                                                                         \
+    }
+
 template <int HD>
 static bool launch_g(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
-    switch (d->n_head / d->n_head_kv) {
-    case 1: return launch<HD, 1>(b, st, q, d, rbk, rbv);
-    case 2: return launch<HD, 2>(b, st, q, d, rbk, rbv);
-    case 3: return launch<HD, 3>(b, st, q, d, rbk, rbv);
-    case 4: return launch<HD, 4>(b, st, q, d, rbk, rbv);
-    case 8: return launch<HD, 8>(b, st, q, d, rbk, rbv);
-    default: return false;
-    }
+    R2_BY_G(launch, b, st, q, d, rbk, rbv)
+}
+
+template <int HD>
+static bool launch_rows_g(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const attn_rows_arg &ra,
+                          size_t rbk, size_t rbv) {
+    R2_BY_G(launch_rows, b, st, q, d, ra, rbk, rbv)
 }
 
 bool lkv_cuda_attn_dec_ring2(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
@@ -375,6 +422,16 @@ bool lkv_cuda_attn_dec_ring2(lkv_bctx *b, float *st, const float *q, const lkv_a
         return false;
     if (d->head_dim == 64) return launch_g<64>(b, st, q, d, rbk, rbv);
     if (d->head_dim == 128) return launch_g<128>(b, st, q, d, rbk, rbv);
+    return false;
+}
+
+bool lkv_cuda_attn_dec_ring2_rows(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d,
+                                  const attn_rows_arg &ra, size_t rbk, size_t rbv) {
+    if (d->type_k != LKV_TYPE_Q8_0 || d->type_v != LKV_TYPE_Q8_0 || d->n_head_kv <= 0 ||
+        d->n_head % d->n_head_kv || d->chunk > 1024)
+        return false;
+    if (d->head_dim == 64) return launch_rows_g<64>(b, st, q, d, ra, rbk, rbv);
+    if (d->head_dim == 128) return launch_rows_g<128>(b, st, q, d, ra, rbk, rbv);
     return false;
 }
 #endif

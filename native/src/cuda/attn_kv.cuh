@@ -206,6 +206,65 @@ static __device__ __forceinline__ void attn_store_partial(const float (&o)[G][ND
     if (tid < G) { wbase[tid * wstride] = pm[tid]; wbase[tid * wstride + 1] = pl[tid]; }
 }
 
+/* Several sequences' decode rows in one launch (choose_attn.cu attn_rows):
+ * row r is a query at position pos[r] over positions [0, pos[r]] of its own
+ * all-resident planes k[r], v[r]; grid (n_head_kv, chunks, rows). Each block
+ * builds the one-query desc of its row in shared memory and runs the decode
+ * kernel's body on it, so a row's partials are those of a call for that
+ * query alone (the same operations on the same bytes): chunks past a row's
+ * query get empty partials, which the fold skips, and one fold of all rows
+ * over the longest row's chunks gives each row its own call's bits. */
+enum { ATTN_ROWS_MAX = 64 };
+struct attn_rows_arg {
+    int32_t n;
+    int32_t pos[ATTN_ROWS_MAX];
+    const void *k[ATTN_ROWS_MAX], *v[ATTN_ROWS_MAX];
+};
+
+/* the block's row desc into sd (thread 0; params only, so before the PDL
+ * wait), then q and ws moved to the row (nc: chunks per row in ws) */
+static __device__ __forceinline__ void attn_row_desc(lkv_attn_desc &sd, const lkv_attn_desc &d0,
+                                                     const attn_rows_arg &ra, const float *&q, float *&ws,
+                                                     int nc) {
+    const int r = blockIdx.z, pos = ra.pos[r];
+    if (threadIdx.x == 0) {
+        sd.n_q = 1;
+        sd.q_pos0 = pos;
+        sd.n_head = d0.n_head;
+        sd.n_head_kv = d0.n_head_kv;
+        sd.head_dim = d0.head_dim;
+        sd.type_k = d0.type_k;
+        sd.type_v = d0.type_v;
+        sd.chunk = d0.chunk;
+        sd.chunk_lo = 0;
+        sd.chunk_hi = pos / d0.chunk + 1;
+        sd.scale = d0.scale;
+        sd.n_segs = 1;
+        sd.segs[0].pos0 = 0;
+        sd.segs[0].n = pos + 1;
+        sd.segs[0].k = ra.k[r];
+        sd.segs[0].v = ra.v[r];
+    }
+    __syncthreads();
+    q += (size_t)r * d0.n_head * d0.head_dim;
+    ws += (size_t)r * d0.n_head * nc * (d0.head_dim + 2);
+}
+
+/* host: the rows' longest chunk count, or 0 when the rows do not fit the
+ * launch (count, alignment to the copy unit cu, workspace of ws_bytes) */
+static inline int attn_rows_chunks(const lkv_attn_desc *geo, const attn_rows_arg &ra, size_t cu, size_t rbk,
+                                   size_t rbv, size_t ws_bytes) {
+    if (ra.n < 1 || ra.n > ATTN_ROWS_MAX || rbk % cu || rbv % cu) return 0;
+    int nc = 0;
+    for (int r = 0; r < ra.n; r++) {
+        if (ra.pos[r] < 0 || ((uintptr_t)ra.k[r] | (uintptr_t)ra.v[r]) % cu) return 0;
+        const int c = ra.pos[r] / geo->chunk + 1;
+        nc = c > nc ? c : nc;
+    }
+    const size_t need = (size_t)ra.n * geo->n_head * nc * (geo->head_dim + 2) * sizeof(float);
+    return need <= ws_bytes && nc <= 65535 ? nc : 0;
+}
+
 /* attn_fold.cu: folds the nc partials of the workspace (layout of attn.cu's
  * split kernel) into the state in chunk order, attn_fold_w / attn_fold_o's
  * operations */
@@ -218,5 +277,11 @@ bool lkv_cuda_attn_dec_ring(lkv_bctx *b, float *st, const float *q, const lkv_at
  * (choose_attn.cu); false (nothing enqueued) for anything else */
 bool lkv_cuda_attn_dec_ring2(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
                              size_t rbv);
+/* the same kernels over several sequences' rows (attn_rows_arg), folded
+ * into st; false (nothing enqueued) where the one-sequence call would not run */
+bool lkv_cuda_attn_dec_ring_rows(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *geo,
+                                 const attn_rows_arg &ra, size_t rbk, size_t rbv);
+bool lkv_cuda_attn_dec_ring2_rows(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *geo,
+                                  const attn_rows_arg &ra, size_t rbk, size_t rbv);
 
 #endif

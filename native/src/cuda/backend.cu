@@ -434,4 +434,5 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* ssm_conv */ lkv_cuda_ssm_conv,
     /* delta_rule */ lkv_cuda_delta_rule,
     /* phase_arena */ 1,
+    /* attn_rows */ lkv_cuda_attn_rows,
 };

@@ -74,6 +74,32 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
     lkv_cuda_attn_exact(b, st, q, d);
 }
 
+/* several sequences' decode rows (backend.h attn_rows): the ring kernels'
+ * rows launch where one row's call would take a ring kernel, else 0 */
+int lkv_cuda_attn_rows(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *geo, int n,
+                       const int32_t *pos, const void *const *k, const void *const *v) {
+    if (n < 1 || n > ATTN_ROWS_MAX || b->dyn_pos) return 0;
+    lkv_attn_desc d = *geo;
+    d.n_q = 1;
+    const int kind = at_choose(b, &d);
+    if (kind != LKV_ATT_RING2 && kind != LKV_ATT_RING) return 0;
+    attn_rows_arg ra;
+    ra.n = n;
+    for (int i = 0; i < n; i++) {
+        ra.pos[i] = pos[i];
+        ra.k[i] = k[i];
+        ra.v[i] = v[i];
+    }
+    const size_t kv = (size_t)d.n_head_kv * d.head_dim;
+    const size_t rbk = (size_t)lkv_row_bytes(d.type_k, (int64_t)kv), rbv = (size_t)lkv_row_bytes(d.type_v, (int64_t)kv);
+    lkv_cuda_attn_reset(b, st, n, d.n_head, d.head_dim);
+    const bool ran = kind == LKV_ATT_RING2 ? lkv_cuda_attn_dec_ring2_rows(b, (float *)st, q, &d, ra, rbk, rbv)
+                                           : lkv_cuda_attn_dec_ring_rows(b, (float *)st, q, &d, ra, rbk, rbv);
+    if (!ran) return 0;   /* the reset is harmless: the caller resets each sequence's rows again */
+    lkv_cuda_attn_finish(b, out, st, n, d.n_head, d.head_dim);
+    return 1;
+}
+
 /* where exact is the choice: attn.cu's fused launch (0 where it does not run) */
 int lkv_cuda_attn_whole(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *d) {
     if (lkv_cuda_tuning.no_fuse || at_choose(b, d) != LKV_ATT_EXACT) return 0;

@@ -256,6 +256,8 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
 void lkv_cuda_attn_finish(lkv_bctx *b, float *out, const void *st, int n_q, int n_head,
                           int head_dim);
 int lkv_cuda_attn_whole(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *d);
+int lkv_cuda_attn_rows(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *geo, int n,
+                       const int32_t *pos, const void *const *k, const void *const *v);
 /* hybrid layers (gating.cu, conv1d.cu, deltanet.cu) */
 void lkv_cuda_split_rows(lkv_bctx *b, float *q, float *gate, const float *x, int n_rows, int dim);
 void lkv_cuda_sigmoid_mul(lkv_bctx *b, float *x, const float *gate, int64_t n);

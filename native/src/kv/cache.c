@@ -108,6 +108,13 @@ lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st, fl
 
 int lkv_kv_streaming(const lkv_kv *kv) { return kv->stream != NULL; }
 
+int lkv_kv_planes(const lkv_kv *kv, int32_t layer, const void **k, const void **v) {
+    if (kv->stream) return 0;
+    *k = kv->k[layer];
+    *v = kv->v[layer];
+    return 1;
+}
+
 lkv_status lkv_kv_truncate(lkv_kv *kv, int32_t n) {
     if (kv->stream) return lkv_kv_stream_truncate(kv->stream, n);
     return LKV_OK;

@@ -53,6 +53,9 @@ lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st, fl
 lkv_status lkv_kv_truncate(lkv_kv *kv, int32_t n);
 /* 1 when the cache streams through a bounded pool (kv/stream.c), 0 when all resident */
 int lkv_kv_streaming(const lkv_kv *kv);
+/* an all-resident cache's planes of `layer` (rows from position 0); 0 when
+ * the cache streams (its rows lie in the pool and the ring) */
+int lkv_kv_planes(const lkv_kv *kv, int32_t layer, const void **k, const void **v);
 /* Rows [p0, p0 + n) of one plane (0 = K, 1 = V) of `layer`, to / from host memory. */
 lkv_status lkv_kv_read(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_t n, void *dst);
 lkv_status lkv_kv_write(lkv_kv *kv, int32_t layer, int plane, int32_t p0, int32_t n,
