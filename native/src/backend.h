@@ -224,6 +224,14 @@ struct lkv_backend {
      * by sequence) */
     int (*attn_rows)(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *geo, int n,
                      const int32_t *pos, const void *const *k, const void *const *v);
+    /* rope_store for the n_groups runs of a micro-batch in one op: run g is
+     * len[g] tokens (rows in order) from position pos0[g], its K/V rows going
+     * to kdst[g], vdst[g] (optional: NULL, or 0 returned when not covered,
+     * makes the caller call rope_store per run; the same bits) */
+    int (*rope_store_rows)(lkv_bctx *b, float *q, float *k, const float *v, int n_groups,
+                           const int32_t *pos0, const int32_t *len, const lkv_rope_desc *rq,
+                           const lkv_rope_desc *rk, void *const *kdst, void *const *vdst,
+                           int32_t type_k, int32_t type_v);
 };
 
 extern const lkv_backend lkv_backend_cpu;

@@ -21,6 +21,8 @@
 #include "error.h"
 #include "mtp.h"
 
+enum { ROPE_RUNS_MAX = 64 };   /* tokens of a micro-batch whose runs rope_store_rows takes */
+
 /* q, k, v of an attention layer into c->q, c->k, c->v (the K/V rows into
  * the cache). With a q gate the projection is (n, n_head, [q | gate]): the
  * gates go to c->gate. */
@@ -48,13 +50,34 @@ static void layer_attention(lkv_context *c, const lkv_layer_weights *L, const lk
     lkv_rope_desc rq = c->rope, rk = c->rope;
     rq.n_head = hp->n_head;
     rk.n_head = hp->n_head_kv;
-    /* rope and the K/V rows per sequence: its own positions and cache */
+    /* rope and the K/V rows: several sequences' runs (at most ROPE_RUNS_MAX
+     * tokens) in one op where the backend has it, else per sequence, each at
+     * its own positions into its own cache */
+    int runs = be->rope_store_rows && ub->n_groups > 1 && n <= ROPE_RUNS_MAX;
+    for (int32_t g = 0, r = 0; runs && g < ub->n_groups; r += ub->groups[g++].n)
+        runs = ub->groups[g].row0 == r;   /* the runs' rows in order, as the op reads them */
+    int32_t pos0[ROPE_RUNS_MAX], len[ROPE_RUNS_MAX];
+    void *kd[ROPE_RUNS_MAX], *vd[ROPE_RUNS_MAX];
+    for (int32_t g = 0; runs && g < ub->n_groups; g++) {
+        const lkv_group *gr = &ub->groups[g];
+        pos0[g] = gr->pos0;
+        len[g] = gr->n;
+        lkv_kv_batch_rows(own ? own : lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer, &kd[g], &vd[g]);
+    }
+    if (runs && be->rope_store_rows(c->b, c->q, c->k, c->v, ub->n_groups, pos0, len, &rq, &rk, kd, vd,
+                                    c->p.type_k, c->p.type_v))
+        return;
     for (int32_t g = 0; g < ub->n_groups; g++) {
         const lkv_group *gr = &ub->groups[g];
         float *q = c->q + (size_t)gr->row0 * nq, *k = c->k + (size_t)gr->row0 * nkv;
         const float *v = c->v + (size_t)gr->row0 * nkv;
         void *kdst, *vdst;
-        lkv_kv_batch_rows(own ? own : lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer, &kdst, &vdst);
+        if (runs) {
+            kdst = kd[g];
+            vdst = vd[g];
+        } else {
+            lkv_kv_batch_rows(own ? own : lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer, &kdst, &vdst);
+        }
         if (be->rope_store && be->rope_store(c->b, q, k, v, gr->n, gr->pos0, &rq, &rk, kdst,
                                              c->p.type_k, vdst, c->p.type_v))
             continue;

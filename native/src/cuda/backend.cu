@@ -435,4 +435,5 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* delta_rule */ lkv_cuda_delta_rule,
     /* phase_arena */ 1,
     /* attn_rows */ lkv_cuda_attn_rows,
+    /* rope_store_rows */ lkv_cuda_rope_store_rows,
 };

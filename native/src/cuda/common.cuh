@@ -19,6 +19,7 @@
 
 /* rope-table entries kept between wraps (rope_table.cu): one per sequence of a step */
 #define LKV_ROPE_ENTRIES 64
+#define LKV_ROPE_ROWS_MAX 64   /* rope_store_rows: tokens per call */
 
 extern "C" {
 #include "llamakv.h"
@@ -241,6 +242,10 @@ void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
                      const lkv_weight *const *ws, int n_w, int n);
 void lkv_cuda_add_bias(lkv_bctx *b, float *x, const lkv_weight *bias, int n, int dim);
 void lkv_cuda_rope(lkv_bctx *b, float *x, int n, int32_t pos0, const lkv_rope_desc *r);
+int lkv_cuda_rope_store_rows(lkv_bctx *b, float *q, float *k, const float *v, int n_groups,
+                             const int32_t *pos0, const int32_t *len, const lkv_rope_desc *rq,
+                             const lkv_rope_desc *rk, void *const *kdst, void *const *vdst, int32_t type_k,
+                             int32_t type_v);
 int lkv_cuda_rope_store(lkv_bctx *b, float *q, float *k, const float *v, int n, int32_t pos0,
                         const lkv_rope_desc *rq, const lkv_rope_desc *rk, void *kdst,
                         int32_t type_k, void *vdst, int32_t type_v);
