@@ -34,6 +34,7 @@ typedef struct lkv_kv_seg {
 } lkv_kv_seg;
 
 #define LKV_MAX_SEGS 64
+#define LKV_ROWS_MAX 64   /* the most rows (tokens) attn_rows and rope_store_rows take */
 
 /* Geometry of one attention call. */
 typedef struct lkv_attn_desc {
@@ -215,7 +216,7 @@ struct lkv_backend {
      * lent to the KV cache while decoding, unless asked not to (arena.h) */
     int phase_arena;
 
-    /* the decode attention of n rows of several sequences in one op, each
+    /* the decode attention of n <= LKV_ROWS_MAX rows of several sequences in one op, each
      * sequence's KV all resident: row i, at position pos[i], attends positions
      * [0, pos[i]] of planes k[i], v[i] (geo: heads, types, chunk, scale); q,
      * st and out hold the n rows in order, as for one call of n queries; the
@@ -224,7 +225,8 @@ struct lkv_backend {
      * by sequence) */
     int (*attn_rows)(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *geo, int n,
                      const int32_t *pos, const void *const *k, const void *const *v);
-    /* rope_store for the n_groups runs of a micro-batch in one op: run g is
+    /* rope_store for the n_groups runs of a micro-batch (LKV_ROWS_MAX tokens
+     * at most) in one op: run g is
      * len[g] tokens (rows in order) from position pos0[g], its K/V rows going
      * to kdst[g], vdst[g] (optional: NULL, or 0 returned when not covered,
      * makes the caller call rope_store per run; the same bits) */

@@ -21,8 +21,6 @@
 #include "error.h"
 #include "mtp.h"
 
-enum { ROPE_RUNS_MAX = 64 };   /* tokens of a micro-batch whose runs rope_store_rows takes */
-
 /* q, k, v of an attention layer into c->q, c->k, c->v (the K/V rows into
  * the cache). With a q gate the projection is (n, n_head, [q | gate]): the
  * gates go to c->gate. */
@@ -50,14 +48,14 @@ static void layer_attention(lkv_context *c, const lkv_layer_weights *L, const lk
     lkv_rope_desc rq = c->rope, rk = c->rope;
     rq.n_head = hp->n_head;
     rk.n_head = hp->n_head_kv;
-    /* rope and the K/V rows: several sequences' runs (at most ROPE_RUNS_MAX
+    /* rope and the K/V rows: several sequences' runs (at most LKV_ROWS_MAX
      * tokens) in one op where the backend has it, else per sequence, each at
      * its own positions into its own cache */
-    int runs = be->rope_store_rows && ub->n_groups > 1 && n <= ROPE_RUNS_MAX;
+    int runs = be->rope_store_rows && ub->n_groups > 1 && n <= LKV_ROWS_MAX;
     for (int32_t g = 0, r = 0; runs && g < ub->n_groups; r += ub->groups[g++].n)
         runs = ub->groups[g].row0 == r;   /* the runs' rows in order, as the op reads them */
-    int32_t pos0[ROPE_RUNS_MAX], len[ROPE_RUNS_MAX];
-    void *kd[ROPE_RUNS_MAX], *vd[ROPE_RUNS_MAX];
+    int32_t pos0[LKV_ROWS_MAX], len[LKV_ROWS_MAX];
+    void *kd[LKV_ROWS_MAX], *vd[LKV_ROWS_MAX];
     for (int32_t g = 0; runs && g < ub->n_groups; g++) {
         const lkv_group *gr = &ub->groups[g];
         pos0[g] = gr->pos0;
@@ -88,15 +86,14 @@ static void layer_attention(lkv_context *c, const lkv_layer_weights *L, const lk
     }
 }
 
-/* several sequences' decode rows (at most ROWS_MAX, 8 or fewer per
+/* several sequences' decode rows (at most LKV_ROWS_MAX, 8 or fewer per
  * sequence, every cache all resident) in one backend op (backend.h
  * attn_rows, the same bits as one call per sequence); 0 where it does not apply */
-enum { ROWS_MAX = 64 };
 static int attention_rows(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub) {
     const lkv_backend *be = c->be;
-    if (!be->attn_rows || ub->n_groups < 2 || ub->n > ROWS_MAX) return 0;
-    int32_t pos[ROWS_MAX];
-    const void *k[ROWS_MAX], *v[ROWS_MAX];
+    if (!be->attn_rows || ub->n_groups < 2 || ub->n > LKV_ROWS_MAX) return 0;
+    int32_t pos[LKV_ROWS_MAX];
+    const void *k[LKV_ROWS_MAX], *v[LKV_ROWS_MAX];
     int32_t r = 0;
     for (int32_t g = 0; g < ub->n_groups; g++) {
         const lkv_group *gr = &ub->groups[g];

@@ -214,11 +214,10 @@ static __device__ __forceinline__ void attn_store_partial(const float (&o)[G][ND
  * query alone (the same operations on the same bytes): chunks past a row's
  * query get empty partials, which the fold skips, and one fold of all rows
  * over the longest row's chunks gives each row its own call's bits. */
-enum { ATTN_ROWS_MAX = 64 };
 struct attn_rows_arg {
     int32_t n;
-    int32_t pos[ATTN_ROWS_MAX];
-    const void *k[ATTN_ROWS_MAX], *v[ATTN_ROWS_MAX];
+    int32_t pos[LKV_ROWS_MAX];
+    const void *k[LKV_ROWS_MAX], *v[LKV_ROWS_MAX];
 };
 
 /* the block's row desc into sd (thread 0; params only, so before the PDL
@@ -254,7 +253,7 @@ static __device__ __forceinline__ void attn_row_desc(lkv_attn_desc &sd, const lk
  * launch (count, alignment to the copy unit cu, workspace of ws_bytes) */
 static inline int attn_rows_chunks(const lkv_attn_desc *geo, const attn_rows_arg &ra, size_t cu, size_t rbk,
                                    size_t rbv, size_t ws_bytes) {
-    if (ra.n < 1 || ra.n > ATTN_ROWS_MAX || rbk % cu || rbv % cu) return 0;
+    if (ra.n < 1 || ra.n > LKV_ROWS_MAX || rbk % cu || rbv % cu) return 0;
     int nc = 0;
     for (int r = 0; r < ra.n; r++) {
         if (ra.pos[r] < 0 || ((uintptr_t)ra.k[r] | (uintptr_t)ra.v[r]) % cu) return 0;

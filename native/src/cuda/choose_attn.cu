@@ -78,7 +78,7 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
  * rows launch where one row's call would take a ring kernel, else 0 */
 int lkv_cuda_attn_rows(lkv_bctx *b, float *out, void *st, const float *q, const lkv_attn_desc *geo, int n,
                        const int32_t *pos, const void *const *k, const void *const *v) {
-    if (n < 1 || n > ATTN_ROWS_MAX || b->dyn_pos) return 0;
+    if (n < 1 || n > LKV_ROWS_MAX || b->dyn_pos) return 0;
     lkv_attn_desc d = *geo;
     d.n_q = 1;
     const int kind = at_choose(b, &d);

@@ -19,7 +19,6 @@
 
 /* rope-table entries kept between wraps (rope_table.cu): one per sequence of a step */
 #define LKV_ROPE_ENTRIES 64
-#define LKV_ROPE_ROWS_MAX 64   /* rope_store_rows: tokens per call */
 
 extern "C" {
 #include "llamakv.h"

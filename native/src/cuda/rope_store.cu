@@ -67,9 +67,9 @@ __global__ void rope_store_kernel(float *q, float *k, const float *v, int n_head
 /* several sequences' rows (backend.h rope_store_rows): token t at pos[t], its
  * angles at tab[t] (NULL: computed), its cache rows at kdst[t] / vdst[t] */
 struct rope_rows_arg {
-    int32_t pos[LKV_ROPE_ROWS_MAX];
-    const float2 *tab[LKV_ROPE_ROWS_MAX];
-    uint8_t *kdst[LKV_ROPE_ROWS_MAX], *vdst[LKV_ROPE_ROWS_MAX];
+    int32_t pos[LKV_ROWS_MAX];
+    const float2 *tab[LKV_ROWS_MAX];
+    uint8_t *kdst[LKV_ROWS_MAX], *vdst[LKV_ROWS_MAX];
 };
 
 template <int T>
@@ -127,7 +127,7 @@ int lkv_cuda_rope_store_rows(lkv_bctx *b, float *q, float *k, const float *v, in
     rope_rows_arg ra;
     int n = 0;
     for (int g = 0; g < n_groups; g++) {
-        if (len[g] < 1 || n + len[g] > LKV_ROPE_ROWS_MAX) return 0;
+        if (len[g] < 1 || n + len[g] > LKV_ROWS_MAX) return 0;
         const float2 *tab = lkv_cuda_rope_table(b, rq, pos0[g], len[g]);   /* one upload per step and group */
         for (int j = 0; j < len[g]; j++, n++) {
             ra.pos[n] = pos0[g] + j;
