@@ -27,8 +27,9 @@ too long somewhere and too short elsewhere. DraftLength keeps
   matches are kept more often);
 
 and chooses k in 0..available maximizing (1 + sum_j prod_{i<=j} a_i) / cost(k + 1).
-Only the choice of k changes: the accept / reject rule (spec_decode.py) is
-the same, so output is exactly that of the fixed-length drafter.
+Only the choice of k changes, never the accept / reject rule (spec_decode.py):
+greedy output stays plain greedy's and sampled output keeps the target's
+distribution.
 """
 from __future__ import annotations
 
