@@ -36,7 +36,7 @@ def test_steep_cost_and_poor_drafts_take_none():
     dl = DraftLength(10)
     _train(dl, lambda n: float(n), 0.3, rng)
     assert dl.choose(10, 3) == 0
-    assert dl.acceptance(3)[0] < 0.5
+    assert dl.k_counts[0] > 180            # a few passes to learn the cost, then none
 
 
 def test_a_jump_in_cost_stops_the_draft_before_it():
