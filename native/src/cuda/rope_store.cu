@@ -4,7 +4,9 @@
  * batch converted to the KV type into the cache (kv_quant.cuh). The same
  * operations as rope, rope, to_type, to_type (bit for bit), three launches
  * fewer per layer. Both KV planes must have the same type; otherwise the
- * caller uses the separate ops.
+ * caller uses the separate ops. rope_store_rows does the same for the runs of
+ * several sequences in one launch: each token has its own position, angle row
+ * and cache rows.
  */
 #include "kv_quant.cuh"
 #include "rope.cuh"
