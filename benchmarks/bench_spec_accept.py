@@ -152,17 +152,23 @@ def load_price(spec: str) -> tuple[str, dict]:
     return f"{rows[0]['device']} {depth}/{pool}", {int(r["k"]): float(r["ratio_to_step"]) for r in rows}
 
 
-def parse_settings(a, target: str) -> list[Setting]:
+def _lookup_item(item: str, flag: str) -> tuple[int, int, int]:
+    """max_ngram:num_pred[:min_ngram] -> (max_ngram, num_pred, min_ngram)"""
+    try:
+        n, k, min_n = ([int(x) for x in item.split(":")] + [1])[:3]
+        if not 1 <= min_n <= n or k < 1 or item.count(":") not in (1, 2):
+            raise ValueError
+    except ValueError:
+        raise SystemExit(f"{flag} takes max_ngram:num_pred[:min_ngram] like 3:8 or 3:8:2 "
+                         f"(1 <= min_ngram <= max_ngram), not {item!r}")
+    return n, k, min_n
+
+
+def parse_settings(a, target: str, prices: list[tuple[str, dict]]) -> list[Setting]:
     from pyllamakv.speculative import DraftModel
     out = []
     for item in filter(None, (a.lookup or "").split(",")):
-        try:
-            n, k, min_n = ([int(x) for x in item.split(":")] + [1])[:3]
-            if not 1 <= min_n <= n or k < 1 or item.count(":") not in (1, 2):
-                raise ValueError
-        except ValueError:
-            raise SystemExit(f"--lookup takes max_ngram:num_pred[:min_ngram] like 3:8 or 3:8:2 "
-                             f"(1 <= min_ngram <= max_ngram), not {item!r}")
+        n, k, min_n = _lookup_item(item, "--lookup")
         for rep in a.self_repeat.split(","):
             if rep not in ("on", "off"):
                 raise SystemExit(f"--self-repeat takes on and/or off, not {rep!r}")
@@ -177,10 +183,9 @@ def parse_settings(a, target: str) -> list[Setting]:
         out.append(Setting(f"draft {Path(path).name}:{k}", int(k), "draft",
                            lambda rec, device, p=path, k=int(k): DraftModel(
                                p, k, n_ctx=a.n_ctx, n_threads=a.threads, device=device)))
-    prices = [load_price(p) for p in filter(None, (a.price or "").split(","))] or [("clock", None)]
     for item in filter(None, (a.adaptive or "").split(",")):
-        n, k, min_n = ([int(x) for x in item.split(":")] + [1])[:3]
-        for label, price in prices:
+        n, k, min_n = _lookup_item(item, "--adaptive")
+        for label, price in prices or [("clock", None)]:
             if price is not None and max(price) < k:
                 raise SystemExit(f"--price {label}: costs up to k = {max(price)}, fewer than {k}")
             out.append(Setting(f"adaptive {n}:{k}:{min_n} @{label}", k, "lookup",
@@ -220,8 +225,8 @@ def run(a) -> list[dict]:
     from pyllamakv.default_model import default_model_path
     from pyllamakv.speculative import PromptLookupDecoding
     path = a.model or default_model_path()
-    settings = parse_settings(a, path)
-    prices = [load_price(p) for p in filter(None, (a.price or "").split(","))]
+    prices = [load_price(p) for p in filter(None, (a.price or "").split(","))]   # read once
+    settings = parse_settings(a, path, prices)
     tasks = spec_tasks.by_name(a.tasks)
     kw = dict(n_ctx=a.n_ctx, n_threads=a.threads, device=a.device, verbose=False)
     plain = Llama(path, **kw)
