@@ -377,20 +377,9 @@ template <int HD, int G>
 static bool launch_rows(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const attn_rows_arg &ra,
                         size_t rbk, size_t rbv) {
     using S = r2_shape<HD, G>;
-    const size_t smem = r2_smem<HD, G>(d->chunk);
-    const int nc = attn_rows_chunks(d, ra, S::CU, rbk, rbv, b->attn_ws_bytes);
-    if (smem + sizeof(lkv_attn_desc) > R2_SMEM_MAX || nc < 1) return false;
     static bool attr = false;
-    if (!attr) {
-        cudaFuncSetAttribute(attn_ring2_rows_kernel<HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             R2_SMEM_MAX - (int)sizeof(lkv_attn_desc));
-        attr = true;
-    }
-    lkv_launch(b, attn_ring2_rows_kernel<HD, G>, dim3(d->n_head_kv, nc, ra.n), S::NT, smem, b->attn_ws, q, *d,
-               rbk, rbv, nc, ra);
-    LKV_CUDA_LAUNCHED(b, "attn_ring2_rows");
-    attn_dec_fold(b, st, d->n_head, HD, ra.n, nc);
-    return true;
+    return attn_rows_launch(b, attn_ring2_rows_kernel<HD, G>, attr, S::NT, r2_smem<HD, G>(d->chunk),
+                            R2_SMEM_MAX, S::CU, st, q, d, ra, rbk, rbv, "attn_ring2_rows");
 }
 
 /* the G instance of launcher L for d's heads */

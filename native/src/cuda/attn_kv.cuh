@@ -16,6 +16,7 @@
 #define LKV_CUDA_ATTN_KV_CUH
 
 #include "attn.cuh"
+#include "pdl.cuh"
 
 /* K types read as q8 codes: q8_0 dot (1) or q8_1 dot with a minimum (2) */
 template <int T> __host__ __device__ constexpr int attn_kq8() {
@@ -268,6 +269,27 @@ static inline int attn_rows_chunks(const lkv_attn_desc *geo, const attn_rows_arg
  * split kernel) into the state in chunk order, attn_fold_w / attn_fold_o's
  * operations */
 void attn_dec_fold(lkv_bctx *b, float *st, int n_head, int hd, int n_q, int nc);
+
+/* host: a decode kernel's rows launch (its rows instance `kernel`: nt
+ * threads, smem bytes of its own beside the row desc, smem_max in all, copy
+ * unit cu) and the fold of every row into st; false (nothing enqueued) where
+ * the rows do not fit. attr: whether the kernel's shared-memory limit is set */
+template <class... P>
+static bool attn_rows_launch(lkv_bctx *b, void (*kernel)(P...), bool &attr, int nt, size_t smem, int smem_max,
+                             size_t cu, float *st, const float *q, const lkv_attn_desc *d, const attn_rows_arg &ra,
+                             size_t rbk, size_t rbv, const char *where) {
+    const int nc = attn_rows_chunks(d, ra, cu, rbk, rbv, b->attn_ws_bytes);
+    if (smem + sizeof(lkv_attn_desc) > (size_t)smem_max || nc < 1) return false;
+    if (!attr) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             smem_max - (int)sizeof(lkv_attn_desc));
+        attr = true;
+    }
+    lkv_launch(b, kernel, dim3(d->n_head_kv, nc, ra.n), nt, smem, b->attn_ws, q, *d, rbk, rbv, nc, ra);
+    LKV_CUDA_LAUNCHED(b, where);
+    attn_dec_fold(b, st, d->n_head, d->head_dim, ra.n, nc);
+    return true;
+}
 /* attn_dec_ring.cu: decode attention streaming K/V through a ring of stages;
  * false (nothing enqueued) when the shape, types or alignment are not covered */
 bool lkv_cuda_attn_dec_ring(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
