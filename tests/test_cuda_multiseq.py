@@ -112,9 +112,13 @@ def test_cuda_batched_against_cpu(tmp_path):
                                    f"max |diff| {worst:.3g}")
 
 
+# head_dim -> (n_embd, n_head, n_head_kv): GQA 2, 2 and 6 (Qwen3.5-27B's full attention)
+_ROWS_GEOMETRY = {64: (256, 4, 2), 128: (256, 2, 1), 256: (1536, 6, 1)}
+
+
 @pytest.mark.parametrize("kernels", ["exact", "fast"])
-@pytest.mark.parametrize("hd", [64, 128])
-@pytest.mark.parametrize("kv", ["f16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("hd", [64, 128, 256])
+@pytest.mark.parametrize("kv", ["f16", "q8_0", "q4_0", "q8_0/q4_0"])
 def test_cuda_decode_rows_equal_alone(tmp_path, kv, hd, kernels):
     """Several sequences decoding in one call (1 to 3 tokens each, all
     resident) take the ring kernels' rows launch (backend.h attn_rows, one
@@ -122,10 +126,12 @@ def test_cuda_decode_rows_equal_alone(tmp_path, kv, hd, kernels):
     same tokens decoded alone, bit for bit (the decode kernels are the CPU's
     bits in both kinds)."""
     rng = np.random.default_rng()
-    path = write_tiny_model(tmp_path / "t.gguf", "llama", T.Q8_0, n_embd=256, n_head=256 // hd,
-                            n_head_kv=2 if hd == 64 else 1, seed=int(rng.integers(1 << 30)))
+    n_embd, n_head, n_head_kv = _ROWS_GEOMETRY[hd]
+    path = write_tiny_model(tmp_path / "t.gguf", "llama", T.Q8_0, n_embd=n_embd, n_head=n_head,
+                            n_head_kv=n_head_kv, seed=int(rng.integers(1 << 30)))
     n_seq, chunk = 5, 16
-    kw = dict(n_ctx=512, n_batch=64, n_ubatch=64, kv_chunk=chunk, type_k=kv, type_v=kv,
+    type_k, _, type_v = kv.partition("/")
+    kw = dict(n_ctx=512, n_batch=64, n_ubatch=64, kv_chunk=chunk, type_k=type_k, type_v=type_v or type_k,
               gpu_kernels=kernels)
     with Model(path, device="cuda") as m:
         prompts = [rng.integers(0, m.n_vocab, int(n)).tolist() for n in rng.integers(5, 300, n_seq)]

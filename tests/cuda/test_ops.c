@@ -913,10 +913,18 @@ static void test_attention(void) {
         {4, 4, 128, 16, 2100, 1},   {4, 4, 128, 16, 2100, 1},
         {8, 2, 64, 16, 1700, 2},    {8, 2, 64, 16, 1700, 2},
         {2, 2, 64, 16, 17000, 1},   {2, 2, 64, 16, 17000, 1},
-        /* Qwen3.5-27B's full attention: GQA 6, head_dim 256 (the decode
-         * kernels take 64 / 128 only: attn.cu), decode and a prefill batch */
+        /* Qwen3.5-27B's full attention: GQA 6, head_dim 256 (decode:
+         * attn_dec_ring.cu, also for q8_0 K / q4_0 V), decode and a prefill batch */
         {24, 4, 256, 256, 1300, 1}, {24, 4, 256, 256, 1300, 1},
         {24, 4, 256, 64, 300, 40},  {24, 4, 256, 64, 300, 40},
+        /* attn_dec_ring.cu's GQA 6 at head_dim 64 / 128 (256 threads at 128),
+         * head_dim 256 at GQA 8 (Qwen3.5-35B-A3B) and GQA 2 over 19 chunks of
+         * 32 with 8 queries; q8_0 K / q4_0 V (odd index, ti = 3) among the
+         * mixed pairs */
+        {6, 1, 64, 64, 500, 1},     {6, 1, 64, 64, 500, 1},
+        {12, 2, 128, 64, 900, 2},   {12, 2, 128, 64, 900, 2},
+        {16, 2, 256, 128, 700, 3},  {16, 2, 256, 128, 700, 3},
+        {8, 4, 256, 32, 600, 8},    {8, 4, 256, 32, 600, 8},
     };
     for (int ci = 0; ci < NELEM(cases); ci++)
         for (int ti = 0; ti < NELEM(KVTYPES); ti++) {

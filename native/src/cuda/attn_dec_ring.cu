@@ -36,21 +36,23 @@
  * segments, copy units or stage sizes, hence attn.cu's and the CPU's.
  *
  * Covers K = V type f16 (16-byte copies), q8_0 / q4_0 (8-byte copies at
- * head_dim 128, 4-byte at 64), head_dim 64 / 128, G 1, 2, 3, 4, 8, with row
- * sizes and segment addresses aligned to the copy unit; anything else goes
- * to attn.cu's split kernel (choose_attn.cu): the same bits.
+ * head_dim 128, 4-byte at 64, 16-byte at 256), and q8_0 K with q4_0 V (each
+ * plane staged at its own slice size, copy unit and pitch; a slot holds the
+ * larger), head_dim 64 / 128 with G 1, 2, 3, 4, 6, 8 and head_dim 256 with
+ * G 2, 4, 6, 8 (256 threads, 2 blocks per SM: G x 8 accumulators), with row
+ * sizes and segment addresses aligned to each plane's copy unit; anything
+ * else goes to attn.cu's split kernel (choose_attn.cu): the same bits. The
+ * instances of one type for K and V compile to the PTX they had before the
+ * mixed pair and head_dim 256 were added.
  */
 #include "attn_kv.cuh"
 #include "pdl.cuh"
 
 enum { RG_NS = 4, RG_SMEM_MAX = 200 * 1024 };
 
-/* compile-time shape of a (type, head_dim, G) kernel */
-template <int T, int HD, int G>
-struct rg_shape {
-    static constexpr int NT = (G == 8 && HD == 128) ? 256 : 128;   /* threads */
-    static constexpr int NW = NT / 32;
-    static constexpr int R = G >= 3 ? 32 : 64;                     /* rows per stage */
+/* one plane's staged head slice (type T, head_dim HD) */
+template <int T, int HD>
+struct rg_plane {
     static constexpr int GB = T == LKV_TYPE_F16 ? 64 : T == LKV_TYPE_Q8_0 ? 34 : 18;   /* bytes per 32 dims */
     static constexpr int SLICE = HD / 32 * GB;                     /* bytes of one KV head in a row */
     static constexpr int CU = SLICE % 16 == 0 ? 16 : SLICE % 8 == 0 ? 8 : 4;   /* copy unit */
@@ -58,21 +60,34 @@ struct rg_shape {
     /* shared row pitch: a multiple of 16 that is 16 mod 32, so 8 rows' 8-byte
      * loads at one offset fall in 8 distinct bank pairs */
     static constexpr int PITCH = ((SLICE + 15) & ~15) % 32 == 0 ? ((SLICE + 15) & ~15) + 16 : ((SLICE + 15) & ~15);
-    static constexpr int SLOT = R * PITCH;
+};
+
+/* compile-time shape of a (K type, V type, head_dim, G) kernel */
+template <int TK, int TV, int HD, int G>
+struct rg_shape {
+    static constexpr int NT = (HD == 256 || (G >= 6 && HD == 128)) ? 256 : 128;   /* threads */
+    static constexpr int NW = NT / 32;
+    static constexpr int R = (G >= 3 || HD == 256) ? 32 : 64;      /* rows per stage */
+    using PK = rg_plane<TK, HD>;
+    using PV = rg_plane<TV, HD>;
+    static constexpr int SLOT = R * (PK::PITCH > PV::PITCH ? PK::PITCH : PV::PITCH);
     static constexpr int ND = HD * 8 / NT;                         /* dims per thread in the V pass */
-    static constexpr int MINB = 768 / NT;                          /* blocks per SM: 6 x 4 warps or 3 x 8 (<= 85 registers) */
+    /* blocks per SM: 6 x 4 warps or 3 x 8 (<= 85 registers); head_dim 256
+     * holds G x 8 accumulators per thread: 2 x 8 warps (<= 128 registers) */
+    static constexpr int MINB = HD == 256 ? 2 : 768 / NT;
+    static constexpr int QDM = (G * HD / 32 + 3) / 4 * 4 > 32 ? (G * HD / 32 + 3) / 4 * 4 : 32;   /* d_q floats */
     static_assert(ND == 4 || ND == 8, "V pass: 4 or 8 dims per thread, inside one 32-block");
-    static_assert(U <= NT, "a row's units fit the block");
+    static_assert(PK::U <= NT && PV::U <= NT, "a row's units fit the block");
 };
 
 /* floats of the (G, C) score area, rounded up to keep what follows 16-byte aligned */
 static __host__ __device__ __forceinline__ int rg_psn(int G, int C) { return (G * C + 3) & ~3; }
 
 /* host: bytes of dynamic shared memory (layout in the kernel) */
-template <int T, int HD, int G>
+template <int TK, int TV, int HD, int G>
 static size_t rg_smem(int C) {
-    using S = rg_shape<T, HD, G>;
-    return (size_t)RG_NS * S::SLOT + (size_t)G * HD * sizeof(float) + 32 * sizeof(float) +
+    using S = rg_shape<TK, TV, HD, G>;
+    return (size_t)RG_NS * S::SLOT + (size_t)G * HD * sizeof(float) + S::QDM * sizeof(float) +
            (size_t)rg_psn(G, C) * sizeof(float) + 16 * sizeof(float) + 2 * (size_t)C * sizeof(void *) + C + 16;
 }
 
@@ -136,10 +151,12 @@ static __device__ __forceinline__ void rg_vdims(const uint8_t *row, int k0, floa
 /* grid (n_q * n_head_kv, chunks of this batch): block (qi + n_q kh, x) writes
  * the partial of chunk c_first + x, heads kh G.. kh G + G - 1, query qi into
  * ws[((qi * n_head + h) * nc + x) * (HD + 2)] (attn.cu's workspace layout) */
-template <int T, int HD, int G>
+template <int TK, int TV, int HD, int G>
 static __device__ __forceinline__ void ring_body(float *ws, const float *q, const lkv_attn_desc &d, attn_dyn dy,
                                                  size_t rbk, size_t rbv, int c_first, int nc) {
-    using S = rg_shape<T, HD, G>;
+    using S = rg_shape<TK, TV, HD, G>;
+    using PK = typename S::PK;
+    using PV = typename S::PV;
     constexpr int NT = S::NT, R = S::R, NG = HD / 32, ND = S::ND;
     extern __shared__ __align__(16) uint8_t sm[];
     pdl_enter();
@@ -153,11 +170,11 @@ static __device__ __forceinline__ void ring_body(float *ws, const float *q, cons
     if (!attn_chunk_slot<HD, G>(tid, ws, d, qi, h0, x, nc, p0, qpos, wbase, wstride)) return;   /* past the query */
     const int nv = min(C, qpos - p0 + 1), nst = (nv + R - 1) / R;   /* rows; stages per plane */
 
-    /* ring (NS slots) | qs (G, HD): query floats or q8 codes | qdm (<= 32): d_q
+    /* ring (NS slots) | qs (G, HD): query floats or q8 codes | qdm (QDM): d_q
      * per (head, 32-group) | ps (G, C): scores, then p | pm, pl (8 each) |
      * kptr, vptr (C) | valid (C) */
     uint8_t *ring = sm;
-    float *qs = (float *)(sm + RG_NS * S::SLOT), *qdm = qs + G * HD, *ps = qdm + 32;
+    float *qs = (float *)(sm + RG_NS * S::SLOT), *qdm = qs + G * HD, *ps = qdm + S::QDM;
     float *pm = ps + rg_psn(G, C), *pl = pm + 8;
     const uint8_t **kptr = (const uint8_t **)(pl + 8), **vptr = kptr + C;
     uint8_t *valid = (uint8_t *)(vptr + C);
@@ -168,11 +185,19 @@ static __device__ __forceinline__ void ring_body(float *ws, const float *q, cons
     /* stage s: K rows [R s, ..) for s < nst, else V rows [R (s - nst), ..);
      * one commit group per stage (empty past the end), so group s is stage s */
     auto issue = [&](int s) {
-        if (s < 2 * nst) {
-            const bool v = s >= nst;
-            const int r0 = (v ? s - nst : s) * R;
-            rg_copy<S::CU, S::U, NT, S::PITCH>(ring + (s % RG_NS) * S::SLOT, v ? vptr : kptr,
-                                               (size_t)kh * S::SLICE, r0, min(nv, r0 + R));
+        if constexpr (TK == TV) {   /* one copy loop for both planes */
+            if (s < 2 * nst) {
+                const bool v = s >= nst;
+                const int r0 = (v ? s - nst : s) * R;
+                rg_copy<PK::CU, PK::U, NT, PK::PITCH>(ring + (s % RG_NS) * S::SLOT, v ? vptr : kptr,
+                                                      (size_t)kh * PK::SLICE, r0, min(nv, r0 + R));
+            }
+        } else if (s < nst) {
+            rg_copy<PK::CU, PK::U, NT, PK::PITCH>(ring + (s % RG_NS) * S::SLOT, kptr, (size_t)kh * PK::SLICE, s * R,
+                                                  min(nv, s * R + R));
+        } else if (s < 2 * nst) {
+            rg_copy<PV::CU, PV::U, NT, PV::PITCH>(ring + (s % RG_NS) * S::SLOT, vptr, (size_t)kh * PV::SLICE,
+                                                  (s - nst) * R, min(nv, (s - nst) * R + R));
         }
         cp_commit();
     };
@@ -180,7 +205,7 @@ static __device__ __forceinline__ void ring_body(float *ws, const float *q, cons
     for (int s = 0; s < RG_NS - 1; s++) issue(s);
 
     /* the query in K's dot type (one warp per 32-group), under the first copies */
-    attn_stage_query<T, HD, G, S::NW, HD>(warp, lane, q, d, qi, h0, qs, qdm);
+    attn_stage_query<TK, HD, G, S::NW, HD>(warp, lane, q, d, qi, h0, qs, qdm);
 
     const int l8 = tid & 7, dg = tid >> 3;   /* V pass: position lane, dim group */
     float o[G][ND];
@@ -202,11 +227,11 @@ static __device__ __forceinline__ void ring_body(float *ws, const float *q, cons
             const int r0 = s * R, r1 = min(nv, r0 + R);
             for (int t = tid; t < (r1 - r0) * G; t += NT) {
                 const int rl = t / G, g = t - rl * G, r = r0 + rl;
-                const uint8_t *row = slot + rl * S::PITCH;
+                const uint8_t *row = slot + rl * PK::PITCH;
                 float lanes[8];
 #pragma unroll
                 for (int l = 0; l < 8; l++) lanes[l] = 0.f;
-                if constexpr (T == LKV_TYPE_F16) {
+                if constexpr (TK == LKV_TYPE_F16) {
                     const float *qg = qs + g * HD;
 #pragma unroll
                     for (int i = 0; i < HD / 8; i++) {
@@ -223,7 +248,7 @@ static __device__ __forceinline__ void ring_body(float *ws, const float *q, cons
 #pragma unroll
                     for (int j = 0; j < NG; j++) {
                         uint32_t kw[8];
-                        const float dkq = __fmul_rn(kblock<T>(row, j, kw), qdm[g * NG + j]);
+                        const float dkq = __fmul_rn(kblock<TK>(row, j, kw), qdm[g * NG + j]);
                         const uint4 qa = *(const uint4 *)((const int8_t *)qs + g * HD + 32 * j);
                         const uint4 qb = *(const uint4 *)((const int8_t *)qs + g * HD + 32 * j + 16);
                         const uint32_t qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
@@ -244,7 +269,7 @@ static __device__ __forceinline__ void ring_body(float *ws, const float *q, cons
                 // -- softmax pieces of the whole chunk: warp per head
                 for (int g = warp; g < G; g += S::NW) {
                     float l;
-                    const float mx = attn_chunk_softmax(ps + g * C, 1, nv, T == LKV_TYPE_F16, &l);
+                    const float mx = attn_chunk_softmax(ps + g * C, 1, nv, TV == LKV_TYPE_F16, &l);
                     if (lane == 0) { pm[g] = mx; pl[g] = l; }
                 }
                 __syncthreads();
@@ -254,7 +279,7 @@ static __device__ __forceinline__ void ring_body(float *ws, const float *q, cons
 #pragma unroll 2
             for (int r = r0 + l8; r < r1; r += 8) {
                 float v[ND];
-                rg_vdims<T, ND>(slot + (r - r0) * S::PITCH, dg * ND, v);
+                rg_vdims<TV, ND>(slot + (r - r0) * PV::PITCH, dg * ND, v);
 #pragma unroll
                 for (int g = 0; g < G; g++) {
                     const float p = ps[g * C + r];
@@ -268,37 +293,39 @@ static __device__ __forceinline__ void ring_body(float *ws, const float *q, cons
     attn_store_partial<G, ND>(o, wbase, wstride, dg, l8, tid, pm, pl);
 }
 
-template <int T, int HD, int G>
-__global__ void __launch_bounds__(rg_shape<T, HD, G>::NT, rg_shape<T, HD, G>::MINB)
+template <int TK, int TV, int HD, int G>
+__global__ void __launch_bounds__(rg_shape<TK, TV, HD, G>::NT, rg_shape<TK, TV, HD, G>::MINB)
 attn_ring_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d, attn_dyn dy, size_t rbk,
                  size_t rbv, int c_first, int nc) {
-    ring_body<T, HD, G>(ws, q, d, dy, rbk, rbv, c_first, nc);
+    ring_body<TK, TV, HD, G>(ws, q, d, dy, rbk, rbv, c_first, nc);
 }
 
 /* grid (n_head_kv, nc, rows): row blockIdx.z's chunks 0 .. nc - 1 (attn_kv.cuh) */
-template <int T, int HD, int G>
-__global__ void __launch_bounds__(rg_shape<T, HD, G>::NT, rg_shape<T, HD, G>::MINB)
+template <int TK, int TV, int HD, int G>
+__global__ void __launch_bounds__(rg_shape<TK, TV, HD, G>::NT, rg_shape<TK, TV, HD, G>::MINB)
 attn_ring_rows_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_desc d0, size_t rbk,
                       size_t rbv, int nc, const __grid_constant__ attn_rows_arg ra) {
     __shared__ lkv_attn_desc sd;
     attn_row_desc(sd, d0, ra, q, ws, nc);
-    ring_body<T, HD, G>(ws, q, sd, attn_dyn{nullptr, 0, -1}, rbk, rbv, 0, nc);
+    ring_body<TK, TV, HD, G>(ws, q, sd, attn_dyn{nullptr, 0, -1}, rbk, rbv, 0, nc);
 }
 
 // ---------------------------------------------------------------- launcher
 
-template <int T, int HD, int G>
+template <int TK, int TV, int HD, int G>
 static bool launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
-    using S = rg_shape<T, HD, G>;
-    /* every row slice must be aligned to the copy unit (else attn.cu's) */
-    if (rbk % S::CU || rbv % S::CU) return false;
+    using S = rg_shape<TK, TV, HD, G>;
+    constexpr int CUK = S::PK::CU, CUV = S::PV::CU;
+    /* every row slice must be aligned to its plane's copy unit (else attn.cu's) */
+    if (rbk % CUK || rbv % CUV) return false;
     for (int i = 0; i < d->n_segs; i++)
-        if (((uintptr_t)d->segs[i].k | (uintptr_t)d->segs[i].v) % S::CU) return false;
-    const size_t smem = rg_smem<T, HD, G>(d->chunk);
+        if ((uintptr_t)d->segs[i].k % CUK || (uintptr_t)d->segs[i].v % CUV) return false;
+    const size_t smem = rg_smem<TK, TV, HD, G>(d->chunk);
     if (smem > RG_SMEM_MAX) return false;
     static bool attr = false;
     if (!attr) {
-        cudaFuncSetAttribute(attn_ring_kernel<T, HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, RG_SMEM_MAX);
+        cudaFuncSetAttribute(attn_ring_kernel<TK, TV, HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             RG_SMEM_MAX);
         attr = true;
     }
     const size_t per_chunk = (size_t)d->n_q * d->n_head * (HD + 2) * sizeof(float);
@@ -307,55 +334,77 @@ static bool launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *
     const attn_dyn dy = attn_dyn_of(b, d);
     for (int c0 = d->chunk_lo; c0 < d->chunk_hi; c0 += batch) {
         const int nc = min(batch, d->chunk_hi - c0);
-        lkv_launch(b, attn_ring_kernel<T, HD, G>, dim3(d->n_q * d->n_head_kv, nc), S::NT, smem, b->attn_ws, q, *d, dy,
-                   rbk, rbv, c0, nc);
+        lkv_launch(b, attn_ring_kernel<TK, TV, HD, G>, dim3(d->n_q * d->n_head_kv, nc), S::NT, smem, b->attn_ws, q,
+                   *d, dy, rbk, rbv, c0, nc);
         LKV_CUDA_LAUNCHED(b, "attn_ring");
         attn_dec_fold(b, st, d->n_head, HD, d->n_q, nc);
     }
     return true;
 }
 
-template <int T, int HD, int G>
+template <int TK, int TV, int HD, int G>
 static bool launch_rows(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const attn_rows_arg &ra,
                         size_t rbk, size_t rbv) {
-    using S = rg_shape<T, HD, G>;
+    using S = rg_shape<TK, TV, HD, G>;
     static bool attr = false;
-    return attn_rows_launch(b, attn_ring_rows_kernel<T, HD, G>, attr, S::NT, rg_smem<T, HD, G>(d->chunk),
-                            RG_SMEM_MAX, S::CU, st, q, d, ra, rbk, rbv, "attn_ring_rows");
+    return attn_rows_launch(b, attn_ring_rows_kernel<TK, TV, HD, G>, attr, S::NT, rg_smem<TK, TV, HD, G>(d->chunk),
+                            RG_SMEM_MAX, S::PK::CU, S::PV::CU, st, q, d, ra, rbk, rbv, "attn_ring_rows");
+}
+
+/* the G values built at head_dim HD: every listed one at 64 / 128; even ones
+ * at 256 (the hybrid models' full attention, GQA 2-8), to bound the build */
+static constexpr bool rg_built(int HD, int G) { return HD != 256 || G % 2 == 0; }
+
+template <int TK, int TV, int HD, int G>
+static bool launch_if(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
+    if constexpr (rg_built(HD, G)) return launch<TK, TV, HD, G>(b, st, q, d, rbk, rbv);
+    else return false;
+}
+
+template <int TK, int TV, int HD, int G>
+static bool launch_rows_if(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const attn_rows_arg &ra,
+                           size_t rbk, size_t rbv) {
+    if constexpr (rg_built(HD, G)) return launch_rows<TK, TV, HD, G>(b, st, q, d, ra, rbk, rbv);
+    else return false;
 }
 
 /* the G instance of launcher L for d's heads */
 #define RG_BY_G(L, ...)                                                                            \
     switch (d->n_head / d->n_head_kv) {                                                            \
-    case 1: return L<T, HD, 1>(__VA_ARGS__);                                                       \
-    case 2: return L<T, HD, 2>(__VA_ARGS__);                                                       \
-    case 3: return L<T, HD, 3>(__VA_ARGS__);                                                       \
-    case 4: return L<T, HD, 4>(__VA_ARGS__);                                                       \
-    case 8: return L<T, HD, 8>(__VA_ARGS__);                                                       \
+    case 1: return L<TK, TV, HD, 1>(__VA_ARGS__);                                                  \
+    case 2: return L<TK, TV, HD, 2>(__VA_ARGS__);                                                  \
+    case 3: return L<TK, TV, HD, 3>(__VA_ARGS__);                                                  \
+    case 4: return L<TK, TV, HD, 4>(__VA_ARGS__);                                                  \
+    case 6: return L<TK, TV, HD, 6>(__VA_ARGS__);                                                  \
+    case 8: return L<TK, TV, HD, 8>(__VA_ARGS__);                                                  \
     default: return false;                                                                         \
     }
 
-template <int T, int HD>
+template <int TK, int TV, int HD>
 static bool launch_g(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
-    RG_BY_G(launch, b, st, q, d, rbk, rbv)
+    RG_BY_G(launch_if, b, st, q, d, rbk, rbv)
 }
 
-template <int T, int HD>
+template <int TK, int TV, int HD>
 static bool launch_rows_g(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const attn_rows_arg &ra,
                           size_t rbk, size_t rbv) {
-    RG_BY_G(launch_rows, b, st, q, d, ra, rbk, rbv)
+    RG_BY_G(launch_rows_if, b, st, q, d, ra, rbk, rbv)
 }
 
-/* the (type, head_dim) instances */
+/* the (K type, V type, head_dim) instances */
 #define RG_TYPES(L)                                                                                \
-    L(LKV_TYPE_F16, 64) L(LKV_TYPE_F16, 128) L(LKV_TYPE_Q8_0, 64) L(LKV_TYPE_Q8_0, 128)           \
-    L(LKV_TYPE_Q4_0, 64) L(LKV_TYPE_Q4_0, 128)
+    L(LKV_TYPE_F16, LKV_TYPE_F16, 64) L(LKV_TYPE_F16, LKV_TYPE_F16, 128)                           \
+    L(LKV_TYPE_F16, LKV_TYPE_F16, 256) L(LKV_TYPE_Q8_0, LKV_TYPE_Q8_0, 64)                         \
+    L(LKV_TYPE_Q8_0, LKV_TYPE_Q8_0, 128) L(LKV_TYPE_Q8_0, LKV_TYPE_Q8_0, 256)                      \
+    L(LKV_TYPE_Q4_0, LKV_TYPE_Q4_0, 64) L(LKV_TYPE_Q4_0, LKV_TYPE_Q4_0, 128)                       \
+    L(LKV_TYPE_Q4_0, LKV_TYPE_Q4_0, 256) L(LKV_TYPE_Q8_0, LKV_TYPE_Q4_0, 64)                       \
+    L(LKV_TYPE_Q8_0, LKV_TYPE_Q4_0, 128) L(LKV_TYPE_Q8_0, LKV_TYPE_Q4_0, 256)
 
 bool lkv_cuda_attn_dec_ring(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, size_t rbk,
                             size_t rbv) {
-    const int hd = d->head_dim, T = d->type_k;
-    if (d->type_v != T || d->n_head_kv <= 0 || d->n_head % d->n_head_kv || d->chunk > 1024) return false;
-#define L(TT, H) if (T == TT && hd == H) return launch_g<TT, H>(b, st, q, d, rbk, rbv);
+    const int hd = d->head_dim, tk = d->type_k, tv = d->type_v;
+    if (d->n_head_kv <= 0 || d->n_head % d->n_head_kv || d->chunk > 1024) return false;
+#define L(K, V, H) if (tk == K && tv == V && hd == H) return launch_g<K, V, H>(b, st, q, d, rbk, rbv);
     RG_TYPES(L)
 #undef L
     return false;
@@ -363,9 +412,9 @@ bool lkv_cuda_attn_dec_ring(lkv_bctx *b, float *st, const float *q, const lkv_at
 
 bool lkv_cuda_attn_dec_ring_rows(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d,
                                  const attn_rows_arg &ra, size_t rbk, size_t rbv) {
-    const int hd = d->head_dim, T = d->type_k;
-    if (d->type_v != T || d->n_head_kv <= 0 || d->n_head % d->n_head_kv || d->chunk > 1024) return false;
-#define L(TT, H) if (T == TT && hd == H) return launch_rows_g<TT, H>(b, st, q, d, ra, rbk, rbv);
+    const int hd = d->head_dim, tk = d->type_k, tv = d->type_v;
+    if (d->n_head_kv <= 0 || d->n_head % d->n_head_kv || d->chunk > 1024) return false;
+#define L(K, V, H) if (tk == K && tv == V && hd == H) return launch_rows_g<K, V, H>(b, st, q, d, ra, rbk, rbv);
     RG_TYPES(L)
 #undef L
     return false;

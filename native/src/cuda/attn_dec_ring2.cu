@@ -379,7 +379,7 @@ static bool launch_rows(lkv_bctx *b, float *st, const float *q, const lkv_attn_d
     using S = r2_shape<HD, G>;
     static bool attr = false;
     return attn_rows_launch(b, attn_ring2_rows_kernel<HD, G>, attr, S::NT, r2_smem<HD, G>(d->chunk),
-                            R2_SMEM_MAX, S::CU, st, q, d, ra, rbk, rbv, "attn_ring2_rows");
+                            R2_SMEM_MAX, S::CU, S::CU, st, q, d, ra, rbk, rbv, "attn_ring2_rows");
 }
 
 /* the G instance of launcher L for d's heads */

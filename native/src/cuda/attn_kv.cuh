@@ -251,13 +251,14 @@ static __device__ __forceinline__ void attn_row_desc(lkv_attn_desc &sd, const lk
 }
 
 /* host: the rows' longest chunk count, or 0 when the rows do not fit the
- * launch (count, alignment to the copy unit cu, workspace of ws_bytes) */
-static inline int attn_rows_chunks(const lkv_attn_desc *geo, const attn_rows_arg &ra, size_t cu, size_t rbk,
-                                   size_t rbv, size_t ws_bytes) {
-    if (ra.n < 1 || ra.n > LKV_ROWS_MAX || rbk % cu || rbv % cu) return 0;
+ * launch (count, alignment to the K and V copy units cuk / cuv, workspace of
+ * ws_bytes) */
+static inline int attn_rows_chunks(const lkv_attn_desc *geo, const attn_rows_arg &ra, size_t cuk, size_t cuv,
+                                   size_t rbk, size_t rbv, size_t ws_bytes) {
+    if (ra.n < 1 || ra.n > LKV_ROWS_MAX || rbk % cuk || rbv % cuv) return 0;
     int nc = 0;
     for (int r = 0; r < ra.n; r++) {
-        if (ra.pos[r] < 0 || ((uintptr_t)ra.k[r] | (uintptr_t)ra.v[r]) % cu) return 0;
+        if (ra.pos[r] < 0 || (uintptr_t)ra.k[r] % cuk || (uintptr_t)ra.v[r] % cuv) return 0;
         const int c = ra.pos[r] / geo->chunk + 1;
         nc = c > nc ? c : nc;
     }
@@ -272,13 +273,14 @@ void attn_dec_fold(lkv_bctx *b, float *st, int n_head, int hd, int n_q, int nc);
 
 /* host: a decode kernel's rows launch (its rows instance `kernel`: nt
  * threads, smem bytes of its own beside the row desc, smem_max in all, copy
- * unit cu) and the fold of every row into st; false (nothing enqueued) where
- * the rows do not fit. attr: whether the kernel's shared-memory limit is set */
+ * units cuk / cuv of K and V) and the fold of every row into st; false
+ * (nothing enqueued) where the rows do not fit. attr: whether the kernel's
+ * shared-memory limit is set */
 template <class... P>
 static bool attn_rows_launch(lkv_bctx *b, void (*kernel)(P...), bool &attr, int nt, size_t smem, int smem_max,
-                             size_t cu, float *st, const float *q, const lkv_attn_desc *d, const attn_rows_arg &ra,
-                             size_t rbk, size_t rbv, const char *where) {
-    const int nc = attn_rows_chunks(d, ra, cu, rbk, rbv, b->attn_ws_bytes);
+                             size_t cuk, size_t cuv, float *st, const float *q, const lkv_attn_desc *d,
+                             const attn_rows_arg &ra, size_t rbk, size_t rbv, const char *where) {
+    const int nc = attn_rows_chunks(d, ra, cuk, cuv, rbk, rbv, b->attn_ws_bytes);
     if (smem + sizeof(lkv_attn_desc) > (size_t)smem_max || nc < 1) return false;
     if (!attr) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -8,12 +8,14 @@
  * file's header:
  *
  *   K / V class                     decode (n_q <= 8)   prefill, fast   prefill, exact
- *   q8_0 / q8_0                     ring2               mma             exact
- *   f16 / f16, q4_0 / q4_0          ring                mma             exact
+ *   q8_0 / q8_0                     ring2 (else ring)   mma             exact
+ *   f16 / f16, q4_0 / q4_0,         ring                mma             exact
+ *   q8_0 K / q4_0 V
  *   other (bf16, f32, q4_1 ...,     exact               mma             exact
- *          mixed K and V types)
+ *          other mixed types)
  *
- * ring2 = attn_dec_ring2.cu, ring = attn_dec_ring.cu (flash-decoding over the
+ * ring2 = attn_dec_ring2.cu (head_dim 64 / 128, G 1-4 and 8: where it
+ * declines, ring), ring = attn_dec_ring.cu (flash-decoding over the
  * chunk grid, then attn_fold.cu), mma = attn_mma.cu (tensor-core flash
  * attention; on sm_90a q8_0 / q4_0 K and V are decoded to f16 a pass of
  * chunks at a time first, attn_stage.cu), exact = attn.cu (attn_seq for many
@@ -38,6 +40,7 @@
 enum { AC_Q8_0, AC_RING, AC_OTHER, AC_CLASSES };
 
 static int at_class(const lkv_attn_desc *d) {
+    if (d->type_k == LKV_TYPE_Q8_0 && d->type_v == LKV_TYPE_Q4_0) return AC_RING;
     if (d->type_k != d->type_v) return AC_OTHER;
     switch (d->type_k) {
     case LKV_TYPE_Q8_0: return AC_Q8_0;
@@ -69,7 +72,7 @@ void lkv_cuda_attn_accum(lkv_bctx *b, void *st, const float *q, const lkv_attn_d
         break;
     case LKV_ATT_RING2:
         if (lkv_cuda_attn_dec_ring2(b, (float *)st, q, d, rbk, rbv)) return;
-        break;
+        [[fallthrough]];   /* a shape ring2 does not cover: ring's (the same bits) */
     case LKV_ATT_RING:
         if (lkv_cuda_attn_dec_ring(b, (float *)st, q, d, rbk, rbv)) return;
         break;
@@ -97,8 +100,8 @@ int lkv_cuda_attn_rows(lkv_bctx *b, float *out, void *st, const float *q, const 
     const size_t kv = (size_t)d.n_head_kv * d.head_dim;
     const size_t rbk = (size_t)lkv_row_bytes(d.type_k, (int64_t)kv), rbv = (size_t)lkv_row_bytes(d.type_v, (int64_t)kv);
     lkv_cuda_attn_reset(b, st, n, d.n_head, d.head_dim);
-    const bool ran = kind == LKV_ATT_RING2 ? lkv_cuda_attn_dec_ring2_rows(b, (float *)st, q, &d, ra, rbk, rbv)
-                                           : lkv_cuda_attn_dec_ring_rows(b, (float *)st, q, &d, ra, rbk, rbv);
+    const bool ran = (kind == LKV_ATT_RING2 && lkv_cuda_attn_dec_ring2_rows(b, (float *)st, q, &d, ra, rbk, rbv)) ||
+                     lkv_cuda_attn_dec_ring_rows(b, (float *)st, q, &d, ra, rbk, rbv);
     if (!ran) return 0;   /* the reset is harmless: the caller resets each sequence's rows again */
     lkv_cuda_attn_finish(b, out, st, n, d.n_head, d.head_dim);
     return 1;

@@ -38,7 +38,7 @@ enum {
 enum {
     LKV_ATT_TABLE = 0,   /* the table's choice */
     LKV_ATT_EXACT,       /* attn.cu: every type and shape, the CPU's bits */
-    LKV_ATT_RING,        /* attn_dec_ring.cu: decode, f16 / q8_0 / q4_0, the CPU's bits */
+    LKV_ATT_RING,        /* attn_dec_ring.cu: decode, f16 / q8_0 / q4_0, q8_0 K + q4_0 V, the CPU's bits */
     LKV_ATT_RING2,       /* attn_dec_ring2.cu: decode, q8_0, the CPU's bits */
     LKV_ATT_MMA,         /* attn_mma.cu: prefill, tensor cores */
     LKV_ATT_KERNELS
