@@ -45,6 +45,16 @@
  * after a window that passed. A window that an idle pause interrupts
  * starts again. A solo job runs the same parts in order, so the results are
  * the same bits either way.
+ *
+ * Probes cost: a failing parallel window runs at a fraction of solo speed,
+ * and with short generations the probes between the first spells are a
+ * tenth of the tokens (measured: 2 threads beside 2 busy processes 0.84x of
+ * 1 thread). So a spell also measures the CPU time the caller gets per
+ * second of each of its windows: below SOLO_SHARE_MIN of a core, other
+ * runnable threads already hold the cores, a second thread would take its
+ * time from the first, and the spell ends without a probe: the next spell
+ * (twice as long) follows at once. A caller that gets its core again probes
+ * at the next spell's end, as before.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -62,6 +72,7 @@
 #define SHARE_MIN 1.25           /* ... and get this many cores' worth of CPU time */
 #define MAX_BACKOFF 128          /* longest solo spell, in windows */
 #define GAP_S 0.01               /* a pause between jobs this long restarts the window */
+#define SOLO_SHARE_MIN 0.9       /* a solo window below this share of a core: no probe */
 
 struct lkv_threadpool {
     int n;                       /* threads including the caller */
@@ -84,6 +95,10 @@ struct lkv_threadpool {
     double win_solo, win_gain;   /* seconds: solo estimate, and estimate - wall */
     double win_t0, win_cpu0;     /* the window's start: wall and process CPU time */
     double last_end;             /* when the last parallel job ended */
+    int solo_jobs;               /* jobs measured in this solo window */
+    double solo_t0, solo_cpu0;   /* the solo window's start: wall and the caller's CPU time */
+    double solo_end;             /* when the last solo job ended */
+    double solo_share;           /* the caller's cores in the last whole solo window (1 before any) */
 };
 
 typedef struct { lkv_threadpool *tp; int ith; } worker_arg;
@@ -154,6 +169,7 @@ lkv_threadpool *lkv_tp_create(int n_threads) {
     if (!tp) return NULL;
     tp->n = n_threads;
     tp->backoff = 1;
+    tp->solo_share = 1;
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->cv, NULL);
     tp->threads = calloc((size_t)n_threads, sizeof(pthread_t));
@@ -212,12 +228,34 @@ static void account(lkv_threadpool *tp, double own_s, int n_own, double wall_s) 
     tp->win_solo = tp->win_gain = 0;
 }
 
+/* one job of a solo spell, and the spell's accounting: the caller's share of a
+ * core per window; at the spell's end, a share below SOLO_SHARE_MIN starts the
+ * next spell instead of a probe */
+static void solo_job(lkv_threadpool *tp, lkv_tp_fn fn, void *arg, int n_parts) {
+    const double t0 = now_s();
+    if (tp->solo_jobs == 0 || t0 - tp->solo_end > GAP_S) {   /* a window starts (pauses are not measured) */
+        tp->solo_jobs = 0;
+        tp->solo_t0 = t0;
+        tp->solo_cpu0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    }
+    for (int part = 0; part < n_parts; part++) fn(arg, part, n_parts, 0);
+    tp->solo_end = now_s();
+    if (++tp->solo_jobs == WINDOW_JOBS) {
+        const double wall = tp->solo_end - tp->solo_t0;
+        if (wall > 0) tp->solo_share = (clock_s(CLOCK_THREAD_CPUTIME_ID) - tp->solo_cpu0) / wall;
+        tp->solo_jobs = 0;
+    }
+    if (--tp->solo_left == 0 && tp->solo_share < SOLO_SHARE_MIN) {
+        tp->solo_left = tp->backoff * WINDOW_JOBS;
+        if (tp->backoff < MAX_BACKOFF) tp->backoff *= 2;
+    }
+}
+
 void lkv_tp_run(lkv_threadpool *tp, lkv_tp_fn fn, void *arg) {
     if (tp->n == 1) { fn(arg, 0, 1, 0); return; }
     const int n_parts = tp->n * PARTS_PER_THREAD;
     if (tp->solo_left > 0) {     /* the same parts, in order, on the caller */
-        tp->solo_left--;
-        for (int part = 0; part < n_parts; part++) fn(arg, part, n_parts, 0);
+        solo_job(tp, fn, arg, n_parts);
         return;
     }
     const double t0 = now_s();
