@@ -62,6 +62,15 @@
  * per-stage mbarriers, no block barrier per tile) reached 224 / 235 TFLOP/s
  * for f16 at 32K / 128K (2026-12-02) but only 110 / 149 for q8_0 / q4_0, whose
  * dequantization then bounds it; it runs for 16-bit K/V at head_dim 128.
+ * Since 2026-12-03 the producer warps give registers to the compute warps
+ * (setmaxnreg: 56 and 224; the launch gives each thread 168): the same
+ * instructions, scheduled by ptxas with room, 255 / 268 TFLOP/s for f16 at 32K
+ * / 128K and 231 / 239 for q8_0 (staged), against 222 / 230 and 205 / 213 the
+ * day before (test_attn_mma timeab). With that room S can run one tile ahead
+ * in this kernel too (path 4 of test_attn_mma, test-only): slower, 177 / 176
+ * and 145 / 155. A loop issuing P_{j-1} V_{j-1} and S_j as one group, the two
+ * compute warpgroups taking turns by named barriers, was the same bits and
+ * slower still (207 / 215, f16) and is not kept.
  * What would take it further toward FlashAttention-3's rate: 128-position
  * tiles, and K/V tiles shared by the blocks of one KV head (cluster
  * multicast: 16 blocks read each tile through L2 today). Tried and taken
@@ -101,6 +110,8 @@
  * WS: warp-specialized (sm_90a, head_dim 128): warps 0-7 compute, warps 8-11 copy
  * and dequantize, the two sides meeting at per-stage mbarriers */
 enum { FA_PROD = 128 };   /* the warp-specialized kernel's producer threads (warps 8-11) */
+/* its registers per thread after setmaxnreg: the 2 x 128 compute threads take 224
+ * and the 128 producers keep 56, 64512 of the SM's 65536 (the launch gives each 168) */
 template <int TK, int TV, int D, bool WS>
 __global__ void __launch_bounds__(WS ? FA_THREADS + FA_PROD : FA_THREADS, 1)
 attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ lkv_attn_desc d, const fa_geom ge) {
@@ -119,7 +130,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
 #if FA_HAVE_WGMMA
     const bool wg = WS || (QREG && ge.wg != 0);
     /* S of tile j + 1 in flight during tile j's softmax: K straight from its stage, landed a tile early */
-    const bool pipe = !WS && wg && !QK && NS >= 3 && ge.wg == 2;   /* (the warp-specialized kernel: 168 registers, no room for S twice) */
+    const bool pipe = wg && !QK && NS >= 3 && ge.wg == (WS ? 3 : 2);   /* (the warp-specialized kernel: test-only, wg 3) */
 #else
     constexpr bool pipe = false;
 #endif
@@ -224,6 +235,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         }
         __syncthreads();
         if (warp >= FA_WARPS) {   /* the producer: copies NS - 1 tiles ahead, dequantizes one ahead */
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
             constexpr int LA = NS - 1;
             for (int s = 0; s < LA; s++) issue(s, prod_t{});
             for (int j = 0; j < n_tiles; j++) {
@@ -243,6 +255,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
             fa_cp_wait<0>();
             return;
         }
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
 #endif
     } else {
         for (int s = 0; s < NS - 1; s++) issue(s, all_t{});

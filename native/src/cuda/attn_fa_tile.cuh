@@ -63,7 +63,8 @@ struct fa_geom {
     float scale, c2;     /* scale; scale * log2(e) */
     size_t rbk, rbv;     /* KV row bytes (all KV heads) */
     int gk, gv;          /* cp.async piece bytes for quantized K / V */
-    int wg;              /* where compiled for sm_90a: 0 mma.sync, 1 wgmma, 2 wgmma with S one tile ahead */
+    int wg;              /* where compiled for sm_90a: 0 mma.sync, 1 wgmma, 2 wgmma with S one tile ahead
+                          * (3: the warp-specialized kernel with S one tile ahead, test-only) */
 };
 
 /* a tile of a call: rows [p0, pe) of one chunk, from the chunk's start in steps of 64,

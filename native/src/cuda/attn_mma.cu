@@ -42,12 +42,14 @@ static bool fa_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_des
     const dim3 grid(n_mt, d->n_head_kv);
     /* the warp-specialized instance where it is the faster (H200, 2026-12-02,
      * test_attn_mma timeonly, 8B shape, 512 queries at 32K / 128K): 16-bit K and V,
-     * 224 / 235 TFLOP/s against 195 for the 8-warp kernel; with q8_0 / q4_0 the four
+     * 224 / 235 TFLOP/s against 195 for the 8-warp kernel (255 / 268 since its
+     * setmaxnreg, 2026-12-03; path 4: the same with S one tile ahead, test-only,
+     * slower); with q8_0 / q4_0 the four
      * producer warps' dequantization is the bottleneck (110 / 149 against 135 / 165).
      * head_dim 64 gave wrong sums (every f16 / q8_0 / q4_0 case of test_attn_mma,
      * bf16 right; cause not found yet): 128 only */
     if constexpr (D == 128 && !fa_quant<TK>() && !fa_quant<TV>()) {
-        if (fa_path_sel == 0 && b->wg_ok) {   /* the device runs sm_90a code (gemm_wg.cu's probe) */
+        if ((fa_path_sel == 0 || fa_path_sel == 4) && b->wg_ok) {   /* the device runs sm_90a code (gemm_wg.cu's probe) */
             static unsigned ws_done = 0;
             lkv_cuda_smem_limit(b, &ws_done, attn_fa_kernel<TK, TV, D, true>, L::bytes, "attn_mma smem");
             attn_fa_kernel<TK, TV, D, true><<<grid, FA_THREADS + FA_PROD, L::bytes, b->stream>>>(st, q, *d, ge);
@@ -132,13 +134,13 @@ extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const l
     ge.rbv = (size_t)d->n_head_kv * (hd / 32) * gbv;
     ge.gk = fa_piece(hd / 32 * gbk, ge.rbk, d, true);
     ge.gv = fa_piece(hd / 32 * gbv, ge.rbv, d, false);
-    ge.wg = fa_path_sel == 1 ? 0 : fa_path_sel == 2 ? 1 : 2;
+    ge.wg = fa_path_sel == 1 ? 0 : fa_path_sel == 2 ? 1 : fa_path_sel == 4 ? 3 : 2;
     /* 16-bit rows go in 16-byte pieces straight into the tile; the others need 4 */
     const bool f16k = d->type_k == LKV_TYPE_F16 || d->type_k == LKV_TYPE_BF16;
     const bool f16v = d->type_v == LKV_TYPE_F16 || d->type_v == LKV_TYPE_BF16;
     if (ge.gk < (f16k ? 16 : 4) || ge.gv < (f16v ? 16 : 4)) return false;
     /* quantized K / V on sm_90a: decoded once per pass, then the f16 kernel */
-    if (fa_path_sel == 0 && lkv_cuda_attn_stage_takes(b, d)) {
+    if ((fa_path_sel == 0 || fa_path_sel == 4) && lkv_cuda_attn_stage_takes(b, d)) {
         const int r = lkv_cuda_attn_stage(b, st, q, d, ge.rbk, ge.rbv);
         if (r < 0) lkv_cuda_note(b, cudaErrorInvalidValue, "attn_mma: a staged pass was refused");
         if (r != 0) return true;
