@@ -10,16 +10,17 @@
  * "timeonly" those timings alone; "timeone P" one f16 timing at 32K on path P
  * (attn_mma.cu's test-only switch), for a profiler; "timesmall" q8_0 at 32K
  * with 16 to 128 queries, staged (auto) against the in-kernel decoding;
- * "timeab" the warp-specialized kernel (auto) against its variant with S one
- * tile ahead (path 4) at 32K / 128K.
+ * "timeab" the warp-specialized kernel (auto) against the 8-warp kernel
+ * with S one tile ahead (path 3) at 32K / 128K.
  *
  * What is compared: lkv_cuda_attn_mma + attn_finish against the CPU's
  * attn_accum + attn_finish on fresh random inputs, for KV f16 / bf16 / q8_0 /
  * q4_0 (and the mixed pairs), GQA 3 at head_dim 64, GQA 4 at head_dim 128,
  * GQA 6 and 1 at head_dim 256, 16 to 512 queries, contexts of several chunks
- * with a partial last one, on each path (mma.sync; where the build targets
- * sm_90a wgmma, wgmma with S one tile ahead, and the warp-specialized kernel
- * with S one tile ahead, test-only), and:
+ * with a partial last one, on each path (the 8-warp kernel's mma.sync; where
+ * the build targets sm_90a its wgmma and wgmma with S one tile ahead; auto:
+ * the warp-specialized kernel for 16-bit K/V at head_dim 128, q8_0 / q4_0
+ * decoded to f16 first), and:
  *   (1) one call, one segment;
  *   (2) the chunk range in two calls, rows in three segments listed out of
  *       order (boundaries inside K/V tiles); the cut lies inside the queries'
@@ -432,8 +433,8 @@ int main(int argc, char **argv) {
         {4, 4, 128, 64, 1000, 200, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
     };
     /* every case on each path: auto (wgmma where built for sm_90a) and mma.sync */
-    const char *names[5] = {"mma.sync", "wgmma", "wgmma pipelined (8 warps)", "auto", "warp-specialized, S ahead"};
-    const int sel[5] = {1, 2, 3, 0, 4};
+    const char *names[4] = {"mma.sync", "wgmma", "wgmma pipelined (8 warps)", "auto"};
+    const int sel[4] = {1, 2, 3, 0};
     const int timing = argc > 1 && !strcmp(argv[1], "time");
     if (argc > 2 && !strcmp(argv[1], "timeone")) {   /* one f16 timing on path argv[2] (for a profiler) */
         lkv_cuda_attn_mma_path(atoi(argv[2]));
@@ -455,8 +456,8 @@ int main(int argc, char **argv) {
         time_all();
         return harness_close();
     }
-    if (argc > 1 && !strcmp(argv[1], "timeab")) {   /* the warp-specialized kernel: auto against S ahead (4) */
-        for (int k = 3; k < 5; k++) {
+    if (argc > 1 && !strcmp(argv[1], "timeab")) {   /* auto (warp-specialized) against the 8-warp kernel (3) */
+        for (int k = 3; k >= 2; k--) {
             lkv_cuda_attn_mma_path(sel[k]);
             path_name = names[k];
             for (int di = 0; di < 2; di++) {
@@ -468,7 +469,7 @@ int main(int argc, char **argv) {
         lkv_cuda_attn_mma_path(0);
         return harness_close();
     }
-    for (int pi = 0; pi < 5; pi++) {
+    for (int pi = 0; pi < 4; pi++) {
         lkv_cuda_attn_mma_path(sel[pi]);
         path_name = names[pi];
         worst_err = 0;

@@ -58,24 +58,15 @@
  * f16: issue slots 23% busy, ~1.9 warps per scheduler with 0.3 eligible, the
  * top stall the cp.async waits (L1TEX scoreboard, 32%), L2 51% busy: the
  * block-wide barrier per tile and 8 warps per SM leave it latency-bound.
- * The warp-specialized instance (WS: warps 8-11 copy and dequantize behind
- * per-stage mbarriers, no block barrier per tile) reached 224 / 235 TFLOP/s
- * for f16 at 32K / 128K (2026-12-02) but only 110 / 149 for q8_0 / q4_0, whose
- * dequantization then bounds it; it runs for 16-bit K/V at head_dim 128.
- * Since 2026-12-03 the producer warps give registers to the compute warps
- * (setmaxnreg: 56 and 224; the launch gives each thread 168): the same
- * instructions, scheduled by ptxas with room, 255 / 268 TFLOP/s for f16 at 32K
- * / 128K and 231 / 239 for q8_0 (staged), against 222 / 230 and 205 / 213 the
- * day before (test_attn_mma timeab). With that room S can run one tile ahead
- * in this kernel too (path 4 of test_attn_mma, test-only): slower, 177 / 176
- * and 145 / 155. A loop issuing P_{j-1} V_{j-1} and S_j as one group, the two
- * compute warpgroups taking turns by named barriers, was the same bits and
- * slower still (207 / 215, f16) and is not kept.
- * What would take it further toward FlashAttention-3's rate: 128-position
- * tiles, and K/V tiles shared by the blocks of one KV head (cluster
- * multicast: 16 blocks read each tile through L2 today). Tried and taken
- * back (2026-12-02, night; git history has it): FlashAttention-3's loop order
- * in the warp-specialized kernel (setmaxnreg 224 / 56, S_j issued with
+ * The warp-specialized kernel (warps 8-11 copy behind per-stage mbarriers,
+ * no block barrier per tile) is attn_fa_ws.cuh's since 2026-12-03: it takes
+ * 16-bit K/V at head_dim 128 on sm_90a, and q8_0 / q4_0 after attn_stage.cu
+ * decodes them; its history (224 / 235 TFLOP/s for f16 at 32K / 128K on
+ * 2026-12-02, 255 / 268 with setmaxnreg, both with this kernel's 64-position
+ * tiles) is in docs/performance.md. In this kernel, with the producer warps'
+ * dequantization, q8_0 / q4_0 reached only 110 / 149. Tried and taken back
+ * (2026-12-02, night; git history has it): FlashAttention-3's loop order in
+ * the warp-specialized kernel (setmaxnreg 224 / 56, S_j issued with
  * P_{j-1} V_{j-1}, tile j's softmax beside the latter, with and without the
  * two warpgroups taking turns by named barriers, 4 or 6 stages). It was
  * exact (test_attn_mma's split checks) but slower: f16 at 32K 168 TFLOP/s
@@ -99,21 +90,13 @@
 
 #include <limits.h>
 
-#include <type_traits>
-
-#include "async_ptx.cuh"
 #include "attn_fa_tile.cuh"
 
 // ---------------------------------------------------------------- the kernel
 
-/* grid (M tiles of 128 rows, n_head_kv); the heaviest tiles (latest queries) first.
- * WS: warp-specialized (sm_90a, head_dim 128): warps 0-7 compute, warps 8-11 copy
- * and dequantize, the two sides meeting at per-stage mbarriers */
-enum { FA_PROD = 128 };   /* the warp-specialized kernel's producer threads (warps 8-11) */
-/* its registers per thread after setmaxnreg: the 2 x 128 compute threads take 224
- * and the 128 producers keep 56, 64512 of the SM's 65536 (the launch gives each 168) */
-template <int TK, int TV, int D, bool WS>
-__global__ void __launch_bounds__(WS ? FA_THREADS + FA_PROD : FA_THREADS, 1)
+/* grid (M tiles of 128 rows, n_head_kv); the heaviest tiles (latest queries) first */
+template <int TK, int TV, int D>
+__global__ void __launch_bounds__(FA_THREADS, 1)
 attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ lkv_attn_desc d, const fa_geom ge) {
     using L = fa_smem<TK, TV, D>;
     constexpr bool QK = L::QK, QV = L::QV, ANYQ = L::ANYQ;
@@ -126,11 +109,10 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mt = gridDim.x - 1 - blockIdx.x, kh = blockIdx.y, G = ge.G;
     const int n_rows = d.n_q * G, f0 = mt * FA_BM;
-    static_assert(!WS || QREG, "the warp-specialized kernel keeps Q in registers");
 #if FA_HAVE_WGMMA
-    const bool wg = WS || (QREG && ge.wg != 0);
+    const bool wg = QREG && ge.wg != 0;
     /* S of tile j + 1 in flight during tile j's softmax: K straight from its stage, landed a tile early */
-    const bool pipe = wg && !QK && NS >= 3 && ge.wg == (WS ? 3 : 2);   /* (the warp-specialized kernel: test-only, wg 3) */
+    const bool pipe = wg && !QK && NS >= 3 && ge.wg == 2;
 #else
     constexpr bool pipe = false;
 #endif
@@ -164,12 +146,9 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     // -- tile j's copies into stage j % NS (an empty group past the end); ic walks the tiles
     fa_cursor ic;
     ic.start(d);
-    /* by NT threads (t: this one's index among them): all 8 warps, or the producer warps */
-    using all_t = std::integral_constant<int, FA_THREADS>;
-    using prod_t = std::integral_constant<int, FA_PROD>;
-    auto issue = [&](int j, auto nt) {
-        constexpr int NT = decltype(nt)::value;
-        const int t = NT == FA_THREADS ? tid : tid - FA_THREADS;
+    constexpr int NT = FA_THREADS;
+    const int t = tid;
+    auto issue = [&](int j) {
         if (j < n_tiles) {
             const fa_tile tl = ic.tile(d, Pend);
             ic.next(d, Pend);
@@ -197,9 +176,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         fa_cp_commit();
     };
     // -- tile j's quantized operands -> f16 buffer j % NF
-    auto dequant = [&](int j, auto nt) {
-        constexpr int NT = decltype(nt)::value;
-        const int t = NT == FA_THREADS ? tid : tid - FA_THREADS;
+    auto dequant = [&](int j) {
         const uint8_t *stg = sm + L::stages + (j % NS) * L::stage;
         uint8_t *fb = sm + L::fbufs + (j % (NF ? NF : 1)) * L::fbuf;
         if constexpr (QK) fa_dequant<TK, D, NT>(fb, stg, t);
@@ -217,49 +194,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         else return sb + L::stages + (j % NS) * L::stage + L::rk;
     };
 
-    /* the warp-specialized kernel: full[s] (the producer warps' arrivals: stage
-     * s's tile landed, dequantized where quantized: 128 arrivals) and empty[s] (the 256 compute
-     * threads': the tile in stage s is done with); tile j uses stage j % NS and f16
-     * buffer j % NF, and its completions are phase j / NS of both */
-#if FA_HAVE_WGMMA
-    const uint32_t bfull = sb + L::bars, bempty = bfull + 8 * NS;
-#endif
-    if constexpr (WS) {
-#if FA_HAVE_WGMMA
-        if (tid == 0) {
-            for (int s = 0; s < NS; s++) {
-                mb_init(bfull + 8 * s, FA_PROD);
-                mb_init(bempty + 8 * s, FA_THREADS);
-            }
-            mb_init_fence();
-        }
-        __syncthreads();
-        if (warp >= FA_WARPS) {   /* the producer: copies NS - 1 tiles ahead, dequantizes one ahead */
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-            constexpr int LA = NS - 1;
-            for (int s = 0; s < LA; s++) issue(s, prod_t{});
-            for (int j = 0; j < n_tiles; j++) {
-                fa_cp_wait<LA - 1>();   /* tile j's pieces of this thread */
-                asm volatile("bar.sync 2, %0;\n" ::"r"((int)FA_PROD) : "memory");   /* and of every producer */
-                if constexpr (ANYQ) {
-                    if (j >= NF) mb_wait(bempty + 8 * ((j - NF) % NS), ((j - NF) / NS) & 1);
-                    dequant(j, prod_t{});
-                } else {
-                    fa_fence_async();
-                }
-                mb_arrive(bfull + 8 * (j % NS));
-                /* stage (j + LA) % NS held tile j - 1 (its mask too): wait until it is done with */
-                if (j >= 1 && j + LA < n_tiles) mb_wait(bempty + 8 * ((j - 1) % NS), ((j - 1) / NS) & 1);
-                issue(j + LA, prod_t{});
-            }
-            fa_cp_wait<0>();
-            return;
-        }
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
-#endif
-    } else {
-        for (int s = 0; s < NS - 1; s++) issue(s, all_t{});
-    }
+    for (int s = 0; s < NS - 1; s++) issue(s);
 
     // -- Q: 128 rows in K's dot type into the Q tile (core-matrix layout, 128 rows)
     {
@@ -284,9 +219,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
             *(uint16_t *)(qs + (c >> 3) * (FA_BM * 16) + r * 16 + (c & 7) * 2) = hv;
         }
     }
-    static_assert(FA_THREADS == 256, "bar.sync 1, 256 below");
-    if constexpr (WS) asm volatile("bar.sync 1, 256;\n" ::: "memory");   /* the compute warps */
-    else __syncthreads();
+    __syncthreads();
     /* ldmatrix lane offsets: A (Q) rows; B of S (K): kv row, dim group; B of O (V, trans) */
     const uint32_t qrow = sb + L::q + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * 16 + (lane >> 4) * (FA_BM * 16);
     const int koff = ((lane & 7) + 8 * (lane >> 4)) * 16 + ((lane >> 3) & 1) * (FA_BN * 16);
@@ -318,10 +251,10 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     }
     const float L2E = 1.4426950408889634f;
 
-    if constexpr (ANYQ && NF == 2 && !WS) {   /* tile 0 dequantized before the loop */
+    if constexpr (ANYQ && NF == 2) {   /* tile 0 dequantized before the loop */
         fa_cp_wait<NS - 2>();
         __syncthreads();
-        dequant(0, all_t{});
+        dequant(0);
     }
 
 #if FA_HAVE_WGMMA
@@ -332,22 +265,16 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     for (int j = 0; j < n_tiles; j++) {
         const fa_tile tl = cc.tile(d, Pend);
         cc.next(d, Pend);
-        if constexpr (WS) {
-#if FA_HAVE_WGMMA
-            mb_wait(bfull + 8 * (j % NS), (j / NS) & 1);   /* at once where the pipelined S waited already */
-#endif
-        } else {
-            if (pipe) fa_cp_wait<PEND_P>();
-            else fa_cp_wait<PEND>();
-            fa_fence_async();
-            __syncthreads();   /* tile j (and j + 1 for NF = 2) landed; stage (j - 1) % NS is free */
-            issue(j + NS - 1, all_t{});
-            if constexpr (ANYQ && NF == 2) {
-                if (j + 1 < n_tiles) dequant(j + 1, all_t{});
-            } else if constexpr (ANYQ) {
-                dequant(j, all_t{});
-                __syncthreads();
-            }
+        if (pipe) fa_cp_wait<PEND_P>();
+        else fa_cp_wait<PEND>();
+        fa_fence_async();
+        __syncthreads();   /* tile j (and j + 1 for NF = 2) landed; stage (j - 1) % NS is free */
+        issue(j + NS - 1);
+        if constexpr (ANYQ && NF == 2) {
+            if (j + 1 < n_tiles) dequant(j + 1);
+        } else if constexpr (ANYQ) {
+            dequant(j);
+            __syncthreads();
         }
         const uint32_t kt = k_addr(j), vt = v_addr(j);
 
@@ -370,7 +297,6 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
                 }
                 if (pipe && j + 1 < n_tiles) {
                     const uint32_t kn = k_addr(j + 1);
-                    if constexpr (WS) mb_wait(bfull + 8 * ((j + 1) % NS), ((j + 1) / NS) & 1);
                     fa_wg_fence();
 #pragma unroll
                     for (int kk = 0; kk < KS; kk++)
@@ -488,7 +414,6 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
                 fa_wg_wait0();   /* and S of tile j + 1 */
                 fa_reg_fence(o);
                 if (pipe) fa_reg_fence(sn);
-                if constexpr (WS) mb_arrive(bempty + 8 * (j % NS));   /* tile j's K and V are read */
             }
         } else
 #endif

@@ -157,6 +157,22 @@ FA_WGMMA_RS(fa_wgmma_n128_f16, "m64n128k16.f32.f16.f16", 16, FA_ACC64, FA_REGS64
 FA_WGMMA_RS(fa_wgmma_n128_bf16, "m64n128k16.f32.bf16.bf16", 16, FA_ACC64, FA_REGS64, "{%64, %65, %66, %67}, %68", "%69", "%70")
 #undef FA_WGMMA_RS
 
+/* d (64 x 128 f32) = (sd ? d : 0) + A (64 x 16, descriptor) * B (16 x 128, descriptor), both
+ * K-major, f16 or bf16 (BF) (attn_fa_ws.cuh: Q from shared memory) */
+template <bool BF>
+static __device__ __forceinline__ void fa_wgmma_ss_n128(float (&d)[16][4], uint64_t adesc, uint64_t bdesc, int sd) {
+    if constexpr (BF)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FA_REGS64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : FA_ACC64(d)
+                     : "l"(adesc), "l"(bdesc), "r"(sd));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FA_REGS64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : FA_ACC64(d)
+                     : "l"(adesc), "l"(bdesc), "r"(sd));
+}
+
 /* d (64 x 128 f32) += A (64 x 16, descriptor) * B (16 x 128, descriptor), f16, both K-major
  * (gemm_wg.cu) */
 static __device__ __forceinline__ void fa_wgmma_ss_n128_f16(float (&d)[16][4], uint64_t adesc, uint64_t bdesc) {

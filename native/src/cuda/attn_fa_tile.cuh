@@ -1,5 +1,6 @@
 /*
- * cuda/attn_fa_tile.cuh: the K/V tiles of attn_mma.cu's flash attention:
+ * cuda/attn_fa_tile.cuh: the K/V tiles of attn_mma.cu's flash attention
+ * kernels (attn_fa_kernel.cuh, attn_fa_ws.cuh):
  * shared-memory layout, where each row lives, the copies, the dequantization.
  *
  * Tile layout ("core matrices", what both ldmatrix and wgmma descriptors
@@ -30,8 +31,7 @@ template <int T> __host__ __device__ constexpr bool fa_quant() { return T == LKV
 template <int T, int D> __host__ __device__ constexpr int fa_hb() { return D / 32 * group_bytes<T>(); }
 
 /* shared memory of one instance: NS stages of raw K + V, NF dequantized f16
- * buffers for each quantized operand, the Q tile, NS tile masks (2 words),
- * 2 NS mbarriers */
+ * buffers for each quantized operand, the Q tile, NS tile masks (2 words) */
 template <int TK, int TV, int D> struct fa_smem {
     static constexpr int tile = FA_BN * D * 2;
     static constexpr bool QK = fa_quant<TK>(), QV = fa_quant<TV>(), ANYQ = QK || QV;
@@ -49,8 +49,7 @@ template <int TK, int TV, int D> struct fa_smem {
     static constexpr int fbufs = NS * stage;
     static constexpr int q = fbufs + NF * fbuf;
     static constexpr int mask = q + qb;
-    static constexpr int bars = mask + NS * 8;   /* the warp-specialized kernel's full / empty mbarriers */
-    static constexpr int bytes = bars + NS * 16;
+    static constexpr int bytes = mask + NS * 8;
     static_assert(bytes <= LIMIT, "shared memory");
     static_assert(!ANYQ || NF == 1 || NS >= 3, "pipeline");
 };
@@ -59,36 +58,38 @@ template <int TK, int TV, int D> struct fa_smem {
 struct fa_geom {
     int G;               /* heads per KV head */
     int P0, P1;          /* [chunk_lo, chunk_hi) * chunk */
-    int tpc;             /* tiles per chunk */
+    int tpc;             /* tiles of 64 per chunk (the 8-warp kernel) */
     float scale, c2;     /* scale; scale * log2(e) */
     size_t rbk, rbv;     /* KV row bytes (all KV heads) */
     int gk, gv;          /* cp.async piece bytes for quantized K / V */
-    int wg;              /* where compiled for sm_90a: 0 mma.sync, 1 wgmma, 2 wgmma with S one tile ahead
-                          * (3: the warp-specialized kernel with S one tile ahead, test-only) */
+    int wg;              /* the 8-warp kernel where compiled for sm_90a: 0 mma.sync, 1 wgmma, 2 wgmma with S
+                          * one tile ahead */
 };
 
-/* a tile of a call: rows [p0, pe) of one chunk, from the chunk's start in steps of 64,
+/* a tile of a call: rows [p0, pe) of one chunk, from the chunk's start in steps of 64 (128),
  * clipped at its end and at the block's last visible position Pend; last: the chunk's
  * last tile (its partial is complete after it) */
 struct fa_tile { int p0, pe; bool last; };
 
-/* the same tiles walked in order without divisions: chunk cs (start), tile start p0 */
-struct fa_cursor {
+/* the same tiles walked in order without divisions: chunk cs (start), tile start p0;
+ * BN positions per tile (attn_fa_ws.cuh: 128) */
+template <int BN> struct fa_cursor_t {
     int cs, p0;
     __device__ __forceinline__ void start(const lkv_attn_desc &d) { cs = p0 = d.chunk_lo * d.chunk; }
     __device__ __forceinline__ fa_tile tile(const lkv_attn_desc &d, int Pend) const {
         const int ce = min(cs + d.chunk, Pend);
         fa_tile tl;
         tl.p0 = p0;
-        tl.pe = min(p0 + FA_BN, ce);
+        tl.pe = min(p0 + BN, ce);
         tl.last = tl.pe >= ce;
         return tl;
     }
     __device__ __forceinline__ void next(const lkv_attn_desc &d, int Pend) {
         if (tile(d, Pend).last) cs = p0 = cs + d.chunk;
-        else p0 += FA_BN;
+        else p0 += BN;
     }
 };
+using fa_cursor = fa_cursor_t<FA_BN>;
 
 /* segment holding position p (-1: none); the first match, like the CPU's search */
 static __device__ __forceinline__ int fa_find(const lkv_attn_desc &d, int p) {
@@ -122,33 +123,33 @@ struct fa_rows {
 /* f16 / bf16 rows of a tile into the core-matrix layout: piece (row, dim
  * group) per thread, 16 rows of one group per half warp (a 32-byte sector
  * per row pair of lanes, the 8 bank groups evenly) */
-template <int D, int NT>
+template <int D, int NT, int BN = FA_BN>
 static __device__ __forceinline__ void fa_copy_f16(const lkv_attn_desc &d, const fa_rows &rw, bool is_k, size_t rb,
                                                    size_t off, uint8_t *dst, int t) {
-    constexpr int P = D / 8, TOTAL = FA_BN * P;
+    constexpr int P = D / 8, TOTAL = BN * P;
     const uint8_t *base = rw.seg >= 0 ? rw.row(d, 0, is_k, rb, off) : nullptr;   /* one segment: rows rb apart */
     const int nrow = rw.pe - rw.p0;
     for (int idx = t; idx < TOTAL; idx += NT) {
         const int rlo = idx & 15, rest = idx >> 4, pc = rest % P, r = (rest / P) * 16 + rlo;
         const uint8_t *src = base ? (r < nrow ? base + (size_t)r * rb : nullptr) : rw.row(d, r, is_k, rb, off);
-        uint8_t *dp = dst + pc * (FA_BN * 16) + r * 16;
+        uint8_t *dp = dst + pc * (BN * 16) + r * 16;
         if (src) fa_cp16((uint32_t)__cvta_generic_to_shared(dp), src + pc * 16);
         else *(uint4 *)dp = make_uint4(0u, 0u, 0u, 0u);
     }
 }
 
 /* the same when one segment holds every row of the call: row p at base + p * rb */
-template <int D, int NT>
+template <int D, int NT, int BN = FA_BN>
 static __device__ __forceinline__ void fa_copy_f16_flat(const uint8_t *base, size_t rb, const fa_tile &tl,
                                                         uint8_t *dst, int t) {
-    constexpr int P = D / 8, TOTAL = FA_BN * P;
+    constexpr int P = D / 8, TOTAL = BN * P;
     const uint8_t *b0 = base + (size_t)tl.p0 * rb;
-    const uint32_t rb32 = (uint32_t)rb;   /* 64 rows of a tile: 32-bit offsets (the entry point checks) */
+    const uint32_t rb32 = (uint32_t)rb;   /* the rows of a tile: 32-bit offsets (the entry point checks) */
     const int nrow = tl.pe - tl.p0;
 #pragma unroll
     for (int idx0 = 0; idx0 < TOTAL; idx0 += NT) {
         const int idx = idx0 + t, rlo = idx & 15, rest = idx >> 4, pc = rest % P, r = (rest / P) * 16 + rlo;
-        uint8_t *dp = dst + pc * (FA_BN * 16) + r * 16;
+        uint8_t *dp = dst + pc * (BN * 16) + r * 16;
         const bool in = r < nrow;   /* rows past the tile's end: zeros (row 0 is a valid address) */
         fa_cp16z((uint32_t)__cvta_generic_to_shared(dp), b0 + (in ? (uint32_t)r * rb32 + pc * 16 : 0u), in);
     }

@@ -1,19 +1,20 @@
 /*
  * cuda/attn_mma.cu: prefill attention on tensor cores (flash attention over
  * the chunk grid, f32 accumulation), folded into attn.cu's state: the checks
- * of a call, the launch, and the choice between the kernel's instances (the
- * warp-specialized one, the 8-warp wgmma and mma.sync paths). The kernel and
- * its design: attn_fa_kernel.cuh; its tiles: attn_fa_tile.cuh; its PTX:
- * attn_fa_ptx.cuh, async_ptx.cuh.
+ * of a call, the launch, and the choice between the kernels (the
+ * warp-specialized one on sm_90a: attn_fa_ws.cuh; the 8-warp one with its
+ * wgmma and mma.sync paths: attn_fa_kernel.cuh). Their tiles:
+ * attn_fa_tile.cuh; their PTX: attn_fa_ptx.cuh, async_ptx.cuh.
  */
 #include "attn_fa_kernel.cuh"
+#include "attn_fa_ws.cuh"
 #include "attn_mma.cuh"
 
 /* test-only: 0 auto (the warp-specialized kernel where compiled for sm_90a for
  * head_dim 128 with 16-bit K and V, q8_0 / q4_0 ones decoded to f16 first by
  * attn_stage.cu, else pipelined wgmma where compiled for sm_90a, else
- * mma.sync), 1 mma.sync, 2 wgmma not pipelined, 3 wgmma pipelined
- * (one block of 8 warps that copy and compute) */
+ * mma.sync); the 8-warp kernel (one block of 8 warps that copy and compute):
+ * 1 mma.sync, 2 wgmma not pipelined, 3 wgmma pipelined */
 static int fa_path_sel = 0;
 extern "C" void lkv_cuda_attn_mma_path(int sel) { fa_path_sel = sel; }
 
@@ -37,29 +38,26 @@ static int fa_smem_max(const lkv_bctx *b) {
 template <int TK, int TV, int D>
 static bool fa_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const fa_geom &ge) {
     using L = fa_smem<TK, TV, D>;
-    if (L::bytes > fa_smem_max(b)) return false;
     const int n_mt = (int)lkv_cdiv((int64_t)d->n_q * ge.G, FA_BM);
     const dim3 grid(n_mt, d->n_head_kv);
-    /* the warp-specialized instance where it is the faster (H200, 2026-12-02,
-     * test_attn_mma timeonly, 8B shape, 512 queries at 32K / 128K): 16-bit K and V,
-     * 224 / 235 TFLOP/s against 195 for the 8-warp kernel (255 / 268 since its
-     * setmaxnreg, 2026-12-03; path 4: the same with S one tile ahead, test-only,
-     * slower); with q8_0 / q4_0 the four
-     * producer warps' dequantization is the bottleneck (110 / 149 against 135 / 165).
-     * head_dim 64 gave wrong sums (every f16 / q8_0 / q4_0 case of test_attn_mma,
-     * bf16 right; cause not found yet): 128 only */
+    /* the warp-specialized kernel for 16-bit K and V at head_dim 128 where the
+     * device runs sm_90a code (gemm_wg.cu's probe); docs/performance.md has the
+     * figures against the 8-warp kernel */
     if constexpr (D == 128 && !fa_quant<TK>() && !fa_quant<TV>()) {
-        if ((fa_path_sel == 0 || fa_path_sel == 4) && b->wg_ok) {   /* the device runs sm_90a code (gemm_wg.cu's probe) */
+        if (fa_path_sel == 0 && b->wg_ok) {
+            using W = fa_ws_smem<D>;
+            if (W::bytes > fa_smem_max(b)) return false;
             static unsigned ws_done = 0;
-            lkv_cuda_smem_limit(b, &ws_done, attn_fa_kernel<TK, TV, D, true>, L::bytes, "attn_mma smem");
-            attn_fa_kernel<TK, TV, D, true><<<grid, FA_THREADS + FA_PROD, L::bytes, b->stream>>>(st, q, *d, ge);
+            lkv_cuda_smem_limit(b, &ws_done, attn_fa_ws_kernel<TK, TV>, W::bytes, "attn_mma smem");
+            attn_fa_ws_kernel<TK, TV><<<grid, FA_THREADS + FA_WS_PROD, W::bytes, b->stream>>>(st, q, *d, ge);
             LKV_CUDA_LAUNCHED(b, "attn_mma (warp-specialized)");
             return true;
         }
     }
+    if (L::bytes > fa_smem_max(b)) return false;
     static unsigned smem_done = 0;
-    lkv_cuda_smem_limit(b, &smem_done, attn_fa_kernel<TK, TV, D, false>, L::bytes, "attn_mma smem");
-    attn_fa_kernel<TK, TV, D, false><<<grid, FA_THREADS, L::bytes, b->stream>>>(st, q, *d, ge);
+    lkv_cuda_smem_limit(b, &smem_done, attn_fa_kernel<TK, TV, D>, L::bytes, "attn_mma smem");
+    attn_fa_kernel<TK, TV, D><<<grid, FA_THREADS, L::bytes, b->stream>>>(st, q, *d, ge);
     LKV_CUDA_LAUNCHED(b, "attn_mma");
     return true;
 }
@@ -114,10 +112,10 @@ extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const l
     const int gbk = fa_group_bytes(d->type_k), gbv = fa_group_bytes(d->type_v);
     if (!gbk || !gbv) return false;
     const int64_t P1 = (int64_t)d->chunk_hi * d->chunk;
-    if (P1 > INT32_MAX - FA_BN || (int64_t)d->q_pos0 + d->n_q > INT32_MAX || d->chunk_lo < 0) return false;
+    if (P1 > INT32_MAX - FA_WS_BN || (int64_t)d->q_pos0 + d->n_q > INT32_MAX || d->chunk_lo < 0) return false;
     if ((int64_t)d->n_q * d->n_head > INT32_MAX / 2) return false;
-    /* a tile's 64 rows within 32-bit offsets of its first */
-    if ((int64_t)d->n_head_kv * (hd / 32) * (gbk > gbv ? gbk : gbv) * FA_BN > INT32_MAX) return false;
+    /* a tile's rows (up to 128) within 32-bit offsets of its first */
+    if ((int64_t)d->n_head_kv * (hd / 32) * (gbk > gbv ? gbk : gbv) * FA_WS_BN > INT32_MAX) return false;
     const bool pair = hd == 64 ? fa_pick<64>(NULL, NULL, NULL, d, NULL)
                       : hd == 128 ? fa_pick<128>(NULL, NULL, NULL, d, NULL) : fa_pick<256>(NULL, NULL, NULL, d, NULL);
     if (!pair) return false;
@@ -134,13 +132,13 @@ extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const l
     ge.rbv = (size_t)d->n_head_kv * (hd / 32) * gbv;
     ge.gk = fa_piece(hd / 32 * gbk, ge.rbk, d, true);
     ge.gv = fa_piece(hd / 32 * gbv, ge.rbv, d, false);
-    ge.wg = fa_path_sel == 1 ? 0 : fa_path_sel == 2 ? 1 : fa_path_sel == 4 ? 3 : 2;
+    ge.wg = fa_path_sel == 1 ? 0 : fa_path_sel == 2 ? 1 : 2;
     /* 16-bit rows go in 16-byte pieces straight into the tile; the others need 4 */
     const bool f16k = d->type_k == LKV_TYPE_F16 || d->type_k == LKV_TYPE_BF16;
     const bool f16v = d->type_v == LKV_TYPE_F16 || d->type_v == LKV_TYPE_BF16;
     if (ge.gk < (f16k ? 16 : 4) || ge.gv < (f16v ? 16 : 4)) return false;
     /* quantized K / V on sm_90a: decoded once per pass, then the f16 kernel */
-    if ((fa_path_sel == 0 || fa_path_sel == 4) && lkv_cuda_attn_stage_takes(b, d)) {
+    if (fa_path_sel == 0 && lkv_cuda_attn_stage_takes(b, d)) {
         const int r = lkv_cuda_attn_stage(b, st, q, d, ge.rbk, ge.rbv);
         if (r < 0) lkv_cuda_note(b, cudaErrorInvalidValue, "attn_mma: a staged pass was refused");
         if (r != 0) return true;

@@ -1,0 +1,319 @@
+/*
+ * cuda/attn_fa_ws.cuh: the warp-specialized prefill attention on Hopper
+ * (sm_90a): 16-bit K and V (f16 / bf16; q8_0 / q4_0 reach it decoded by
+ * attn_stage.cu) at head_dim 128, over the chunk grid, folded into attn.cu's
+ * state exactly as attn_fa_kernel.cuh's kernel folds it (its header: the
+ * state's form at chunk boundaries, why a split of the range into calls does
+ * not show, the rounding).
+ *
+ * Work split. A block owns 128 (query, head) rows of one KV head (flat index
+ * f = qi * G + g, as attn_fa_kernel.cuh) and walks the positions up to its
+ * last query in tiles of 128 K/V rows that start at each chunk's start and
+ * are clipped at its end. Warps 0-7 compute, two warpgroups of 64 rows each
+ * (warp w: rows 16w .. 16w + 15); warps 8-11 copy. Per tile a compute
+ * warpgroup issues S = Q K^T (8 wgmma m64n128k16, Q and K from shared
+ * memory), the online softmax of its 64 x 128 scores in registers, and O +=
+ * P V (8 wgmma m64n128k16, P from registers, V from shared memory). The two
+ * warpgroups run unsynchronized, so one's softmax overlaps the other's
+ * products.
+ *
+ * Data movement: the producer warps copy tile j into stage j % 3 with
+ * cp.async (16-byte pieces into the core-matrix layout, attn_fa_tile.cuh),
+ * two tiles ahead; full[s] (128 producer arrivals) says a stage landed,
+ * empty[s] (256 compute arrivals) that it was read. Registers: setmaxnreg
+ * gives the compute threads 208 and the producers 88 (2 x 128 x 208 + 128 x
+ * 88 = 64512 of the SM's 65536; the launch gives each 168): with 56 the
+ * producers' 32 copy addresses per tile spilled (ptxas: 36 bytes), and the
+ * compute threads need no more than 208.
+ *
+ * Head_dim 128 only: the same kernel with 64-position tiles gave wrong sums
+ * at head_dim 64 (every f16 case of test_attn_mma; cause not found).
+ *
+ * Shared memory: 3 stages of K + V (64 KiB each), the Q tile (32 KiB), the
+ * tile masks (4 words per stage) and the barriers: 224.1 KiB of 227.
+ *
+ * Speed (H200, tests/cuda/test_attn_mma "timeab", Llama-3-8B shape, 512
+ * queries at the end of the context): see docs/performance.md. Against
+ * 64-position tiles (attn_fa_kernel.cuh's warp-specialized instance until
+ * 2026-12-03, 255 / 268 TFLOP/s for f16 at 32K / 128K) a tile here is half
+ * as many barrier waits, max / sum reductions and loop trips per product.
+ */
+#ifndef LKV_CUDA_ATTN_FA_WS_CUH
+#define LKV_CUDA_ATTN_FA_WS_CUH
+
+#include <limits.h>
+
+#include "async_ptx.cuh"
+#include "attn_fa_tile.cuh"
+
+enum { FA_WS_BN = 128, FA_WS_NS = 3, FA_WS_PROD = 128 };
+
+/* the kernel's shared memory (head_dim D, 16-bit K and V) */
+template <int D> struct fa_ws_smem {
+    static constexpr int tile = FA_WS_BN * D * 2;
+    static constexpr int stage = 2 * tile;   /* K, then V */
+    static constexpr int q = FA_WS_NS * stage;
+    static constexpr int mask = q + FA_BM * D * 2;
+    static constexpr int bars = mask + FA_WS_NS * 16;
+    static constexpr int bytes = bars + FA_WS_NS * 16;
+    static_assert(bytes <= 227 * 1024, "shared memory");
+};
+
+/* grid (M tiles of 128 rows, n_head_kv); the heaviest tiles (latest queries) first */
+template <int TK, int TV>
+__global__ void __launch_bounds__(FA_THREADS + FA_WS_PROD, 1)
+attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant__ lkv_attn_desc d, const fa_geom ge) {
+#if FA_HAVE_WGMMA
+    constexpr int D = 128, BN = FA_WS_BN, NS = FA_WS_NS, KS = D / 16, NO = D / 8, NB = BN / 8;
+    constexpr bool BFK = TK == LKV_TYPE_BF16, BFV = TV == LKV_TYPE_BF16;
+    static_assert((TK == LKV_TYPE_F16 || BFK) && (TV == LKV_TYPE_F16 || BFV), "16-bit K and V");
+    using L = fa_ws_smem<D>;
+    extern __shared__ __align__(128) uint8_t sm[];
+    const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int mt = gridDim.x - 1 - blockIdx.x, kh = blockIdx.y, G = ge.G;
+    const int n_rows = d.n_q * G, f0 = mt * FA_BM;
+
+    const int qi_last = min(d.n_q - 1, (f0 + FA_BM - 1) / G);
+    const int Pend = min(ge.P1, d.q_pos0 + qi_last + 1);
+    if (Pend <= ge.P0) return;   /* nothing visible: every state stays as it is */
+    const int c_last = (Pend - 1) / d.chunk, tpc = (d.chunk + BN - 1) / BN;
+    const int n_tiles = (c_last - d.chunk_lo) * tpc + (Pend - c_last * d.chunk + BN - 1) / BN;
+    const int qpos_min = d.q_pos0 + f0 / G;   /* the block's first query */
+    const size_t offk = (size_t)kh * D * 2, offv = offk;
+
+    /* one segment holding every position of [P0, Pend): rows by arithmetic */
+    const int seg0 = fa_find(d, ge.P0);
+    const bool flat = seg0 >= 0 && Pend - d.segs[seg0].pos0 <= d.segs[seg0].n;
+    const uint32_t bfull = sb + L::bars, bempty = bfull + 8 * NS;
+    if (tid == 0) {
+        for (int s = 0; s < NS; s++) {
+            mb_init(bfull + 8 * s, FA_WS_PROD);
+            mb_init(bempty + 8 * s, FA_THREADS);
+        }
+        mb_init_fence();
+    }
+    __syncthreads();
+
+    if (warp >= FA_WARPS) {   // ---- the producer: tile j into stage j % NS, NS - 1 tiles ahead
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");
+        const int t = tid - FA_THREADS;
+        const uint8_t *kflat = nullptr, *vflat = nullptr;
+        if (flat) {
+            kflat = (const uint8_t *)d.segs[seg0].k - (ptrdiff_t)d.segs[seg0].pos0 * (ptrdiff_t)ge.rbk + offk;
+            vflat = (const uint8_t *)d.segs[seg0].v - (ptrdiff_t)d.segs[seg0].pos0 * (ptrdiff_t)ge.rbv + offv;
+        }
+        fa_cursor_t<BN> ic;
+        ic.start(d);
+        auto issue = [&](int j) {
+            if (j < n_tiles) {
+                const fa_tile tl = ic.tile(d, Pend);
+                ic.next(d, Pend);
+                uint8_t *stg = sm + (j % NS) * L::stage;
+                if (flat) {
+                    fa_copy_f16_flat<D, FA_WS_PROD, BN>(kflat, ge.rbk, tl, stg, t);
+                    fa_copy_f16_flat<D, FA_WS_PROD, BN>(vflat, ge.rbv, tl, stg + L::tile, t);
+                } else {
+                    fa_rows rw;
+                    rw.init(d, tl);
+                    /* bit r of the mask: tile row r is present (one row per producer thread) */
+                    const bool ok = rw.row(d, t, true, ge.rbk, 0) != nullptr;
+                    const uint32_t bal = __ballot_sync(0xffffffffu, ok);
+                    if (lane == 0) ((uint32_t *)(sm + L::mask))[(j % NS) * 4 + (t >> 5)] = bal;
+                    fa_copy_f16<D, FA_WS_PROD, BN>(d, rw, true, ge.rbk, offk, stg, t);
+                    fa_copy_f16<D, FA_WS_PROD, BN>(d, rw, false, ge.rbv, offv, stg + L::tile, t);
+                }
+            }
+            fa_cp_commit();
+        };
+        constexpr int LA = NS - 1;
+        for (int s = 0; s < LA; s++) issue(s);
+        for (int j = 0; j < n_tiles; j++) {
+            fa_cp_wait<LA - 1>();   /* tile j's pieces of this thread */
+            asm volatile("bar.sync 2, %0;\n" ::"r"((int)FA_WS_PROD) : "memory");   /* and of every producer */
+            fa_fence_async();
+            mb_arrive(bfull + 8 * (j % NS));
+            /* stage (j + LA) % NS held tile j - 1 (its mask too): wait until it is read */
+            if (j >= 1 && j + LA < n_tiles) mb_wait(bempty + 8 * ((j - 1) % NS), ((j - 1) / NS) & 1);
+            issue(j + LA);
+        }
+        fa_cp_wait<0>();
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
+
+    // ---- Q: 128 rows in K's type into the Q tile (core-matrix layout, 128 rows)
+    for (int it = warp; it < FA_BM * (D / 32); it += FA_WARPS) {
+        const int r = it / (D / 32), c = 32 * (it % (D / 32)) + lane, f = f0 + r;
+        const float x = f < n_rows ? q[((size_t)(f / G) * d.n_head + kh * G + f % G) * D + c] : 0.f;
+        const uint16_t hv = BFK ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+        *(uint16_t *)(sm + L::q + (c >> 3) * (FA_BM * 16) + r * 16 + (c & 7) * 2) = hv;
+    }
+    fa_fence_async();   /* the Q tile is read by wgmma (the async proxy) */
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");   /* the compute warps */
+    /* A of S: this warpgroup's 64 rows of Q (M-adjacent core matrices 128 bytes apart, K-adjacent 2048) */
+    const uint32_t qa = sb + L::q + (warp >> 2) * 64 * 16;
+
+    int qpos[2];
+    float *sp[2], m[2], lsum[2], ofac[2], lp[2], o[NO][4];
+    bool changed[2] = {false, false}, vis[2] = {false, false};   /* vis: the current chunk reached the row */
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int f = f0 + 16 * warp + (lane >> 2) + 8 * e;
+        qpos[e] = f < n_rows ? d.q_pos0 + f / G : INT_MIN;   /* padding rows see nothing */
+        sp[e] = f < n_rows ? st + ((size_t)(f / G) * d.n_head + kh * G + f % G) * (D + 2) : NULL;
+        m[e] = sp[e] ? sp[e][0] : -INFINITY;
+        lsum[e] = sp[e] ? sp[e][1] : 0.f;
+        ofac[e] = lsum[e];                          /* o is normalised: the next tile scales it by l */
+        lp[e] = (lane & 3) == 0 ? lsum[e] : 0.f;    /* l as partial sums over the quad */
+#pragma unroll
+        for (int n = 0; n < NO; n++) {
+            const float2 v = sp[e] ? *(const float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) : make_float2(0.f, 0.f);
+            o[n][2 * e] = v.x;
+            o[n][2 * e + 1] = v.y;
+        }
+    }
+    const float L2E = 1.4426950408889634f;
+
+    fa_cursor_t<BN> cc;   /* the tile being computed */
+    cc.start(d);
+    for (int j = 0; j < n_tiles; j++) {
+        const fa_tile tl = cc.tile(d, Pend);
+        cc.next(d, Pend);
+        mb_wait(bfull + 8 * (j % NS), (j / NS) & 1);
+        const uint32_t kt = sb + (j % NS) * L::stage, vt = kt + L::tile;
+
+        // -- S = Q K^T: 64 x 128 per warpgroup (16 rows x 128 per warp)
+        float s[NB][4];
+        fa_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)   /* kk = 0 overwrites s */
+            fa_wgmma_ss_n128<BFK>(s, fa_desc(qa + kk * 2 * (FA_BM * 16), FA_BM * 16, 128),
+                                  fa_desc(kt + kk * 2 * (BN * 16), BN * 16, 128), kk > 0);
+        fa_wg_commit();
+        fa_wg_wait0();
+        fa_reg_fence(s);
+
+        // -- mask (absent rows, causality) unless the whole tile is visible to every row
+        uint64_t ok0, ok1;   /* bit r of ok0 | ok1 << 64: tile row r is present */
+        if (flat) {
+            const int nr = tl.pe - tl.p0;
+            ok0 = nr >= 64 ? ~0ull : (1ull << nr) - 1;
+            ok1 = nr >= 128 ? ~0ull : nr <= 64 ? 0ull : (1ull << (nr - 64)) - 1;
+        } else {
+            const uint32_t *mw = (const uint32_t *)(sm + L::mask) + (j % NS) * 4;
+            ok0 = (uint64_t)mw[0] | ((uint64_t)mw[1] << 32);
+            ok1 = (uint64_t)mw[2] | ((uint64_t)mw[3] << 32);
+        }
+        if (!((ok0 & ok1) == ~0ull && tl.p0 + BN - 1 <= qpos_min)) {
+#pragma unroll
+            for (int n = 0; n < NB; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int col = 8 * n + 2 * (lane & 3) + (i & 1);
+                    const uint64_t w = n < NB / 2 ? ok0 : ok1;
+                    if (!((w >> (col & 63)) & 1) || tl.p0 + col > qpos[i >> 1]) s[n][i] = -INFINITY;
+                }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NB; n++) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
+        }
+        float ml[2], fac[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+            /* a tile that shows the row nothing leaves every value of the row as it is */
+            ml[e] = 0.f;
+            fac[e] = 1.f;
+            if (mx[e] != -INFINITY) {
+                changed[e] = vis[e] = true;
+                /* the running max in the state's (scaled) domain: scale > 0, rounding is monotonic */
+                const float mn = fmaxf(m[e], __fmul_rn(mx[e], ge.scale));
+                ml[e] = __fmul_rn(mn, L2E);
+                const float alpha = fa_ex2(__fsub_rn(__fmul_rn(m[e], L2E), ml[e]));   /* 1 while m holds; 0 from -inf */
+                fac[e] = __fmul_rn(alpha, ofac[e]);
+                ofac[e] = 1.f;
+                lp[e] = __fmul_rn(lp[e], alpha);
+                m[e] = mn;
+            }
+        }
+
+        // -- P = 2^(s c2 - m log2 e) rounded to V's operand type; l sums the rounded values
+        uint32_t pa[NB / 2][4];
+        float rs[2] = {0.f, 0.f};
+#pragma unroll
+        for (int n = 0; n < NB; n++) {
+            const uint32_t u01 = fa_pack<BFV>(fa_ex2(fmaf(s[n][0], ge.c2, -ml[0])),
+                                              fa_ex2(fmaf(s[n][1], ge.c2, -ml[0])));
+            const uint32_t u23 = fa_pack<BFV>(fa_ex2(fmaf(s[n][2], ge.c2, -ml[1])),
+                                              fa_ex2(fmaf(s[n][3], ge.c2, -ml[1])));
+            const float2 f01 = fa_unpack<BFV>(u01), f23 = fa_unpack<BFV>(u23);
+            rs[0] = __fadd_rn(rs[0], __fadd_rn(f01.x, f01.y));
+            rs[1] = __fadd_rn(rs[1], __fadd_rn(f23.x, f23.y));
+            pa[n >> 1][2 * (n & 1)] = u01;
+            pa[n >> 1][2 * (n & 1) + 1] = u23;
+        }
+        lp[0] = __fadd_rn(lp[0], rs[0]);
+        lp[1] = __fadd_rn(lp[1], rs[1]);
+        /* o rescaled where the max moved or a chunk starts (at depth the max rarely moves) */
+        if (!__all_sync(0xffffffffu, fac[0] == 1.f && fac[1] == 1.f)) {
+#pragma unroll
+            for (int n = 0; n < NO; n++) {
+                o[n][0] = __fmul_rn(o[n][0], fac[0]); o[n][1] = __fmul_rn(o[n][1], fac[0]);
+                o[n][2] = __fmul_rn(o[n][2], fac[1]); o[n][3] = __fmul_rn(o[n][3], fac[1]);
+            }
+        }
+
+        // -- O += P V: 64 x D per warpgroup; V is the N-major B (K-adjacent core matrices
+        //    128 bytes apart, N-adjacent BN * 16)
+        fa_wg_fence();
+#pragma unroll
+        for (int k = 0; k < BN / 16; k++) fa_wgmma<BFV, 1>(o, pa[k], fa_desc(vt + k * 256, 128, BN * 16), 1);
+        fa_wg_commit();
+        fa_wg_wait0();
+        fa_reg_fence(o);
+        mb_arrive(bempty + 8 * (j % NS));   /* tile j's K and V are read */
+
+        // -- the chunk is complete: l over the quad, o normalised (the stored form)
+        if (tl.last) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float l = __fadd_rn(lp[e], __shfl_xor_sync(0xffffffffu, lp[e], 1));
+                l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));   /* the same bits in all 4 lanes */
+                if (!vis[e]) continue;   /* the chunk showed the row nothing: unchanged */
+                vis[e] = false;
+                if (l > 0.f) {
+                    const float il = __frcp_rn(l);
+#pragma unroll
+                    for (int n = 0; n < NO; n++) {
+                        o[n][2 * e] = __fmul_rn(o[n][2 * e], il);
+                        o[n][2 * e + 1] = __fmul_rn(o[n][2 * e + 1], il);
+                    }
+                }
+                lsum[e] = l;
+                ofac[e] = l;
+                lp[e] = (lane & 3) == 0 ? l : 0.f;
+            }
+        }
+    }
+
+    // -- the state of each row that some tile reached
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        if (!sp[e] || !changed[e]) continue;
+#pragma unroll
+        for (int n = 0; n < NO; n++)
+            *(float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) = make_float2(o[n][2 * e], o[n][2 * e + 1]);
+        if ((lane & 3) == 0) { sp[e][0] = m[e]; sp[e][1] = lsum[e]; }
+    }
+#else
+    (void)st, (void)q, (void)d, (void)ge;
+    __trap();   /* launched only where the device runs sm_90a code */
+#endif
+}
+
+#endif
