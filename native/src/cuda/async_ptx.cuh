@@ -4,7 +4,8 @@
  * (init, arrive, arrive with an expected transaction count, parity wait) and
  * the bulk copy global -> shared that completes its bytes on an mbarrier
  * (cp.async.bulk, one contiguous run of a multiple of 16 bytes, both ends 16-
- * byte aligned; no tensor map).
+ * byte aligned), and the tensor copy of a 2-D box (tma_load_2d: a tensor map
+ * made on the host, attn_mma.cu).
  *
  * The protocol (PTX ISA, "mbarrier"): a barrier's phase completes when its
  * pending arrivals reach zero and its expected transaction bytes have all
@@ -48,6 +49,13 @@ static __device__ __forceinline__ void mb_wait(uint32_t bar, uint32_t parity) {
 static __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+/* a 2-D box of a tensor map (a CUtensorMap in param, const or global memory) at element
+ * coordinates (x, y) to shared dst (as the map's swizzle lays it out), completed on bar;
+ * rows past the tensor's extent arrive as zeros */
+static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map, int x, int y, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
 }
 #endif
 

@@ -103,6 +103,12 @@ static __device__ __forceinline__ uint64_t fa_desc(uint32_t addr, uint32_t lbo, 
     return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
 }
 
+/* the same for a 128-byte-swizzled layout (rows of 128 bytes, the 16-byte chunk c of
+ * row r at c ^ (r % 8), 8-row atoms of 1024 bytes on 1024-byte boundaries) */
+static __device__ __forceinline__ uint64_t fa_desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return fa_desc(addr, lbo, sbo) | (1ull << 62);
+}
+
 #if FA_HAVE_WGMMA
 static __device__ __forceinline__ void fa_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void fa_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -41,12 +41,44 @@
 #ifndef LKV_CUDA_ATTN_FA_WS_CUH
 #define LKV_CUDA_ATTN_FA_WS_CUH
 
+#include <cuda.h>
 #include <limits.h>
 
 #include "async_ptx.cuh"
 #include "attn_fa_tile.cuh"
 
 enum { FA_WS_BN = 128, FA_WS_NS = 3, FA_WS_PROD = 128 };
+
+/* tensor maps of the K and V rows of the segment holding the call's first position
+ * (attn_mma.cu fa_ws_maps_for): 16-bit elements, n_head_kv * 128 x the segment's rows,
+ * boxes of 64 x 128, 128-byte swizzle; ok = 0 where none was made */
+struct fa_ws_maps {
+    CUtensorMap k, v;
+    int ok;
+};
+
+/* byte offset of 16-byte piece pc (dims 8 pc .. 8 pc + 7) of row r in a 128-row tile
+ * laid out as two 64-dim halves of 128 rows x 128 bytes, 128-byte swizzled (what a
+ * tensor copy of a 64 x 128 box writes) */
+static __device__ __forceinline__ int fa_ws_at(int r, int pc) {
+    return (pc >> 3) * (FA_WS_BN * 128) + r * 128 + (((pc & 7) ^ (r & 7)) << 4);
+}
+
+/* a tile's f16 / bf16 rows by cp.async into that layout, absent rows zero-filled:
+ * piece (row, dim group) per producer thread, a half warp taking 16 rows of one group */
+static __device__ __forceinline__ void fa_ws_copy(const lkv_attn_desc &d, const fa_rows &rw, bool is_k, size_t rb,
+                                                  size_t off, uint8_t *dst, int t) {
+    constexpr int P = 16, TOTAL = FA_WS_BN * P;
+    const uint8_t *base = rw.seg >= 0 ? rw.row(d, 0, is_k, rb, off) : nullptr;   /* one segment: rows rb apart */
+    const int nrow = rw.pe - rw.p0;
+    for (int idx = t; idx < TOTAL; idx += FA_WS_PROD) {
+        const int rlo = idx & 15, rest = idx >> 4, pc = rest % P, r = (rest / P) * 16 + rlo;
+        const uint8_t *src = base ? (r < nrow ? base + (size_t)r * rb : nullptr) : rw.row(d, r, is_k, rb, off);
+        uint8_t *dp = dst + fa_ws_at(r, pc);
+        if (src) fa_cp16((uint32_t)__cvta_generic_to_shared(dp), src + pc * 16);
+        else *(uint4 *)dp = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
 
 /* the kernel's shared memory (head_dim D, 16-bit K and V) */
 template <int D> struct fa_ws_smem {
@@ -62,13 +94,15 @@ template <int D> struct fa_ws_smem {
 /* grid (M tiles of 128 rows, n_head_kv); the heaviest tiles (latest queries) first */
 template <int TK, int TV>
 __global__ void __launch_bounds__(FA_THREADS + FA_WS_PROD, 1)
-attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant__ lkv_attn_desc d, const fa_geom ge) {
+attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant__ lkv_attn_desc d, const fa_geom ge,
+                  const __grid_constant__ fa_ws_maps mp) {
 #if FA_HAVE_WGMMA
     constexpr int D = 128, BN = FA_WS_BN, NS = FA_WS_NS, KS = D / 16, NO = D / 8, NB = BN / 8;
     constexpr bool BFK = TK == LKV_TYPE_BF16, BFV = TV == LKV_TYPE_BF16;
     static_assert((TK == LKV_TYPE_F16 || BFK) && (TV == LKV_TYPE_F16 || BFV), "16-bit K and V");
     using L = fa_ws_smem<D>;
-    extern __shared__ __align__(128) uint8_t sm[];
+    extern __shared__ __align__(1024) uint8_t smw[];   /* the swizzled tiles: 1024-byte boundaries */
+    uint8_t *sm = smw;
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mt = gridDim.x - 1 - blockIdx.x, kh = blockIdx.y, G = ge.G;
@@ -82,47 +116,56 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
     const int qpos_min = d.q_pos0 + f0 / G;   /* the block's first query */
     const size_t offk = (size_t)kh * D * 2, offv = offk;
 
-    /* one segment holding every position of [P0, Pend): rows by arithmetic */
+    /* one segment holding every position of [P0, Pend) (all resident), with tensor maps:
+     * tiles by tensor copies; else by cp.async, rows found per tile */
     const int seg0 = fa_find(d, ge.P0);
-    const bool flat = seg0 >= 0 && Pend - d.segs[seg0].pos0 <= d.segs[seg0].n;
+    const bool flat = mp.ok && seg0 >= 0 && Pend - d.segs[seg0].pos0 <= d.segs[seg0].n;
     const uint32_t bfull = sb + L::bars, bempty = bfull + 8 * NS;
     if (tid == 0) {
         for (int s = 0; s < NS; s++) {
-            mb_init(bfull + 8 * s, FA_WS_PROD);
+            mb_init(bfull + 8 * s, flat ? 1 : FA_WS_PROD);
             mb_init(bempty + 8 * s, FA_THREADS);
         }
         mb_init_fence();
     }
     __syncthreads();
 
-    if (warp >= FA_WARPS) {   // ---- the producer: tile j into stage j % NS, NS - 1 tiles ahead
+    if (warp >= FA_WARPS) {   // ---- the producer: tile j into stage j % NS
         asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");
         const int t = tid - FA_THREADS;
-        const uint8_t *kflat = nullptr, *vflat = nullptr;
-        if (flat) {
-            kflat = (const uint8_t *)d.segs[seg0].k - (ptrdiff_t)d.segs[seg0].pos0 * (ptrdiff_t)ge.rbk + offk;
-            vflat = (const uint8_t *)d.segs[seg0].v - (ptrdiff_t)d.segs[seg0].pos0 * (ptrdiff_t)ge.rbv + offv;
-        }
         fa_cursor_t<BN> ic;
         ic.start(d);
+        if (flat) {   /* one thread: 4 boxes (K, V; dims 0-63, 64-127) per tile, all NS stages ahead */
+            if (t != 0) return;
+            const int x = kh * D, y0 = d.segs[seg0].pos0;
+            for (int j = 0; j < n_tiles; j++) {
+                const fa_tile tl = ic.tile(d, Pend);
+                ic.next(d, Pend);
+                const int s = j % NS;
+                if (j >= NS) mb_wait(bempty + 8 * s, ((j - NS) / NS) & 1);   /* tile j - NS is read */
+                const uint32_t stg = sb + s * L::stage, bar = bfull + 8 * s;
+                mb_arrive_tx(bar, L::stage);
+                tma_load_2d(stg, &mp.k, x, tl.p0 - y0, bar);
+                tma_load_2d(stg + L::tile / 2, &mp.k, x + 64, tl.p0 - y0, bar);
+                tma_load_2d(stg + L::tile, &mp.v, x, tl.p0 - y0, bar);
+                tma_load_2d(stg + L::tile + L::tile / 2, &mp.v, x + 64, tl.p0 - y0, bar);
+            }
+            return;
+        }
+        /* NS - 1 tiles ahead by cp.async, every producer thread */
         auto issue = [&](int j) {
             if (j < n_tiles) {
                 const fa_tile tl = ic.tile(d, Pend);
                 ic.next(d, Pend);
                 uint8_t *stg = sm + (j % NS) * L::stage;
-                if (flat) {
-                    fa_copy_f16_flat<D, FA_WS_PROD, BN>(kflat, ge.rbk, tl, stg, t);
-                    fa_copy_f16_flat<D, FA_WS_PROD, BN>(vflat, ge.rbv, tl, stg + L::tile, t);
-                } else {
-                    fa_rows rw;
-                    rw.init(d, tl);
-                    /* bit r of the mask: tile row r is present (one row per producer thread) */
-                    const bool ok = rw.row(d, t, true, ge.rbk, 0) != nullptr;
-                    const uint32_t bal = __ballot_sync(0xffffffffu, ok);
-                    if (lane == 0) ((uint32_t *)(sm + L::mask))[(j % NS) * 4 + (t >> 5)] = bal;
-                    fa_copy_f16<D, FA_WS_PROD, BN>(d, rw, true, ge.rbk, offk, stg, t);
-                    fa_copy_f16<D, FA_WS_PROD, BN>(d, rw, false, ge.rbv, offv, stg + L::tile, t);
-                }
+                fa_rows rw;
+                rw.init(d, tl);
+                /* bit r of the mask: tile row r is present (one row per producer thread) */
+                const bool ok = rw.row(d, t, true, ge.rbk, 0) != nullptr;
+                const uint32_t bal = __ballot_sync(0xffffffffu, ok);
+                if (lane == 0) ((uint32_t *)(sm + L::mask))[(j % NS) * 4 + (t >> 5)] = bal;
+                fa_ws_copy(d, rw, true, ge.rbk, offk, stg, t);
+                fa_ws_copy(d, rw, false, ge.rbv, offv, stg + L::tile, t);
             }
             fa_cp_commit();
         };
@@ -189,7 +232,7 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
 #pragma unroll
         for (int kk = 0; kk < KS; kk++)   /* kk = 0 overwrites s */
             fa_wgmma_ss_n128<BFK>(s, fa_desc(qa + kk * 2 * (FA_BM * 16), FA_BM * 16, 128),
-                                  fa_desc(kt + kk * 2 * (BN * 16), BN * 16, 128), kk > 0);
+                                  fa_desc_sw128(kt + (kk >> 2) * (L::tile / 2) + (kk & 3) * 32, 16, 1024), kk > 0);
         fa_wg_commit();
         fa_wg_wait0();
         fa_reg_fence(s);
@@ -268,11 +311,11 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
             }
         }
 
-        // -- O += P V: 64 x D per warpgroup; V is the N-major B (K-adjacent core matrices
-        //    128 bytes apart, N-adjacent BN * 16)
+        // -- O += P V: 64 x D per warpgroup; V is the N-major B (swizzled: 8-row atoms 1024
+        //    bytes apart along K, the two 64-dim halves L::tile / 2 apart along N)
         fa_wg_fence();
 #pragma unroll
-        for (int k = 0; k < BN / 16; k++) fa_wgmma<BFV, 1>(o, pa[k], fa_desc(vt + k * 256, 128, BN * 16), 1);
+        for (int k = 0; k < BN / 16; k++) fa_wgmma<BFV, 1>(o, pa[k], fa_desc_sw128(vt + k * 2048, L::tile / 2, 1024), 1);
         fa_wg_commit();
         fa_wg_wait0();
         fa_reg_fence(o);

@@ -10,6 +10,8 @@
 #include "attn_fa_ws.cuh"
 #include "attn_mma.cuh"
 
+#include <string.h>
+
 /* test-only: 0 auto (the warp-specialized kernel where compiled for sm_90a for
  * head_dim 128 with 16-bit K and V, q8_0 / q4_0 ones decoded to f16 first by
  * attn_stage.cu, else pipelined wgmma where compiled for sm_90a, else
@@ -33,6 +35,53 @@ static int fa_smem_max(const lkv_bctx *b) {
     return v;
 }
 
+/* the driver's tensor-map encoder (found once; null where the driver has none) */
+typedef CUresult (*fa_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static fa_encode_fn fa_encoder() {
+    static const fa_encode_fn fn = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult qr;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &qr) !=
+                cudaSuccess || qr != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            p = nullptr;
+        }
+        return (fa_encode_fn)p;
+    }();
+    return fn;
+}
+
+/* one plane's map: rows of n_head_kv * 128 16-bit elements, rb bytes apart, n rows;
+ * boxes of 64 elements x 128 rows (the kernel's half tiles), 128-byte swizzle, rows
+ * past n read as zeros */
+static bool fa_ws_map(CUtensorMap *m, const void *base, int n_head_kv, size_t rb, int n) {
+    const fa_encode_fn enc = fa_encoder();
+    if (!enc || n <= 0) return false;
+    const cuuint64_t dim[2] = {(cuuint64_t)n_head_kv * 128, (cuuint64_t)n}, stride[1] = {(cuuint64_t)rb};
+    const cuuint32_t box[2] = {64, FA_WS_BN}, es[2] = {1, 1};
+    return enc(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)base, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* the maps of the segment holding the call's first position (the kernel's fa_find:
+ * the first match); ok = 0 without one (the kernel then copies by cp.async: the same
+ * tiles, the same bits) */
+static fa_ws_maps fa_ws_maps_for(const lkv_attn_desc *d, const fa_geom &ge) {
+    fa_ws_maps mp;
+    memset(&mp, 0, sizeof mp);
+    for (int i = 0; i < d->n_segs; i++) {
+        const lkv_kv_seg &g = d->segs[i];
+        if (ge.P0 >= g.pos0 && ge.P0 - g.pos0 < g.n) {
+            mp.ok = fa_ws_map(&mp.k, g.k, d->n_head_kv, ge.rbk, g.n) && fa_ws_map(&mp.v, g.v, d->n_head_kv, ge.rbv, g.n);
+            break;
+        }
+    }
+    return mp;
+}
+
 /* false (nothing enqueued) where the instance's shared memory exceeds the device's
  * (the pipeline is sized for Hopper's 227 KiB; sm_86 / sm_89 give 99 KiB) */
 template <int TK, int TV, int D>
@@ -49,7 +98,8 @@ static bool fa_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_des
             if (W::bytes > fa_smem_max(b)) return false;
             static unsigned ws_done = 0;
             lkv_cuda_smem_limit(b, &ws_done, attn_fa_ws_kernel<TK, TV>, W::bytes, "attn_mma smem");
-            attn_fa_ws_kernel<TK, TV><<<grid, FA_THREADS + FA_WS_PROD, W::bytes, b->stream>>>(st, q, *d, ge);
+            const fa_ws_maps mp = fa_ws_maps_for(d, ge);
+            attn_fa_ws_kernel<TK, TV><<<grid, FA_THREADS + FA_WS_PROD, W::bytes, b->stream>>>(st, q, *d, ge, mp);
             LKV_CUDA_LAUNCHED(b, "attn_mma (warp-specialized)");
             return true;
         }
