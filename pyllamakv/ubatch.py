@@ -5,16 +5,18 @@ KV pool on a GPU, every micro-batch brings each layer's non-resident KV across
 PCIe once, so the streaming cost of a prompt falls in proportion to the micro-batch:
 there the choice is the largest of 4096 / 2048 / 1024 / 512 that n_batch allows
 and whose activation buffers take at most a quarter of the GPU's free memory.
-All resident on a GPU, the largest of 2048 / 1024 / 512 under the same rules:
-bigger micro-batches keep the prefill GEMM's tiles fuller (H200, 8B shape,
-q8_0 KV, 2026-12-02: a 32K prompt in 4.59 s at 2048 against 4.95 s at 512; see
-docs/performance.md). On the CPU, 512. The choice is reported by ``Llama.kv_stats()["n_ubatch"]``
-and, with ``verbose=True``, on stderr.
+All resident on a GPU, the same rule: bigger micro-batches keep the prefill
+GEMM's tiles fuller and give the attention more query tiles per launch (H200,
+8B shape, q8_0 KV, 2026-12-03: 8K / 32K / 128K prompts in 0.329 / 1.747 /
+14.035 s at 4096 against 0.345 / 1.810 / 14.110 s at 2048; see
+docs/performance.md). On the CPU, 512. n_batch caps the choice (its default,
+512, is llama-cpp-python's: pass n_batch=4096 or more for long prompts). The
+choice is reported by ``Llama.kv_stats()["n_ubatch"]`` and, with
+``verbose=True``, on stderr.
 """
 from __future__ import annotations
 
 CHOICES = (4096, 2048, 1024, 512)
-CHOICES_RESIDENT = (2048, 1024, 512)
 RESIDENT = 512
 
 
@@ -37,7 +39,7 @@ def choose_ubatch(hp: dict, device: str, n_batch: int, pool_bytes: int | None,
     if device != "cuda":
         return min(RESIDENT, n_batch)
     per_token = activation_bytes_per_token(hp)
-    for u in CHOICES if pool_bytes is not None else CHOICES_RESIDENT:
+    for u in CHOICES:
         if u <= n_batch and (free_bytes is None or u * per_token <= free_bytes // 4):
             return u
     return min(RESIDENT, n_batch)

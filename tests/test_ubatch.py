@@ -16,9 +16,10 @@ def test_streaming_on_the_gpu_takes_the_largest_that_fits():
     assert choose_ubatch(HP, "cuda", 8192, 1 * gib, 4 * 1500 * per) == 1024
 
 
-def test_resident_on_the_gpu_takes_up_to_2048_and_the_cpu_512():
+def test_resident_on_the_gpu_takes_up_to_4096_and_the_cpu_512():
     gib = 1 << 30
-    assert choose_ubatch(HP, "cuda", 8192, None, 100 * gib) == 2048
+    assert choose_ubatch(HP, "cuda", 8192, None, 100 * gib) == 4096
+    assert choose_ubatch(HP, "cuda", 3000, None, 100 * gib) == 2048    # the largest choice within n_batch
     assert choose_ubatch(HP, "cuda", 512, None, 100 * gib) == 512      # n_batch caps it
     per = activation_bytes_per_token(HP)
     assert choose_ubatch(HP, "cuda", 8192, None, 4 * 1500 * per) == 1024

@@ -10,33 +10,54 @@
  * f = qi * G + g, as attn_fa_kernel.cuh) and walks the positions up to its
  * last query in tiles of 128 K/V rows that start at each chunk's start and
  * are clipped at its end. Warps 0-7 compute, two warpgroups of 64 rows each
- * (warp w: rows 16w .. 16w + 15); warps 8-11 copy. Per tile a compute
- * warpgroup issues S = Q K^T (8 wgmma m64n128k16, Q and K from shared
- * memory), the online softmax of its 64 x 128 scores in registers, and O +=
- * P V (8 wgmma m64n128k16, P from registers, V from shared memory). The two
- * warpgroups run unsynchronized, so one's softmax overlaps the other's
- * products.
+ * (warp w: rows 16w .. 16w + 15); warps 8-11 bring the tiles. Per tile a
+ * compute warpgroup issues S = Q K^T (8 wgmma m64n128k16, Q and K from shared
+ * memory) and O += P V (8 wgmma m64n128k16, P from registers, V from shared
+ * memory), the online softmax of its 64 x 128 scores in registers between.
  *
- * Data movement: the producer warps copy tile j into stage j % 3 with
- * cp.async (16-byte pieces into the core-matrix layout, attn_fa_tile.cuh),
- * two tiles ahead; full[s] (128 producer arrivals) says a stage landed,
- * empty[s] (256 compute arrivals) that it was read. Registers: setmaxnreg
- * gives the compute threads 208 and the producers 88 (2 x 128 x 208 + 128 x
- * 88 = 64512 of the SM's 65536; the launch gives each 168): with 56 the
- * producers' 32 copy addresses per tile spilled (ptxas: 36 bytes), and the
- * compute threads need no more than 208.
+ * The loop (FlashAttention-3's overlap within a warpgroup): at tile j the
+ * warpgroup issues S_j and then P_{j-1} V_{j-1} as two groups; once S_j has
+ * landed it masks it, takes the row maxima and computes 2^(s c2 - m log2 e)
+ * in place while P_{j-1} V_{j-1} still runs; once that has landed too it
+ * releases tile j - 1's stage, applies to o the previous chunk's
+ * normalisation (where tile j - 1 ended a chunk) and the rescale by the new
+ * maximum, and rounds P_j to V's type. Each value goes through the operations
+ * of the plain loop (S, softmax, P V, one tile after another) in the same
+ * order (by construction; the two were not compared bit for bit). The two
+ * warpgroups run unsynchronized; making them take turns by named barriers
+ * (FlashAttention-3's ping-pong) measured 2% slower.
  *
- * Head_dim 128 only: the same kernel with 64-position tiles gave wrong sums
- * at head_dim 64 (every f16 case of test_attn_mma; cause not found).
+ * Data movement: tile j goes to stage j % 3; full[s] says a stage landed,
+ * empty[s] (256 compute arrivals) that it was read. Where one segment holds
+ * the block's whole range (all resident, or a streamed piece) and the host
+ * made tensor maps for it, one producer thread copies each tile as 4 boxes of
+ * 64 dims x 128 rows (K, V) by tensor copies (TMA), all 3 stages ahead, rows
+ * past the segment arriving as zeros; the tiles then lie 128-byte swizzled
+ * (rows of 128 bytes, the 16-byte chunk c of row r at c ^ (r % 8)) and the
+ * wgmma descriptors say so. Otherwise the 4 producer warps copy 16-byte
+ * pieces by cp.async into the same layout (fa_ws_copy; absent rows zero-
+ * filled, a mask of present rows per tile), two tiles ahead: the same tiles,
+ * the same bits. Rows of a tensor-copied box past the tile's end (the next
+ * chunk's) are masked like absent ones; their p is exactly 0. Registers:
+ * setmaxnreg gives the compute threads 224 and the producers 56 (2 x 128 x
+ * 224 + 128 x 56 = 64512 of the SM's 65536; the launch gives each 168; at 208
+ * the compute threads spilled 8 bytes).
  *
- * Shared memory: 3 stages of K + V (64 KiB each), the Q tile (32 KiB), the
- * tile masks (4 words per stage) and the barriers: 224.1 KiB of 227.
+ * Head_dim 128 only: the earlier 64-position version of this kernel gave
+ * wrong sums at head_dim 64 (every f16 case of test_attn_mma; cause not
+ * found).
  *
- * Speed (H200, tests/cuda/test_attn_mma "timeab", Llama-3-8B shape, 512
- * queries at the end of the context): see docs/performance.md. Against
- * 64-position tiles (attn_fa_kernel.cuh's warp-specialized instance until
- * 2026-12-03, 255 / 268 TFLOP/s for f16 at 32K / 128K) a tile here is half
- * as many barrier waits, max / sum reductions and loop trips per product.
+ * Shared memory: 3 stages of K + V (64 KiB each), the Q tile (32 KiB, no
+ * swizzle: the core-matrix layout of attn_fa_tile.cuh), the tile masks (4
+ * words per stage) and the barriers: 224.1 KiB of 227.
+ *
+ * Speed (H200, 2026-12-03, tests/cuda/test_attn_mma "timeab", Llama-3-8B
+ * shape, 512 queries at the end of a 32K / 128K context, TFLOP/s of the
+ * causal part, f16 K/V): 64-position tiles by cp.async 255 / 265; 128-position
+ * tiles 318 / 328; with tensor copies 478 / 511 (the copies left out
+ * altogether, a timing-only build: 531 / 562, so the cp.async copies were the
+ * bound); with the overlap above 559 / 606. q8_0 (staged): 459 / 493; 2048
+ * queries at 32K, q8_0: 513. docs/performance.md has the table.
  */
 #ifndef LKV_CUDA_ATTN_FA_WS_CUH
 #define LKV_CUDA_ATTN_FA_WS_CUH
@@ -131,7 +152,7 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
     __syncthreads();
 
     if (warp >= FA_WARPS) {   // ---- the producer: tile j into stage j % NS
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
         const int t = tid - FA_THREADS;
         fa_cursor_t<BN> ic;
         ic.start(d);
@@ -183,7 +204,7 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
         fa_cp_wait<0>();
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
 
     // ---- Q: 128 rows in K's type into the Q tile (core-matrix layout, 128 rows)
     for (int it = warp; it < FA_BM * (D / 32); it += FA_WARPS) {
@@ -218,26 +239,28 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
     }
     const float L2E = 1.4426950408889634f;
 
-    fa_cursor_t<BN> cc;   /* the tile being computed */
-    cc.start(d);
-    for (int j = 0; j < n_tiles; j++) {
-        const fa_tile tl = cc.tile(d, Pend);
-        cc.next(d, Pend);
-        mb_wait(bfull + 8 * (j % NS), (j / NS) & 1);
-        const uint32_t kt = sb + (j % NS) * L::stage, vt = kt + L::tile;
-
-        // -- S = Q K^T: 64 x 128 per warpgroup (16 rows x 128 per warp)
-        float s[NB][4];
+    float s[NB][4];
+    uint32_t pa[NB / 2][4];
+    float fac[2], il[2];
+    bool norm = false;   /* o waits for its chunk-end normalisation by il (the previous tile ended a chunk) */
+    auto issue_s = [&](int j) {
+        const uint32_t kt = sb + (j % NS) * L::stage;
         fa_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < KS; kk++)   /* kk = 0 overwrites s */
             fa_wgmma_ss_n128<BFK>(s, fa_desc(qa + kk * 2 * (FA_BM * 16), FA_BM * 16, 128),
                                   fa_desc_sw128(kt + (kk >> 2) * (L::tile / 2) + (kk & 3) * 32, 16, 1024), kk > 0);
         fa_wg_commit();
-        fa_wg_wait0();
-        fa_reg_fence(s);
-
-        // -- mask (absent rows, causality) unless the whole tile is visible to every row
+    };
+    auto issue_pv = [&](int j) {
+        const uint32_t vt = sb + (j % NS) * L::stage + L::tile;
+        fa_wg_fence();
+#pragma unroll
+        for (int k = 0; k < BN / 16; k++) fa_wgmma<BFV, 1>(o, pa[k], fa_desc_sw128(vt + k * 2048, L::tile / 2, 1024), 1);
+        fa_wg_commit();
+    };
+    /* tile j's scores -> 2^(s c2 - m log2 e) in place (f32), the running max, fac */
+    auto soft_a = [&](const fa_tile &tl, int j) {
         uint64_t ok0, ok1;   /* bit r of ok0 | ok1 << 64: tile row r is present */
         if (flat) {
             const int nr = tl.pe - tl.p0;
@@ -264,36 +287,51 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
             mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
             mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
         }
-        float ml[2], fac[2];
+        float ml[2];
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
             mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-            /* a tile that shows the row nothing leaves every value of the row as it is */
             ml[e] = 0.f;
             fac[e] = 1.f;
             if (mx[e] != -INFINITY) {
                 changed[e] = vis[e] = true;
-                /* the running max in the state's (scaled) domain: scale > 0, rounding is monotonic */
                 const float mn = fmaxf(m[e], __fmul_rn(mx[e], ge.scale));
                 ml[e] = __fmul_rn(mn, L2E);
-                const float alpha = fa_ex2(__fsub_rn(__fmul_rn(m[e], L2E), ml[e]));   /* 1 while m holds; 0 from -inf */
+                const float alpha = fa_ex2(__fsub_rn(__fmul_rn(m[e], L2E), ml[e]));
                 fac[e] = __fmul_rn(alpha, ofac[e]);
                 ofac[e] = 1.f;
                 lp[e] = __fmul_rn(lp[e], alpha);
                 m[e] = mn;
             }
         }
-
-        // -- P = 2^(s c2 - m log2 e) rounded to V's operand type; l sums the rounded values
-        uint32_t pa[NB / 2][4];
+#pragma unroll
+        for (int n = 0; n < NB; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[n][i] = fa_ex2(fmaf(s[n][i], ge.c2, -ml[i >> 1]));
+    };
+    /* (the products of the previous tile done) o: the pending normalisation, then fac;
+     * P rounded to V's type, l sums the rounded values; at a chunk's end l over the quad */
+    auto soft_b = [&](const fa_tile &tl) {
+        if (norm) {
+#pragma unroll
+            for (int n = 0; n < NO; n++) {
+                o[n][0] = __fmul_rn(o[n][0], il[0]); o[n][1] = __fmul_rn(o[n][1], il[0]);
+                o[n][2] = __fmul_rn(o[n][2], il[1]); o[n][3] = __fmul_rn(o[n][3], il[1]);
+            }
+            norm = false;
+        }
+        if (!__all_sync(0xffffffffu, fac[0] == 1.f && fac[1] == 1.f)) {
+#pragma unroll
+            for (int n = 0; n < NO; n++) {
+                o[n][0] = __fmul_rn(o[n][0], fac[0]); o[n][1] = __fmul_rn(o[n][1], fac[0]);
+                o[n][2] = __fmul_rn(o[n][2], fac[1]); o[n][3] = __fmul_rn(o[n][3], fac[1]);
+            }
+        }
         float rs[2] = {0.f, 0.f};
 #pragma unroll
         for (int n = 0; n < NB; n++) {
-            const uint32_t u01 = fa_pack<BFV>(fa_ex2(fmaf(s[n][0], ge.c2, -ml[0])),
-                                              fa_ex2(fmaf(s[n][1], ge.c2, -ml[0])));
-            const uint32_t u23 = fa_pack<BFV>(fa_ex2(fmaf(s[n][2], ge.c2, -ml[1])),
-                                              fa_ex2(fmaf(s[n][3], ge.c2, -ml[1])));
+            const uint32_t u01 = fa_pack<BFV>(s[n][0], s[n][1]), u23 = fa_pack<BFV>(s[n][2], s[n][3]);
             const float2 f01 = fa_unpack<BFV>(u01), f23 = fa_unpack<BFV>(u23);
             rs[0] = __fadd_rn(rs[0], __fadd_rn(f01.x, f01.y));
             rs[1] = __fadd_rn(rs[1], __fadd_rn(f23.x, f23.y));
@@ -302,45 +340,58 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
         }
         lp[0] = __fadd_rn(lp[0], rs[0]);
         lp[1] = __fadd_rn(lp[1], rs[1]);
-        /* o rescaled where the max moved or a chunk starts (at depth the max rarely moves) */
-        if (!__all_sync(0xffffffffu, fac[0] == 1.f && fac[1] == 1.f)) {
-#pragma unroll
-            for (int n = 0; n < NO; n++) {
-                o[n][0] = __fmul_rn(o[n][0], fac[0]); o[n][1] = __fmul_rn(o[n][1], fac[0]);
-                o[n][2] = __fmul_rn(o[n][2], fac[1]); o[n][3] = __fmul_rn(o[n][3], fac[1]);
-            }
-        }
-
-        // -- O += P V: 64 x D per warpgroup; V is the N-major B (swizzled: 8-row atoms 1024
-        //    bytes apart along K, the two 64-dim halves L::tile / 2 apart along N)
-        fa_wg_fence();
-#pragma unroll
-        for (int k = 0; k < BN / 16; k++) fa_wgmma<BFV, 1>(o, pa[k], fa_desc_sw128(vt + k * 2048, L::tile / 2, 1024), 1);
-        fa_wg_commit();
-        fa_wg_wait0();
-        fa_reg_fence(o);
-        mb_arrive(bempty + 8 * (j % NS));   /* tile j's K and V are read */
-
-        // -- the chunk is complete: l over the quad, o normalised (the stored form)
         if (tl.last) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float l = __fadd_rn(lp[e], __shfl_xor_sync(0xffffffffu, lp[e], 1));
                 l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));   /* the same bits in all 4 lanes */
+                il[e] = 1.f;
                 if (!vis[e]) continue;   /* the chunk showed the row nothing: unchanged */
                 vis[e] = false;
-                if (l > 0.f) {
-                    const float il = __frcp_rn(l);
-#pragma unroll
-                    for (int n = 0; n < NO; n++) {
-                        o[n][2 * e] = __fmul_rn(o[n][2 * e], il);
-                        o[n][2 * e + 1] = __fmul_rn(o[n][2 * e + 1], il);
-                    }
-                }
+                if (l > 0.f) il[e] = __frcp_rn(l);
                 lsum[e] = l;
                 ofac[e] = l;
                 lp[e] = (lane & 3) == 0 ? l : 0.f;
             }
+            norm = true;
+        }
+    };
+
+    fa_cursor_t<BN> cc;   /* the tile being computed */
+    cc.start(d);
+    {
+        const fa_tile tl = cc.tile(d, Pend);
+        cc.next(d, Pend);
+        mb_wait(bfull, 0);
+        issue_s(0);
+        fa_wg_wait0();
+        fa_reg_fence(s);
+        soft_a(tl, 0);
+        soft_b(tl);
+    }
+    for (int j = 1; j < n_tiles; j++) {
+        const fa_tile tl = cc.tile(d, Pend);
+        cc.next(d, Pend);
+        mb_wait(bfull + 8 * (j % NS), (j / NS) & 1);
+        issue_s(j);
+        issue_pv(j - 1);
+        fa_wg_wait1();   /* S of tile j */
+        fa_reg_fence(s);
+        soft_a(tl, j);
+        fa_wg_wait0();   /* P V of tile j - 1 */
+        fa_reg_fence(o);
+        mb_arrive(bempty + 8 * ((j - 1) % NS));   /* tile j - 1's K and V are read */
+        soft_b(tl);
+    }
+    issue_pv(n_tiles - 1);
+    fa_wg_wait0();
+    fa_reg_fence(o);
+    mb_arrive(bempty + 8 * ((n_tiles - 1) % NS));
+    if (norm) {
+#pragma unroll
+        for (int n = 0; n < NO; n++) {
+            o[n][0] = __fmul_rn(o[n][0], il[0]); o[n][1] = __fmul_rn(o[n][1], il[0]);
+            o[n][2] = __fmul_rn(o[n][2], il[1]); o[n][3] = __fmul_rn(o[n][3], il[1]);
         }
     }
 
