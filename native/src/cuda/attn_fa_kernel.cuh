@@ -90,6 +90,7 @@
 
 #include <limits.h>
 
+#include "attn_fa_state.cuh"
 #include "attn_fa_tile.cuh"
 
 // ---------------------------------------------------------------- the kernel
@@ -232,24 +233,9 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
     }
 
     /* the state of the thread's two rows (e = 0: row g, 1: row g + 8), its columns of o */
-    float *sp[2], m[2], lsum[2], ofac[2], lp[2], o[NO][4];
-    bool changed[2] = {false, false}, vis[2] = {false, false};   /* vis: the current chunk reached the row */
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        const int f = f0 + 16 * warp + (lane >> 2) + 8 * e;
-        sp[e] = f < n_rows ? st + ((size_t)(f / G) * d.n_head + kh * G + f % G) * (D + 2) : NULL;
-        m[e] = sp[e] ? sp[e][0] : -INFINITY;
-        lsum[e] = sp[e] ? sp[e][1] : 0.f;
-        ofac[e] = lsum[e];                          /* o is normalised: the next tile scales it by l */
-        lp[e] = (lane & 3) == 0 ? lsum[e] : 0.f;    /* l as partial sums over the quad */
-#pragma unroll
-        for (int n = 0; n < NO; n++) {
-            const float2 v = sp[e] ? *(const float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) : make_float2(0.f, 0.f);
-            o[n][2 * e] = v.x;
-            o[n][2 * e + 1] = v.y;
-        }
-    }
-    const float L2E = 1.4426950408889634f;
+    fa_state<D> run;   /* the running softmax */
+    float o[NO][4];
+    run.load(st, d, f0, warp, lane, G, kh, o);
 
     if constexpr (ANYQ && NF == 2) {   /* tile 0 dequantized before the loop */
         fa_cp_wait<NS - 2>();
@@ -352,27 +338,7 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
             mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
         }
         float ml[2], fac[2];
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-            /* a tile that shows the row nothing leaves every value of the row as it is
-             * (p = 2^-inf = 0): so a call that reaches a row with nothing, which does
-             * not store it, equals one that ran on through such tiles */
-            ml[e] = 0.f;
-            fac[e] = 1.f;
-            if (mx[e] != -INFINITY) {
-                changed[e] = vis[e] = true;
-                /* the running max in the state's (scaled) domain: scale > 0, rounding is monotonic */
-                const float mn = fmaxf(m[e], __fmul_rn(mx[e], ge.scale));
-                ml[e] = __fmul_rn(mn, L2E);
-                const float alpha = fa_ex2(__fsub_rn(__fmul_rn(m[e], L2E), ml[e]));   /* 1 while m holds; 0 from -inf */
-                fac[e] = __fmul_rn(alpha, ofac[e]);
-                ofac[e] = 1.f;
-                lp[e] = __fmul_rn(lp[e], alpha);
-                m[e] = mn;
-            }
-        }
+        run.step(mx, ge.scale, ml, fac);
 
         // -- P = 2^(s c2 - m log2 e) rounded to V's operand type; l sums the rounded values
         uint32_t pa[4][4];
@@ -389,8 +355,8 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
             pa[n >> 1][2 * (n & 1)] = u01;
             pa[n >> 1][2 * (n & 1) + 1] = u23;
         }
-        lp[0] = __fadd_rn(lp[0], rs[0]);
-        lp[1] = __fadd_rn(lp[1], rs[1]);
+        run.lp[0] = __fadd_rn(run.lp[0], rs[0]);
+        run.lp[1] = __fadd_rn(run.lp[1], rs[1]);
         /* o rescaled where the max moved or a chunk starts (warp-uniform test: at depth
          * the max rarely moves) */
         if (!__all_sync(0xffffffffu, fac[0] == 1.f && fac[1] == 1.f)) {
@@ -431,37 +397,23 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
 
         // -- the chunk is complete: l over the quad, o normalised (the stored form)
         if (tl.last) {
+            float il[2];
+            bool apply[2];
+            run.chunk_end(lane, il, apply);
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float l = __fadd_rn(lp[e], __shfl_xor_sync(0xffffffffu, lp[e], 1));
-                l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));   /* the same bits in all 4 lanes */
-                if (!vis[e]) continue;   /* the chunk showed the row nothing: unchanged */
-                vis[e] = false;
-                if (l > 0.f) {
-                    const float il = __frcp_rn(l);
+                if (!apply[e]) continue;
 #pragma unroll
-                    for (int n = 0; n < NO; n++) {
-                        o[n][2 * e] = __fmul_rn(o[n][2 * e], il);
-                        o[n][2 * e + 1] = __fmul_rn(o[n][2 * e + 1], il);
-                    }
+                for (int n = 0; n < NO; n++) {
+                    o[n][2 * e] = __fmul_rn(o[n][2 * e], il[e]);
+                    o[n][2 * e + 1] = __fmul_rn(o[n][2 * e + 1], il[e]);
                 }
-                lsum[e] = l;
-                ofac[e] = l;
-                lp[e] = (lane & 3) == 0 ? l : 0.f;
             }
         }
     }
     fa_cp_wait<0>();
 
-    // -- the state of each row that some tile reached
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        if (!sp[e] || !changed[e]) continue;
-#pragma unroll
-        for (int n = 0; n < NO; n++)
-            *(float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) = make_float2(o[n][2 * e], o[n][2 * e + 1]);
-        if ((lane & 3) == 0) { sp[e][0] = m[e]; sp[e][1] = lsum[e]; }
-    }
+    run.store(lane, o);   // -- the state of each row that some tile reached
 }
 
 #endif

@@ -66,6 +66,7 @@
 #include <limits.h>
 
 #include "async_ptx.cuh"
+#include "attn_fa_state.cuh"
 #include "attn_fa_tile.cuh"
 
 enum { FA_WS_BN = 128, FA_WS_NS = 3, FA_WS_PROD = 128 };
@@ -218,26 +219,15 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
     /* A of S: this warpgroup's 64 rows of Q (M-adjacent core matrices 128 bytes apart, K-adjacent 2048) */
     const uint32_t qa = sb + L::q + (warp >> 2) * 64 * 16;
 
-    int qpos[2];
-    float *sp[2], m[2], lsum[2], ofac[2], lp[2], o[NO][4];
-    bool changed[2] = {false, false}, vis[2] = {false, false};   /* vis: the current chunk reached the row */
+    int qpos[2];   /* the thread's rows' query positions (padding rows: none) */
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         const int f = f0 + 16 * warp + (lane >> 2) + 8 * e;
-        qpos[e] = f < n_rows ? d.q_pos0 + f / G : INT_MIN;   /* padding rows see nothing */
-        sp[e] = f < n_rows ? st + ((size_t)(f / G) * d.n_head + kh * G + f % G) * (D + 2) : NULL;
-        m[e] = sp[e] ? sp[e][0] : -INFINITY;
-        lsum[e] = sp[e] ? sp[e][1] : 0.f;
-        ofac[e] = lsum[e];                          /* o is normalised: the next tile scales it by l */
-        lp[e] = (lane & 3) == 0 ? lsum[e] : 0.f;    /* l as partial sums over the quad */
-#pragma unroll
-        for (int n = 0; n < NO; n++) {
-            const float2 v = sp[e] ? *(const float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) : make_float2(0.f, 0.f);
-            o[n][2 * e] = v.x;
-            o[n][2 * e + 1] = v.y;
-        }
+        qpos[e] = f < n_rows ? d.q_pos0 + f / G : INT_MIN;
     }
-    const float L2E = 1.4426950408889634f;
+    fa_state<D> run;   /* the running softmax of the thread's two rows */
+    float o[NO][4];
+    run.load(st, d, f0, warp, lane, G, kh, o);
 
     float s[NB][4];
     uint32_t pa[NB / 2][4];
@@ -288,23 +278,7 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
             mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
         }
         float ml[2];
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-            ml[e] = 0.f;
-            fac[e] = 1.f;
-            if (mx[e] != -INFINITY) {
-                changed[e] = vis[e] = true;
-                const float mn = fmaxf(m[e], __fmul_rn(mx[e], ge.scale));
-                ml[e] = __fmul_rn(mn, L2E);
-                const float alpha = fa_ex2(__fsub_rn(__fmul_rn(m[e], L2E), ml[e]));
-                fac[e] = __fmul_rn(alpha, ofac[e]);
-                ofac[e] = 1.f;
-                lp[e] = __fmul_rn(lp[e], alpha);
-                m[e] = mn;
-            }
-        }
+        run.step(mx, ge.scale, ml, fac);
 #pragma unroll
         for (int n = 0; n < NB; n++)
 #pragma unroll
@@ -338,21 +312,11 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
             pa[n >> 1][2 * (n & 1)] = u01;
             pa[n >> 1][2 * (n & 1) + 1] = u23;
         }
-        lp[0] = __fadd_rn(lp[0], rs[0]);
-        lp[1] = __fadd_rn(lp[1], rs[1]);
+        run.lp[0] = __fadd_rn(run.lp[0], rs[0]);
+        run.lp[1] = __fadd_rn(run.lp[1], rs[1]);
         if (tl.last) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float l = __fadd_rn(lp[e], __shfl_xor_sync(0xffffffffu, lp[e], 1));
-                l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));   /* the same bits in all 4 lanes */
-                il[e] = 1.f;
-                if (!vis[e]) continue;   /* the chunk showed the row nothing: unchanged */
-                vis[e] = false;
-                if (l > 0.f) il[e] = __frcp_rn(l);
-                lsum[e] = l;
-                ofac[e] = l;
-                lp[e] = (lane & 3) == 0 ? l : 0.f;
-            }
+            bool apply[2];   /* (where not: il is 1, a multiplication that changes nothing) */
+            run.chunk_end(lane, il, apply);
             norm = true;
         }
     };
@@ -395,15 +359,7 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
         }
     }
 
-    // -- the state of each row that some tile reached
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        if (!sp[e] || !changed[e]) continue;
-#pragma unroll
-        for (int n = 0; n < NO; n++)
-            *(float2 *)(sp[e] + 2 + 8 * n + 2 * (lane & 3)) = make_float2(o[n][2 * e], o[n][2 * e + 1]);
-        if ((lane & 3) == 0) { sp[e][0] = m[e]; sp[e][1] = lsum[e]; }
-    }
+    run.store(lane, o);   // -- the state of each row that some tile reached
 #else
     (void)st, (void)q, (void)d, (void)ge;
     __trap();   /* launched only where the device runs sm_90a code */
