@@ -43,8 +43,12 @@ static fa_encode_fn fa_encoder() {
     static const fa_encode_fn fn = [] {
         void *p = nullptr;
         cudaDriverEntryPointQueryResult qr;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &qr) !=
-                cudaSuccess || qr != cudaDriverEntryPointSuccess) {
+#if CUDART_VERSION >= 12050
+        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &qr);
+#else
+        const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &qr);
+#endif
+        if (e != cudaSuccess || qr != cudaDriverEntryPointSuccess) {
             cudaGetLastError();
             p = nullptr;
         }
@@ -93,9 +97,8 @@ static bool fa_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_des
      * device runs sm_90a code (gemm_wg.cu's probe); docs/performance.md has the
      * figures against the 8-warp kernel */
     if constexpr (D == 128 && !fa_quant<TK>() && !fa_quant<TV>()) {
-        if (fa_path_sel == 0 && b->wg_ok) {
-            using W = fa_ws_smem<D>;
-            if (W::bytes > fa_smem_max(b)) return false;
+        using W = fa_ws_smem<D>;
+        if (fa_path_sel == 0 && b->wg_ok && W::bytes <= fa_smem_max(b)) {
             static unsigned ws_done = 0;
             lkv_cuda_smem_limit(b, &ws_done, attn_fa_ws_kernel<TK, TV>, W::bytes, "attn_mma smem");
             const fa_ws_maps mp = fa_ws_maps_for(d, ge);
