@@ -123,33 +123,33 @@ struct fa_rows {
 /* f16 / bf16 rows of a tile into the core-matrix layout: piece (row, dim
  * group) per thread, 16 rows of one group per half warp (a 32-byte sector
  * per row pair of lanes, the 8 bank groups evenly) */
-template <int D, int NT, int BN = FA_BN>
+template <int D, int NT>
 static __device__ __forceinline__ void fa_copy_f16(const lkv_attn_desc &d, const fa_rows &rw, bool is_k, size_t rb,
                                                    size_t off, uint8_t *dst, int t) {
-    constexpr int P = D / 8, TOTAL = BN * P;
+    constexpr int P = D / 8, TOTAL = FA_BN * P;
     const uint8_t *base = rw.seg >= 0 ? rw.row(d, 0, is_k, rb, off) : nullptr;   /* one segment: rows rb apart */
     const int nrow = rw.pe - rw.p0;
     for (int idx = t; idx < TOTAL; idx += NT) {
         const int rlo = idx & 15, rest = idx >> 4, pc = rest % P, r = (rest / P) * 16 + rlo;
         const uint8_t *src = base ? (r < nrow ? base + (size_t)r * rb : nullptr) : rw.row(d, r, is_k, rb, off);
-        uint8_t *dp = dst + pc * (BN * 16) + r * 16;
+        uint8_t *dp = dst + pc * (FA_BN * 16) + r * 16;
         if (src) fa_cp16((uint32_t)__cvta_generic_to_shared(dp), src + pc * 16);
         else *(uint4 *)dp = make_uint4(0u, 0u, 0u, 0u);
     }
 }
 
 /* the same when one segment holds every row of the call: row p at base + p * rb */
-template <int D, int NT, int BN = FA_BN>
+template <int D, int NT>
 static __device__ __forceinline__ void fa_copy_f16_flat(const uint8_t *base, size_t rb, const fa_tile &tl,
                                                         uint8_t *dst, int t) {
-    constexpr int P = D / 8, TOTAL = BN * P;
+    constexpr int P = D / 8, TOTAL = FA_BN * P;
     const uint8_t *b0 = base + (size_t)tl.p0 * rb;
-    const uint32_t rb32 = (uint32_t)rb;   /* the rows of a tile: 32-bit offsets (the entry point checks) */
+    const uint32_t rb32 = (uint32_t)rb;   /* 64 rows of a tile: 32-bit offsets (the entry point checks) */
     const int nrow = tl.pe - tl.p0;
 #pragma unroll
     for (int idx0 = 0; idx0 < TOTAL; idx0 += NT) {
         const int idx = idx0 + t, rlo = idx & 15, rest = idx >> 4, pc = rest % P, r = (rest / P) * 16 + rlo;
-        uint8_t *dp = dst + pc * (BN * 16) + r * 16;
+        uint8_t *dp = dst + pc * (FA_BN * 16) + r * 16;
         const bool in = r < nrow;   /* rows past the tile's end: zeros (row 0 is a valid address) */
         fa_cp16z((uint32_t)__cvta_generic_to_shared(dp), b0 + (in ? (uint32_t)r * rb32 + pc * 16 : 0u), in);
     }
