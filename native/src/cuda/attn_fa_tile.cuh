@@ -91,8 +91,9 @@ template <int BN> struct fa_cursor_t {
 };
 using fa_cursor = fa_cursor_t<FA_BN>;
 
-/* segment holding position p (-1: none); the first match, like the CPU's search */
-static __device__ __forceinline__ int fa_find(const lkv_attn_desc &d, int p) {
+/* segment holding position p (-1: none); the first match, like the CPU's search (also
+ * on the host: attn_mma.cu picks the segment the kernels will find) */
+static __host__ __device__ __forceinline__ int fa_find(const lkv_attn_desc &d, int p) {
     for (int i = 0; i < d.n_segs; i++)
         if (p >= d.segs[i].pos0 && p - d.segs[i].pos0 < d.segs[i].n) return i;
     return -1;

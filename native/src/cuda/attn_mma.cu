@@ -70,18 +70,16 @@ static bool fa_ws_map(CUtensorMap *m, const void *base, int n_head_kv, size_t rb
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* the maps of the segment holding the call's first position (the kernel's fa_find:
- * the first match); ok = 0 without one (the kernel then copies by cp.async: the same
- * tiles, the same bits) */
+/* the maps of the segment holding the call's first position (fa_find, as the kernel
+ * finds it); ok = 0 without one (the kernel then copies by cp.async: the same tiles,
+ * the same bits) */
 static fa_ws_maps fa_ws_maps_for(const lkv_attn_desc *d, const fa_geom &ge) {
     fa_ws_maps mp;
     memset(&mp, 0, sizeof mp);
-    for (int i = 0; i < d->n_segs; i++) {
+    const int i = fa_find(*d, ge.P0);
+    if (i >= 0) {
         const lkv_kv_seg &g = d->segs[i];
-        if (ge.P0 >= g.pos0 && ge.P0 - g.pos0 < g.n) {
-            mp.ok = fa_ws_map(&mp.k, g.k, d->n_head_kv, ge.rbk, g.n) && fa_ws_map(&mp.v, g.v, d->n_head_kv, ge.rbv, g.n);
-            break;
-        }
+        mp.ok = fa_ws_map(&mp.k, g.k, d->n_head_kv, ge.rbk, g.n) && fa_ws_map(&mp.v, g.v, d->n_head_kv, ge.rbv, g.n);
     }
     return mp;
 }
