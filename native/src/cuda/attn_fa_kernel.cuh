@@ -341,22 +341,12 @@ attn_fa_kernel(float *st, const float *__restrict__ q, const __grid_constant__ l
         run.step(mx, ge.scale, ml, fac);
 
         // -- P = 2^(s c2 - m log2 e) rounded to V's operand type; l sums the rounded values
-        uint32_t pa[4][4];
-        float rs[2] = {0.f, 0.f};
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
-            const uint32_t u01 = fa_pack<BFV>(fa_ex2(fmaf(s[n][0], ge.c2, -ml[0])),
-                                              fa_ex2(fmaf(s[n][1], ge.c2, -ml[0])));
-            const uint32_t u23 = fa_pack<BFV>(fa_ex2(fmaf(s[n][2], ge.c2, -ml[1])),
-                                              fa_ex2(fmaf(s[n][3], ge.c2, -ml[1])));
-            const float2 f01 = fa_unpack<BFV>(u01), f23 = fa_unpack<BFV>(u23);
-            rs[0] = __fadd_rn(rs[0], __fadd_rn(f01.x, f01.y));
-            rs[1] = __fadd_rn(rs[1], __fadd_rn(f23.x, f23.y));
-            pa[n >> 1][2 * (n & 1)] = u01;
-            pa[n >> 1][2 * (n & 1) + 1] = u23;
-        }
-        run.lp[0] = __fadd_rn(run.lp[0], rs[0]);
-        run.lp[1] = __fadd_rn(run.lp[1], rs[1]);
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[n][i] = fa_ex2(fmaf(s[n][i], ge.c2, -ml[i >> 1]));
+        uint32_t pa[4][4];
+        run.template take_p<BFV>(s, pa);
         /* o rescaled where the max moved or a chunk starts (warp-uniform test: at depth
          * the max rarely moves) */
         if (!__all_sync(0xffffffffu, fac[0] == 1.f && fac[1] == 1.f)) {

@@ -73,6 +73,25 @@ template <int D> struct fa_state {
         }
     }
 
+    /* a tile's probabilities p (f32, the accumulator layout) rounded to V's operand type
+     * (BF: bf16, else f16) into pa, the A fragments of P V (n-tiles 2k and 2k + 1 make
+     * k-step k); lp sums the rounded values */
+    template <bool BF, int NB>
+    __device__ __forceinline__ void take_p(const float (&p)[NB][4], uint32_t (&pa)[NB / 2][4]) {
+        float rs[2] = {0.f, 0.f};
+#pragma unroll
+        for (int n = 0; n < NB; n++) {
+            const uint32_t u01 = fa_pack<BF>(p[n][0], p[n][1]), u23 = fa_pack<BF>(p[n][2], p[n][3]);
+            const float2 f01 = fa_unpack<BF>(u01), f23 = fa_unpack<BF>(u23);
+            rs[0] = __fadd_rn(rs[0], __fadd_rn(f01.x, f01.y));
+            rs[1] = __fadd_rn(rs[1], __fadd_rn(f23.x, f23.y));
+            pa[n >> 1][2 * (n & 1)] = u01;
+            pa[n >> 1][2 * (n & 1) + 1] = u23;
+        }
+        lp[0] = __fadd_rn(lp[0], rs[0]);
+        lp[1] = __fadd_rn(lp[1], rs[1]);
+    }
+
     /* the chunk is complete: l over the quad (the same bits in all 4 lanes) becomes the
      * stored l; apply[e]: o's row e is to be multiplied by il[e] (1 / l) now, where the
      * chunk reached the row and l > 0 */

@@ -233,6 +233,16 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
     uint32_t pa[NB / 2][4];
     float fac[2], il[2];
     bool norm = false;   /* o waits for its chunk-end normalisation by il (the previous tile ended a chunk) */
+    /* (the products of that tile done) o's pending normalisation */
+    auto finish_chunk = [&]() {
+        if (!norm) return;
+#pragma unroll
+        for (int n = 0; n < NO; n++) {
+            o[n][0] = __fmul_rn(o[n][0], il[0]); o[n][1] = __fmul_rn(o[n][1], il[0]);
+            o[n][2] = __fmul_rn(o[n][2], il[1]); o[n][3] = __fmul_rn(o[n][3], il[1]);
+        }
+        norm = false;
+    };
     auto issue_s = [&](int j) {
         const uint32_t kt = sb + (j % NS) * L::stage;
         fa_wg_fence();
@@ -287,14 +297,7 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
     /* (the products of the previous tile done) o: the pending normalisation, then fac;
      * P rounded to V's type, l sums the rounded values; at a chunk's end l over the quad */
     auto soft_b = [&](const fa_tile &tl) {
-        if (norm) {
-#pragma unroll
-            for (int n = 0; n < NO; n++) {
-                o[n][0] = __fmul_rn(o[n][0], il[0]); o[n][1] = __fmul_rn(o[n][1], il[0]);
-                o[n][2] = __fmul_rn(o[n][2], il[1]); o[n][3] = __fmul_rn(o[n][3], il[1]);
-            }
-            norm = false;
-        }
+        finish_chunk();
         if (!__all_sync(0xffffffffu, fac[0] == 1.f && fac[1] == 1.f)) {
 #pragma unroll
             for (int n = 0; n < NO; n++) {
@@ -302,18 +305,7 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
                 o[n][2] = __fmul_rn(o[n][2], fac[1]); o[n][3] = __fmul_rn(o[n][3], fac[1]);
             }
         }
-        float rs[2] = {0.f, 0.f};
-#pragma unroll
-        for (int n = 0; n < NB; n++) {
-            const uint32_t u01 = fa_pack<BFV>(s[n][0], s[n][1]), u23 = fa_pack<BFV>(s[n][2], s[n][3]);
-            const float2 f01 = fa_unpack<BFV>(u01), f23 = fa_unpack<BFV>(u23);
-            rs[0] = __fadd_rn(rs[0], __fadd_rn(f01.x, f01.y));
-            rs[1] = __fadd_rn(rs[1], __fadd_rn(f23.x, f23.y));
-            pa[n >> 1][2 * (n & 1)] = u01;
-            pa[n >> 1][2 * (n & 1) + 1] = u23;
-        }
-        run.lp[0] = __fadd_rn(run.lp[0], rs[0]);
-        run.lp[1] = __fadd_rn(run.lp[1], rs[1]);
+        run.template take_p<BFV>(s, pa);
         if (tl.last) {
             bool apply[2];   /* (where not: il is 1, a multiplication that changes nothing) */
             run.chunk_end(lane, il, apply);
@@ -351,13 +343,7 @@ attn_fa_ws_kernel(float *st, const float *__restrict__ q, const __grid_constant_
     fa_wg_wait0();
     fa_reg_fence(o);
     mb_arrive(bempty + 8 * ((n_tiles - 1) % NS));
-    if (norm) {
-#pragma unroll
-        for (int n = 0; n < NO; n++) {
-            o[n][0] = __fmul_rn(o[n][0], il[0]); o[n][1] = __fmul_rn(o[n][1], il[0]);
-            o[n][2] = __fmul_rn(o[n][2], il[1]); o[n][3] = __fmul_rn(o[n][3], il[1]);
-        }
-    }
+    finish_chunk();
 
     run.store(lane, o);   // -- the state of each row that some tile reached
 #else
