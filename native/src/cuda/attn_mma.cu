@@ -165,8 +165,9 @@ extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const l
     const int64_t P1 = (int64_t)d->chunk_hi * d->chunk;
     if (P1 > INT32_MAX - FA_WS_BN || (int64_t)d->q_pos0 + d->n_q > INT32_MAX || d->chunk_lo < 0) return false;
     if ((int64_t)d->n_q * d->n_head > INT32_MAX / 2) return false;
-    /* a tile's rows (up to 128) within 32-bit offsets of its first */
-    if ((int64_t)d->n_head_kv * (hd / 32) * (gbk > gbv ? gbk : gbv) * FA_WS_BN > INT32_MAX) return false;
+    /* the 8-warp kernel's 64-row tiles within 32-bit offsets of their first row (the
+     * warp-specialized kernel's copies use 64-bit offsets) */
+    if ((int64_t)d->n_head_kv * (hd / 32) * (gbk > gbv ? gbk : gbv) * FA_BN > INT32_MAX) return false;
     const bool pair = hd == 64 ? fa_pick<64>(NULL, NULL, NULL, d, NULL)
                       : hd == 128 ? fa_pick<128>(NULL, NULL, NULL, d, NULL) : fa_pick<256>(NULL, NULL, NULL, d, NULL);
     if (!pair) return false;

@@ -26,7 +26,7 @@
  * q8_0 with q4_0 or f16, f16 with q8_0 or q4_0 (attn_mma.cu FA_PAIRS),
  * n_head not a multiple of n_head_kv, a captured step (b->dyn_pos set;
  * graphs are for n <= 8 tokens), KV rows not aligned for the copies (f16 /
- * bf16: 16 bytes, others: 4), 128 KV rows past 2^31 bytes, positions
+ * bf16: 16 bytes, others: 4), 64 KV rows past 2^31 bytes, positions
  * past 2^31, and an instance whose shared memory (sized for Hopper's 227
  * KiB) exceeds the device's: on sm_80 the quantized head_dim 128 ones and
  * up, on sm_86 / 89 / 120 (99 KiB) all but head_dim 64 with 16-bit K/V. Host-side only; same threading rules as the other ops.
