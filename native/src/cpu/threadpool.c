@@ -39,7 +39,9 @@
  *     would get up to one (the group's share, as autogroup gives it, does
  *     not grow with the thread count; where threads are shared out one by
  *     one this errs towards solo spells).
- * A window that fails either starts a solo spell: the next jobs run on the
+ * A window whose first EARLY_JOBS jobs already took longer than the solo
+ * estimate fails there (a failing probe then costs an eighth of a window).
+ * A window that fails starts a solo spell: the next jobs run on the
  * caller alone and the workers park on `cv`, for one window, then 2, 4...
  * up to MAX_BACKOFF windows while the probes keep failing, and back to 1
  * after a window that passed. A window that an idle pause interrupts
@@ -68,6 +70,7 @@
 #define SPIN_ROUNDS 200000
 #define PARTS_PER_THREAD 4
 #define WINDOW_JOBS 256          /* jobs per measured window (a decode token is ~250) */
+#define EARLY_JOBS 32            /* a window's first check: a loss by then fails it */
 #define MIN_GAIN 0.05            /* a parallel window must save this share of solo time */
 #define SHARE_MIN 1.25           /* ... and get this many cores' worth of CPU time */
 #define MAX_BACKOFF 128          /* longest solo spell, in windows */
@@ -202,6 +205,15 @@ void lkv_tp_free(lkv_threadpool *tp) {
     free(tp);
 }
 
+/* a window failed: the next jobs run on the caller alone, the workers park */
+static void start_spell(lkv_threadpool *tp) {
+    tp->solo_left = tp->backoff * WINDOW_JOBS;
+    if (tp->backoff < MAX_BACKOFF) tp->backoff *= 2;
+    atomic_store_explicit(&tp->park, 1, memory_order_relaxed);
+    tp->win_jobs = 0;
+    tp->win_solo = tp->win_gain = 0;
+}
+
 /* the job just run in parallel: own_s on the caller's n_own parts, wall_s in all */
 static void account(lkv_threadpool *tp, double own_s, int n_own, double wall_s) {
     if (n_own > 0) {             /* else the workers took every part: no estimate */
@@ -209,7 +221,12 @@ static void account(lkv_threadpool *tp, double own_s, int n_own, double wall_s) 
         tp->win_solo += solo;
         tp->win_gain += solo - wall_s;
     }
-    if (++tp->win_jobs < WINDOW_JOBS) return;
+    if (++tp->win_jobs < WINDOW_JOBS) {
+        /* already slower than the caller alone: the rest of the window would
+         * only add to the loss */
+        if (tp->win_jobs == EARLY_JOBS && tp->win_gain < 0) start_spell(tp);
+        return;
+    }
     const double share = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - tp->win_cpu0) /
                          (now_s() - tp->win_t0);
     /* the caller ran at share / n cores beside the workers; alone it would get
@@ -218,12 +235,10 @@ static void account(lkv_threadpool *tp, double own_s, int n_own, double wall_s) 
     const double solo = tp->win_solo * per_thread / (share < 1 ? share : 1);
     const double wall = tp->win_solo - tp->win_gain;
     if (share < SHARE_MIN || solo - wall < MIN_GAIN * solo) {
-        tp->solo_left = tp->backoff * WINDOW_JOBS;
-        if (tp->backoff < MAX_BACKOFF) tp->backoff *= 2;
-        atomic_store_explicit(&tp->park, 1, memory_order_relaxed);
-    } else {
-        tp->backoff = 1;
+        start_spell(tp);
+        return;
     }
+    tp->backoff = 1;
     tp->win_jobs = 0;
     tp->win_solo = tp->win_gain = 0;
 }
