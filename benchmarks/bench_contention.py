@@ -14,7 +14,9 @@ processes copying a 256 MiB array with numpy (memory-bound: they compete for
 memory bandwidth and the last-level cache). Each round runs every engine once,
 in a rotated order so that drifting load hits all alike; a row is the median
 of -r rounds of decode tokens per second (greedy, after a short prompt), with
-the load average when the row was taken.
+the load average when the row was taken; the line under it gives each engine's
+2 threads / 1 thread ratio per round (median and quartiles), which drifting
+load does not move as much.
 """
 import argparse
 import json
@@ -109,6 +111,18 @@ class LlamaBench:
         pass
 
 
+def paired(rates):
+    """each engine's 2t / 1t ratio per round (the two measured a few seconds
+    apart, so drifting load cancels): median and quartiles over the rounds"""
+    out = []
+    for k in rates:
+        if k.endswith(" 1t") and k[:-3] + " 2t" in rates:
+            r = sorted(b / a for a, b in zip(rates[k], rates[k[:-3] + " 2t"]))
+            q = statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
+            out.append(f"{k[:-3]} {q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f})")
+    return ", ".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?")
@@ -154,6 +168,7 @@ def main():
             print(f"{load:6s} {os.getloadavg()[0]:7.1f} " +
                   " ".join(f"{statistics.median(v):11.1f} t/s" for v in rates.values()),
                   flush=True)
+            print(f"{'':14s} 2t / 1t per round: " + paired(rates), flush=True)
     finally:
         for run in engines.values():
             run.close()
