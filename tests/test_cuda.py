@@ -322,8 +322,10 @@ def _golden_logits(kernels: str):
     return tg, golden, logits
 
 
-@pytest.mark.xfail(strict=False, reason="issue 15's target, missed on the H200 on 2026-12-01 with "
-                   "the fast kernels: top-1 0.9375, mean KL 0.00313 (clear top-1 1.0)")
+@pytest.mark.xfail(strict=False, reason="issue 15's target, missed on the H200 (2026-12-01, again "
+                   "2026-12-03) with the fast kernels: top-1 0.9375, mean KL 0.00313 (clear top-1 "
+                   "1.0); the targets sit at the noise floor of 8-bit activation codes "
+                   "(benchmarks/golden_noise.py, docs/performance.md)")
 def test_golden_on_the_gpu():
     """llama.cpp's golden distributions (tests/test_golden.py) on the GPU with
     the default kernels: mean KL <= 0.003, top-1 >= 0.95, and top-1 agreement
