@@ -100,6 +100,7 @@ struct lkv_threadpool {
     double last_end;             /* when the last parallel job ended */
     int solo_jobs;               /* jobs measured in this solo window */
     double solo_t0, solo_cpu0;   /* the solo window's start: wall and the caller's CPU time */
+    pthread_t solo_thread;       /* ... and the thread whose CPU clock solo_cpu0 read */
     double solo_end;             /* when the last solo job ended */
     double solo_share;           /* the caller's cores in the last whole solo window (1 before any) */
 };
@@ -248,9 +249,14 @@ static void account(lkv_threadpool *tp, double own_s, int n_own, double wall_s) 
  * next spell instead of a probe */
 static void solo_job(lkv_threadpool *tp, lkv_tp_fn fn, void *arg, int n_parts) {
     const double t0 = now_s();
-    if (tp->solo_jobs == 0 || t0 - tp->solo_end > GAP_S) {   /* a window starts (pauses are not measured) */
+    /* a window starts: after a pause (not measured), and when another thread
+     * calls (Python runs a prefill on a helper thread and decodes on its own:
+     * one thread's CPU clock against another's would read as any share) */
+    if (tp->solo_jobs == 0 || t0 - tp->solo_end > GAP_S ||
+        !pthread_equal(tp->solo_thread, pthread_self())) {
         tp->solo_jobs = 0;
         tp->solo_t0 = t0;
+        tp->solo_thread = pthread_self();
         tp->solo_cpu0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
     }
     for (int part = 0; part < n_parts; part++) fn(arg, part, n_parts, 0);

@@ -10,6 +10,7 @@
  * condition variable, so an idle context costs no CPU. When a second thread
  * does not pay (a busy machine), jobs run on the caller alone for a while
  * (threadpool.c: solo spells); the parts, and so the results, stay the same.
+ * One caller at a time, from any thread (jobs may come from several in turn).
  */
 #ifndef LKV_CPU_THREADPOOL_H
 #define LKV_CPU_THREADPOOL_H
