@@ -12,7 +12,8 @@ its pool alive: the process's whole footprint, CUDA's own context included;
 vram_base_mib is the same figure before the model loads (the CUDA context and
 whatever else the device holds), so vram_mib - vram_base_mib is pyllamakv's own.
 Each row lands in results.csv under --out as soon as it is measured, and rows
-already there are skipped, so an interrupted sweep resumes. Plots: PNG + SVG.
+already there (same model, device, KV types, depth and mode) are skipped, with a
+line on stderr, so an interrupted sweep resumes. Plots: PNG + SVG.
 
     python benchmarks/benchmark_kv_stream.py --shape llama3-8b --max-context 131072 \\
         --type-k q8_0 --type-v q8_0 --pools auto,4096,1024 --out bench-out
@@ -109,7 +110,12 @@ def done_rows(csv_path: Path) -> set[tuple]:
     if not csv_path.exists():
         return set()
     with csv_path.open() as f:
-        return {(r["depth"], r["mode"]) for r in csv.DictReader(f)}
+        return {row_key(r) for r in csv.DictReader(f)}
+
+
+def row_key(r: dict) -> tuple:
+    """what makes two rows the same measurement (a resumed sweep skips it)"""
+    return tuple(str(r.get(k, "")) for k in ("model", "device", "type_k", "type_v", "depth", "mode"))
 
 
 _STATE: dict = {}
@@ -276,7 +282,11 @@ def main() -> None:
                 elif p:
                     modes.append((f"pool {p} MiB", int(float(p) * 2**20)))
             for mode, pool in modes:
-                if (str(depth), mode) in seen:
+                key = row_key(dict(model=os.path.basename(path), device=device, type_k=a.type_k,
+                                   type_v=a.type_v, depth=depth, mode=mode))
+                if key in seen:
+                    print(f"depth {depth} {mode}: skipped (already in {csv_path}; another --out "
+                          f"measures it again)", file=sys.stderr)
                     continue
                 if a.deadline and time.perf_counter() - t_start > a.deadline:
                     print(f"depth {depth} {mode}: skipped (deadline)", file=sys.stderr)
@@ -299,6 +309,11 @@ def main() -> None:
                 print(" ".join(f"{k}={row[k]}" for k in ("depth", "mode", "pool_mib", "pp_tps",
                       "tg_tps", "resident_fraction", "streamed_per_token_mb", "stream_gbps",
                       "ratio_to_bound", "vram_mib")), flush=True)
+    try:
+        import matplotlib  # noqa: F401  (the bench extra)
+    except ImportError:
+        print(f"results: {csv_path}; no plots (matplotlib missing: pip install .[bench])")
+        return
     plot(csv_path, out)
     print(f"results: {csv_path}; plots: {out}/kv_stream.png, .svg")
 
