@@ -38,22 +38,28 @@ def score(logits, entry):
     return agree, kls
 
 
+def golden_scores(path, golden, device: str = "cpu", **ctx) -> tuple[list, list]:
+    """(agreements, KLs) over every golden position of the model at `path`
+    (ctx: further Context arguments, e.g. gpu_kernels)"""
+    agree, kls = [], []
+    with Model(str(path), device=device) as m:
+        for entry in golden.values():
+            tokens = entry["prompt_tokens"] + entry["greedy"]
+            with Context(m, n_ctx=512, logits_all=True, n_threads=2, **ctx) as c:
+                c.decode(tokens)
+                a, k = score(c.logits(), entry)
+            agree += a
+            kls += k
+    return agree, kls
+
+
 def golden_agreement(device: str = "cpu") -> tuple[float, float, int]:
     """(top-1 agreement, mean KL, positions) of the default model on `device`."""
     path = require_model_path()
     gfile = GOLDEN / "smollm2_teacher_forced.json"
     if not gfile.exists():
         pytest.skip(f"golden data missing: {gfile}")
-    golden = json.loads(gfile.read_text())
-    agree, kls = [], []
-    with Model(path, device=device) as m:
-        for entry in golden.values():
-            tokens = entry["prompt_tokens"] + entry["greedy"]
-            with Context(m, n_ctx=512, logits_all=True, n_threads=2) as c:
-                c.decode(tokens)
-                a, k = score(c.logits(), entry)
-            agree += a
-            kls += k
+    agree, kls = golden_scores(path, json.loads(gfile.read_text()), device)
     return float(np.mean(agree)), float(np.mean(kls)), len(agree)
 
 
