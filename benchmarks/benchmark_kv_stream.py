@@ -211,8 +211,12 @@ def measure(m: Model, a, depth: int, pool: int | None, rng) -> dict:
                 pool_mib=round(stats["pool_bytes"] / 2**20, 1), vram_mib=vram)
 
 
-def plot(csv_path: Path, out: Path) -> None:
-    import matplotlib
+def plot(csv_path: Path, out: Path) -> bool:
+    """the PNG and SVG beside the CSV; False without matplotlib (the bench extra)"""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     with csv_path.open() as f:
@@ -236,6 +240,7 @@ def plot(csv_path: Path, out: Path) -> None:
     fig.tight_layout()
     for ext in ("png", "svg"):
         fig.savefig(out / f"kv_stream.{ext}")
+    return True
 
 
 def main() -> None:
@@ -282,9 +287,9 @@ def main() -> None:
                 elif p:
                     modes.append((f"pool {p} MiB", int(float(p) * 2**20)))
             for mode, pool in modes:
-                key = row_key(dict(model=os.path.basename(path), device=device, type_k=a.type_k,
-                                   type_v=a.type_v, depth=depth, mode=mode))
-                if key in seen:
+                ident = dict(model=os.path.basename(path), device=device, type_k=a.type_k,
+                             type_v=a.type_v, depth=depth, mode=mode)
+                if row_key(ident) in seen:
                     print(f"depth {depth} {mode}: skipped (already in {csv_path}; another --out "
                           f"measures it again)", file=sys.stderr)
                     continue
@@ -300,8 +305,7 @@ def main() -> None:
                 except (MemoryError, ValueError) as e:
                     print(f"depth {depth} {mode}: skipped ({e})", file=sys.stderr)
                     continue
-                row = dict(model=os.path.basename(path), device=device, type_k=a.type_k,
-                           type_v=a.type_v, depth=depth, mode=mode,
+                row = dict(**ident,
                            kv_mb=round(kv_bytes_per_token(m.hparams, a.type_k, a.type_v)
                                        * depth / 1e6, 1), vram_base_mib=vram_base, **r)
                 w.writerow(row)
@@ -309,13 +313,10 @@ def main() -> None:
                 print(" ".join(f"{k}={row[k]}" for k in ("depth", "mode", "pool_mib", "pp_tps",
                       "tg_tps", "resident_fraction", "streamed_per_token_mb", "stream_gbps",
                       "ratio_to_bound", "vram_mib")), flush=True)
-    try:
-        import matplotlib  # noqa: F401  (the bench extra)
-    except ImportError:
+    if plot(csv_path, out):
+        print(f"results: {csv_path}; plots: {out}/kv_stream.png, .svg")
+    else:
         print(f"results: {csv_path}; no plots (matplotlib missing: pip install .[bench])")
-        return
-    plot(csv_path, out)
-    print(f"results: {csv_path}; plots: {out}/kv_stream.png, .svg")
 
 
 if __name__ == "__main__":

@@ -13,20 +13,17 @@ import numpy as np
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "benchmark_kv_stream.py"
 
 
-def _run(out, type_k):
-    depth = int(np.random.default_rng().integers(600, 1500))
-    cmd = [sys.executable, str(SCRIPT), "--shape", "llama-tiny", "--fill", "state", "--out",
-           str(out), "--depths", str(depth), "--pools", "1", "--n-gen", "4", "--repeat", "1",
-           "--type-k", type_k, "--device", "cpu"]
-    return depth, cmd
+def _cmd(out, depth, type_k):
+    return [sys.executable, str(SCRIPT), "--shape", "llama-tiny", "--fill", "state", "--out",
+            str(out), "--depths", str(depth), "--pools", "1", "--n-gen", "4", "--repeat", "1",
+            "--type-k", type_k, "--device", "cpu"]
 
 
 def test_resume_skips_only_the_same_rows(tmp_path):
-    depth, cmd = _run(tmp_path, "q8_0")
-    first = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    again = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    other = subprocess.run(cmd[:-3] + ["f16", "--device", "cpu"], capture_output=True, text=True,
-                           check=True)
+    depth = int(np.random.default_rng().integers(600, 1500))
+    run = lambda type_k: subprocess.run(_cmd(tmp_path, depth, type_k), capture_output=True,  # noqa: E731
+                                        text=True, check=True)
+    first, again, other = run("q8_0"), run("q8_0"), run("f16")
     assert first.stdout.count(f"depth={depth} ") == 2, first.stdout + first.stderr
     assert again.stdout.count(f"depth={depth} ") == 0, again.stdout
     assert again.stderr.count("skipped (already in") == 2, again.stderr
