@@ -249,14 +249,15 @@ static void account(lkv_threadpool *tp, double own_s, int n_own, double wall_s) 
  * next spell instead of a probe */
 static void solo_job(lkv_threadpool *tp, lkv_tp_fn fn, void *arg, int n_parts) {
     const double t0 = now_s();
+    const pthread_t self = pthread_self();
     /* a window starts: after a pause (not measured), and when another thread
      * calls (Python runs a prefill on a helper thread and decodes on its own:
      * one thread's CPU clock against another's would read as any share) */
     if (tp->solo_jobs == 0 || t0 - tp->solo_end > GAP_S ||
-        !pthread_equal(tp->solo_thread, pthread_self())) {
+        !pthread_equal(tp->solo_thread, self)) {
         tp->solo_jobs = 0;
         tp->solo_t0 = t0;
-        tp->solo_thread = pthread_self();
+        tp->solo_thread = self;
         tp->solo_cpu0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
     }
     for (int part = 0; part < n_parts; part++) fn(arg, part, n_parts, 0);
