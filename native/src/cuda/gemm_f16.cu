@@ -11,9 +11,12 @@
  * dequantization is the costly part (ALU), so GM is large: each weight tile
  * serves 128 tokens. f16 rounding of the operands gives relative errors near
  * 3e-4, the usual price of f16 GEMM; activations beyond f16's range (65504)
- * would overflow.
+ * would overflow. For bf16 weights both operands are bf16 (the weights
+ * exactly, x rounded as the CPU rounds it for their dot), WMMA's bf16 shape.
  */
 #include <mma.h>
+
+#include <type_traits>
 
 #include "matmul.cuh"
 
@@ -24,13 +27,25 @@ using namespace nvcuda;
 enum { GM = 128, GN = 128, GK = 64, G_WARPS = 8, G_PAD = 8 };
 enum { GA_LD = GK + G_PAD, GC_LD = 32 + 4 };
 
+/* E: the operands' element type, __half, or __nv_bfloat16 for bf16 weights */
+template <class E>
 struct gemm_smem_ab {
-    __half a[GM][GA_LD];   /* activations: token x k */
-    __half b[GN][GA_LD];   /* weights: row x k (B^T, read col-major) */
+    E a[GM][GA_LD];   /* activations: token x k */
+    E b[GN][GA_LD];   /* weights: row x k (B^T, read col-major) */
 };
+template <class E>
 union gemm_smem {
-    gemm_smem_ab ab;
+    gemm_smem_ab<E> ab;
     float c[G_WARPS][32][GC_LD];   /* a warp's 32x32 piece of output, staged for guarded stores */
+};
+
+/* two floats rounded to E (round to nearest), as one 32-bit pair */
+template <class E> struct gemm_pair;
+template <> struct gemm_pair<__half> {
+    static __device__ __forceinline__ __half2 of(float a, float b) { return __floats2half2_rn(a, b); }
+};
+template <> struct gemm_pair<__nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat162 of(float a, float b) { return __floats2bfloat162_rn(a, b); }
 };
 
 static __device__ __forceinline__ void prefetch_l2(const void *p) {
@@ -40,7 +55,9 @@ static __device__ __forceinline__ void prefetch_l2(const void *p) {
 template <int T>
 __global__ void __launch_bounds__(G_WARPS * 32, 2)
 gemm_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int cols, int n) {
-    __shared__ __align__(128) gemm_smem sm;
+    using E = typename std::conditional<T == LKV_TYPE_BF16, __nv_bfloat16, __half>::type;
+    using P = gemm_pair<E>;
+    __shared__ __align__(128) gemm_smem<E> sm;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int j = mm_pick(ms, blockIdx.x);
     const int rows = ms.rows[j];
@@ -69,14 +86,14 @@ gemm_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int 
             const int tr = idx / (GK / 4), kc = (idx % (GK / 4)) * 4;
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
             if (t0 + tr < n && k0 + kc < cols) v = __ldg((const float4 *)(x + (size_t)(t0 + tr) * cols + k0 + kc));
-            __half2 *dst = (__half2 *)&sm.ab.a[tr][kc];
-            dst[0] = __floats2half2_rn(v.x, v.y);
-            dst[1] = __floats2half2_rn(v.z, v.w);
+            auto *dst = (decltype(P::of(0.f, 0.f)) *)&sm.ab.a[tr][kc];
+            dst[0] = P::of(v.x, v.y);
+            dst[1] = P::of(v.z, v.w);
         }
         /* weights: one 32-element group per thread, 8 at a time (dq8: fewer live registers) */
         {
             const int g = k0 / 32 + bgi;
-            __half2 *dst = (__half2 *)&sm.ab.b[br][bgi * 32];
+            auto *dst = (decltype(P::of(0.f, 0.f)) *)&sm.ab.b[br][bgi * 32];
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 float y[8];
@@ -87,7 +104,7 @@ gemm_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int 
                     for (int i = 0; i < 8; i++) y[i] = 0.f;
                 }
 #pragma unroll
-                for (int i = 0; i < 4; i++) dst[4 * q + i] = __floats2half2_rn(y[2 * i], y[2 * i + 1]);
+                for (int i = 0; i < 4; i++) dst[4 * q + i] = P::of(y[2 * i], y[2 * i + 1]);
             }
         }
         __syncthreads();
@@ -107,8 +124,8 @@ gemm_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int 
         }
 #pragma unroll
         for (int kk = 0; kk < GK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major> fa;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major> fb[2];
 #pragma unroll
             for (int jj = 0; jj < 2; jj++)
                 wmma::load_matrix_sync(fb[jj], &sm.ab.b[wn * 32 + jj * 16][kk], GA_LD);

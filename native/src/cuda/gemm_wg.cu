@@ -18,13 +18,15 @@
  *      differs from the CPU's by the f16 rounding of the operands and the
  *      order of the adds, not by the 8-bit rounding of x (without it the
  *      tiny legacy and q4_K models left the CPU by mean KL 6.4e-3 to 1.7e-2);
+ *      for bf16 weights x is rounded to bf16, as the CPU rounds it for their
+ *      dot, and the whole GEMM runs on bf16 operands (the weights exactly);
  *   2. the weights of the call -> w16 f16 in a bounded scratch (WG_SCRATCH
  *      bytes; weights larger than what is left are split by rows into
  *      several GEMMs), each element dequantized once per call with dq8
  *      (quant.cuh: code * d in f32) and rounded to f16: the same operand
  *      values as gemm_f16.cu, which, fed x as the CPU rounds it, is this
  *      kernel's reference up to the order of the f32 adds;
- *   3. the GEMM over the two f16 matrices.
+ *   3. the GEMM over the two f16 (bf16) matrices.
  *
  * Tiled operands. Both copies are stored as tiles of 64 of K: an x tile is
  * 128 tokens x 64 (16 KiB), a weight tile BN rows x 64 (BN = 128 or 256;
@@ -101,8 +103,8 @@ static __device__ __forceinline__ void wg_item(size_t i, int R, int nkt, int &r,
 
 /* every 16-byte piece of a matrix tiled by R rows (rows_pad rows, nkt tiles of
  * K per panel) from load(r, g, y): the 8 elements of group g of row r, or
- * zeros where it returns false (no such element) */
-template <class Load>
+ * zeros where it returns false (no such element); rounded to bf16 (BF) or f16 */
+template <bool BF, class Load>
 static __device__ __forceinline__ void wg_to_tiled(uint8_t *__restrict__ dst, int rows_pad, int R, int nkt,
                                                    Load load) {
     const size_t total = (size_t)rows_pad * nkt * 8;
@@ -110,7 +112,7 @@ static __device__ __forceinline__ void wg_to_tiled(uint8_t *__restrict__ dst, in
         int r, g;
         wg_item(i, R, nkt, r, g);
         float y[8];
-        const uint4 v = load(r, g, y) ? lkv_f16x8(y) : make_uint4(0, 0, 0, 0);
+        const uint4 v = load(r, g, y) ? (BF ? lkv_bf16x8(y) : lkv_f16x8(y)) : make_uint4(0, 0, 0, 0);
         *(uint4 *)(dst + wg_tiled(r, g, R, nkt)) = v;
     }
 }
@@ -122,10 +124,13 @@ static __device__ __forceinline__ void wg_load8(const float *s, float (&v)[8]) {
 }
 
 /* x (n, cols) f32 -> x16, tiled by WG_BM rows, n_pad (a multiple of WG_BM) rows,
- * rounded to nearest f16: the float weights' operand (the CPU's f16 vec_dot_type) */
+ * rounded to nearest f16, or bf16 for bf16 weights (BF): the float weights'
+ * operand, as the CPU rounds x for them (its vec_dot_type; f32 weights: the
+ * CPU keeps x in f32, here it is rounded to f16 like the weights) */
+template <bool BF>
 static __global__ void wg_x_to_f16(const float *__restrict__ x, uint8_t *__restrict__ y, int n, int cols,
                                    int n_pad, int nkt) {
-    wg_to_tiled(y, n_pad, WG_BM, nkt, [&](int r, int g, float (&v)[8]) {
+    wg_to_tiled<BF>(y, n_pad, WG_BM, nkt, [&](int r, int g, float (&v)[8]) {
         if (r >= n || 8 * g >= cols) return false;
         wg_load8(x + (size_t)r * cols + 8 * g, v);
         return true;
@@ -198,11 +203,11 @@ static __global__ void wg_x_q8k_to_f16(const float *__restrict__ x, uint8_t *__r
 }
 
 /* rows [0, rows) of a weight (row_bytes apart) -> dst, tiled by R rows,
- * rows_pad (a multiple of R) rows */
+ * rows_pad (a multiple of R) rows; bf16 weights stay bf16 (exactly) */
 template <int T>
 static __global__ void wg_w_to_f16(const uint8_t *__restrict__ w, size_t row_bytes, int rows, int cols,
                                    int rows_pad, int R, int nkt, uint8_t *__restrict__ dst) {
-    wg_to_tiled(dst, rows_pad, R, nkt, [&](int r, int g, float (&v)[8]) {
+    wg_to_tiled<T == LKV_TYPE_BF16>(dst, rows_pad, R, nkt, [&](int r, int g, float (&v)[8]) {
         if (r >= rows || 8 * g >= cols) return false;
         dq8<T>(w + (size_t)r * row_bytes, g, v);
         return true;
@@ -240,12 +245,13 @@ static __device__ __forceinline__ void wg_store(const float (&acc)[NB][4], float
 #endif
 
 /* grid (token tiles, row tiles of all pieces); x16 and ws.w16 tiled, nkt
- * tiles of K per panel */
-template <int BN>
+ * tiles of K per panel; both f16, or both bf16 (BF) */
+template <int BN, bool BF>
 static __global__ void __launch_bounds__(WG_THREADS, 1)
 wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x16, int nkt, int n) {
 #if FA_HAVE_WGMMA
     using S = wg_shape<BN>;
+    static_assert(!BF || BN == 128, "bf16 products: the 128-row tile only");
     extern __shared__ __align__(128) uint8_t sm[];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
     const uint32_t full = sb + S::NS * S::STAGE, empty = full + 8 * S::NS;
@@ -291,9 +297,12 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x1
         const uint32_t st = sb + s * S::STAGE;
         fa_wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++)
-            fa_wgmma_ss_f16(acc, fa_desc(st + wgi * 64 * 16 + kk * 2 * (WG_BM * 16), WG_BM * 16, 128),
-                            fa_desc(st + WG_XTILE + kk * 2 * (BN * 16), BN * 16, 128));
+        for (int kk = 0; kk < WG_BK / 16; kk++) {
+            const uint64_t da = fa_desc(st + wgi * 64 * 16 + kk * 2 * (WG_BM * 16), WG_BM * 16, 128);
+            const uint64_t db = fa_desc(st + WG_XTILE + kk * 2 * (BN * 16), BN * 16, 128);
+            if constexpr (BF) fa_wgmma_ss_n128<true>(acc, da, db, 1);
+            else fa_wgmma_ss_f16(acc, da, db);
+        }
         fa_wg_commit();
         fa_wg_wait1();   /* the group of stage t - 1 is done: its stage may be refilled */
         if (t > 0) mb_arrive(empty + 8 * ((t - 1) % S::NS));
@@ -319,8 +328,10 @@ bool lkv_cuda_gemm_wg_probe(lkv_bctx *b) {
               cudaStreamSynchronize(b->stream) == cudaSuccess && h == 1;
     cudaFree(d);
     cudaGetLastError();
-    if (ok && cudaFuncSetAttribute(wg_gemm_kernel<WG_BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   wg_shape<WG_BN>::SMEM) != cudaSuccess) {
+    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    wg_shape<WG_BN>::SMEM) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    wg_shape<WG_BN>::SMEM) != cudaSuccess)) {
         cudaGetLastError();
         ok = false;
     }
@@ -370,7 +381,7 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
     const unsigned gx = wg_grid((size_t)n_pad * nkt * 8, b->n_sm);
     uint8_t *x16 = (uint8_t *)b->wg_x16;
     if (cblk<T>::qk == 1)
-        wg_x_to_f16<<<gx, 256, 0, b->stream>>>(x, x16, n, cols, n_pad, nkt);
+        wg_x_to_f16<T == LKV_TYPE_BF16><<<gx, 256, 0, b->stream>>>(x, x16, n, cols, n_pad, nkt);
     else if (lkv_act_format(T, cols) == ACT_Q8K)
         wg_x_q8k_to_f16<<<gx, 256, 0, b->stream>>>(x, x16, n, cols, n_pad, nkt);
     else
@@ -403,7 +414,8 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
         s.tile0[s.n_p] = (int)used;
         s.w16 = (const uint8_t *)b->wg_w16;
         const dim3 grid(n_pad / WG_BM, (unsigned)used);
-        wg_gemm_kernel<BN><<<grid, WG_THREADS, S::SMEM, b->stream>>>(s, (const uint8_t *)b->wg_x16, nkt, n);
+        wg_gemm_kernel<BN, T == LKV_TYPE_BF16><<<grid, WG_THREADS, S::SMEM, b->stream>>>(
+            s, (const uint8_t *)b->wg_x16, nkt, n);
         LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg)");
     }
     return true;

@@ -8,9 +8,12 @@
  * pieces l, l+32, ... (dq8, quant.cuh), so a warp reads a contiguous span of
  * each row and of the activations per step; it dequantizes in registers and
  * multiplies with every token's f32 activations, so each weight byte is read
- * once and each activation load serves MV_ROWS rows. Accumulation is f32
- * (activations are not rounded to 8 bits as the CPU's are: the results differ
- * from the CPU's by that rounding).
+ * once and each activation load serves MV_ROWS rows. Accumulation is f32.
+ * For f16 and bf16 weights the activations are first rounded to the weight's
+ * type, as the CPU rounds them for its dot (lkv_dot_round), so the products
+ * are the CPU's and only the order of the adds differs; for the quantized
+ * types this kernel serves (iq1_s, iq1_m, a declined call) they are not
+ * rounded to 8 bits as the CPU's are: the results differ by that rounding.
  */
 #include "matmul.cuh"
 
@@ -45,10 +48,13 @@ matvec_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, in
             if (t >= n) break;
             const float4 *xp = (const float4 *)(x + (size_t)t * cols + 8 * e);
             const float4 a = __ldg(xp), c = __ldg(xp + 1);
+            const float xv[8] = {lkv_dot_round<T>(a.x), lkv_dot_round<T>(a.y), lkv_dot_round<T>(a.z),
+                                 lkv_dot_round<T>(a.w), lkv_dot_round<T>(c.x), lkv_dot_round<T>(c.y),
+                                 lkv_dot_round<T>(c.z), lkv_dot_round<T>(c.w)};
 #pragma unroll
             for (int r = 0; r < MV_ROWS; r++)
-                acc[r][t] += wv[r][0] * a.x + wv[r][1] * a.y + wv[r][2] * a.z + wv[r][3] * a.w +
-                             wv[r][4] * c.x + wv[r][5] * c.y + wv[r][6] * c.z + wv[r][7] * c.w;
+                acc[r][t] += wv[r][0] * xv[0] + wv[r][1] * xv[1] + wv[r][2] * xv[2] + wv[r][3] * xv[3] +
+                             wv[r][4] * xv[4] + wv[r][5] * xv[5] + wv[r][6] * xv[6] + wv[r][7] * xv[7];
         }
     }
     float *out = ms.out[j];

@@ -409,6 +409,25 @@ static __device__ __forceinline__ uint4 lkv_f16x8(const float (&y)[8]) {
     return *(const uint4 *)h;
 }
 
+/* the same rounded to bf16 (round to nearest even): the bf16 weights' and
+ * activations' copies in gemm_wg.cu */
+static __device__ __forceinline__ uint4 lkv_bf16x8(const float (&y)[8]) {
+    __nv_bfloat162 h[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
+    return *(const uint4 *)h;
+}
+
+/* an activation as the CPU rounds it for its dot with weights of float type T
+ * (the type's vec_dot_type, quant/traits.c: f16 for f16 weights, bf16 for
+ * bf16, itself for f32); the identity for every other type */
+template <int T>
+static __device__ __forceinline__ float lkv_dot_round(float v) {
+    if constexpr (T == LKV_TYPE_F16) return __half2float(__float2half_rn(v));
+    else if constexpr (T == LKV_TYPE_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    else return v;
+}
+
 // ---------------------------------------------------------------- dispatch
 
 /* Calls F<T>::run(args...) for a run-time weight type id; returns false for a
