@@ -1,0 +1,153 @@
+"""k-quant blocks (q2_K .. q6_K) made from float weights, for test models.
+
+The library reads k-quants but does not write them (models arrive quantized),
+and gguf.quants only dequantizes them. Tests used to fill such tensors with
+random blocks, whose weights follow no distribution a real model has (random
+6- and 8-bit sub-block scales make some far larger than others). This writes
+the blocks from weights instead, by the plainest rule per 16- or 32-element
+sub-block (its range over the code range, the sub-block scales then coded
+against the block's f16 scale), in ggml's byte layouts (quant/blocks.h); not
+llama.cpp's error-minimising search, so the error is somewhat larger than a
+real file's, but the values are the weights'. tests/test_kquant_blocks.py
+checks the layouts against gguf.quants.dequantize.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+QK = 256
+BYTES = {"q2_k": 84, "q3_k": 110, "q4_k": 144, "q5_k": 176, "q6_k": 210}
+
+
+def _f16(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.float16)
+
+
+def _code(x: np.ndarray, scale: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """round(x / scale) clipped to [lo, hi]; 0 where the scale is 0"""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(scale != 0, np.rint(x / scale), 0)
+    return np.clip(q, lo, hi).astype(np.int32)
+
+
+def _super_scale(sub: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """the block's f16 scale d for sub-block scales sub (nb, ns), and their codes
+    round(sub / d) in [-top - 1, top] (sub >= 0 gives [0, top])"""
+    d = _f16(np.abs(sub).max(1) / top).astype(np.float32)
+    return d, _code(sub, d[:, None], -top - 1, top)
+
+
+def _q6_k(x: np.ndarray) -> np.ndarray:
+    nb = len(x)
+    s = x.reshape(nb, 16, 16)
+    sub = np.abs(s).max(2) / 31
+    d, sc = _super_scale(sub, 127)
+    q = _code(s, (d[:, None] * sc)[..., None], -32, 31).reshape(nb, 256) + 32
+    out = np.zeros((nb, 210), np.uint8)
+    for h in range(2):                         # halves of 128: ql 64 bytes, qh 32 bytes
+        e = q[:, 128 * h:128 * h + 128].reshape(nb, 4, 32)   # the 4 runs of 32 of the half
+        ql = np.zeros((nb, 64), np.int32)
+        ql[:, :32] = (e[:, 0] & 15) | (e[:, 2] & 15) << 4
+        ql[:, 32:] = (e[:, 1] & 15) | (e[:, 3] & 15) << 4
+        qh = (e[:, 0] >> 4) | (e[:, 1] >> 4) << 2 | (e[:, 2] >> 4) << 4 | (e[:, 3] >> 4) << 6
+        out[:, 64 * h:64 * h + 64] = ql
+        out[:, 128 + 32 * h:160 + 32 * h] = qh
+    out[:, 192:208] = sc.astype(np.int8).view(np.uint8)
+    out[:, 208:210] = _f16(d).view(np.uint8).reshape(nb, 2)
+    return out
+
+
+def _q3_k(x: np.ndarray) -> np.ndarray:
+    nb = len(x)
+    s = x.reshape(nb, 16, 16)
+    sub = np.abs(s).max(2) / 4
+    d, sc = _super_scale(sub, 31)
+    q = _code(s, (d[:, None] * sc)[..., None], -4, 3).reshape(nb, 256) + 4   # 0..7
+    out = np.zeros((nb, 110), np.uint8)
+    hmask = np.zeros((nb, 32), np.int32)
+    qs = np.zeros((nb, 64), np.int32)
+    for i in range(256):
+        h, sh, l = i >> 7, (i >> 5) & 3, i & 31
+        qs[:, 32 * h + l] |= (q[:, i] & 3) << 2 * sh
+        hmask[:, l] |= (q[:, i] >> 2) << (i >> 5)
+    out[:, :32] = hmask
+    out[:, 32:96] = qs
+    u = sc + 32                                 # 6-bit codes of the 16 scales
+    packed = np.zeros((nb, 12), np.int32)
+    for k in range(16):
+        lo, hi = u[:, k] & 15, u[:, k] >> 4
+        packed[:, k if k < 8 else k - 8] |= lo if k < 8 else lo << 4
+        packed[:, 8 + (k & 3)] |= hi << 2 * (k >> 2)
+    out[:, 96:108] = packed
+    out[:, 108:110] = _f16(d).view(np.uint8).reshape(nb, 2)
+    return out
+
+
+def _q2_k(x: np.ndarray) -> np.ndarray:
+    nb = len(x)
+    s = x.reshape(nb, 16, 16)
+    mn = np.maximum(-s.min(2), 0)               # the offset each sub-block subtracts
+    sub = (s.max(2) + mn) / 3
+    d, sc = _super_scale(sub, 15)
+    dmin, m = _super_scale(mn, 15)
+    q = _code(s + (dmin[:, None] * m)[..., None], (d[:, None] * sc)[..., None], 0, 3).reshape(nb, 256)
+    out = np.zeros((nb, 84), np.uint8)
+    out[:, :16] = sc | m << 4
+    qs = np.zeros((nb, 64), np.int32)
+    for i in range(256):
+        h, sh, l = i >> 7, (i >> 5) & 3, i & 31
+        qs[:, 32 * h + l] |= q[:, i] << 2 * sh
+    out[:, 16:80] = qs
+    out[:, 80:82] = _f16(d).view(np.uint8).reshape(nb, 2)
+    out[:, 82:84] = _f16(dmin).view(np.uint8).reshape(nb, 2)
+    return out
+
+
+def _scales_k4(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """the 12 bytes holding eight 6-bit scales and mins (q4_K, q5_K)"""
+    p = np.zeros((len(sc), 12), np.int32)
+    for j in range(8):
+        if j < 4:
+            p[:, j] |= sc[:, j]
+            p[:, j + 4] |= m[:, j]
+        else:
+            p[:, j + 4] |= (sc[:, j] & 15) | (m[:, j] & 15) << 4
+            p[:, j - 4] |= (sc[:, j] >> 4) << 6
+            p[:, j] |= (m[:, j] >> 4) << 6
+    return p
+
+
+def _q45_k(x: np.ndarray, bits: int) -> np.ndarray:
+    nb, top = len(x), (1 << bits) - 1
+    s = x.reshape(nb, 8, 32)
+    mn = np.maximum(-s.min(2), 0)
+    sub = (s.max(2) + mn) / top
+    d, sc = _super_scale(sub, 63)
+    dmin, m = _super_scale(mn, 63)
+    q = _code(s + (dmin[:, None] * m)[..., None], (d[:, None] * sc)[..., None], 0, top)   # (nb, 8, 32)
+    out = np.zeros((nb, BYTES[f"q{bits}_k"]), np.uint8)
+    out[:, 0:2] = _f16(d).view(np.uint8).reshape(nb, 2)
+    out[:, 2:4] = _f16(dmin).view(np.uint8).reshape(nb, 2)
+    out[:, 4:16] = _scales_k4(sc, m)
+    qs = np.concatenate([(q[:, 2 * p] & 15) | (q[:, 2 * p + 1] & 15) << 4 for p in range(4)], axis=1)
+    if bits == 4:
+        out[:, 16:144] = qs
+    else:
+        qh = np.zeros((nb, 32), np.int32)
+        for j in range(8):
+            qh |= (q[:, j] >> 4) << j
+        out[:, 16:48] = qh
+        out[:, 48:176] = qs
+    return out
+
+
+def quantize(x: np.ndarray, type_name: str) -> np.ndarray:
+    """the blocks of float weights x (rows, cols; cols a multiple of 256) in
+    k-quant type_name ("q2_k" .. "q6_k"), as the GGUF byte layout (flat uint8)"""
+    x = np.asarray(x, np.float32)
+    if x.shape[-1] % QK:
+        raise ValueError(f"{type_name}: rows of {x.shape[-1]} elements, not a multiple of {QK}")
+    blocks = x.reshape(-1, QK)
+    fn = {"q2_k": _q2_k, "q3_k": _q3_k, "q6_k": _q6_k,
+          "q4_k": lambda b: _q45_k(b, 4), "q5_k": lambda b: _q45_k(b, 5)}[type_name]
+    return fn(blocks).reshape(-1)
