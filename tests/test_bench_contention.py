@@ -1,0 +1,40 @@
+"""benchmarks/bench_contention.py's statistics: the per-round 2t / 1t ratios,
+their quartiles and the bootstrap interval for their median (the figure that
+says whether 2 threads are slower than 1 under load)."""
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_contention as bc  # noqa: E402
+
+
+def test_interval_holds_the_median_and_narrows_with_rounds():
+    rng = np.random.default_rng()
+    centre = float(rng.uniform(0.9, 1.1))
+    few = list(centre + 0.08 * rng.standard_normal(11))
+    many = list(centre + 0.08 * rng.standard_normal(161))
+    for r in (few, many):
+        lo, hi = bc.median_ci(r)
+        assert min(r) <= lo <= statistics.median(r) <= hi <= max(r)
+        assert bc.median_ci(r) == (lo, hi)          # seeded: the same rounds, the same interval
+    (lo1, hi1), (lo2, hi2) = bc.median_ci(few), bc.median_ci(many)
+    assert hi2 - lo2 < hi1 - lo1
+    assert lo2 < centre < hi2
+
+
+def test_interval_of_equal_rounds_is_a_point():
+    x = float(np.random.default_rng().uniform(0.5, 2))
+    assert bc.median_ci([x] * 9) == (x, x)
+
+
+def test_paired_line_has_the_ratio_quartiles_and_interval():
+    rng = np.random.default_rng()
+    one = list(rng.uniform(90, 110, 15))
+    two = [a * 1.25 for a in one]                   # every round exactly 1.25x
+    line = bc.paired({"pyllamakv 1t": one, "pyllamakv 2t": two, "llama.cpp 1t": one})
+    assert line == "pyllamakv 1.250 (1.250-1.250; median's 95% CI 1.250-1.250)"
