@@ -37,6 +37,13 @@ def _super_scale(sub: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
     return d, _code(sub, d[:, None], -top - 1, top)
 
 
+def _pack_2bit(q: np.ndarray) -> np.ndarray:
+    """the 64 bytes holding the low 2 bits of 256 values each (q2_K / q3_K's
+    qs): value i = 128 h + 32 s + l at bits 2 s of byte 32 h + l"""
+    q = (q & 3).reshape(len(q), 2, 4, 32)
+    return (q[:, :, 0] | q[:, :, 1] << 2 | q[:, :, 2] << 4 | q[:, :, 3] << 6).reshape(len(q), 64)
+
+
 def _q6_k(x: np.ndarray) -> np.ndarray:
     nb = len(x)
     s = x.reshape(nb, 16, 16)
@@ -64,14 +71,9 @@ def _q3_k(x: np.ndarray) -> np.ndarray:
     d, sc = _super_scale(sub, 31)
     q = _code(s, (d[:, None] * sc)[..., None], -4, 3).reshape(nb, 256) + 4   # 0..7
     out = np.zeros((nb, 110), np.uint8)
-    hmask = np.zeros((nb, 32), np.int32)
-    qs = np.zeros((nb, 64), np.int32)
-    for i in range(256):
-        h, sh, l = i >> 7, (i >> 5) & 3, i & 31
-        qs[:, 32 * h + l] |= (q[:, i] & 3) << 2 * sh
-        hmask[:, l] |= (q[:, i] >> 2) << (i >> 5)
-    out[:, :32] = hmask
-    out[:, 32:96] = qs
+    high = (q >> 2).reshape(nb, 8, 32)          # value 32 k + l: bit k of hmask byte l
+    out[:, :32] = sum(high[:, k] << k for k in range(8))
+    out[:, 32:96] = _pack_2bit(q)
     u = sc + 32                                 # 6-bit codes of the 16 scales
     packed = np.zeros((nb, 12), np.int32)
     for k in range(16):
@@ -93,11 +95,7 @@ def _q2_k(x: np.ndarray) -> np.ndarray:
     q = _code(s + (dmin[:, None] * m)[..., None], (d[:, None] * sc)[..., None], 0, 3).reshape(nb, 256)
     out = np.zeros((nb, 84), np.uint8)
     out[:, :16] = sc | m << 4
-    qs = np.zeros((nb, 64), np.int32)
-    for i in range(256):
-        h, sh, l = i >> 7, (i >> 5) & 3, i & 31
-        qs[:, 32 * h + l] |= q[:, i] << 2 * sh
-    out[:, 16:80] = qs
+    out[:, 16:80] = _pack_2bit(q)
     out[:, 80:82] = _f16(d).view(np.uint8).reshape(nb, 2)
     out[:, 82:84] = _f16(dmin).view(np.uint8).reshape(nb, 2)
     return out
