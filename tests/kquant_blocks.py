@@ -14,9 +14,11 @@ checks the layouts against gguf.quants.dequantize.
 from __future__ import annotations
 
 import numpy as np
+from gguf import GGMLQuantizationType as T
+from gguf.constants import GGML_QUANT_SIZES
 
 QK = 256
-BYTES = {"q2_k": 84, "q3_k": 110, "q4_k": 144, "q5_k": 176, "q6_k": 210}
+BYTES = {n: GGML_QUANT_SIZES[T[n.upper()]][1] for n in ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")}
 
 
 def _f16(v: np.ndarray) -> np.ndarray:
@@ -37,6 +39,26 @@ def _super_scale(sub: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
     return d, _code(sub, d[:, None], -top - 1, top)
 
 
+def _symmetric(s: np.ndarray, div: float, lo: int, hi: int, top: int):
+    """sub-blocks s (nb, ns, n) coded as d * sc * q: each sub-block's scale its
+    largest magnitude / div, coded against d as sc in [-top - 1, top], q in
+    [lo, hi]; returns d, sc and q (nb, ns * n)"""
+    d, sc = _super_scale(np.abs(s).max(2) / div, top)
+    return d, sc, _code(s, (d[:, None] * sc)[..., None], lo, hi).reshape(len(s), -1)
+
+
+def _with_mins(s: np.ndarray, hi: int, top: int):
+    """sub-blocks s (nb, ns, n) coded as d * sc * q - dmin * m: each sub-block's
+    offset m the negated minimum (if below 0), its scale the range / hi, sc and m
+    coded against d and dmin in [0, top], q in [0, hi]; returns d, sc, dmin, m
+    and q (nb, ns, n)"""
+    mn = np.maximum(-s.min(2), 0)
+    d, sc = _super_scale((s.max(2) + mn) / hi, top)
+    dmin, m = _super_scale(mn, top)
+    q = _code(s + (dmin[:, None] * m)[..., None], (d[:, None] * sc)[..., None], 0, hi)
+    return d, sc, dmin, m, q
+
+
 def _pack_2bit(q: np.ndarray) -> np.ndarray:
     """the 64 bytes holding the low 2 bits of 256 values each (q2_K / q3_K's
     qs): value i = 128 h + 32 s + l at bits 2 s of byte 32 h + l"""
@@ -46,10 +68,8 @@ def _pack_2bit(q: np.ndarray) -> np.ndarray:
 
 def _q6_k(x: np.ndarray) -> np.ndarray:
     nb = len(x)
-    s = x.reshape(nb, 16, 16)
-    sub = np.abs(s).max(2) / 31
-    d, sc = _super_scale(sub, 127)
-    q = _code(s, (d[:, None] * sc)[..., None], -32, 31).reshape(nb, 256) + 32
+    d, sc, q = _symmetric(x.reshape(nb, 16, 16), 31, -32, 31, 127)
+    q = q + 32
     out = np.zeros((nb, 210), np.uint8)
     for h in range(2):                         # halves of 128: ql 64 bytes, qh 32 bytes
         e = q[:, 128 * h:128 * h + 128].reshape(nb, 4, 32)   # the 4 runs of 32 of the half
@@ -66,10 +86,8 @@ def _q6_k(x: np.ndarray) -> np.ndarray:
 
 def _q3_k(x: np.ndarray) -> np.ndarray:
     nb = len(x)
-    s = x.reshape(nb, 16, 16)
-    sub = np.abs(s).max(2) / 4
-    d, sc = _super_scale(sub, 31)
-    q = _code(s, (d[:, None] * sc)[..., None], -4, 3).reshape(nb, 256) + 4   # 0..7
+    d, sc, q = _symmetric(x.reshape(nb, 16, 16), 4, -4, 3, 31)
+    q = q + 4                                   # 0..7
     out = np.zeros((nb, 110), np.uint8)
     high = (q >> 2).reshape(nb, 8, 32)          # value 32 k + l: bit k of hmask byte l
     out[:, :32] = sum(high[:, k] << k for k in range(8))
@@ -87,12 +105,8 @@ def _q3_k(x: np.ndarray) -> np.ndarray:
 
 def _q2_k(x: np.ndarray) -> np.ndarray:
     nb = len(x)
-    s = x.reshape(nb, 16, 16)
-    mn = np.maximum(-s.min(2), 0)               # the offset each sub-block subtracts
-    sub = (s.max(2) + mn) / 3
-    d, sc = _super_scale(sub, 15)
-    dmin, m = _super_scale(mn, 15)
-    q = _code(s + (dmin[:, None] * m)[..., None], (d[:, None] * sc)[..., None], 0, 3).reshape(nb, 256)
+    d, sc, dmin, m, q = _with_mins(x.reshape(nb, 16, 16), 3, 15)
+    q = q.reshape(nb, 256)
     out = np.zeros((nb, 84), np.uint8)
     out[:, :16] = sc | m << 4
     out[:, 16:80] = _pack_2bit(q)
@@ -116,13 +130,8 @@ def _scales_k4(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 
 def _q45_k(x: np.ndarray, bits: int) -> np.ndarray:
-    nb, top = len(x), (1 << bits) - 1
-    s = x.reshape(nb, 8, 32)
-    mn = np.maximum(-s.min(2), 0)
-    sub = (s.max(2) + mn) / top
-    d, sc = _super_scale(sub, 63)
-    dmin, m = _super_scale(mn, 63)
-    q = _code(s + (dmin[:, None] * m)[..., None], (d[:, None] * sc)[..., None], 0, top)   # (nb, 8, 32)
+    nb = len(x)
+    d, sc, dmin, m, q = _with_mins(x.reshape(nb, 8, 32), (1 << bits) - 1, 63)   # q (nb, 8, 32)
     out = np.zeros((nb, BYTES[f"q{bits}_k"]), np.uint8)
     out[:, 0:2] = _f16(d).view(np.uint8).reshape(nb, 2)
     out[:, 2:4] = _f16(dmin).view(np.uint8).reshape(nb, 2)
