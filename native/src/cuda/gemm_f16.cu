@@ -57,6 +57,7 @@ __global__ void __launch_bounds__(G_WARPS * 32, 2)
 gemm_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int cols, int n) {
     using E = typename std::conditional<T == LKV_TYPE_BF16, __nv_bfloat16, __half>::type;
     using P = gemm_pair<E>;
+    using E2 = decltype(P::of(0.f, 0.f));   /* a pair of E */
     __shared__ __align__(128) gemm_smem<E> sm;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int j = mm_pick(ms, blockIdx.x);
@@ -86,14 +87,14 @@ gemm_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int 
             const int tr = idx / (GK / 4), kc = (idx % (GK / 4)) * 4;
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
             if (t0 + tr < n && k0 + kc < cols) v = __ldg((const float4 *)(x + (size_t)(t0 + tr) * cols + k0 + kc));
-            auto *dst = (decltype(P::of(0.f, 0.f)) *)&sm.ab.a[tr][kc];
+            E2 *dst = (E2 *)&sm.ab.a[tr][kc];
             dst[0] = P::of(v.x, v.y);
             dst[1] = P::of(v.z, v.w);
         }
         /* weights: one 32-element group per thread, 8 at a time (dq8: fewer live registers) */
         {
             const int g = k0 / 32 + bgi;
-            auto *dst = (decltype(P::of(0.f, 0.f)) *)&sm.ab.b[br][bgi * 32];
+            E2 *dst = (E2 *)&sm.ab.b[br][bgi * 32];
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 float y[8];
