@@ -70,6 +70,8 @@ struct lkv_bctx {
     int wg_ok;
     void *wg_x16, *wg_w16;
     size_t wg_x16_cap, wg_w16_cap;
+    float *wg_sc;                /* the k-quants' super-block scales (gemm_wg_kcodes.cuh) */
+    size_t wg_sc_cap;
 
     float *attn_ws;              /* per-chunk partials of split attention */
     size_t attn_ws_bytes;

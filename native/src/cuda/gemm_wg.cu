@@ -10,6 +10,10 @@
  * first version, with every thread copying by cp.async and a __syncthreads
  * per 64 of K, stayed near 190 TFLOP/s).
  *
+ * The k-quants (q2_K .. q6_K) take integer operands instead, the CPU's
+ * codes, and a per-super-block scaling in the consumer loop
+ * (gemm_wg_kcodes.cuh): their products are the CPU's. For the other types:
+ *
  * Three launches per call:
  *   1. x (n, cols) f32 -> x16 f16, written tile by tile in the order the
  *      GEMM's blocks read it; for a quantized weight type x is first rounded
@@ -69,7 +73,8 @@ template <int BN> struct wg_shape {
     static constexpr int WTILE = BN * WG_BK * 2;               /* bytes of a weight tile */
     static constexpr int STAGE = WG_XTILE + WTILE;
     static constexpr int NS = WG_RING / STAGE;                 /* 4 for 256, 6 for 128 */
-    static constexpr int SMEM = NS * STAGE + 2 * NS * 8;       /* the ring, then the barriers */
+    static constexpr int SCALES = NS * STAGE + 2 * NS * 8;     /* the k-quants' weight scales */
+    static constexpr int SMEM = SCALES + 2 * 2 * 128 * 4;      /* the ring, the barriers, 2 x 2 x 128 scales */
 };
 
 /* the pieces of one GEMM: rows [a, a + rows[j]) of weight j sit in the scratch
@@ -80,6 +85,11 @@ struct wg_set {
     float *out[4];
     int ld[4], rows[4], tile0[5];
     int n_p;
+    /* the k-quants' integer operands (gemm_wg_kcodes.cuh): per super-block b,
+     * the activations' scales xsc[b * ldx + token] and the weights'
+     * wsc[b * ldw + scratch row] */
+    const float *xsc, *wsc;
+    int nsb, ldx, ldw;
 };
 
 // ---------------------------------------------------------------- conversions
@@ -214,6 +224,8 @@ static __global__ void wg_w_to_f16(const uint8_t *__restrict__ w, size_t row_byt
     });
 }
 
+#include "gemm_wg_kcodes.cuh"
+
 // ---------------------------------------------------------------- the GEMM
 
 #if FA_HAVE_WGMMA
@@ -244,14 +256,17 @@ static __device__ __forceinline__ void wg_store(const float (&acc)[NB][4], float
 }
 #endif
 
+
 /* grid (token tiles, row tiles of all pieces); x16 and ws.w16 tiled, nkt
- * tiles of K per panel; both f16, or both bf16 (BF) */
-template <int BN, bool BF>
+ * tiles of K per panel; both f16, or both bf16 (BF); KS > 0: the k-quants'
+ * integer operands, KS k16 steps per super-block (gemm_wg_kcodes.cuh) */
+template <int BN, bool BF, int KS>
 static __global__ void __launch_bounds__(WG_THREADS, 1)
 wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x16, int nkt, int n) {
 #if FA_HAVE_WGMMA
     using S = wg_shape<BN>;
     static_assert(!BF || BN == 128, "bf16 products: the 128-row tile only");
+    static_assert(!KS || (BN == 128 && !BF), "integer operands: f16, the 128-row tile only");
     extern __shared__ __align__(128) uint8_t sm[];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
     const uint32_t full = sb + S::NS * S::STAGE, empty = full + 8 * S::NS;
@@ -291,21 +306,27 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x1
     for (int i = 0; i < BN / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     fa_reg_fence(acc);
 
-    for (int t = 0; t < nkt; t++) {
-        const int s = t % S::NS;
-        mb_wait(full + 8 * s, (t / S::NS) & 1);
-        const uint32_t st = sb + s * S::STAGE;
-        fa_wg_fence();
+    if constexpr (KS > 0) {
+        wg_consume_kcodes<KS, S::NS, S::STAGE>(ws, acc, sb, full, empty, wgi,
+                                               tt * WG_BM + 16 * warp + ((tid & 31) >> 2), bt * BN,
+                                               (float *)(sm + S::SCALES) + 2 * 128 * wgi);
+    } else {
+        for (int t = 0; t < nkt; t++) {
+            const int s = t % S::NS;
+            mb_wait(full + 8 * s, (t / S::NS) & 1);
+            const uint32_t st = sb + s * S::STAGE;
+            fa_wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++) {
-            const uint64_t da = fa_desc(st + wgi * 64 * 16 + kk * 2 * (WG_BM * 16), WG_BM * 16, 128);
-            const uint64_t db = fa_desc(st + WG_XTILE + kk * 2 * (BN * 16), BN * 16, 128);
-            if constexpr (BF) fa_wgmma_ss_n128<true>(acc, da, db, 1);
-            else fa_wgmma_ss_f16(acc, da, db);
+            for (int kk = 0; kk < WG_BK / 16; kk++) {
+                const uint64_t da = fa_desc(st + wgi * 64 * 16 + kk * 2 * (WG_BM * 16), WG_BM * 16, 128);
+                const uint64_t db = fa_desc(st + WG_XTILE + kk * 2 * (BN * 16), BN * 16, 128);
+                if constexpr (BF) fa_wgmma_ss_n128<true>(acc, da, db, 1);
+                else fa_wgmma_ss_f16(acc, da, db);
+            }
+            fa_wg_commit();
+            fa_wg_wait1();   /* the group of stage t - 1 is done: its stage may be refilled */
+            if (t > 0) mb_arrive(empty + 8 * ((t - 1) % S::NS));
         }
-        fa_wg_commit();
-        fa_wg_wait1();   /* the group of stage t - 1 is done: its stage may be refilled */
-        if (t > 0) mb_arrive(empty + 8 * ((t - 1) % S::NS));
     }
     fa_wg_wait0();
     fa_reg_fence(acc);
@@ -328,10 +349,13 @@ bool lkv_cuda_gemm_wg_probe(lkv_bctx *b) {
               cudaStreamSynchronize(b->stream) == cudaSuccess && h == 1;
     cudaFree(d);
     cudaGetLastError();
-    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    wg_shape<WG_BN>::SMEM) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    wg_shape<WG_BN>::SMEM) != cudaSuccess)) {
+    const int smem = wg_shape<WG_BN>::SMEM;
+    const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 0>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, true, 0>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 16>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 18>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 32>, at, smem) != cudaSuccess)) {
         cudaGetLastError();
         ok = false;
     }
@@ -361,8 +385,10 @@ extern "C" int lkv_cuda_gemm_wg_ok(const lkv_bctx *b) { return b->wg_ok; }
 void lkv_cuda_gemm_wg_free(lkv_bctx *b) {
     if (b->wg_x16) cudaFree(b->wg_x16);
     if (b->wg_w16) cudaFree(b->wg_w16);
+    if (b->wg_sc) cudaFree(b->wg_sc);
     b->wg_x16 = b->wg_w16 = nullptr;
-    b->wg_x16_cap = b->wg_w16_cap = 0;
+    b->wg_sc = nullptr;
+    b->wg_x16_cap = b->wg_w16_cap = b->wg_sc_cap = 0;
 }
 
 static unsigned wg_grid(size_t work, int n_sm) {
@@ -373,14 +399,26 @@ static unsigned wg_grid(size_t work, int n_sm) {
 template <int T, int BN>
 static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
     using S = wg_shape<BN>;
-    const int nkt = (int)lkv_cdiv(cols, WG_BK), n_pad = (int)lkv_cdiv(n, WG_BM) * WG_BM;
+    using KQ = wg_kq<T>;
+    constexpr int KS = KQ::on ? (int)KQ::S : 0;
+    static_assert(!KS || BN == 128, "k-quants: the 128-row tile");
+    const int nsb = cols / 256, nsb_pad = wg_kq_pad(nsb), n_pad = (int)lkv_cdiv(n, WG_BM) * WG_BM;
+    if (KS && cols % 256) return false;
+    const int nkt = KS ? wg_kq_tiles(nsb_pad, KS) : (int)lkv_cdiv(cols, WG_BK);
     if (!wg_buf(&b->wg_x16, &b->wg_x16_cap, (size_t)n_pad * nkt * WG_XTILE / WG_BM)) return false;
     const size_t panel = (size_t)nkt * S::WTILE, cap_tiles = WG_SCRATCH / panel;
     if (cap_tiles < 1) return false;
+    /* the k-quants' scales: the activations' (nsb_pad x n_pad), then the weights' (nsb_pad x the scratch's rows) */
+    const int ldw = (int)(cap_tiles * BN);
+    if (KS && !wg_buf((void **)&b->wg_sc, &b->wg_sc_cap, sizeof(float) * (size_t)nsb_pad * (n_pad + ldw)))
+        return false;
+    float *xsc = KS ? b->wg_sc : nullptr, *wsc = KS ? b->wg_sc + (size_t)nsb_pad * n_pad : nullptr;
     /* x as the CPU rounds it for this weight type (its vec_dot_type), then f16 */
     const unsigned gx = wg_grid((size_t)n_pad * nkt * 8, b->n_sm);
     uint8_t *x16 = (uint8_t *)b->wg_x16;
-    if (cblk<T>::qk == 1)
+    if constexpr (KS > 0)
+        wg_x_kcodes<KS><<<gx, 256, 0, b->stream>>>(x, x16, xsc, n, nsb, nsb_pad, n_pad, nkt);
+    else if (cblk<T>::qk == 1)
         wg_x_to_f16<T == LKV_TYPE_BF16><<<gx, 256, 0, b->stream>>>(x, x16, n, cols, n_pad, nkt);
     else if (lkv_act_format(T, cols) == ACT_Q8K)
         wg_x_q8k_to_f16<<<gx, 256, 0, b->stream>>>(x, x16, n, cols, n_pad, nkt);
@@ -399,8 +437,13 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
             const int take = (int)((size_t)left <= room ? (size_t)left : room);
             const int tiles = (int)lkv_cdiv(take, BN);
             uint8_t *dst = (uint8_t *)b->wg_w16 + used * panel;
-            wg_w_to_f16<T><<<wg_grid((size_t)tiles * BN * nkt * 8, b->n_sm), 256, 0, b->stream>>>(
-                ms.w[j] + (size_t)a * ms.row_bytes[j], ms.row_bytes[j], take, cols, tiles * BN, BN, nkt, dst);
+            const unsigned gw = wg_grid((size_t)tiles * BN * nkt * 8, b->n_sm);
+            if constexpr (KS > 0)
+                wg_w_kcodes<T><<<gw, 256, 0, b->stream>>>(ms.w[j] + (size_t)a * ms.row_bytes[j], ms.row_bytes[j],
+                                                          take, nsb, tiles * BN, BN, nkt, dst, wsc + used * BN, ldw);
+            else
+                wg_w_to_f16<T><<<gw, 256, 0, b->stream>>>(ms.w[j] + (size_t)a * ms.row_bytes[j], ms.row_bytes[j],
+                                                          take, cols, tiles * BN, BN, nkt, dst);
             LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg: weights to f16)");
             s.out[s.n_p] = ms.out[j] + a;
             s.ld[s.n_p] = ms.rows[j];
@@ -413,8 +456,13 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
         }
         s.tile0[s.n_p] = (int)used;
         s.w16 = (const uint8_t *)b->wg_w16;
+        s.xsc = xsc;
+        s.wsc = wsc;
+        s.nsb = nsb_pad;
+        s.ldx = n_pad;
+        s.ldw = ldw;
         const dim3 grid(n_pad / WG_BM, (unsigned)used);
-        wg_gemm_kernel<BN, T == LKV_TYPE_BF16><<<grid, WG_THREADS, S::SMEM, b->stream>>>(
+        wg_gemm_kernel<BN, T == LKV_TYPE_BF16, KS><<<grid, WG_THREADS, S::SMEM, b->stream>>>(
             s, (const uint8_t *)b->wg_x16, nkt, n);
         LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg)");
     }

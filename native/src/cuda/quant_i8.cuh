@@ -40,6 +40,40 @@ static __device__ __forceinline__ void ld8_4(const uint8_t *p, uint32_t &a, uint
 }
 /* spread4 (bit i of h to bit 0 of byte i): iquant_dq.cuh */
 
+/* the integer sub-block scale sc and min mn of piece e of a k-quant row,
+ * with the super-block's d and dmin: element i of the piece is
+ * d * sc * q_i - dmin * mn, q_i the code dq8i gives (q3_K / q6_K: signed,
+ * mn = 0). The CPU's dot (quant/dot_kquants.c) multiplies the same integers. */
+template <int T>
+static __device__ __forceinline__ void kq_scales(const uint8_t *__restrict__ row, int e, int &sc, int &mn,
+                                                 float &d, float &dmin) {
+    const int g = e >> 2, s = g & 7, k = 2 * s + ((e & 3) >> 1);   /* k: the piece's 16-group */
+    mn = 0;
+    dmin = 0.f;
+    if constexpr (T == LKV_TYPE_Q2_K) {
+        const cq2_k *b = (const cq2_k *)row + (g >> 3);
+        sc = b->scales[k] & 0xF;
+        mn = b->scales[k] >> 4;
+        d = h2f(b->d);
+        dmin = h2f(b->dmin);
+    } else if constexpr (T == LKV_TYPE_Q3_K) {
+        const cq3_k *b = (const cq3_k *)row + (g >> 3);
+        sc = k3_scale(b->scales, k);
+        d = h2f(b->d);
+    } else if constexpr (T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K) {
+        const cq4_k *b = (const cq4_k *)(row + (size_t)(g >> 3) * cblk<T>::bytes);   /* d, dmin, scales: one prefix */
+        k4_scale_min(b->scales, s, &sc, &mn);
+        d = h2f(b->d);
+        dmin = h2f(b->dmin);
+    } else if constexpr (T == LKV_TYPE_Q6_K) {
+        const cq6_k *b = (const cq6_k *)row + (g >> 3);
+        sc = b->scales[k];
+        d = h2f(b->d);
+    } else {
+        static_assert(T == LKV_TYPE_Q2_K, "k-quants only");
+    }
+}
+
 template <int T>
 static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int e, uint32_t &w0,
                                             uint32_t &w1, float &dw, float &mw) {
@@ -103,9 +137,11 @@ static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int
     } else if constexpr (T == LKV_TYPE_Q2_K) {
         const int g = e >> 2, s = g & 7, n = s >> 2, j = s & 3;
         const cq2_k *b = (const cq2_k *)row + (g >> 3);
-        const int sc = b->scales[8 * n + 2 * j + (p >> 1)];
-        dw = h2f(b->d) * (sc & 0xF);
-        mw = -h2f(b->dmin) * (sc >> 4);
+        int sc, mn;
+        float d, dmin;
+        kq_scales<T>(row, e, sc, mn, d, dmin);
+        dw = d * sc;
+        mw = -dmin * mn;
         uint32_t a, c;
         ld8_4(b->qs + 32 * n + 8 * p, a, c);
         w0 = (a >> (2 * j)) & 0x03030303u;
@@ -113,7 +149,10 @@ static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int
     } else if constexpr (T == LKV_TYPE_Q3_K) {
         const int g = e >> 2, s = g & 7, n = s >> 2, j = s & 3;
         const cq3_k *b = (const cq3_k *)row + (g >> 3);
-        dw = h2f(b->d) * k3_scale(b->scales, 2 * s + (p >> 1));
+        int sc, mn;
+        float d, dmin;
+        kq_scales<T>(row, e, sc, mn, d, dmin);
+        dw = d * sc;
         uint32_t a, c, ha, hc;
         ld8_2(b->qs + 32 * n + 8 * p, a, c);
         ld8_2(b->hmask + 8 * p, ha, hc);
@@ -123,18 +162,18 @@ static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int
         w1 = __vsubss4(c, 0x04040404u);
     } else if constexpr (T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K) {
         const int g = e >> 2, s = g & 7, hi = s & 1;
-        const uint8_t *sc8, *q, *qh = nullptr;
-        float d, dmin;
+        const uint8_t *q, *qh = nullptr;
         if constexpr (T == LKV_TYPE_Q4_K) {
             const cq4_k *b = (const cq4_k *)row + (g >> 3);
-            d = h2f(b->d); dmin = h2f(b->dmin); sc8 = b->scales; q = b->qs + 32 * (s >> 1) + 8 * p;
+            q = b->qs + 32 * (s >> 1) + 8 * p;
         } else {
             const cq5_k *b = (const cq5_k *)row + (g >> 3);
-            d = h2f(b->d); dmin = h2f(b->dmin); sc8 = b->scales; q = b->qs + 32 * (s >> 1) + 8 * p;
+            q = b->qs + 32 * (s >> 1) + 8 * p;
             qh = b->qh + 8 * p;
         }
         int sc, mn;
-        k4_scale_min(sc8, s, &sc, &mn);
+        float d, dmin;
+        kq_scales<T>(row, e, sc, mn, d, dmin);
         dw = d * sc;
         mw = -dmin * mn;
         uint32_t a, c;
@@ -150,7 +189,10 @@ static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int
     } else if constexpr (T == LKV_TYPE_Q6_K) {
         const int g = e >> 2, s = g & 7, n = s >> 2, k = s & 3;
         const cq6_k *b = (const cq6_k *)row + (g >> 3);
-        dw = h2f(b->d) * b->scales[8 * n + 2 * k + (p >> 1)];
+        int sc, mn;
+        float d, dmin;
+        kq_scales<T>(row, e, sc, mn, d, dmin);
+        dw = d * sc;
         uint32_t a, c, ha, hc;
         ld8_2(b->ql + 64 * n + ((k & 1) ? 32 : 0) + 8 * p, a, c);
         ld8_2(b->qh + 32 * n + 8 * p, ha, hc);
