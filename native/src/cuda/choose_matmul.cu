@@ -13,7 +13,7 @@
  *   legacy (q4_1 q5_0 q5_1 q8_0    mvx               mmq      mmq         mmx
  *           iq4_nl)
  *   k45 (q4_K, q5_K)               matvec_q8         gemm_wg  mmq         mmq
- *   k-other (q2_K, q3_K, q6_K)     matvec_q8         gemm_wg  gemm_f16    gemm_f16
+ *   k-other (q2_K, q3_K, q6_K)     matvec_q8         gemm_wg  gemm_f16    as fast
  *   iq4_xs                         matvec_q8         mmq      mmq         mmq
  *   iq-grid (iq2_xxs, iq2_xs,      matvec_q8         gemm_wg  gemm_f16    gemm_f16
  *     iq2_s, iq3_xxs, iq3_s)
@@ -30,21 +30,22 @@
  * the H200 (docs/performance.md) among those that keep the accuracy
  * contract. The warp-specialized gemm_wg takes the prefill on sm_90a (pp512
  * of the 8B shape, H200, 2026-12-02, whole step against mmq: q4_0 25.7 /
- * 46.1 ms, q4_K 32.1 / 54.1) except for the legacy types and iq4_xs. It
- * rounds x as the CPU does for the weight type (q8 codes per 32 or 256)
- * before its f16 operand; the f16 rounding of the weights remains. That
- * costs the legacy types the accuracy contract: gemm_wg would be twice as
- * fast for them too (q8_0 26.6 / 55.3 ms, q4_1 26.0 / 52.1), but their tiny
- * models with 4- and 5-bit KV (tests/test_cuda.py) left the CPU by mean KL
- * 3.1e-3 to 6.8e-3 (bound 2e-3; mmq within it) and SmolLM2's (Q4_1) golden
- * test went from mean KL 0.0031 to 0.0051; q4_0 stays within it (1.2e-3,
- * 1.45e-3). q4_K / q5_K do not: with k-quant weights made from Gaussian ones
- * (tests/kquant_blocks.py; the random blocks used before read 5e-7) 4 of
- * their 6 tiny models reach mean KL 2.7e-3 to 8.3e-3 (H100, 2026-12-06).
- * gemm_wg keeps them for its speed (1.7x mmq's), a miss of issue 15's
- * accuracy target that the tests mark; integer codes as the f16 operands
- * with the per-256 scales applied per super-block would keep both. bf16
- * weights take x rounded to bf16 and bf16 products, the CPU's operands.
+ * 46.1 ms) except for the legacy types and iq4_xs. For the k-quants it
+ * multiplies the CPU's integers (gemm_wg_kcodes.cuh: the q8_K codes of x,
+ * the weights' sc * q, the mins' term beside them, the per-256 scales
+ * applied once per super-block), so its products are the CPU's (test_ops:
+ * 1.3e-7 relative; H100, 2026-12-06, whole step: q2_K 35.5, q3_K 32.3, q4_K
+ * 35.1, q5_K 35.6 ms, against 29.9 / 31.5 / 32.5 / 40.5 with f16 operands
+ * and 52.9 for q4_K on mmq; q6_K's codes need two f16 halves, 59.6 against
+ * 32.3). For the other types it rounds x as the CPU does for the weight type
+ * (q8 codes per 32 or 256) before its f16 operand; the f16 rounding of the
+ * weights remains. That costs the legacy types the accuracy contract:
+ * gemm_wg would be twice as fast for them too (q8_0 26.6 / 55.3 ms, q4_1
+ * 26.0 / 52.1), but their tiny models with 4- and 5-bit KV
+ * (tests/test_cuda.py) left the CPU by mean KL 3.1e-3 to 6.8e-3 (bound 2e-3;
+ * mmq within it) and SmolLM2's (Q4_1) golden test went from mean KL 0.0031
+ * to 0.0051; q4_0 stays within it (1.2e-3, 1.45e-3). bf16 weights take x
+ * rounded to bf16 and bf16 products, the CPU's operands.
  * iq4_xs is not measured on gemm_wg yet.
  * On the other GPUs the i-quant rows are not measured yet:
  * iq4_xs has q4_K's structure (one integer scale per 32-block, q8_K
@@ -54,7 +55,8 @@
  * iq1_s / iq1_m (grid + 1/8) run on the float kernels, which decode every
  * type through quant.cuh's dq8. "exact" replaces the prefill GEMM of the
  * legacy types by the kernels whose float sums are the CPU backend's, bit for
- * bit (decode is the same for both kinds: mvx is both the CPU's bits and the
+ * bit, and keeps the fast kind's GEMM for k-other, whose products are the
+ * CPU's on sm_90a (decode is the same for both kinds: mvx is both the CPU's bits and the
  * fastest, 353 against 248 t/s for matvec_q8 at depth 0 on the 8B shape). The
  * architecture column is "sm_90a" where the code the device runs has the
  * wgmma kernel (gemm_wg.cu's probe at context creation: a Hopper GPU and a
@@ -111,7 +113,7 @@ static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
         /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_GEMM_WG, LKV_MM_MMB}},
         /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
         /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_MMQ}},
-        /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
+        /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_WG}},
         /* iq4_xs  */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
         /* iq-grid */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
         /* iq1     */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
