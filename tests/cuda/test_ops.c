@@ -435,27 +435,65 @@ static void cpu_act_round(const lkv_traits *t, const float *x, float *xr, int n,
 /* gemm_wg.cu (sm_90a's prefill GEMM), forced through tune.h: every weight
  * type against gemm_f16.cu fed x as the CPU rounds it for the type
  * (cpu_act_round): gemm_wg rounds x so itself, then both round the operands
- * to f16 the same way, so only the order of the f32 adds may differ; and
- * against the f64 product of the rounded x; shapes with row tiles and token tiles cut short, a K tail of 32
- * (cols % 64 == 32), three weights in one call, and a weight larger than the
- * f16 scratch (split by rows into two GEMMs). Skipped where the device's code
+ * to f16 the same way, so only the order of the f32 adds may differ; the
+ * k-quants, on their integer codes (gemm_wg_kcodes.cuh), against the CPU's
+ * matmul, with blocks at the edges of that path (kq_edge_blocks); all against
+ * the f64 product of the rounded x. Shapes with row tiles and token tiles cut
+ * short, a K tail of 32 (cols % 64 == 32), an odd and an even number of
+ * super-blocks, three weights in one call, and weights larger than the
+ * scratch (split by rows into two GEMMs). Skipped where the device's code
  * has no wgmma kernel. */
+/* the k-quants' d / dmin offsets in a block (dmin < 0: none) */
+static int kq_d_off(int type, int *dmin_off) {
+    switch (type) {
+    case LKV_TYPE_Q2_K: *dmin_off = 82; return 80;
+    case LKV_TYPE_Q3_K: *dmin_off = -1; return 108;
+    case LKV_TYPE_Q4_K: case LKV_TYPE_Q5_K: *dmin_off = 2; return 0;
+    case LKV_TYPE_Q6_K: *dmin_off = -1; return 208;
+    default: return -1;
+    }
+}
+
+/* k-quant blocks at the edges of gemm_wg's integer operands
+ * (gemm_wg_kcodes.cuh), written into w and its device copy: every 5th block
+ * d = 0 (its elements are the mins alone), every 7th d the smallest f16
+ * subnormal (mins up to 2^40 times the codes' scale), every 9th dmin = 0 */
+static void kq_edge_blocks(lkv_weight *w) {
+    int dmin_off;
+    const int d_off = kq_d_off(w->type, &dmin_off);
+    if (d_off < 0) return;
+    const lkv_traits *t = lkv_type_traits(w->type);
+    uint8_t *data = (uint8_t *)w->data;
+    const size_t nb = w->row_bytes * w->rows / t->type_size;
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *blk = data + b * t->type_size;
+        const uint16_t zero = 0, tiny = 1;
+        if (b % 5 == 3) memcpy(blk + d_off, &zero, 2);
+        else if (b % 7 == 4) memcpy(blk + d_off, &tiny, 2);
+        else if (b % 9 == 2 && dmin_off >= 0) memcpy(blk + dmin_off, &zero, 2);
+    }
+    cudaMemcpy(w->dev, data, w->row_bytes * w->rows, cudaMemcpyHostToDevice);
+}
+
 extern int lkv_cuda_gemm_wg_ok(const lkv_bctx *b);
 static void test_gemm_wg(void) {
     if (!lkv_cuda_gemm_wg_ok(gb)) {
         printf("gemm_wg: skipped (the device's code has no wgmma kernel: not an sm_90a build on a Hopper GPU)\n");
         return;
     }
-    const int shapes[][2] = {{300, 768}, {129, 1056}, {77, 576}};
+    const int shapes[][2] = {{300, 768}, {129, 1056}, {77, 576}, {64, 2048}};
     const int ns[] = {9, 64, 133, 200};
     for (int si = 0; si < NELEM(shapes); si++)
         for (int ti = 0; ti < NELEM(WTYPES); ti++) {
             const int rows = shapes[si][0], cols = shapes[si][1], type = WTYPES[ti];
             const lkv_traits *t = lkv_type_traits(type);
             if (cols % t->block_size) continue;
+            int dmin_off;
+            const int kq = kq_d_off(type, &dmin_off) >= 0;   /* integer operands: the CPU's products */
             lkv_weight w[3] = {{0}};
             const int wr[3] = {rows, 100, 37};
             for (int i = 0; i < 3; i++) make_weight(&w[i], type, wr[i], cols);
+            if (kq && si == 0) kq_edge_blocks(&w[1]);
             float *wf = malloc(sizeof(float) * rows * cols);
             for (int r = 0; r < rows; r++)
                 t->to_float((const uint8_t *)w[0].data + r * w[0].row_bytes, wf + (size_t)r * cols, cols);
@@ -490,12 +528,20 @@ static void test_gemm_wg(void) {
                 for (int i = 0; i < 3; i++) {
                     get(hwg[i], dwg[i], sizeof(float) * n * wr[i]);
                     get(hf[i], df[i], sizeof(float) * n * wr[i]);
+                    if (kq) {   /* the CPU's product of the same weights and x */
+                        float *cpu = malloc(sizeof(float) * n * wr[i]);
+                        float *couts[1] = {cpu};
+                        const lkv_weight *wi[1] = {&w[i]};
+                        C->matmul(cb, couts, x, wi, 1, n);
+                        memcpy(hf[i], cpu, sizeof(float) * n * wr[i]);
+                        free(cpu);
+                    }
                     const double e = rel_err_f(hwg[i], hf[i], (size_t)n * wr[i]);
                     if (!(e <= ewf)) ewf = isnan(e) ? INFINITY : e;
                 }
                 const double eg = rel_err(hwg[0], ref, (size_t)n * rows);
-                check(ewf < 1e-5, "gemm_wg %-7s %d+100+37x%d n=%-3d vs gemm_f16 rel err %.2e", t->name, rows, cols,
-                      n, ewf);
+                check(ewf < 1e-5, "gemm_wg %-7s %d+100+37x%d n=%-3d vs %s rel err %.2e", t->name, rows, cols, n,
+                      kq ? "the cpu" : "gemm_f16", ewf);
                 /* f16 / bf16 weights: the operands are the CPU's (x rounded to the
                  * weights' type, the weights exactly), so only the f32 adds differ */
                 const int same_operands = t->vec_dot_type == LKV_TYPE_F16 || t->vec_dot_type == LKV_TYPE_BF16;
@@ -531,6 +577,32 @@ static void test_gemm_wg(void) {
         const double e = rel_err_f(h1, h2, (size_t)n * rows);
         check(e < 1e-5, "gemm_wg q4_1 %dx%d n=%d (split by rows) vs gemm_f16 rel err %.2e", rows, cols, n, e);
         cudaFree(dx); cudaFree(dxr); cudaFree(d1); cudaFree(d2); free(x); free(xr); free(h1); free(h2);
+        free_weight(&w);
+    }
+    /* the same for the k-quants' integer operands (the scales of the rows of
+     * both GEMMs), against mmq, whose products are the CPU's */
+    {
+        const int rows = 17000, cols = 4096, n = 133;
+        lkv_weight w = {0};
+        make_weight(&w, LKV_TYPE_Q4_K, rows, cols);
+        kq_edge_blocks(&w);
+        float *x = malloc(sizeof(float) * n * cols);
+        fill(x, (size_t)n * cols, 1.f);
+        float *dx = dup_dev(x, sizeof(float) * n * cols), *d1 = dev_buf(sizeof(float) * n * rows),
+              *d2 = dev_buf(sizeof(float) * n * rows);
+        float *h1 = malloc(sizeof(float) * n * rows), *h2 = malloc(sizeof(float) * n * rows);
+        const lkv_weight *ws[1] = {&w};
+        cudaMemset(d1, 0xff, sizeof(float) * n * rows);
+        lkv_cuda_tuning.matmul = LKV_MM_GEMM_WG; lkv_cuda_tuning.gen++;
+        G->matmul(gb, &d1, dx, ws, 1, n);
+        lkv_cuda_tuning.matmul = LKV_MM_MMQ; lkv_cuda_tuning.gen++;
+        G->matmul(gb, &d2, dx, ws, 1, n);
+        lkv_cuda_tuning.matmul = LKV_MM_TABLE; lkv_cuda_tuning.gen++;
+        get(h1, d1, sizeof(float) * n * rows);
+        get(h2, d2, sizeof(float) * n * rows);
+        const double e = rel_err_f(h1, h2, (size_t)n * rows);
+        check(e < 1e-5, "gemm_wg q4_K %dx%d n=%d (split by rows, edge blocks) vs mmq rel err %.2e", rows, cols, n, e);
+        cudaFree(dx); cudaFree(d1); cudaFree(d2); free(x); free(h1); free(h2);
         free_weight(&w);
     }
 }
