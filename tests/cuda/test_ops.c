@@ -137,6 +137,25 @@ static int mmq_type(int type) {
     return legacy_type(type) || type == LKV_TYPE_Q4_K || type == LKV_TYPE_Q5_K || type == LKV_TYPE_IQ4_XS;
 }
 
+/* the k-quants' d / dmin offsets in a block (dmin < 0: none) */
+static int kq_d_off(int type, int *dmin_off) {
+    switch (type) {
+    case LKV_TYPE_Q2_K: *dmin_off = 82; return 80;
+    case LKV_TYPE_Q3_K: *dmin_off = -1; return 108;
+    case LKV_TYPE_Q4_K: case LKV_TYPE_Q5_K: *dmin_off = 2; return 0;
+    case LKV_TYPE_Q6_K: *dmin_off = -1; return 208;
+    default: return -1;
+    }
+}
+
+extern int lkv_cuda_gemm_wg_ok(const lkv_bctx *b);
+/* whether the k-quant `type`'s prefill GEMM multiplies the CPU's integers
+ * (gemm_wg_kcodes.cuh, where the device runs gemm_wg) */
+static int kq_int_type(int type) {
+    int dmin_off;
+    return kq_d_off(type, &dmin_off) >= 0 && lkv_cuda_gemm_wg_ok(gb);
+}
+
 /* the GPU's integer mat-vec (n <= 8) over n tokens, 8 at a time: the GEMM's
  * arithmetic in another kernel */
 static void gpu_matvec_chunks(float *const *douts, const float *dx, const lkv_weight *const *ws, int n_w,
@@ -249,10 +268,11 @@ static void test_matmul_shape(int rows, int cols, int only) {
              * like the CPU (~4e-3); float weights through the f32 mat-vec, which
              * rounds activations to f16 / bf16 for f16 / bf16 weights like the
              * CPU (f32 weights ~1e-6). The f16 gemm (other types, n > 8) rounds
-             * operands to f16 (~1e-3) */
+             * operands to f16 (~1e-3), but on sm_90a gemm_wg multiplies the
+             * k-quants' integers, the CPU's products (kq_int_type) */
             const int fl = type == LKV_TYPE_F32 || type == LKV_TYPE_F16 || type == LKV_TYPE_BF16;
-            const double tol = fl ? (n > 8 ? 4e-3 : 2 * ec + 1e-5)
-                                  : n <= 8 || mmq_type(type) ? 2 * ec + 2e-3 : 4e-3;
+            const int cpu_sums = n <= 8 || mmq_type(type) || kq_int_type(type);   /* the CPU's products */
+            const double tol = fl ? (n > 8 ? 4e-3 : 2 * ec + 1e-5) : cpu_sums ? 2 * ec + 2e-3 : 4e-3;
             check(eg < tol, "matmul %-7s %dx%d n=%-3d gpu rel err %.2e (cpu %.2e)", t->name, rows, cols, n,
                   eg, ec);
             /* n > 8: only the int8 GEMM's types; the others go through the f16 GEMM */
@@ -260,7 +280,7 @@ static void test_matmul_shape(int rows, int cols, int only) {
                 const size_t nd = mm_bits_differ(out, cout, (size_t)n * rows);
                 check(nd == 0, "matmul %-7s %dx%d n=%-3d gpu vs cpu: %zu of %zu outputs differ (bit identity)",
                       t->name, rows, cols, n, nd, (size_t)n * rows);
-            } else if ((cpu_act_type(type, cols) && (n <= 8 || mmq_type(type))) || (fl && n <= 8)) {
+            } else if ((cpu_act_type(type, cols) && cpu_sums) || (fl && n <= 8)) {
                 const double egc = rel_err_f(out, cout, (size_t)n * rows);
                 check(egc < 1e-5, "matmul %-7s %dx%d n=%-3d gpu vs cpu rel err %.2e (same rounded activations)",
                       t->name, rows, cols, n, egc);
@@ -443,17 +463,6 @@ static void cpu_act_round(const lkv_traits *t, const float *x, float *xr, int n,
  * super-blocks, three weights in one call, and weights larger than the
  * scratch (split by rows into two GEMMs). Skipped where the device's code
  * has no wgmma kernel. */
-/* the k-quants' d / dmin offsets in a block (dmin < 0: none) */
-static int kq_d_off(int type, int *dmin_off) {
-    switch (type) {
-    case LKV_TYPE_Q2_K: *dmin_off = 82; return 80;
-    case LKV_TYPE_Q3_K: *dmin_off = -1; return 108;
-    case LKV_TYPE_Q4_K: case LKV_TYPE_Q5_K: *dmin_off = 2; return 0;
-    case LKV_TYPE_Q6_K: *dmin_off = -1; return 208;
-    default: return -1;
-    }
-}
-
 /* k-quant blocks at the edges of gemm_wg's integer operands
  * (gemm_wg_kcodes.cuh), written into w and its device copy: every 5th block
  * d = 0 (its elements are the mins alone), every 7th d the smallest f16
@@ -475,7 +484,6 @@ static void kq_edge_blocks(lkv_weight *w) {
     cudaMemcpy(w->dev, data, w->row_bytes * w->rows, cudaMemcpyHostToDevice);
 }
 
-extern int lkv_cuda_gemm_wg_ok(const lkv_bctx *b);
 static void test_gemm_wg(void) {
     if (!lkv_cuda_gemm_wg_ok(gb)) {
         printf("gemm_wg: skipped (the device's code has no wgmma kernel: not an sm_90a build on a Hopper GPU)\n");
