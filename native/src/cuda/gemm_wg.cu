@@ -256,7 +256,6 @@ static __device__ __forceinline__ void wg_store(const float (&acc)[NB][4], float
 }
 #endif
 
-
 /* grid (token tiles, row tiles of all pieces); x16 and ws.w16 tiled, nkt
  * tiles of K per panel; both f16, or both bf16 (BF); KS > 0: the k-quants'
  * integer operands, KS k16 steps per super-block (gemm_wg_kcodes.cuh) */
