@@ -484,6 +484,38 @@ static void kq_edge_blocks(lkv_weight *w) {
     cudaMemcpy(w->dev, data, w->row_bytes * w->rows, cudaMemcpyHostToDevice);
 }
 
+/* gemm_wg on a weight of `type` larger than its scratch (17000 rows of 4096:
+ * split by rows into two GEMMs) against kernel `ref`: gemm_f16 fed x as the
+ * CPU rounds it (the same f16 operands), or for the k-quants (edge blocks
+ * included) mmq, whose products are the CPU's */
+static void wg_split_check(int type, int ref) {
+    const int rows = 17000, cols = 4096, n = 133;
+    lkv_weight w = {0};
+    make_weight(&w, type, rows, cols);
+    if (ref == LKV_MM_MMQ) kq_edge_blocks(&w);
+    float *x = malloc(sizeof(float) * n * cols), *xr = malloc(sizeof(float) * n * cols);
+    fill(x, (size_t)n * cols, 1.f);
+    if (ref == LKV_MM_GEMM_F16) cpu_act_round(lkv_type_traits(type), x, xr, n, cols);
+    else memcpy(xr, x, sizeof(float) * n * cols);
+    float *dx = dup_dev(x, sizeof(float) * n * cols), *dxr = dup_dev(xr, sizeof(float) * n * cols),
+          *d1 = dev_buf(sizeof(float) * n * rows), *d2 = dev_buf(sizeof(float) * n * rows);
+    float *h1 = malloc(sizeof(float) * n * rows), *h2 = malloc(sizeof(float) * n * rows);
+    const lkv_weight *ws[1] = {&w};
+    cudaMemset(d1, 0xff, sizeof(float) * n * rows);
+    lkv_cuda_tuning.matmul = LKV_MM_GEMM_WG; lkv_cuda_tuning.gen++;
+    G->matmul(gb, &d1, dx, ws, 1, n);
+    lkv_cuda_tuning.matmul = ref; lkv_cuda_tuning.gen++;
+    G->matmul(gb, &d2, dxr, ws, 1, n);
+    lkv_cuda_tuning.matmul = LKV_MM_TABLE; lkv_cuda_tuning.gen++;
+    get(h1, d1, sizeof(float) * n * rows);
+    get(h2, d2, sizeof(float) * n * rows);
+    const double e = rel_err_f(h1, h2, (size_t)n * rows);
+    check(e < 1e-5, "gemm_wg %s %dx%d n=%d (split by rows) vs %s rel err %.2e", lkv_type_traits(type)->name, rows,
+          cols, n, ref == LKV_MM_MMQ ? "mmq" : "gemm_f16", e);
+    cudaFree(dx); cudaFree(dxr); cudaFree(d1); cudaFree(d2); free(x); free(xr); free(h1); free(h2);
+    free_weight(&w);
+}
+
 static void test_gemm_wg(void) {
     if (!lkv_cuda_gemm_wg_ok(gb)) {
         printf("gemm_wg: skipped (the device's code has no wgmma kernel: not an sm_90a build on a Hopper GPU)\n");
@@ -561,58 +593,10 @@ static void test_gemm_wg(void) {
             free(wf);
             for (int i = 0; i < 3; i++) free_weight(&w[i]);
         }
-    /* larger than the 128 MiB scratch: 17000 rows of 4096 (136 MB as f16) */
-    {
-        const int rows = 17000, cols = 4096, n = 133;
-        lkv_weight w = {0};
-        make_weight(&w, LKV_TYPE_Q4_1, rows, cols);
-        float *x = malloc(sizeof(float) * n * cols), *xr = malloc(sizeof(float) * n * cols);
-        fill(x, (size_t)n * cols, 1.f);
-        cpu_act_round(lkv_type_traits(LKV_TYPE_Q4_1), x, xr, n, cols);
-        float *dx = dup_dev(x, sizeof(float) * n * cols), *dxr = dup_dev(xr, sizeof(float) * n * cols),
-              *d1 = dev_buf(sizeof(float) * n * rows),
-              *d2 = dev_buf(sizeof(float) * n * rows);
-        float *h1 = malloc(sizeof(float) * n * rows), *h2 = malloc(sizeof(float) * n * rows);
-        const lkv_weight *ws[1] = {&w};
-        cudaMemset(d1, 0xff, sizeof(float) * n * rows);
-        lkv_cuda_tuning.matmul = LKV_MM_GEMM_WG; lkv_cuda_tuning.gen++;
-        G->matmul(gb, &d1, dx, ws, 1, n);
-        lkv_cuda_tuning.matmul = LKV_MM_GEMM_F16; lkv_cuda_tuning.gen++;
-        G->matmul(gb, &d2, dxr, ws, 1, n);
-        lkv_cuda_tuning.matmul = LKV_MM_TABLE; lkv_cuda_tuning.gen++;
-        get(h1, d1, sizeof(float) * n * rows);
-        get(h2, d2, sizeof(float) * n * rows);
-        const double e = rel_err_f(h1, h2, (size_t)n * rows);
-        check(e < 1e-5, "gemm_wg q4_1 %dx%d n=%d (split by rows) vs gemm_f16 rel err %.2e", rows, cols, n, e);
-        cudaFree(dx); cudaFree(dxr); cudaFree(d1); cudaFree(d2); free(x); free(xr); free(h1); free(h2);
-        free_weight(&w);
-    }
-    /* the same for the k-quants' integer operands (the scales of the rows of
-     * both GEMMs), against mmq, whose products are the CPU's */
-    {
-        const int rows = 17000, cols = 4096, n = 133;
-        lkv_weight w = {0};
-        make_weight(&w, LKV_TYPE_Q4_K, rows, cols);
-        kq_edge_blocks(&w);
-        float *x = malloc(sizeof(float) * n * cols);
-        fill(x, (size_t)n * cols, 1.f);
-        float *dx = dup_dev(x, sizeof(float) * n * cols), *d1 = dev_buf(sizeof(float) * n * rows),
-              *d2 = dev_buf(sizeof(float) * n * rows);
-        float *h1 = malloc(sizeof(float) * n * rows), *h2 = malloc(sizeof(float) * n * rows);
-        const lkv_weight *ws[1] = {&w};
-        cudaMemset(d1, 0xff, sizeof(float) * n * rows);
-        lkv_cuda_tuning.matmul = LKV_MM_GEMM_WG; lkv_cuda_tuning.gen++;
-        G->matmul(gb, &d1, dx, ws, 1, n);
-        lkv_cuda_tuning.matmul = LKV_MM_MMQ; lkv_cuda_tuning.gen++;
-        G->matmul(gb, &d2, dx, ws, 1, n);
-        lkv_cuda_tuning.matmul = LKV_MM_TABLE; lkv_cuda_tuning.gen++;
-        get(h1, d1, sizeof(float) * n * rows);
-        get(h2, d2, sizeof(float) * n * rows);
-        const double e = rel_err_f(h1, h2, (size_t)n * rows);
-        check(e < 1e-5, "gemm_wg q4_K %dx%d n=%d (split by rows, edge blocks) vs mmq rel err %.2e", rows, cols, n, e);
-        cudaFree(dx); cudaFree(d1); cudaFree(d2); free(x); free(h1); free(h2);
-        free_weight(&w);
-    }
+    /* larger than the 128 MiB scratch: 17000 rows of 4096 (136 MB as f16);
+     * the k-quants' integer operands with the scales of the rows of both GEMMs */
+    wg_split_check(LKV_TYPE_Q4_1, LKV_MM_GEMM_F16);
+    wg_split_check(LKV_TYPE_Q4_K, LKV_MM_MMQ);
 }
 
 static void test_matmul(void) {

@@ -175,11 +175,35 @@ static __global__ void wg_x_q8_to_f16(const float *__restrict__ x, uint8_t *__re
     }
 }
 
-/* the same by the CPU's q8_K rule (kquants.c lkv_q8_K_from_float), cols a
- * multiple of 256: one warp a 256-block of one row (lane l: group 32 b + l);
- * max = the first element of the largest magnitude, iscale = -127 / max,
- * codes round-half-even(iscale * x) clamped to +-127, element = code * (1 /
- * iscale), then f16. Rows n .. n_pad are zeros. */
+/* the CPU's q8_K scale (kquants.c lkv_q8_K_from_float) of a 256-block a warp
+ * holds, 8 values a lane in order: max = the first element of the largest
+ * magnitude, iscale = -127 / max, d = 1 / iscale; false (both 0) for a block
+ * of zeros, whose codes are 0 */
+static __device__ __forceinline__ bool wg_q8k_scale(const float (&v)[8], int lane, float &iscale, float &d) {
+    float amax = 0.f, mx = 0.f;
+    int at = 1 << 30;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (fabsf(v[k]) > amax) { amax = fabsf(v[k]); mx = v[k]; at = 8 * lane + k; }
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {   /* the largest magnitude, the first of equals */
+        const float a2 = __shfl_xor_sync(0xffffffffu, amax, o), m2 = __shfl_xor_sync(0xffffffffu, mx, o);
+        const int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+        if (a2 > amax || (a2 == amax && at2 < at)) { amax = a2; mx = m2; at = at2; }
+    }
+    iscale = amax != 0.f ? __fdiv_rn(-127.f, mx) : 0.f;
+    d = amax != 0.f ? __fdiv_rn(1.f, iscale) : 0.f;
+    return amax != 0.f;
+}
+
+/* an element's q8_K code: round-half-even(iscale x) clamped to +-127 */
+static __device__ __forceinline__ int wg_q8k_code(float x, float iscale) {
+    return min(127, max(-127, __float2int_rn(__fmul_rn(iscale, x))));
+}
+
+/* x -> x16 as above by the CPU's q8_K rule, cols a multiple of 256: one warp
+ * a 256-block of one row (lane l: group 32 b + l); element = code * d, then
+ * f16. Rows n .. n_pad are zeros. */
 static __global__ void wg_x_q8k_to_f16(const float *__restrict__ x, uint8_t *__restrict__ y, int n, int cols,
                                        int n_pad, int nkt) {
     const int nb = cols / 256;
@@ -189,24 +213,10 @@ static __global__ void wg_x_q8k_to_f16(const float *__restrict__ x, uint8_t *__r
         const int r = (int)(w / nb), g = (int)(w % nb) * 32 + (int)(i & 31);
         float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (r < n) wg_load8(x + (size_t)r * cols + 8 * g, v);
-        float amax = 0.f, mx = 0.f;
-        int at = 1 << 30;
+        float iscale, d;
+        if (wg_q8k_scale(v, (int)(i & 31), iscale, d)) {
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (fabsf(v[k]) > amax) { amax = fabsf(v[k]); mx = v[k]; at = 8 * g + k; }
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {   /* the largest magnitude, the first of equals */
-            const float a2 = __shfl_xor_sync(0xffffffffu, amax, o), m2 = __shfl_xor_sync(0xffffffffu, mx, o);
-            const int at2 = __shfl_xor_sync(0xffffffffu, at, o);
-            if (a2 > amax || (a2 == amax && at2 < at)) { amax = a2; mx = m2; at = at2; }
-        }
-        if (amax != 0.f) {
-            const float iscale = __fdiv_rn(-127.f, mx), d = __fdiv_rn(1.f, iscale);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const int q = min(127, max(-127, __float2int_rn(__fmul_rn(iscale, v[k]))));
-                v[k] = __fmul_rn(d, (float)q);
-            }
+            for (int k = 0; k < 8; k++) v[k] = __fmul_rn(d, (float)wg_q8k_code(v[k], iscale));
         }
         *(uint4 *)(y + wg_tiled(r, g, WG_BM, nkt)) = lkv_f16x8(v);
     }

@@ -65,10 +65,9 @@ static inline int wg_kq_tiles(int nsb_pad, int S) { return nsb_pad * S / 4; }
 
 /* x (n, 256 nsb) f32 -> the activation operand (n_pad rows, tiled by WG_BM;
  * nsb_pad super-blocks) and xsc[b * n_pad + row], by the CPU's q8_K rule
- * (quant/kquants.c lkv_q8_K_from_float): max = the first element of the
- * largest magnitude, iscale = -127 / max, codes round-half-even(iscale x)
- * clamped to +-127, dy = 1 / iscale; rows n .. n_pad and the padding
- * super-block zeros. One warp a super-block of a row, lane l its group l. */
+ * (gemm_wg.cu's wg_q8k_scale / wg_q8k_code; dy = 1 / iscale); rows n ..
+ * n_pad and the padding super-block zeros. One warp a super-block of a row,
+ * lane l its group l. */
 template <int S>
 static __global__ void wg_x_kcodes(const float *__restrict__ x, uint8_t *__restrict__ y, float *__restrict__ xsc,
                                    int n, int nsb, int nsb_pad, int n_pad, int nkt) {
@@ -78,24 +77,12 @@ static __global__ void wg_x_kcodes(const float *__restrict__ x, uint8_t *__restr
         const int r = (int)(w / nsb_pad), b = (int)(w % nsb_pad), lane = (int)(i & 31);
         float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (r < n && b < nsb) wg_load8(x + (size_t)r * nsb * 256 + 256 * b + 8 * lane, v);
-        float amax = 0.f, mx = 0.f;
-        int at = 1 << 30;
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (fabsf(v[k]) > amax) { amax = fabsf(v[k]); mx = v[k]; at = 8 * lane + k; }
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {   /* the largest magnitude, the first of equals */
-            const float a2 = __shfl_xor_sync(0xffffffffu, amax, o), m2 = __shfl_xor_sync(0xffffffffu, mx, o);
-            const int at2 = __shfl_xor_sync(0xffffffffu, at, o);
-            if (a2 > amax || (a2 == amax && at2 < at)) { amax = a2; mx = m2; at = at2; }
-        }
-        float c[8], d = 0.f;
+        float iscale, d, c[8];
+        const bool nz = wg_q8k_scale(v, lane, iscale, d);
         int sum = 0;
-        const float iscale = amax != 0.f ? __fdiv_rn(-127.f, mx) : 0.f;
-        if (amax != 0.f) d = __fdiv_rn(1.f, iscale);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            const int q = amax != 0.f ? min(127, max(-127, __float2int_rn(__fmul_rn(iscale, v[k])))) : 0;
+            const int q = nz ? wg_q8k_code(v[k], iscale) : 0;
             c[k] = (float)q;
             sum += q;
         }
