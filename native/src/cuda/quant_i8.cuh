@@ -43,7 +43,9 @@ static __device__ __forceinline__ void ld8_4(const uint8_t *p, uint32_t &a, uint
 /* the integer sub-block scale sc and min mn of piece e of a k-quant row,
  * with the super-block's d and dmin: element i of the piece is
  * d * sc * q_i - dmin * mn, q_i the code dq8i gives (q3_K / q6_K: signed,
- * mn = 0). The CPU's dot (quant/dot_kquants.c) multiplies the same integers. */
+ * mn = 0). The CPU's dot (quant/dot_kquants.c) multiplies the same integers.
+ * For gemm_wg_kcodes.cuh; dq8i reads these fields itself, which keeps the
+ * PTX of matvec_q8.cu and mmq.cu what it was. */
 template <int T>
 static __device__ __forceinline__ void kq_scales(const uint8_t *__restrict__ row, int e, int &sc, int &mn,
                                                  float &d, float &dmin) {
@@ -137,11 +139,9 @@ static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int
     } else if constexpr (T == LKV_TYPE_Q2_K) {
         const int g = e >> 2, s = g & 7, n = s >> 2, j = s & 3;
         const cq2_k *b = (const cq2_k *)row + (g >> 3);
-        int sc, mn;
-        float d, dmin;
-        kq_scales<T>(row, e, sc, mn, d, dmin);
-        dw = d * sc;
-        mw = -dmin * mn;
+        const int sc = b->scales[8 * n + 2 * j + (p >> 1)];
+        dw = h2f(b->d) * (sc & 0xF);
+        mw = -h2f(b->dmin) * (sc >> 4);
         uint32_t a, c;
         ld8_4(b->qs + 32 * n + 8 * p, a, c);
         w0 = (a >> (2 * j)) & 0x03030303u;
@@ -149,10 +149,7 @@ static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int
     } else if constexpr (T == LKV_TYPE_Q3_K) {
         const int g = e >> 2, s = g & 7, n = s >> 2, j = s & 3;
         const cq3_k *b = (const cq3_k *)row + (g >> 3);
-        int sc, mn;
-        float d, dmin;
-        kq_scales<T>(row, e, sc, mn, d, dmin);
-        dw = d * sc;
+        dw = h2f(b->d) * k3_scale(b->scales, 2 * s + (p >> 1));
         uint32_t a, c, ha, hc;
         ld8_2(b->qs + 32 * n + 8 * p, a, c);
         ld8_2(b->hmask + 8 * p, ha, hc);
@@ -162,18 +159,18 @@ static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int
         w1 = __vsubss4(c, 0x04040404u);
     } else if constexpr (T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K) {
         const int g = e >> 2, s = g & 7, hi = s & 1;
-        const uint8_t *q, *qh = nullptr;
+        const uint8_t *sc8, *q, *qh = nullptr;
+        float d, dmin;
         if constexpr (T == LKV_TYPE_Q4_K) {
             const cq4_k *b = (const cq4_k *)row + (g >> 3);
-            q = b->qs + 32 * (s >> 1) + 8 * p;
+            d = h2f(b->d); dmin = h2f(b->dmin); sc8 = b->scales; q = b->qs + 32 * (s >> 1) + 8 * p;
         } else {
             const cq5_k *b = (const cq5_k *)row + (g >> 3);
-            q = b->qs + 32 * (s >> 1) + 8 * p;
+            d = h2f(b->d); dmin = h2f(b->dmin); sc8 = b->scales; q = b->qs + 32 * (s >> 1) + 8 * p;
             qh = b->qh + 8 * p;
         }
         int sc, mn;
-        float d, dmin;
-        kq_scales<T>(row, e, sc, mn, d, dmin);
+        k4_scale_min(sc8, s, &sc, &mn);
         dw = d * sc;
         mw = -dmin * mn;
         uint32_t a, c;
@@ -189,10 +186,7 @@ static __device__ __forceinline__ void dq8i(const uint8_t *__restrict__ row, int
     } else if constexpr (T == LKV_TYPE_Q6_K) {
         const int g = e >> 2, s = g & 7, n = s >> 2, k = s & 3;
         const cq6_k *b = (const cq6_k *)row + (g >> 3);
-        int sc, mn;
-        float d, dmin;
-        kq_scales<T>(row, e, sc, mn, d, dmin);
-        dw = d * sc;
+        dw = h2f(b->d) * b->scales[8 * n + 2 * k + (p >> 1)];
         uint32_t a, c, ha, hc;
         ld8_2(b->ql + 64 * n + ((k & 1) ? 32 : 0) + 8 * p, a, c);
         ld8_2(b->qh + 32 * n + 8 * p, ha, hc);
