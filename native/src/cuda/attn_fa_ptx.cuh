@@ -123,6 +123,13 @@ template <int N> static __device__ __forceinline__ void fa_reg_fence(float (&x)[
         for (int k = 0; k < 4; k++) asm volatile("" : "+f"(x[i][k])::"memory");
 }
 
+template <int N> static __device__ __forceinline__ void fa_reg_fence(int (&x)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) asm volatile("" : "+r"(x[i][k])::"memory");
+}
+
 /* the accumulator operands of a 64 x 64 / 64 x 128 wgmma, d[N / 8][4] in
  * fragment order, and their places in the instruction (%0 ..) */
 #define FA_ACC32(d) \
@@ -177,6 +184,24 @@ static __device__ __forceinline__ void fa_wgmma_ss_n128(float (&d)[16][4], uint6
                      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FA_REGS64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
                      : FA_ACC64(d)
                      : "l"(adesc), "l"(bdesc), "r"(sd));
+}
+
+/* d (64 x 128 s32) = (sd ? d : 0) + A (64 x 32, descriptor) * B (32 x 128, descriptor), s8,
+ * both K-major (gemm_wg_kcodes.cuh: q6_K's codes) */
+#define FA_ACC64I(d) \
+    "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]), "+r"(d[1][3]), \
+    "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]), "+r"(d[3][2]), "+r"(d[3][3]), \
+    "+r"(d[4][0]), "+r"(d[4][1]), "+r"(d[4][2]), "+r"(d[4][3]), "+r"(d[5][0]), "+r"(d[5][1]), "+r"(d[5][2]), "+r"(d[5][3]), \
+    "+r"(d[6][0]), "+r"(d[6][1]), "+r"(d[6][2]), "+r"(d[6][3]), "+r"(d[7][0]), "+r"(d[7][1]), "+r"(d[7][2]), "+r"(d[7][3]), \
+    "+r"(d[8][0]), "+r"(d[8][1]), "+r"(d[8][2]), "+r"(d[8][3]), "+r"(d[9][0]), "+r"(d[9][1]), "+r"(d[9][2]), "+r"(d[9][3]), \
+    "+r"(d[10][0]), "+r"(d[10][1]), "+r"(d[10][2]), "+r"(d[10][3]), "+r"(d[11][0]), "+r"(d[11][1]), "+r"(d[11][2]), "+r"(d[11][3]), \
+    "+r"(d[12][0]), "+r"(d[12][1]), "+r"(d[12][2]), "+r"(d[12][3]), "+r"(d[13][0]), "+r"(d[13][1]), "+r"(d[13][2]), "+r"(d[13][3]), \
+    "+r"(d[14][0]), "+r"(d[14][1]), "+r"(d[14][2]), "+r"(d[14][3]), "+r"(d[15][0]), "+r"(d[15][1]), "+r"(d[15][2]), "+r"(d[15][3])
+static __device__ __forceinline__ void fa_wgmma_ss_n128_s8(int (&d)[16][4], uint64_t adesc, uint64_t bdesc, int sd) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " FA_REGS64 ", %64, %65, p;\n}\n"
+                 : FA_ACC64I(d)
+                 : "l"(adesc), "l"(bdesc), "r"(sd));
 }
 
 /* d (64 x 128 f32) += A (64 x 16, descriptor) * B (16 x 128, descriptor), f16, both K-major

@@ -268,14 +268,15 @@ static __device__ __forceinline__ void wg_store(const float (&acc)[NB][4], float
 
 /* grid (token tiles, row tiles of all pieces); x16 and ws.w16 tiled, nkt
  * tiles of K per panel; both f16, or both bf16 (BF); KS > 0: the k-quants'
- * integer operands, KS k16 steps per super-block (gemm_wg_kcodes.cuh) */
-template <int BN, bool BF, int KS>
+ * integer operands, KS k16 steps per super-block, or KS k32 steps of 8-bit
+ * operands (I8: q6_K) (gemm_wg_kcodes.cuh) */
+template <int BN, bool BF, int KS, bool I8>
 static __global__ void __launch_bounds__(WG_THREADS, 1)
 wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x16, int nkt, int n) {
 #if FA_HAVE_WGMMA
     using S = wg_shape<BN>;
     static_assert(!BF || BN == 128, "bf16 products: the 128-row tile only");
-    static_assert(!KS || (BN == 128 && !BF), "integer operands: f16, the 128-row tile only");
+    static_assert(!KS || (BN == 128 && !BF), "integer operands: f16 or s8, the 128-row tile only");
     extern __shared__ __align__(128) uint8_t sm[];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
     const uint32_t full = sb + S::NS * S::STAGE, empty = full + 8 * S::NS;
@@ -316,9 +317,9 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x1
     fa_reg_fence(acc);
 
     if constexpr (KS > 0) {
-        wg_consume_kcodes<KS, S::NS, S::STAGE>(ws, acc, sb, full, empty, wgi,
-                                               tt * WG_BM + 16 * warp + ((tid & 31) >> 2), bt * BN,
-                                               (float *)(sm + S::SCALES) + 2 * 128 * wgi);
+        wg_consume_kcodes<KS, S::NS, S::STAGE, I8>(ws, acc, sb, full, empty, wgi,
+                                                   tt * WG_BM + 16 * warp + ((tid & 31) >> 2), bt * BN,
+                                                   (float *)(sm + S::SCALES) + 2 * 128 * wgi);
     } else {
         for (int t = 0; t < nkt; t++) {
             const int s = t % S::NS;
@@ -360,11 +361,11 @@ bool lkv_cuda_gemm_wg_probe(lkv_bctx *b) {
     cudaGetLastError();
     const int smem = wg_shape<WG_BN>::SMEM;
     const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 0>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, true, 0>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 16>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 18>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 32>, at, smem) != cudaSuccess)) {
+    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 0, false>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, true, 0, false>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 16, false>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 18, false>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 16, true>, at, smem) != cudaSuccess)) {
         cudaGetLastError();
         ok = false;
     }
@@ -426,7 +427,7 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
     const unsigned gx = wg_grid((size_t)n_pad * nkt * 8, b->n_sm);
     uint8_t *x16 = (uint8_t *)b->wg_x16;
     if constexpr (KS > 0)
-        wg_x_kcodes<KS><<<gx, 256, 0, b->stream>>>(x, x16, xsc, n, nsb, nsb_pad, n_pad, nkt);
+        wg_x_kcodes<T><<<gx, 256, 0, b->stream>>>(x, x16, xsc, n, nsb, nsb_pad, n_pad, nkt);
     else if (cblk<T>::qk == 1)
         wg_x_to_f16<T == LKV_TYPE_BF16><<<gx, 256, 0, b->stream>>>(x, x16, n, cols, n_pad, nkt);
     else if (lkv_act_format(T, cols) == ACT_Q8K)
@@ -471,7 +472,7 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
         s.ldx = n_pad;
         s.ldw = ldw;
         const dim3 grid(n_pad / WG_BM, (unsigned)used);
-        wg_gemm_kernel<BN, T == LKV_TYPE_BF16, KS><<<grid, WG_THREADS, S::SMEM, b->stream>>>(
+        wg_gemm_kernel<BN, T == LKV_TYPE_BF16, KS, KS && KQ::I8><<<grid, WG_THREADS, S::SMEM, b->stream>>>(
             s, (const uint8_t *)b->wg_x16, nkt, n);
         LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg)");
     }

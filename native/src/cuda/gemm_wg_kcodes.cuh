@@ -53,9 +53,11 @@ template <int T> struct wg_kq {
     enum {
         on = T == LKV_TYPE_Q2_K || T == LKV_TYPE_Q3_K || T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K ||
              T == LKV_TYPE_Q6_K,
-        /* k16 steps per super-block: 256 codes, + 32 mins columns, or q6_K's codes in two halves */
-        S = has_min<T>::v ? 18 : T == LKV_TYPE_Q6_K ? 32 : 16,
-        G = 2 * S                      /* groups of 8 columns per super-block */
+        I8 = T == LKV_TYPE_Q6_K,       /* 8-bit operands, k32 steps */
+        /* steps per super-block: 256 codes (k16), + 32 mins columns, or q6_K's
+         * codes in two halves of 256 (k32) */
+        S = has_min<T>::v ? 18 : 16,
+        G = 2 * S                      /* 16-byte pieces per super-block and row */
     };
 };
 
@@ -68,7 +70,7 @@ static inline int wg_kq_tiles(int nsb_pad, int S) { return nsb_pad * S / 4; }
  * (gemm_wg.cu's wg_q8k_scale / wg_q8k_code; dy = 1 / iscale); rows n ..
  * n_pad and the padding super-block zeros. One warp a super-block of a row,
  * lane l its group l. */
-template <int S>
+template <int T>
 static __global__ void wg_x_kcodes(const float *__restrict__ x, uint8_t *__restrict__ y, float *__restrict__ xsc,
                                    int n, int nsb, int nsb_pad, int n_pad, int nkt) {
     const size_t total = (size_t)n_pad * nsb_pad * 32;
@@ -87,9 +89,21 @@ static __global__ void wg_x_kcodes(const float *__restrict__ x, uint8_t *__restr
             sum += q;
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);   /* bsum of the lane's 16-group, lane / 2 */
-        constexpr int G = 2 * S;
-        *(uint4 *)(y + wg_tiled(r, G * b + lane, WG_BM, nkt)) = lkv_f16x8(c);
-        if constexpr (S == 32) *(uint4 *)(y + wg_tiled(r, G * b + 32 + lane, WG_BM, nkt)) = lkv_f16x8(c);
+        constexpr int S = wg_kq<T>::S, G = wg_kq<T>::G;
+        if constexpr (wg_kq<T>::I8) {
+            /* 16 codes a piece (lanes l and l + 1), the super-block's 256 twice */
+            uint32_t p[2] = {0u, 0u};
+#pragma unroll
+            for (int k = 0; k < 8; k++) p[k >> 2] |= ((uint32_t)(int)c[k] & 0xFFu) << (8 * (k & 3));
+            const uint32_t o0 = __shfl_xor_sync(0xffffffffu, p[0], 1), o1 = __shfl_xor_sync(0xffffffffu, p[1], 1);
+            if (!(lane & 1)) {
+                const uint4 v = make_uint4(p[0], p[1], o0, o1);
+                *(uint4 *)(y + wg_tiled(r, G * b + lane / 2, WG_BM, nkt)) = v;
+                *(uint4 *)(y + wg_tiled(r, G * b + 16 + lane / 2, WG_BM, nkt)) = v;
+            }
+        } else {
+            *(uint4 *)(y + wg_tiled(r, G * b + lane, WG_BM, nkt)) = lkv_f16x8(c);
+        }
         if constexpr (S == 18) {
             /* lane m < 4: columns 8 m .. 8 m + 7, bsum_k twice for k = 4 m .. 4 m + 3 */
             float m8[8];
@@ -119,6 +133,33 @@ static __global__ void wg_w_kcodes(const uint8_t *__restrict__ w, size_t row_byt
         int r, g;
         wg_item(i, R, nkt, r, g);
         const int b = g / G, c = g - b * G;
+        if constexpr (wg_kq<T>::I8) {
+            /* piece c: the 16-group m = c % 16 of sc q = 64 hi + lo, hi for c < 16, lo after */
+            uint32_t p[4] = {0u, 0u, 0u, 0u};
+            float scale = 0.f;
+            if (r < rows && b < nsb) {
+                const uint8_t *row = w + (size_t)r * row_bytes;
+                const int e = 32 * b + 2 * (c & 15);   /* its first 8-piece */
+                int sc, mn;
+                float d, dmin;
+                kq_scales<T>(row, e, sc, mn, d, dmin);
+                if (d != 0.f) {
+                    uint32_t q8[4];
+                    float dw, mw;
+                    dq8i<T>(row, e, q8[0], q8[1], dw, mw);
+                    dq8i<T>(row, e + 1, q8[2], q8[3], dw, mw);
+#pragma unroll
+                    for (int k = 0; k < 16; k++) {
+                        const int v = sc * (int)(int8_t)(q8[k >> 2] >> (8 * (k & 3))), hi = v / 64;
+                        p[k >> 2] |= ((uint32_t)(c < 16 ? hi : v - 64 * hi) & 0xFFu) << (8 * (k & 3));
+                    }
+                    scale = d;
+                }
+            }
+            *(uint4 *)(dst + wg_tiled(r, g, R, nkt)) = make_uint4(p[0], p[1], p[2], p[3]);
+            if (c == 0) wsc[(size_t)b * ldw + r] = scale;
+            continue;
+        }
         float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, scale = 0.f;
         if (r < rows && b < nsb) {
             const uint8_t *row = w + (size_t)r * row_bytes;
@@ -134,17 +175,14 @@ static __global__ void wg_w_kcodes(const uint8_t *__restrict__ w, size_t row_byt
             }
             const float p2 = __int_as_float((127 + p) << 23);   /* 2^p, p in [-34, 4] for f16 d, dmin */
             scale = D != 0.f ? D * __int_as_float((127 - p) << 23) : 0.f;
-            if (c < 32 || S == 32) {
+            if (c < 32) {
                 uint32_t w0, w1;
                 float dw, mw;
                 dq8i<T>(row, e, w0, w1, dw, mw);
 #pragma unroll
                 for (int k = 0; k < 8; k++) {
                     const int q = (int8_t)((k < 4 ? w0 : w1) >> (8 * (k & 3)));
-                    int v = sc * q;
-                    /* q6_K: |v| <= 4096 as 32 (v / 32) in the first half, the rest in the second */
-                    if (S == 32) v = c < 32 ? 32 * (v / 32) : v - 32 * (v / 32);
-                    y[k] = d != 0.f ? (float)v * p2 : 0.f;
+                    y[k] = d != 0.f ? (float)(sc * q) * p2 : 0.f;
                 }
             } else if (D != 0.f) {
                 /* columns 8 (c - 32) ..: r_k^hi, r_k^lo for k = 4 (c - 32) .. + 3 */
@@ -169,20 +207,25 @@ static __global__ void wg_w_kcodes(const uint8_t *__restrict__ w, size_t row_byt
 /* acc += tmp times the super-block's scales: fx for this thread's tokens
  * (tok, tok + 8), w for the block's rows (w[8 i], w[8 i + 1]: this thread's
  * fragment columns), once every thread of the warpgroup wrote its share of w */
-static __device__ __forceinline__ void wg_kc_fold(float (&acc)[16][4], float (&tmp)[16][4], const float (&fx)[2],
+template <class A>
+static __device__ __forceinline__ void wg_kc_fold(float (&acc)[16][4], A (&tmp)[16][4], const float (&fx)[2],
                                                   const float *w, int wgi) {
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");
     fa_reg_fence(tmp);
 #pragma unroll
     for (int i = 0; i < 16; i++) {
         const float2 fw = *(const float2 *)(w + 8 * i);
-        acc[i][0] = fmaf(tmp[i][0], fx[0] * fw.x, acc[i][0]);
-        acc[i][1] = fmaf(tmp[i][1], fx[0] * fw.y, acc[i][1]);
-        acc[i][2] = fmaf(tmp[i][2], fx[1] * fw.x, acc[i][2]);
-        acc[i][3] = fmaf(tmp[i][3], fx[1] * fw.y, acc[i][3]);
+        acc[i][0] = fmaf((float)tmp[i][0], fx[0] * fw.x, acc[i][0]);
+        acc[i][1] = fmaf((float)tmp[i][1], fx[0] * fw.y, acc[i][1]);
+        acc[i][2] = fmaf((float)tmp[i][2], fx[1] * fw.x, acc[i][2]);
+        acc[i][3] = fmaf((float)tmp[i][3], fx[1] * fw.y, acc[i][3]);
     }
     fa_reg_fence(tmp);
 }
+
+/* the super-block's accumulator: f32, or s32 for 8-bit operands */
+template <bool I8> struct wg_kc_acc { typedef float t; };
+template <> struct wg_kc_acc<true> { typedef int t; };
 
 /* the scales of super-block b (clamped to the last one), loaded into
  * registers a super-block before they are used: the activations' for this
@@ -203,8 +246,9 @@ static __device__ __forceinline__ void wg_kc_prefetch(const wg_set &ws, int b, i
  * loaded during the one before (nx, nw), go to fx and to wsm's buffer b % 2
  * (rewritten at b + 2, after every thread passed the barrier of b + 1's fold,
  * so after its reads of b's); two steps in, the next one's are loaded. */
-template <int KS, int NS, int STAGE>
-static __device__ __forceinline__ void wg_kc_pair(const wg_set &ws, float (&acc)[16][4], float (&tmp)[16][4],
+template <int KS, int NS, int STAGE, bool I8>
+static __device__ __forceinline__ void wg_kc_pair(const wg_set &ws, float (&acc)[16][4],
+                                                  typename wg_kc_acc<I8>::t (&tmp)[16][4],
                                                   float (&fx)[2], float (&nx)[2], float &nw, uint32_t sb,
                                                   uint32_t full, uint32_t empty, int t0, int b0, int wgi, int tok,
                                                   int row0, float *wsm) {
@@ -226,8 +270,21 @@ static __device__ __forceinline__ void wg_kc_pair(const wg_set &ws, float (&acc)
             }
             const uint64_t da = fa_desc(st + wgi * 64 * 16 + kk * 2 * (WG_BM * 16), WG_BM * 16, 128);
             const uint64_t db = fa_desc(st + WG_XTILE + kk * 2 * (128 * 16), 128 * 16, 128);
-            fa_wgmma_ss_n128<false>(tmp, da, db, us);   /* us == 0: tmp = the product */
+            if constexpr (I8) fa_wgmma_ss_n128_s8(tmp, da, db, us);   /* us == 0: tmp = the product */
+            else fa_wgmma_ss_n128<false>(tmp, da, db, us);
             if (us == 2) wg_kc_prefetch(ws, b + 1, tok, row0, ti, nx, nw);
+            if (I8 && us == KS / 2 - 1) {
+                /* q6_K: the high halves' sum times 64, then the low halves' added to it */
+                fa_wg_commit();
+                fa_wg_wait0();
+                fa_reg_fence(tmp);
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+#pragma unroll
+                    for (int k = 0; k < 4; k++) tmp[i][k] = (int)((unsigned)tmp[i][k] << 6);
+                fa_reg_fence(tmp);
+                fa_wg_fence();
+            }
 #ifdef LKV_WG_NODRAIN
             if (false) {
 #else
@@ -247,18 +304,19 @@ static __device__ __forceinline__ void wg_kc_pair(const wg_set &ws, float (&acc)
 
 /* the consumer loop over ws.nsb (even) super-blocks; wsm: this warpgroup's
  * 2 x 128 weight scales in shared memory */
-template <int KS, int NS, int STAGE>
+template <int KS, int NS, int STAGE, bool I8>
 static __device__ __forceinline__ void wg_consume_kcodes(const wg_set &ws, float (&acc)[16][4], uint32_t sb,
                                                          uint32_t full, uint32_t empty, int wgi, int tok, int row0,
                                                          float *wsm) {
-    float tmp[16][4], fx[2], nx[2], nw;
+    typename wg_kc_acc<I8>::t tmp[16][4];
+    float fx[2], nx[2], nw;
 #pragma unroll
-    for (int i = 0; i < 16; i++) tmp[i][0] = tmp[i][1] = tmp[i][2] = tmp[i][3] = 0.f;
+    for (int i = 0; i < 16; i++) tmp[i][0] = tmp[i][1] = tmp[i][2] = tmp[i][3] = 0;
     fa_reg_fence(tmp);
     wg_kc_prefetch(ws, 0, tok, row0, threadIdx.x & 127, nx, nw);
     for (int b0 = 0; b0 < ws.nsb; b0 += 2)
-        wg_kc_pair<KS, NS, STAGE>(ws, acc, tmp, fx, nx, nw, sb, full, empty, b0 / 2 * (KS / 2), b0, wgi, tok, row0,
-                                  wsm);
+        wg_kc_pair<KS, NS, STAGE, I8>(ws, acc, tmp, fx, nx, nw, sb, full, empty, b0 / 2 * (KS / 2), b0, wgi, tok,
+                                      row0, wsm);
 }
 #endif
 
