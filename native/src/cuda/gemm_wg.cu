@@ -269,8 +269,8 @@ static __device__ __forceinline__ void wg_store(const float (&acc)[NB][4], float
 /* grid (token tiles, row tiles of all pieces); x16 and ws.w16 tiled, nkt
  * tiles of K per panel; both f16, or both bf16 (BF); KS > 0: the k-quants'
  * integer operands, KS k16 steps per super-block, or KS k32 steps of 8-bit
- * operands (I8: q6_K) (gemm_wg_kcodes.cuh) */
-template <int BN, bool BF, int KS, bool I8>
+ * operands (I8: 1 q3_K, 2 q6_K) (gemm_wg_kcodes.cuh) */
+template <int BN, bool BF, int KS, int I8>
 static __global__ void __launch_bounds__(WG_THREADS, 1)
 wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x16, int nkt, int n) {
 #if FA_HAVE_WGMMA
@@ -361,11 +361,11 @@ bool lkv_cuda_gemm_wg_probe(lkv_bctx *b) {
     cudaGetLastError();
     const int smem = wg_shape<WG_BN>::SMEM;
     const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 0, false>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, true, 0, false>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 16, false>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 18, false>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 16, true>, at, smem) != cudaSuccess)) {
+    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 0, 0>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, true, 0, 0>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 18, 0>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 8, 1>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 16, 2>, at, smem) != cudaSuccess)) {
         cudaGetLastError();
         ok = false;
     }
@@ -472,7 +472,7 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
         s.ldx = n_pad;
         s.ldw = ldw;
         const dim3 grid(n_pad / WG_BM, (unsigned)used);
-        wg_gemm_kernel<BN, T == LKV_TYPE_BF16, KS, KS && KQ::I8><<<grid, WG_THREADS, S::SMEM, b->stream>>>(
+        wg_gemm_kernel<BN, T == LKV_TYPE_BF16, KS, KS ? (int)KQ::I8 : 0><<<grid, WG_THREADS, S::SMEM, b->stream>>>(
             s, (const uint8_t *)b->wg_x16, nkt, n);
         LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg)");
     }

@@ -53,10 +53,11 @@ template <int T> struct wg_kq {
     enum {
         on = T == LKV_TYPE_Q2_K || T == LKV_TYPE_Q3_K || T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K ||
              T == LKV_TYPE_Q6_K,
-        I8 = T == LKV_TYPE_Q6_K,       /* 8-bit operands, k32 steps */
-        /* steps per super-block: 256 codes (k16), + 32 mins columns, or q6_K's
-         * codes in two halves of 256 (k32) */
-        S = has_min<T>::v ? 18 : 16,
+        /* 8-bit operands, k32 steps: 1 q3_K (its codes once), 2 q6_K (in two halves) */
+        I8 = T == LKV_TYPE_Q3_K ? 1 : T == LKV_TYPE_Q6_K ? 2 : 0,
+        /* steps per super-block: 256 codes (k16), + 32 mins columns; q3_K's
+         * 256 (k32), q6_K's two halves of 256 (k32) */
+        S = has_min<T>::v ? 18 : T == LKV_TYPE_Q3_K ? 8 : 16,
         G = 2 * S                      /* 16-byte pieces per super-block and row */
     };
 };
@@ -91,7 +92,7 @@ static __global__ void wg_x_kcodes(const float *__restrict__ x, uint8_t *__restr
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);   /* bsum of the lane's 16-group, lane / 2 */
         constexpr int S = wg_kq<T>::S, G = wg_kq<T>::G;
         if constexpr (wg_kq<T>::I8) {
-            /* 16 codes a piece (lanes l and l + 1), the super-block's 256 twice */
+            /* 16 codes a piece (lanes l and l + 1); q6_K: the super-block's 256 twice */
             uint32_t p[2] = {0u, 0u};
 #pragma unroll
             for (int k = 0; k < 8; k++) p[k >> 2] |= ((uint32_t)(int)c[k] & 0xFFu) << (8 * (k & 3));
@@ -99,7 +100,7 @@ static __global__ void wg_x_kcodes(const float *__restrict__ x, uint8_t *__restr
             if (!(lane & 1)) {
                 const uint4 v = make_uint4(p[0], p[1], o0, o1);
                 *(uint4 *)(y + wg_tiled(r, G * b + lane / 2, WG_BM, nkt)) = v;
-                *(uint4 *)(y + wg_tiled(r, G * b + 16 + lane / 2, WG_BM, nkt)) = v;
+                if constexpr (wg_kq<T>::I8 == 2) *(uint4 *)(y + wg_tiled(r, G * b + 16 + lane / 2, WG_BM, nkt)) = v;
             }
         } else {
             *(uint4 *)(y + wg_tiled(r, G * b + lane, WG_BM, nkt)) = lkv_f16x8(c);
@@ -134,7 +135,8 @@ static __global__ void wg_w_kcodes(const uint8_t *__restrict__ w, size_t row_byt
         wg_item(i, R, nkt, r, g);
         const int b = g / G, c = g - b * G;
         if constexpr (wg_kq<T>::I8) {
-            /* piece c: the 16-group m = c % 16 of sc q = 64 hi + lo, hi for c < 16, lo after */
+            /* piece c: the 16-group m = c % 16; q3_K: -sc q (in [-128, 124]; the
+             * scale -d), q6_K: sc q = 64 hi + lo, hi for c < 16, lo after */
             uint32_t p[4] = {0u, 0u, 0u, 0u};
             float scale = 0.f;
             if (r < rows && b < nsb) {
@@ -151,9 +153,10 @@ static __global__ void wg_w_kcodes(const uint8_t *__restrict__ w, size_t row_byt
 #pragma unroll
                     for (int k = 0; k < 16; k++) {
                         const int v = sc * (int)(int8_t)(q8[k >> 2] >> (8 * (k & 3))), hi = v / 64;
-                        p[k >> 2] |= ((uint32_t)(c < 16 ? hi : v - 64 * hi) & 0xFFu) << (8 * (k & 3));
+                        const int o = wg_kq<T>::I8 == 1 ? -v : c < 16 ? hi : v - 64 * hi;
+                        p[k >> 2] |= ((uint32_t)o & 0xFFu) << (8 * (k & 3));
                     }
-                    scale = d;
+                    scale = wg_kq<T>::I8 == 1 ? -d : d;
                 }
             }
             *(uint4 *)(dst + wg_tiled(r, g, R, nkt)) = make_uint4(p[0], p[1], p[2], p[3]);
@@ -224,8 +227,8 @@ static __device__ __forceinline__ void wg_kc_fold(float (&acc)[16][4], A (&tmp)[
 }
 
 /* the super-block's accumulator: f32, or s32 for 8-bit operands */
-template <bool I8> struct wg_kc_acc { typedef float t; };
-template <> struct wg_kc_acc<true> { typedef int t; };
+template <int I8> struct wg_kc_acc { typedef int t; };
+template <> struct wg_kc_acc<0> { typedef float t; };
 
 /* the scales of super-block b (clamped to the last one), loaded into
  * registers a super-block before they are used: the activations' for this
@@ -246,7 +249,7 @@ static __device__ __forceinline__ void wg_kc_prefetch(const wg_set &ws, int b, i
  * loaded during the one before (nx, nw), go to fx and to wsm's buffer b % 2
  * (rewritten at b + 2, after every thread passed the barrier of b + 1's fold,
  * so after its reads of b's); two steps in, the next one's are loaded. */
-template <int KS, int NS, int STAGE, bool I8>
+template <int KS, int NS, int STAGE, int I8>
 static __device__ __forceinline__ void wg_kc_pair(const wg_set &ws, float (&acc)[16][4],
                                                   typename wg_kc_acc<I8>::t (&tmp)[16][4],
                                                   float (&fx)[2], float (&nx)[2], float &nw, uint32_t sb,
@@ -273,7 +276,7 @@ static __device__ __forceinline__ void wg_kc_pair(const wg_set &ws, float (&acc)
             if constexpr (I8) fa_wgmma_ss_n128_s8(tmp, da, db, us);   /* us == 0: tmp = the product */
             else fa_wgmma_ss_n128<false>(tmp, da, db, us);
             if (us == 2) wg_kc_prefetch(ws, b + 1, tok, row0, ti, nx, nw);
-            if (I8 && us == KS / 2 - 1) {
+            if (I8 == 2 && us == KS / 2 - 1) {
                 /* q6_K: the high halves' sum times 64, then the low halves' added to it */
                 fa_wg_commit();
                 fa_wg_wait0();
@@ -304,7 +307,7 @@ static __device__ __forceinline__ void wg_kc_pair(const wg_set &ws, float (&acc)
 
 /* the consumer loop over ws.nsb (even) super-blocks; wsm: this warpgroup's
  * 2 x 128 weight scales in shared memory */
-template <int KS, int NS, int STAGE, bool I8>
+template <int KS, int NS, int STAGE, int I8>
 static __device__ __forceinline__ void wg_consume_kcodes(const wg_set &ws, float (&acc)[16][4], uint32_t sb,
                                                          uint32_t full, uint32_t empty, int wgi, int tok, int row0,
                                                          float *wsm) {
