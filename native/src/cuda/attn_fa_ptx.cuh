@@ -187,7 +187,7 @@ static __device__ __forceinline__ void fa_wgmma_ss_n128(float (&d)[16][4], uint6
 }
 
 /* d (64 x 128 s32) = (sd ? d : 0) + A (64 x 32, descriptor) * B (32 x 128, descriptor), s8,
- * both K-major (gemm_wg_kcodes.cuh: q6_K's codes) */
+ * both K-major (gemm_wg_kcodes.cuh: the k-quants' 8-bit codes) */
 #define FA_ACC64I(d) \
     "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]), "+r"(d[1][3]), \
     "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]), "+r"(d[3][2]), "+r"(d[3][3]), \
@@ -200,6 +200,13 @@ static __device__ __forceinline__ void fa_wgmma_ss_n128(float (&d)[16][4], uint6
 static __device__ __forceinline__ void fa_wgmma_ss_n128_s8(int (&d)[16][4], uint64_t adesc, uint64_t bdesc, int sd) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " FA_REGS64 ", %64, %65, p;\n}\n"
+                 : FA_ACC64I(d)
+                 : "l"(adesc), "l"(bdesc), "r"(sd));
+}
+/* the same with B unsigned (u8) */
+static __device__ __forceinline__ void fa_wgmma_ss_n128_s8u8(int (&d)[16][4], uint64_t adesc, uint64_t bdesc, int sd) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.u8 " FA_REGS64 ", %64, %65, p;\n}\n"
                  : FA_ACC64I(d)
                  : "l"(adesc), "l"(bdesc), "r"(sd));
 }

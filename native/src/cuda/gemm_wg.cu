@@ -74,7 +74,7 @@ template <int BN> struct wg_shape {
     static constexpr int STAGE = WG_XTILE + WTILE;
     static constexpr int NS = WG_RING / STAGE;                 /* 4 for 256, 6 for 128 */
     static constexpr int SCALES = NS * STAGE + 2 * NS * 8;     /* the k-quants' weight scales */
-    static constexpr int SMEM = SCALES + 2 * 2 * 128 * 4;      /* the ring, the barriers, 2 x 2 x 128 scales */
+    static constexpr int SMEM = SCALES + 2 * 2 * 256 * 4;      /* the ring, the barriers, 2 x 2 x 256 scales */
 };
 
 /* the pieces of one GEMM: rows [a, a + rows[j]) of weight j sit in the scratch
@@ -87,7 +87,7 @@ struct wg_set {
     int n_p;
     /* the k-quants' integer operands (gemm_wg_kcodes.cuh): per super-block b,
      * the activations' scales xsc[b * ldx + token] and the weights'
-     * wsc[b * ldw + scratch row] */
+     * wsc[(plane * nsb + b) * ldw + scratch row] (q2_K: two planes) */
     const float *xsc, *wsc;
     int nsb, ldx, ldw;
 };
@@ -269,7 +269,7 @@ static __device__ __forceinline__ void wg_store(const float (&acc)[NB][4], float
 /* grid (token tiles, row tiles of all pieces); x16 and ws.w16 tiled, nkt
  * tiles of K per panel; both f16, or both bf16 (BF); KS > 0: the k-quants'
  * integer operands, KS k16 steps per super-block, or KS k32 steps of 8-bit
- * operands (I8: 1 q3_K, 2 q6_K) (gemm_wg_kcodes.cuh) */
+ * operands (I8: 1 q3_K, 2 q6_K, 3 q2_K) (gemm_wg_kcodes.cuh) */
 template <int BN, bool BF, int KS, int I8>
 static __global__ void __launch_bounds__(WG_THREADS, 1)
 wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x16, int nkt, int n) {
@@ -317,9 +317,9 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x1
     fa_reg_fence(acc);
 
     if constexpr (KS > 0) {
-        wg_consume_kcodes<KS, S::NS, S::STAGE, I8>(ws, acc, sb, full, empty, wgi,
+        wg_consume_kcodes<KS, KS % 2 ? 4 : 2, S::NS, S::STAGE, I8>(ws, acc, sb, full, empty, wgi,
                                                    tt * WG_BM + 16 * warp + ((tid & 31) >> 2), bt * BN,
-                                                   (float *)(sm + S::SCALES) + 2 * 128 * wgi);
+                                                   (float *)(sm + S::SCALES) + 2 * 256 * wgi);
     } else {
         for (int t = 0; t < nkt; t++) {
             const int s = t % S::NS;
@@ -365,6 +365,7 @@ bool lkv_cuda_gemm_wg_probe(lkv_bctx *b) {
                cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, true, 0, 0>, at, smem) != cudaSuccess ||
                cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 18, 0>, at, smem) != cudaSuccess ||
                cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 8, 1>, at, smem) != cudaSuccess ||
+               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 9, 3>, at, smem) != cudaSuccess ||
                cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 16, 2>, at, smem) != cudaSuccess)) {
         cudaGetLastError();
         ok = false;
@@ -412,15 +413,16 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
     using KQ = wg_kq<T>;
     constexpr int KS = KQ::on ? (int)KQ::S : 0;
     static_assert(!KS || BN == 128, "k-quants: the 128-row tile");
-    const int nsb = cols / 256, nsb_pad = wg_kq_pad(nsb), n_pad = (int)lkv_cdiv(n, WG_BM) * WG_BM;
+    const int nsb = cols / 256, nsb_pad = wg_kq_pad(nsb, KQ::U), n_pad = (int)lkv_cdiv(n, WG_BM) * WG_BM;
     if (KS && cols % 256) return false;
     const int nkt = KS ? wg_kq_tiles(nsb_pad, KS) : (int)lkv_cdiv(cols, WG_BK);
     if (!wg_buf(&b->wg_x16, &b->wg_x16_cap, (size_t)n_pad * nkt * WG_XTILE / WG_BM)) return false;
     const size_t panel = (size_t)nkt * S::WTILE, cap_tiles = WG_SCRATCH / panel;
     if (cap_tiles < 1) return false;
-    /* the k-quants' scales: the activations' (nsb_pad x n_pad), then the weights' (nsb_pad x the scratch's rows) */
+    /* the k-quants' scales: the activations' (nsb_pad x n_pad), then the weights' (planes of nsb_pad x the
+     * scratch's rows) */
     const int ldw = (int)(cap_tiles * BN);
-    if (KS && !wg_buf((void **)&b->wg_sc, &b->wg_sc_cap, sizeof(float) * (size_t)nsb_pad * (n_pad + ldw)))
+    if (KS && !wg_buf((void **)&b->wg_sc, &b->wg_sc_cap, sizeof(float) * (size_t)nsb_pad * (n_pad + KQ::PLANES * ldw)))
         return false;
     float *xsc = KS ? b->wg_sc : nullptr, *wsc = KS ? b->wg_sc + (size_t)nsb_pad * n_pad : nullptr;
     /* x as the CPU rounds it for this weight type (its vec_dot_type), then f16 */
