@@ -33,11 +33,12 @@
  * 46.1 ms) except for the legacy types and iq4_xs. For the k-quants it
  * multiplies the CPU's integers (gemm_wg_kcodes.cuh: the q8_K codes of x,
  * the weights' sc * q, the mins' term beside them, the per-256 scales
- * applied once per super-block), so its products are the CPU's (test_ops:
- * 1.3e-7 relative; H100, 2026-12-06, whole step: q2_K 35.5, q3_K 32.3, q4_K
- * 35.1, q5_K 35.6 ms, against 29.9 / 31.5 / 32.5 / 40.5 with f16 operands
- * and 52.9 for q4_K on mmq; q6_K's codes need two f16 halves, 59.6 against
- * 32.3). For the other types it rounds x as the CPU does for the weight type
+ * applied once per super-block; 8-bit products for q2_K, q3_K and q6_K, f16
+ * ones for q4_K and q5_K), so its products are the CPU's (test_ops: 1e-7
+ * relative; H100, 2026-12-06, whole step: q2_K 24.7, q3_K 22.3, q4_K 35.0,
+ * q5_K 35.6, q6_K 37.8 ms, against 29.9 / 31.5 / 32.5 / 40.5 / 32.3 with f16
+ * operands, x rounded by the CPU's q8_K rule, and 52.9 for q4_K on mmq).
+ * For the other types it rounds x as the CPU does for the weight type
  * (q8 codes per 32 or 256) before its f16 operand; the f16 rounding of the
  * weights remains. That costs the legacy types the accuracy contract:
  * gemm_wg would be twice as fast for them too (q8_0 26.6 / 55.3 ms, q4_1

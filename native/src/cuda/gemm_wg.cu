@@ -11,7 +11,8 @@
  * per 64 of K, stayed near 190 TFLOP/s).
  *
  * The k-quants (q2_K .. q6_K) take integer operands instead, the CPU's
- * codes, and a per-super-block scaling in the consumer loop
+ * codes (8-bit ones and wgmma s8 for q2_K, q3_K and q6_K, f16 for q4_K and
+ * q5_K), and a per-super-block scaling in the consumer loop
  * (gemm_wg_kcodes.cuh): their products are the CPU's. For the other types:
  *
  * Three launches per call:
