@@ -198,13 +198,14 @@ def test_tiny_models_match_the_cpu(tmp_path, arch, wtype):
     """The default (fastest) kernels: every architecture and weight type,
     prefill micro-batches and single-token decodes, against the CPU backend.
     Every case: the CPU's top token wherever it leads by >= 1 logit, and mean
-    KL <= 2e-3 (issue 15's target is 1e-3). H100, 2026-12-06: 30 of the 42
-    cases within 1e-3 (38 with the exact attention forced). On sm_90 the
-    k-quants' prefill GEMM multiplies the CPU's integer codes
+    KL <= 2e-3 (issue 15's target is 1e-3). H100, 2026-12-06 (later): 31 of
+    the 42 cases within 1e-3 (30 before bf16 K / V were staged to f16; 38
+    with the exact attention forced, before q2_K's 8-bit products). On sm_90
+    the k-quants' prefill GEMM multiplies the CPU's integer codes
     (gemm_wg_kcodes.cuh; before, f16 operands put 10 of their 15 cases at
-    2.3e-3 to 8.9e-3). Above 2e-3 remain 5 k-quant cases whose KV the
+    2.3e-3 to 8.9e-3). Above 2e-3 remain 4 k-quant cases whose KV the
     tensor-core prefill attention reads (2.1e-3 to 5.1e-3; with the exact
-    attention forced, 4e-6 to 1.2e-3): an expected failure there.
+    attention forced, 4e-6 to 7e-4 before): an expected failure there.
     Off sm_90, q2_K / q3_K / q6_K run on gemm_f16 (f16 operands) and are held
     to top-1 agreement."""
     path, toks, kv = _tiny_case(tmp_path, arch, wtype)

@@ -1,6 +1,6 @@
 /*
- * cuda/attn_stage.cu: prefill attention over q8_0 / q4_0 K or V on sm_90a by
- * way of f16. The chunks of a call are dequantized, a pass of whole chunks at
+ * cuda/attn_stage.cu: prefill attention over q8_0 / q4_0 / bf16 K or V on
+ * sm_90a by way of f16. The chunks of a call are dequantized, a pass of whole chunks at
  * a time, into gemm_wg.cu's f16 scratch (the weights' f16 copy: one stream,
  * never both at once), and attn_mma.cu's warp-specialized f16 kernel folds
  * each pass into the state.
@@ -16,7 +16,11 @@
  *
  * The values are those of the in-kernel path (code * scale in f32, rounded to
  * f16), and for a quantized K the query is first rounded by the CPU's q8_0
- * rule, as the CPU scores such rows (st_q8_round). The passes split the range at chunk boundaries and the kernel folds
+ * rule, as the CPU scores such rows (st_q8_round). bf16 K / V go to f16 as
+ * llama.cpp's CUDA flash attention takes them (exact for |v| in [2^-17,
+ * 65504]; larger values overflow), the query first rounded to bf16, as the
+ * CPU's dot rounds it (st_bf16_round): the scores are the bf16 kernel's, and
+ * P is rounded to f16 instead of bf16 (tiny models: docs/performance.md). The passes split the range at chunk boundaries and the kernel folds
  * chunk by chunk, so the state is the same bits however the call's range is
  * cut, into passes here or into calls by the streaming pool (attn_mma.cuh).
  * Segments are kept as they are (rows a segment does not hold stay absent);
@@ -54,6 +58,12 @@ static __global__ void st_q8_round(const float *__restrict__ q, float *__restric
     }
 }
 
+/* q (n floats) -> out, each value rounded to bf16 (the CPU's query for a bf16 K) */
+static __global__ void st_bf16_round(const float *__restrict__ q, float *__restrict__ out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __bfloat162float(__float2bfloat16_rn(q[i]));
+}
+
 static unsigned st_grid(const lkv_bctx *b, size_t work) {
     const size_t cap = (size_t)(b->n_sm > 0 ? b->n_sm : 1) * 16, g = (work + 255) / 256;
     return (unsigned)(g < cap ? (g ? g : 1) : cap);
@@ -61,7 +71,7 @@ static unsigned st_grid(const lkv_bctx *b, size_t work) {
 
 /* the f16 rows the f16 call reads for one side (K or V) of a segment's piece:
  * f16 rows where they lie (the row stride of kv f16 values is the copy's),
- * q8_0 / q4_0 rows decoded into dst */
+ * q8_0 / q4_0 / bf16 rows decoded into dst */
 static const void *st_side(lkv_bctx *b, int type, const uint8_t *src, size_t row_bytes, __half *dst, int rows,
                            int kv) {
     const unsigned grid = st_grid(b, (size_t)rows * (kv / 8));
@@ -69,13 +79,16 @@ static const void *st_side(lkv_bctx *b, int type, const uint8_t *src, size_t row
     case LKV_TYPE_F16: return src;
     case LKV_TYPE_Q8_0: st_to_f16<LKV_TYPE_Q8_0><<<grid, 256, 0, b->stream>>>(src, row_bytes, dst, rows, kv); break;
     case LKV_TYPE_Q4_0: st_to_f16<LKV_TYPE_Q4_0><<<grid, 256, 0, b->stream>>>(src, row_bytes, dst, rows, kv); break;
+    case LKV_TYPE_BF16: st_to_f16<LKV_TYPE_BF16><<<grid, 256, 0, b->stream>>>(src, row_bytes, dst, rows, kv); break;
     default: return src;
     }
     LKV_CUDA_LAUNCHED(b, "attn_mma (K / V to f16)");
     return dst;
 }
 
-static bool st_type(int t) { return t == LKV_TYPE_F16 || t == LKV_TYPE_Q8_0 || t == LKV_TYPE_Q4_0; }
+static bool st_type(int t) {
+    return t == LKV_TYPE_F16 || t == LKV_TYPE_BF16 || t == LKV_TYPE_Q8_0 || t == LKV_TYPE_Q4_0;
+}
 
 bool lkv_cuda_attn_stage_takes(const lkv_bctx *b, const lkv_attn_desc *d) {
     const int kv = d->n_head_kv * d->head_dim;
@@ -89,8 +102,8 @@ int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_de
     size_t cap_bytes = 0;
     uint8_t *scratch = (uint8_t *)lkv_cuda_wg_scratch(b, &cap_bytes);
     if (!scratch) return 0;
-    /* the scratch: the query as the CPU rounds it for a quantized K, then a
-     * pass of K rows and one of V rows in f16 */
+    /* the scratch: the query as the CPU rounds it for a quantized or bf16 K,
+     * then a pass of K rows and one of V rows in f16 */
     const size_t qn = (size_t)d->n_q * d->n_head * d->head_dim;
     const bool qk = d->type_k != LKV_TYPE_F16;
     const size_t qbytes = qk ? (qn * sizeof(float) + 255) / 256 * 256 : 0;
@@ -102,8 +115,9 @@ int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_de
     __half *k16 = (__half *)(scratch + qbytes), *v16 = k16 + half_rows * kv;
     if (qk) {
         float *qr = (float *)scratch;
-        st_q8_round<<<st_grid(b, qn), 256, 0, b->stream>>>(q, qr, qn);
-        LKV_CUDA_LAUNCHED(b, "attn_mma (query to q8_0 values)");
+        if (d->type_k == LKV_TYPE_BF16) st_bf16_round<<<st_grid(b, qn), 256, 0, b->stream>>>(q, qr, qn);
+        else st_q8_round<<<st_grid(b, qn), 256, 0, b->stream>>>(q, qr, qn);
+        LKV_CUDA_LAUNCHED(b, "attn_mma (query rounded as the CPU's dot takes it)");
         q = qr;
     }
     lkv_attn_desc s = *d;
