@@ -137,9 +137,12 @@ static int mmq_type(int type) {
     return legacy_type(type) || type == LKV_TYPE_Q4_K || type == LKV_TYPE_Q5_K || type == LKV_TYPE_IQ4_XS;
 }
 
-/* the k-quants' d / dmin offsets in a block (dmin < 0: none) */
+/* the d / dmin offsets in a block (dmin < 0: none) of the types whose
+ * prefill GEMM on sm_90a multiplies the CPU's integers: the k-quants and
+ * iq4_xs (gemm_wg_kcodes.cuh) */
 static int kq_d_off(int type, int *dmin_off) {
     switch (type) {
+    case LKV_TYPE_IQ4_XS: *dmin_off = -1; return 0;
     case LKV_TYPE_Q2_K: *dmin_off = 82; return 80;
     case LKV_TYPE_Q3_K: *dmin_off = -1; return 108;
     case LKV_TYPE_Q4_K: case LKV_TYPE_Q5_K: *dmin_off = 2; return 0;

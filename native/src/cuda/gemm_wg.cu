@@ -5,14 +5,14 @@
  * memory stages by bulk copies (cp.async.bulk) completed on mbarriers, two
  * consumer warpgroups run the products, and no block-wide barrier is taken
  * after the start. choose_matmul.cu gives it the fast kind's prefill on
- * sm_90a for every weight type except q4_1, q5_0, q5_1, q8_0, iq4_nl and
- * iq4_xs (its table says why; docs/performance.md has the figures; the
+ * sm_90a for every weight type except q4_1, q5_0, q5_1, q8_0 and iq4_nl
+ * (its table says why; docs/performance.md has the figures; the
  * first version, with every thread copying by cp.async and a __syncthreads
  * per 64 of K, stayed near 190 TFLOP/s).
  *
- * The k-quants (q2_K .. q6_K) take integer operands instead, the CPU's
- * codes (8-bit ones and wgmma s8 for q2_K, q3_K and q6_K, f16 for q4_K and
- * q5_K), and a per-super-block scaling in the consumer loop
+ * The k-quants (q2_K .. q6_K) and iq4_xs take integer operands instead, the
+ * CPU's codes (8-bit ones and wgmma s8 for q2_K, q3_K, q6_K and iq4_xs, f16
+ * for q4_K and q5_K), and a per-super-block scaling in the consumer loop
  * (gemm_wg_kcodes.cuh): their products are the CPU's. For the other types:
  *
  * Three launches per call:

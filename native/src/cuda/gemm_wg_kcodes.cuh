@@ -1,20 +1,22 @@
 /*
  * cuda/gemm_wg_kcodes.cuh: gemm_wg's operands for the k-quants (q2_K ..
- * q6_K): the integers the CPU multiplies, so that the tensor cores' products
- * are the CPU's and only the order of the float adds differs.
+ * q6_K) and iq4_xs: the integers the CPU multiplies, so that the tensor
+ * cores' products are the CPU's and only the order of the float adds differs.
  *
  * The CPU's dot of a k-quant row with an activation row (quant/dot_kquants.c)
  * is, per super-block of 256, dy d sum_e(sc_e q_e p_e) - dy dmin
  * sum_k(mn_k bsum_k): p_e the activation's q8_K codes, dy their scale,
  * bsum_k the sums of its 16 groups of 16 codes, sc / mn the 16-group's
  * integer scale and min (mins: q2_K, q4_K, q5_K), q_e the weight codes
- * (q3_K, q6_K: signed).
+ * (q3_K, q6_K: signed). iq4_xs is q6_K's case: sc its 32-group's ls - 32
+ * (-32 .. 31), q_e the non-linear table's levels (-127 .. 113), so |sc q|
+ * <= 4064, d its one float scale (quant/dot_iquants.c's integer form).
  *
  * Two kinds of operands, by what the products need:
  *   - 8-bit (wgmma s8, k32 steps, twice f16's rate; s32 sums, exact), where
  *     the weights' sc q fit a byte or two: q2_K (sc q in [0, 45]), q3_K
- *     (-sc q in [-128, 124]; its scale -d), q6_K (|sc q| <= 4096, as 64 hi
- *     + lo, |hi|, |lo| < 65, the activation codes against each half). q2_K's
+ *     (-sc q in [-128, 124]; its scale -d), q6_K and iq4_xs (|sc q| <= 4096,
+ *     as 64 hi + lo, |hi|, |lo| < 65, the activation codes against each half). q2_K's
  *     mins are one more k32 step: the activation side bsum_k as 16 bh_k +
  *     bl_k (bh_k = bsum_k / 16, |bl_k| < 16), the weight side (unsigned)
  *     16 mn_k against bh_k and mn_k against bl_k: sum_k mn_k bsum_k exactly.
@@ -32,7 +34,7 @@
  *
  * Layout: gemm_wg.cu's tiles (16-byte pieces, 8 pieces = 128 bytes a tile
  * row); super-block b is pieces [G b, G b + G) of the extended K (G = 2 S, S
- * its steps of 32 bytes: q2_K 9, q3_K 8, q6_K 16, q4_K / q5_K 18). The
+ * its steps of 32 bytes: q2_K 9, q3_K 8, q6_K / iq4_xs 16, q4_K / q5_K 18). The
  * super-blocks are padded (super-blocks of zeros, scale 0) to a multiple of
  * U (2, q2_K 4), so that U of them fill whole tiles and the consumer's
  * schedule below is the same for every unit of U.
@@ -60,9 +62,9 @@
 template <int T> struct wg_kq {
     enum {
         on = T == LKV_TYPE_Q2_K || T == LKV_TYPE_Q3_K || T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K ||
-             T == LKV_TYPE_Q6_K,
-        /* operands: 0 f16; 8-bit: 1 q3_K (codes once), 2 q6_K (two halves), 3 q2_K (codes, mins) */
-        I8 = T == LKV_TYPE_Q3_K ? 1 : T == LKV_TYPE_Q6_K ? 2 : T == LKV_TYPE_Q2_K ? 3 : 0,
+             T == LKV_TYPE_Q6_K || T == LKV_TYPE_IQ4_XS,
+        /* operands: 0 f16; 8-bit: 1 q3_K (codes once), 2 q6_K / iq4_xs (two halves), 3 q2_K (codes, mins) */
+        I8 = T == LKV_TYPE_Q3_K ? 1 : T == LKV_TYPE_Q6_K || T == LKV_TYPE_IQ4_XS ? 2 : T == LKV_TYPE_Q2_K ? 3 : 0,
         /* steps of 32 bytes per super-block: f16, 256 codes + 32 mins
          * columns; 8-bit, 256 codes (q6_K twice) + q2_K's mins step */
         S = I8 == 0 ? 18 : I8 == 1 ? 8 : I8 == 2 ? 16 : 9,

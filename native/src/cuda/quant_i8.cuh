@@ -40,7 +40,7 @@ static __device__ __forceinline__ void ld8_4(const uint8_t *p, uint32_t &a, uint
 }
 /* spread4 (bit i of h to bit 0 of byte i): iquant_dq.cuh */
 
-/* the integer sub-block scale sc and min mn of piece e of a k-quant row,
+/* the integer sub-block scale sc and min mn of piece e of a k-quant (or iq4_xs) row,
  * with the super-block's d and dmin: element i of the piece is
  * d * sc * q_i - dmin * mn, q_i the code dq8i gives (q3_K / q6_K: signed,
  * mn = 0). The CPU's dot (quant/dot_kquants.c) multiplies the same integers.
@@ -71,8 +71,13 @@ static __device__ __forceinline__ void kq_scales(const uint8_t *__restrict__ row
         const cq6_k *b = (const cq6_k *)row + (g >> 3);
         sc = b->scales[k];
         d = h2f(b->d);
+    } else if constexpr (T == LKV_TYPE_IQ4_XS) {
+        /* its 32-group's scale ls - 32; the codes are the table's levels */
+        const block_iq4_xs *b = (const block_iq4_xs *)(row + (size_t)(g >> 3) * iq_block_bytes<T>());
+        sc = iq4xs_scale(b, s);
+        d = iq_h2f(b->d);
     } else {
-        static_assert(T == LKV_TYPE_Q2_K, "k-quants only");
+        static_assert(T == LKV_TYPE_Q2_K, "k-quants and iq4_xs only");
     }
 }
 
