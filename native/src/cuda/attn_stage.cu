@@ -1,9 +1,9 @@
 /*
  * cuda/attn_stage.cu: prefill attention over q8_0 / q4_0 / bf16 K or V on
- * sm_90a by way of f16. The chunks of a call are dequantized, a pass of whole chunks at
- * a time, into gemm_wg.cu's f16 scratch (the weights' f16 copy: one stream,
- * never both at once), and attn_mma.cu's warp-specialized f16 kernel folds
- * each pass into the state.
+ * sm_90a by way of f16. The chunks of a call are dequantized, a pass of whole
+ * chunks at a time, into gemm_wg.cu's f16 scratch (the weights' f16 copy:
+ * one stream, never both at once), and attn_mma.cu's warp-specialized f16
+ * kernel folds each pass into the state.
  *
  * Why: inside the attention kernel every block of 128 (query, head) rows
  * dequantizes every K / V tile it reads, so a tile is decoded once per query
@@ -20,7 +20,9 @@
  * llama.cpp's CUDA flash attention takes them (exact for |v| in [2^-17,
  * 65504]; larger values overflow), the query first rounded to bf16, as the
  * CPU's dot rounds it (st_bf16_round): the scores are the bf16 kernel's, and
- * P is rounded to f16 instead of bf16 (tiny models: docs/performance.md). The passes split the range at chunk boundaries and the kernel folds
+ * P is rounded to f16 instead of bf16 (test_attn_mma: 9.0e-4 -> 1.2e-4
+ * against the CPU; a pp512 step at 32K 11% slower: docs/performance.md).
+ * The passes split the range at chunk boundaries and the kernel folds
  * chunk by chunk, so the state is the same bits however the call's range is
  * cut, into passes here or into calls by the streaming pool (attn_mma.cuh).
  * Segments are kept as they are (rows a segment does not hold stay absent);

@@ -270,7 +270,7 @@ static __device__ __forceinline__ void wg_store(const float (&acc)[NB][4], float
 /* grid (token tiles, row tiles of all pieces); x16 and ws.w16 tiled, nkt
  * tiles of K per panel; both f16, or both bf16 (BF); KS > 0: the k-quants'
  * integer operands, KS k16 steps per super-block, or KS k32 steps of 8-bit
- * operands (I8: 1 q3_K, 2 q6_K, 3 q2_K) (gemm_wg_kcodes.cuh) */
+ * operands (I8: 1 q3_K, 2 q6_K / iq4_xs, 3 q2_K) (gemm_wg_kcodes.cuh) */
 template <int BN, bool BF, int KS, int I8>
 static __global__ void __launch_bounds__(WG_THREADS, 1)
 wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x16, int nkt, int n) {
@@ -423,7 +423,8 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
     /* the k-quants' scales: the activations' (nsb_pad x n_pad), then the weights' (planes of nsb_pad x the
      * scratch's rows) */
     const int ldw = (int)(cap_tiles * BN);
-    if (KS && !wg_buf((void **)&b->wg_sc, &b->wg_sc_cap, sizeof(float) * (size_t)nsb_pad * (n_pad + KQ::PLANES * ldw)))
+    if (KS && !wg_buf((void **)&b->wg_sc, &b->wg_sc_cap,
+                      sizeof(float) * (size_t)nsb_pad * (n_pad + KQ::PLANES * ldw)))
         return false;
     float *xsc = KS ? b->wg_sc : nullptr, *wsc = KS ? b->wg_sc + (size_t)nsb_pad * n_pad : nullptr;
     /* x as the CPU rounds it for this weight type (its vec_dot_type), then f16 */

@@ -124,7 +124,8 @@ static __global__ void wg_x_kcodes(const float *__restrict__ x, uint8_t *__restr
                 const int bs = __shfl_sync(0xffffffffu, sum, 2 * k), bh = bs / 16;
                 m[k >> 2] |= ((uint32_t)(lane ? bs - 16 * bh : bh) & 0xFFu) << (8 * (k & 3));
             }
-            if (lane < 2) *(uint4 *)(y + wg_tiled(r, G * b + 16 + lane, WG_BM, nkt)) = make_uint4(m[0], m[1], m[2], m[3]);
+            if (lane < 2)
+                *(uint4 *)(y + wg_tiled(r, G * b + 16 + lane, WG_BM, nkt)) = make_uint4(m[0], m[1], m[2], m[3]);
         } else if constexpr (I8 == 0) {
             /* lane m < 4: columns 8 m .. 8 m + 7, bsum_k twice for k = 4 m .. 4 m + 3 */
             float m8[8];
