@@ -199,7 +199,7 @@ def test_tiny_models_match_the_cpu(tmp_path, arch, wtype):
     prefill micro-batches and single-token decodes, against the CPU backend.
     Every case: the CPU's top token wherever it leads by >= 1 logit, and mean
     KL <= 2e-3 (issue 15's target is 1e-3). H100, 2026-12-06 (later): 31 of
-    the 42 cases within 1e-3 (30 before bf16 K / V were staged to f16; 38
+    the 42 cases within 1e-3 (30 before a bf16 V was staged to f16; 38
     with the exact attention forced, before q2_K's 8-bit products). On sm_90
     the k-quants' prefill GEMM multiplies the CPU's integer codes
     (gemm_wg_kcodes.cuh; before, f16 operands put 10 of their 15 cases at

@@ -38,7 +38,7 @@
  *       order), as a streaming KV pool splits a layer's range.
  * Tolerance of (1)-(4): the GPU rounds the query (in K's dot type, then f16),
  * K, V and the probabilities to f16 (bf16 for a bf16 V, but where the auto
- * path stages bf16 K / V to f16) and runs an online softmax across the
+ * path stages a bf16 V to f16) and runs an online softmax across the
  * tiles; each is ~2^-12 (bf16: 2^-9) relative per element. 2e-3 relative (L2
  * over all outputs; 4e-3 with bf16 probabilities) leaves room for that and
  * catches any layout or masking error (those give O(1) errors).
@@ -139,7 +139,7 @@ static long words_differing(const void *a, const void *b, size_t n) {
 }
 
 static const char *path_name = "auto";
-/* the auto path where the device runs wgmma: bf16 K / V are staged to f16 (attn_stage.cu), P in f16 */
+/* the auto path where the device runs wgmma: a bf16 V is staged to f16 (attn_stage.cu), P in f16 */
 static int bf16_staged = 0;
 extern int lkv_cuda_gemm_wg_ok(const lkv_bctx *b);
 static double worst_err = 0;
@@ -302,7 +302,8 @@ static void test_refusals(void) {
     cases[n].what = "head_dim 96"; cases[n].d = base; cases[n].d.head_dim = 96; cases[n++].dyn = 0;
     cases[n].what = "K f32"; cases[n].d = base; cases[n].d.type_k = LKV_TYPE_F32; cases[n++].dyn = 0;
     cases[n].what = "V q4_1"; cases[n].d = base; cases[n].d.type_v = LKV_TYPE_Q4_1; cases[n++].dyn = 0;
-    cases[n].what = "K bf16, V f16 (no such instance)"; cases[n].d = base; cases[n].d.type_k = LKV_TYPE_BF16; cases[n++].dyn = 0;
+    cases[n].what = "K bf16, V q8_0 (no such instance)"; cases[n].d = base; cases[n].d.type_k = LKV_TYPE_BF16;
+    cases[n].d.type_v = LKV_TYPE_Q8_0; cases[n++].dyn = 0;
     cases[n].what = "n_head % n_head_kv != 0"; cases[n].d = base; cases[n].d.n_head_kv = 3; cases[n++].dyn = 0;
     cases[n].what = "f16 rows not 16-byte aligned"; cases[n].d = base; cases[n].d.segs[0].k = dk + 8;
     cases[n++].dyn = 0;
@@ -428,6 +429,7 @@ int main(int argc, char **argv) {
         {9, 3, 64, 96, 1000, 512, LKV_TYPE_BF16, LKV_TYPE_BF16},
         {8, 2, 128, 256, 1300, 100, LKV_TYPE_Q8_0, LKV_TYPE_Q4_0},
         {9, 3, 64, 128, 900, 100, LKV_TYPE_F16, LKV_TYPE_Q8_0},
+        {8, 2, 128, 256, 1300, 100, LKV_TYPE_BF16, LKV_TYPE_F16},
         /* head_dim 256, GQA 6 (Qwen3.5-like full attention), GQA 1 */
         {12, 2, 256, 256, 1300, 100, LKV_TYPE_F16, LKV_TYPE_F16},
         {12, 2, 256, 256, 1300, 512, LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},

@@ -13,8 +13,8 @@
 #include <string.h>
 
 /* test-only: 0 auto (the warp-specialized kernel where compiled for sm_90a for
- * head_dim 128 with 16-bit K and V, q8_0 / q4_0 / bf16 ones decoded to f16
- * first by attn_stage.cu, else pipelined wgmma where compiled for sm_90a, else
+ * head_dim 128 with 16-bit K and V, q8_0 / q4_0 ones and a bf16 V decoded to
+ * f16 first by attn_stage.cu, else pipelined wgmma where compiled for sm_90a, else
  * mma.sync); the 8-warp kernel (one block of 8 warps that copy and compute):
  * 1 mma.sync, 2 wgmma not pipelined, 3 wgmma pipelined */
 static int fa_path_sel = 0;
@@ -114,11 +114,12 @@ static bool fa_launch(lkv_bctx *b, float *st, const float *q, const lkv_attn_des
 }
 
 /* the (K, V) type pairs instantiated: each type with itself, and the mixed
- * pairs in use (q8_0 K with q4_0 or f16 V, f16 K with a quantized V) */
+ * pairs in use (q8_0 K with q4_0 or f16 V, f16 K with a quantized V, bf16 K
+ * with f16 V: attn_stage.cu's call for bf16 K and V) */
 #define FA_PAIRS(X)                                                                                        \
     X(LKV_TYPE_F16, LKV_TYPE_F16) X(LKV_TYPE_BF16, LKV_TYPE_BF16) X(LKV_TYPE_Q8_0, LKV_TYPE_Q8_0)          \
     X(LKV_TYPE_Q4_0, LKV_TYPE_Q4_0) X(LKV_TYPE_Q8_0, LKV_TYPE_Q4_0) X(LKV_TYPE_Q8_0, LKV_TYPE_F16)        \
-    X(LKV_TYPE_F16, LKV_TYPE_Q8_0) X(LKV_TYPE_F16, LKV_TYPE_Q4_0)
+    X(LKV_TYPE_F16, LKV_TYPE_Q8_0) X(LKV_TYPE_F16, LKV_TYPE_Q4_0) X(LKV_TYPE_BF16, LKV_TYPE_F16)
 
 template <int D>
 static int fa_pick(lkv_bctx *b, float *st, const float *q, const lkv_attn_desc *d, const fa_geom *ge) {
@@ -189,7 +190,7 @@ extern "C" bool lkv_cuda_attn_mma(lkv_bctx *b, void *st, const float *q, const l
     const bool f16k = d->type_k == LKV_TYPE_F16 || d->type_k == LKV_TYPE_BF16;
     const bool f16v = d->type_v == LKV_TYPE_F16 || d->type_v == LKV_TYPE_BF16;
     if (ge.gk < (f16k ? 16 : 4) || ge.gv < (f16v ? 16 : 4)) return false;
-    /* quantized or bf16 K / V on sm_90a: decoded once per pass, then the f16 kernel */
+    /* quantized K / V, a bf16 V, on sm_90a: decoded once per pass, then the 16-bit kernel */
     if (fa_path_sel == 0 && lkv_cuda_attn_stage_takes(b, d)) {
         const int r = lkv_cuda_attn_stage(b, st, q, d, ge.rbk, ge.rbv);
         if (r < 0) lkv_cuda_note(b, cudaErrorInvalidValue, "attn_mma: a staged pass was refused");

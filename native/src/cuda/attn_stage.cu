@@ -16,12 +16,12 @@
  *
  * The values are those of the in-kernel path (code * scale in f32, rounded to
  * f16), and for a quantized K the query is first rounded by the CPU's q8_0
- * rule, as the CPU scores such rows (st_q8_round). bf16 K / V go to f16 as
- * llama.cpp's CUDA flash attention takes them (exact for |v| in [2^-17,
- * 65504]; larger values overflow), the query first rounded to bf16, as the
- * CPU's dot rounds it (st_bf16_round): the scores are the bf16 kernel's, and
- * P is rounded to f16 instead of bf16 (test_attn_mma: 9.0e-4 -> 1.2e-4
- * against the CPU; a pp512 step at 32K 11% slower: docs/performance.md).
+ * rule, as the CPU scores such rows (st_q8_round). A bf16 V goes to f16 (as
+ * llama.cpp's CUDA flash attention takes it: exact for |v| in [2^-17, 65504],
+ * larger values overflow) so that P is rounded to f16, not bf16; a bf16 K is
+ * read where it lies (the kernel's bf16 scores, the CPU's operands), so the
+ * f16 call is (bf16 K, f16 V) (test_attn_mma: 9.0e-4 -> 1.2e-4 against the
+ * CPU; docs/performance.md has the cost).
  * The passes split the range at chunk boundaries and the kernel folds
  * chunk by chunk, so the state is the same bits however the call's range is
  * cut, into passes here or into calls by the streaming pool (attn_mma.cuh).
@@ -60,23 +60,19 @@ static __global__ void st_q8_round(const float *__restrict__ q, float *__restric
     }
 }
 
-/* q (n floats) -> out, each value rounded to bf16 (the CPU's query for a bf16 K) */
-static __global__ void st_bf16_round(const float *__restrict__ q, float *__restrict__ out, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = __bfloat162float(__float2bfloat16_rn(q[i]));
-}
-
 static unsigned st_grid(const lkv_bctx *b, size_t work) {
     const size_t cap = (size_t)(b->n_sm > 0 ? b->n_sm : 1) * 16, g = (work + 255) / 256;
     return (unsigned)(g < cap ? (g ? g : 1) : cap);
 }
 
-/* the f16 rows the f16 call reads for one side (K or V) of a segment's piece:
- * f16 rows where they lie (the row stride of kv f16 values is the copy's),
- * q8_0 / q4_0 / bf16 rows decoded into dst */
-static const void *st_side(lkv_bctx *b, int type, const uint8_t *src, size_t row_bytes, __half *dst, int rows,
-                           int kv) {
+/* the 16-bit rows the staged call reads for one side (K or V) of a
+ * segment's piece: f16 rows, and a K side's bf16 rows, where they lie (the
+ * row stride of kv 16-bit values is the copy's), q8_0 / q4_0 rows and a V
+ * side's bf16 rows decoded into dst */
+static const void *st_side(lkv_bctx *b, int type, bool is_k, const uint8_t *src, size_t row_bytes, __half *dst,
+                           int rows, int kv) {
     const unsigned grid = st_grid(b, (size_t)rows * (kv / 8));
+    if (type == LKV_TYPE_BF16 && is_k) return src;
     switch (type) {
     case LKV_TYPE_F16: return src;
     case LKV_TYPE_Q8_0: st_to_f16<LKV_TYPE_Q8_0><<<grid, 256, 0, b->stream>>>(src, row_bytes, dst, rows, kv); break;
@@ -91,12 +87,15 @@ static const void *st_side(lkv_bctx *b, int type, const uint8_t *src, size_t row
 static bool st_type(int t) {
     return t == LKV_TYPE_F16 || t == LKV_TYPE_BF16 || t == LKV_TYPE_Q8_0 || t == LKV_TYPE_Q4_0;
 }
+/* whether a side is decoded (else read where it lies) */
+static bool st_decoded(int t, bool is_k) { return t == LKV_TYPE_Q8_0 || t == LKV_TYPE_Q4_0 || (t == LKV_TYPE_BF16 && !is_k); }
 
 bool lkv_cuda_attn_stage_takes(const lkv_bctx *b, const lkv_attn_desc *d) {
     const int kv = d->n_head_kv * d->head_dim;
-    /* every call attn_mma takes, however few its queries (attn_mma.cuh says why) */
+    /* every call attn_mma takes, however few its queries (attn_mma.cuh says why),
+     * with a side to decode (the staged call itself has none) */
     return b->wg_ok && d->n_head_kv > 0 && st_type(d->type_k) && st_type(d->type_v) &&
-           (d->type_k != LKV_TYPE_F16 || d->type_v != LKV_TYPE_F16) && kv % 8 == 0 && d->chunk > 0;
+           (st_decoded(d->type_k, true) || st_decoded(d->type_v, false)) && kv % 8 == 0 && d->chunk > 0;
 }
 
 int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {
@@ -104,10 +103,10 @@ int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_de
     size_t cap_bytes = 0;
     uint8_t *scratch = (uint8_t *)lkv_cuda_wg_scratch(b, &cap_bytes);
     if (!scratch) return 0;
-    /* the scratch: the query as the CPU rounds it for a quantized or bf16 K,
-     * then a pass of K rows and one of V rows in f16 */
+    /* the scratch: the query as the CPU rounds it for a quantized K, then a
+     * pass of K rows and one of V rows in f16 */
     const size_t qn = (size_t)d->n_q * d->n_head * d->head_dim;
-    const bool qk = d->type_k != LKV_TYPE_F16;
+    const bool qk = st_decoded(d->type_k, true);
     const size_t qbytes = qk ? (qn * sizeof(float) + 255) / 256 * 256 : 0;
     if (qbytes >= cap_bytes) return 0;
     /* positions per pass: whole chunks of K and V rows in the rest */
@@ -117,13 +116,13 @@ int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_de
     __half *k16 = (__half *)(scratch + qbytes), *v16 = k16 + half_rows * kv;
     if (qk) {
         float *qr = (float *)scratch;
-        if (d->type_k == LKV_TYPE_BF16) st_bf16_round<<<st_grid(b, qn), 256, 0, b->stream>>>(q, qr, qn);
-        else st_q8_round<<<st_grid(b, qn), 256, 0, b->stream>>>(q, qr, qn);
-        LKV_CUDA_LAUNCHED(b, "attn_mma (query rounded as the CPU's dot takes it)");
+        st_q8_round<<<st_grid(b, qn), 256, 0, b->stream>>>(q, qr, qn);
+        LKV_CUDA_LAUNCHED(b, "attn_mma (query to q8_0 values)");
         q = qr;
     }
     lkv_attn_desc s = *d;
-    s.type_k = s.type_v = LKV_TYPE_F16;
+    s.type_k = d->type_k == LKV_TYPE_BF16 ? LKV_TYPE_BF16 : LKV_TYPE_F16;
+    s.type_v = LKV_TYPE_F16;
     for (int c0 = d->chunk_lo; c0 < d->chunk_hi; c0 += (int)per_pass) {
         const int c1 = c0 + per_pass < d->chunk_hi ? c0 + (int)per_pass : d->chunk_hi;
         const int64_t a = (int64_t)c0 * d->chunk, e = (int64_t)c1 * d->chunk;
@@ -133,13 +132,14 @@ int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_de
             const int64_t lo = g.pos0 > a ? g.pos0 : a, hi = (int64_t)g.pos0 + g.n < e ? (int64_t)g.pos0 + g.n : e;
             if (lo >= hi) continue;
             const size_t o = (size_t)(lo - a) * kv, r0 = (size_t)(lo - g.pos0);
-            const void *ks = st_side(b, d->type_k, (const uint8_t *)g.k + r0 * rbk, rbk, k16 + o, (int)(hi - lo), kv);
-            const void *vs = st_side(b, d->type_v, (const uint8_t *)g.v + r0 * rbv, rbv, v16 + o, (int)(hi - lo), kv);
+            const int rows = (int)(hi - lo);
+            const void *ks = st_side(b, d->type_k, true, (const uint8_t *)g.k + r0 * rbk, rbk, k16 + o, rows, kv);
+            const void *vs = st_side(b, d->type_v, false, (const uint8_t *)g.v + r0 * rbv, rbv, v16 + o, rows, kv);
             s.segs[s.n_segs++] = lkv_kv_seg{(int32_t)lo, (int32_t)(hi - lo), ks, vs};
         }
         s.chunk_lo = c0;
         s.chunk_hi = c1;
-        /* the f16 call takes what the quantized one took (same shape, aligned rows) */
+        /* the staged call takes what the first one took (same shape, aligned rows) */
         if (!lkv_cuda_attn_mma(b, st, q, &s)) return c0 == d->chunk_lo ? 0 : -1;
     }
     return 1;

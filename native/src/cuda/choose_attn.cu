@@ -17,8 +17,8 @@
  * ring2 = attn_dec_ring2.cu (head_dim 64 / 128, G 1-4 and 8: where it
  * declines, ring), ring = attn_dec_ring.cu (flash-decoding over the
  * chunk grid, then attn_fold.cu), mma = attn_mma.cu (tensor-core flash
- * attention; on sm_90a q8_0 / q4_0 / bf16 K and V are decoded to f16 a pass
- * of chunks at a time first, attn_stage.cu), exact = attn.cu (attn_seq for many
+ * attention; on sm_90a q8_0 / q4_0 K and V, and a bf16 V, are decoded to f16
+ * a pass of chunks at a time first, attn_stage.cu), exact = attn.cu (attn_seq for many
  * queries, attn_split + fold for few: every shape and type). The decode kernels and attn.cu give the
  * CPU backend's bits; mma rounds its operands to f16. A kernel that declines
  * a call (shape, alignment, a captured step, a type it does not read) hands it
