@@ -20,9 +20,8 @@
  * llama.cpp's CUDA flash attention takes it: exact for |v| in [2^-17, 65504],
  * larger values overflow) so that P is rounded to f16, not bf16; a bf16 K is
  * read where it lies (the kernel's bf16 scores, the CPU's operands), so the
- * f16 call is (bf16 K, f16 V) (test_attn_mma: 9.0e-4 -> 1.2e-4 against the
- * CPU; docs/performance.md has the cost).
- * The passes split the range at chunk boundaries and the kernel folds
+ * staged call is (bf16 K, f16 V) (test_attn_mma: 9.0e-4 -> 1.2e-4 against
+ * the CPU; docs/performance.md has the cost). The passes split the range at chunk boundaries and the kernel folds
  * chunk by chunk, so the state is the same bits however the call's range is
  * cut, into passes here or into calls by the streaming pool (attn_mma.cuh).
  * Segments are kept as they are (rows a segment does not hold stay absent);
@@ -88,7 +87,9 @@ static bool st_type(int t) {
     return t == LKV_TYPE_F16 || t == LKV_TYPE_BF16 || t == LKV_TYPE_Q8_0 || t == LKV_TYPE_Q4_0;
 }
 /* whether a side is decoded (else read where it lies) */
-static bool st_decoded(int t, bool is_k) { return t == LKV_TYPE_Q8_0 || t == LKV_TYPE_Q4_0 || (t == LKV_TYPE_BF16 && !is_k); }
+static bool st_decoded(int t, bool is_k) {
+    return t == LKV_TYPE_Q8_0 || t == LKV_TYPE_Q4_0 || (t == LKV_TYPE_BF16 && !is_k);
+}
 
 bool lkv_cuda_attn_stage_takes(const lkv_bctx *b, const lkv_attn_desc *d) {
     const int kv = d->n_head_kv * d->head_dim;
