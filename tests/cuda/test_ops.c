@@ -487,15 +487,15 @@ static void kq_edge_blocks(lkv_weight *w) {
     cudaMemcpy(w->dev, data, w->row_bytes * w->rows, cudaMemcpyHostToDevice);
 }
 
-/* gemm_wg on a weight of `type` larger than its scratch (17000 rows of 4096:
+/* gemm_wg on a weight of `type` larger than its scratch (`rows` of 4096:
  * split by rows into two GEMMs) against kernel `ref`: gemm_f16 fed x as the
- * CPU rounds it (the same f16 operands), or for the k-quants (edge blocks
- * included) mmq, whose products are the CPU's */
-static void wg_split_check(int type, int ref) {
-    const int rows = 17000, cols = 4096, n = 133;
+ * CPU rounds it (the same f16 operands), or for the integer operands (edge
+ * blocks included) mmq or, ref < 0, the CPU's matmul, whose products they are */
+static void wg_split_check(int type, int ref, int rows) {
+    const int cols = 4096, n = 133;
     lkv_weight w = {0};
     make_weight(&w, type, rows, cols);
-    if (ref == LKV_MM_MMQ) kq_edge_blocks(&w);
+    if (ref != LKV_MM_GEMM_F16) kq_edge_blocks(&w);
     float *x = malloc(sizeof(float) * n * cols), *xr = malloc(sizeof(float) * n * cols);
     fill(x, (size_t)n * cols, 1.f);
     if (ref == LKV_MM_GEMM_F16) cpu_act_round(lkv_type_traits(type), x, xr, n, cols);
@@ -507,14 +507,17 @@ static void wg_split_check(int type, int ref) {
     cudaMemset(d1, 0xff, sizeof(float) * n * rows);
     lkv_cuda_tuning.matmul = LKV_MM_GEMM_WG; lkv_cuda_tuning.gen++;
     G->matmul(gb, &d1, dx, ws, 1, n);
-    lkv_cuda_tuning.matmul = ref; lkv_cuda_tuning.gen++;
-    G->matmul(gb, &d2, dxr, ws, 1, n);
+    if (ref >= 0) {
+        lkv_cuda_tuning.matmul = ref; lkv_cuda_tuning.gen++;
+        G->matmul(gb, &d2, dxr, ws, 1, n);
+    }
     lkv_cuda_tuning.matmul = LKV_MM_TABLE; lkv_cuda_tuning.gen++;
     get(h1, d1, sizeof(float) * n * rows);
-    get(h2, d2, sizeof(float) * n * rows);
+    if (ref >= 0) get(h2, d2, sizeof(float) * n * rows);
+    else C->matmul(cb, &h2, x, ws, 1, n);
     const double e = rel_err_f(h1, h2, (size_t)n * rows);
     check(e < 1e-5, "gemm_wg %s %dx%d n=%d (split by rows) vs %s rel err %.2e", lkv_type_traits(type)->name, rows,
-          cols, n, ref == LKV_MM_MMQ ? "mmq" : "gemm_f16", e);
+          cols, n, ref == LKV_MM_MMQ ? "mmq" : ref < 0 ? "the cpu" : "gemm_f16", e);
     cudaFree(dx); cudaFree(dxr); cudaFree(d1); cudaFree(d2); free(x); free(xr); free(h1); free(h2);
     free_weight(&w);
 }
@@ -591,10 +594,14 @@ static void test_gemm_wg(void) {
             free(wf);
             for (int i = 0; i < 3; i++) free_weight(&w[i]);
         }
-    /* larger than the 128 MiB scratch: 17000 rows of 4096 (136 MB as f16);
-     * the k-quants' integer operands with the scales of the rows of both GEMMs */
-    wg_split_check(LKV_TYPE_Q4_1, LKV_MM_GEMM_F16);
-    wg_split_check(LKV_TYPE_Q4_K, LKV_MM_MMQ);
+    /* larger than the 128 MiB scratch: 17000 rows of 4096 (133 MiB as f16,
+     * and as iq4_xs's two 8-bit halves), 30000 for q2_K's 8-bit codes and
+     * mins (132 MiB); the integer operands with the scales (q2_K: both
+     * planes) of the rows of both GEMMs */
+    wg_split_check(LKV_TYPE_Q4_1, LKV_MM_GEMM_F16, 17000);
+    wg_split_check(LKV_TYPE_Q4_K, LKV_MM_MMQ, 17000);
+    wg_split_check(LKV_TYPE_IQ4_XS, LKV_MM_MMQ, 17000);
+    wg_split_check(LKV_TYPE_Q2_K, -1, 30000);
 }
 
 static void test_matmul(void) {
