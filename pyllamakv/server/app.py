@@ -93,12 +93,15 @@ def _run(chat: bool, kwargs: dict, stream: bool, model: str, spec: SpecRequest):
 
     def run(llm, job: Job):
         call = llm.create_chat_completion if chat else llm.create_completion
-        with drafting(llm, spec):
-            out = call(**kwargs, stream=stream, model=model)
-            if not stream:
-                yield finish(out, job)
-                return
-            for chunk in out:
+        if not stream:
+            with drafting(llm, spec):
+                out = call(**kwargs, stream=False, model=model)
+            # yielded once the slot's drafters are as they were: the response
+            # is this item, and its client may look at the slot right after
+            yield finish(out, job)
+            return
+        with drafting(llm, spec):    # a stream ends with the job's "end", after this
+            for chunk in call(**kwargs, stream=True, model=model):
                 yield finish(chunk, job)
     return run
 
