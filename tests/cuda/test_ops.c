@@ -57,6 +57,20 @@ static void iq_set_d(uint8_t *blk, int type, uint16_t h) {
     for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0f) | ((h >> 4 * k) & 15) << 4);
 }
 
+/* the d / dmin offsets in a block (dmin < 0: none) of the types whose
+ * prefill GEMM on sm_90a multiplies the CPU's integers: the k-quants and
+ * iq4_xs (gemm_wg_kcodes.cuh) */
+static int kq_d_off(int type, int *dmin_off) {
+    switch (type) {
+    case LKV_TYPE_IQ4_XS: *dmin_off = -1; return 0;
+    case LKV_TYPE_Q2_K: *dmin_off = 82; return 80;
+    case LKV_TYPE_Q3_K: *dmin_off = -1; return 108;
+    case LKV_TYPE_Q4_K: case LKV_TYPE_Q5_K: *dmin_off = 2; return 0;
+    case LKV_TYPE_Q6_K: *dmin_off = -1; return 208;
+    default: return -1;
+    }
+}
+
 /* random weight matrix of `type`; K-quants and i-quants (no quantizer) get
  * random bytes (every i-quant code is valid: each index field addresses a
  * whole grid) with small finite f16 scales patched in */
@@ -79,12 +93,7 @@ static void make_weight_s(lkv_weight *w, int type, int rows, int cols, float sca
     } else {
         for (size_t i = 0; i < w->row_bytes * rows; i++) data[i] = (uint8_t)rnd32();
         int off[2] = {-1, -1};
-        switch (type) {
-        case LKV_TYPE_Q2_K: off[0] = 80; off[1] = 82; break;
-        case LKV_TYPE_Q3_K: off[0] = 108; break;
-        case LKV_TYPE_Q4_K: case LKV_TYPE_Q5_K: off[0] = 0; off[1] = 2; break;
-        case LKV_TYPE_Q6_K: off[0] = 208; break;
-        }
+        off[0] = kq_d_off(type, &off[1]);   /* the k-quants' d and dmin */
         const size_t nb = w->row_bytes * rows / t->type_size;
         /* 6-bit sub-block scales multiply d in q4_K..q6_K: a smaller d there */
         const float dmul = scale * (type == LKV_TYPE_Q2_K || type == LKV_TYPE_Q3_K ? 1.f : 0.05f);
@@ -135,20 +144,6 @@ static int cpu_act_type(int type, int cols) {
 /* types the int8 tensor-core GEMM (mmq.cu) takes for n > 8 */
 static int mmq_type(int type) {
     return legacy_type(type) || type == LKV_TYPE_Q4_K || type == LKV_TYPE_Q5_K || type == LKV_TYPE_IQ4_XS;
-}
-
-/* the d / dmin offsets in a block (dmin < 0: none) of the types whose
- * prefill GEMM on sm_90a multiplies the CPU's integers: the k-quants and
- * iq4_xs (gemm_wg_kcodes.cuh) */
-static int kq_d_off(int type, int *dmin_off) {
-    switch (type) {
-    case LKV_TYPE_IQ4_XS: *dmin_off = -1; return 0;
-    case LKV_TYPE_Q2_K: *dmin_off = 82; return 80;
-    case LKV_TYPE_Q3_K: *dmin_off = -1; return 108;
-    case LKV_TYPE_Q4_K: case LKV_TYPE_Q5_K: *dmin_off = 2; return 0;
-    case LKV_TYPE_Q6_K: *dmin_off = -1; return 208;
-    default: return -1;
-    }
 }
 
 extern int lkv_cuda_gemm_wg_ok(const lkv_bctx *b);
