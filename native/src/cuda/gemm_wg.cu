@@ -318,7 +318,7 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x1
     fa_reg_fence(acc);
 
     if constexpr (KS > 0) {
-        wg_consume_kcodes<KS, KS % 2 ? 4 : 2, S::NS, S::STAGE, I8>(ws, acc, sb, full, empty, wgi,
+        wg_consume_kcodes<KS, wg_kq_unit(KS), S::NS, S::STAGE, I8>(ws, acc, sb, full, empty, wgi,
                                                    tt * WG_BM + 16 * warp + ((tid & 31) >> 2), bt * BN,
                                                    (float *)(sm + S::SCALES) + 2 * 256 * wgi);
     } else {
@@ -347,6 +347,13 @@ wg_gemm_kernel(const __grid_constant__ wg_set ws, const uint8_t *__restrict__ x1
 }
 
 
+/* the GEMM kernel weight type T runs (the k-quants' and iq4_xs's integer
+ * operands: gemm_wg_kcodes.cuh), for the launch and for the probe */
+template <int T, int BN> static constexpr auto wg_kernel_of() {
+    using KQ = wg_kq<T>;
+    return wg_gemm_kernel<BN, T == LKV_TYPE_BF16, KQ::on ? (int)KQ::S : 0, KQ::I8>;
+}
+
 static __global__ void wg_probe_kernel(int *out) { *out = FA_HAVE_WGMMA; }
 
 // ---------------------------------------------------------------- launcher
@@ -362,15 +369,11 @@ bool lkv_cuda_gemm_wg_probe(lkv_bctx *b) {
     cudaGetLastError();
     const int smem = wg_shape<WG_BN>::SMEM;
     const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    if (ok && (cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 0, 0>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, true, 0, 0>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 18, 0>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 8, 1>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 9, 3>, at, smem) != cudaSuccess ||
-               cudaFuncSetAttribute(wg_gemm_kernel<WG_BN, false, 16, 2>, at, smem) != cudaSuccess)) {
-        cudaGetLastError();
-        ok = false;
-    }
+    /* every type's kernel (several types share one) */
+#define X(T) ok = ok && cudaFuncSetAttribute(wg_kernel_of<T, WG_BN>(), at, smem) == cudaSuccess;
+    LKV_CUDA_WEIGHT_TYPES(X)
+#undef X
+    if (!ok) cudaGetLastError();
     return ok;
 }
 
@@ -476,8 +479,8 @@ static bool wg_run(lkv_bctx *b, mm_set &ms, const float *x, int cols, int n) {
         s.ldx = n_pad;
         s.ldw = ldw;
         const dim3 grid(n_pad / WG_BM, (unsigned)used);
-        wg_gemm_kernel<BN, T == LKV_TYPE_BF16, KS, KS ? (int)KQ::I8 : 0><<<grid, WG_THREADS, S::SMEM, b->stream>>>(
-            s, (const uint8_t *)b->wg_x16, nkt, n);
+        const auto kernel = wg_kernel_of<T, BN>();
+        kernel<<<grid, WG_THREADS, S::SMEM, b->stream>>>(s, (const uint8_t *)b->wg_x16, nkt, n);
         LKV_CUDA_LAUNCHED(b, "matmul (gemm_wg)");
     }
     return true;

@@ -59,6 +59,9 @@
 
 #include "quant_i8.cuh"
 
+/* super-blocks per unit (Layout below): U S steps of 32 bytes fill whole tiles of 4 */
+static constexpr __host__ __device__ int wg_kq_unit(int S) { return S % 2 ? 4 : 2; }
+
 template <int T> struct wg_kq {
     enum {
         on = T == LKV_TYPE_Q2_K || T == LKV_TYPE_Q3_K || T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K ||
@@ -69,7 +72,7 @@ template <int T> struct wg_kq {
          * columns; 8-bit, 256 codes (q6_K twice) + q2_K's mins step */
         S = I8 == 0 ? 18 : I8 == 1 ? 8 : I8 == 2 ? 16 : 9,
         G = 2 * S,                     /* 16-byte pieces per super-block and row */
-        U = S % 2 ? 4 : 2,             /* super-blocks per unit of whole tiles */
+        U = wg_kq_unit(S),             /* super-blocks per unit of whole tiles */
         PLANES = I8 == 3 ? 2 : 1       /* the weights' scales per super-block */
     };
 };
