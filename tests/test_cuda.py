@@ -30,6 +30,7 @@ tools/gpu-run.sh runs this file on the GPU machine.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -227,6 +228,7 @@ def test_tiny_models_match_the_cpu(tmp_path, arch, wtype):
     assert kl.mean() <= 2e-3, line
 
 
+@functools.cache
 def _sm90() -> bool:
     """whether the GPU is a Hopper (compute capability 9.x), where choose_matmul.cu
     gives the k-quants' prefill to gemm_wg on their integer codes"""
