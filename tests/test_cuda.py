@@ -52,11 +52,13 @@ ARCHS = ["llama", "qwen2", "qwen3"]
 # weight types whose GPU matmuls are the CPU's bit for bit (mvx.cu, mmx.cu)
 EXACT_WEIGHT_TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"]
 # weight types whose prefill GEMM rounds the CPU's 8-bit operands to f16 off
-# sm_90 (gemm_f16.cu; no int8 tensor-core kernel takes them there: choose_matmul.cu).
-# On sm_90 gemm_wg multiplies their integer codes (gemm_wg_kcodes.cuh), the
-# CPU's products. bf16 is not one: its GEMM and mat-vec take x rounded to bf16,
-# as the CPU's dot does, so the products are the CPU's.
-F16_GEMM_TYPES = ["q2_k", "q3_k", "q6_k"]
+# sm_90 (gemm_f16.cu; mmq.cu does not take q2_K, whose mins per 16 need sums
+# of 16 codes of x: choose_matmul.cu). On sm_90 gemm_wg multiplies its integer
+# codes (gemm_wg_kcodes.cuh), the CPU's products; q3_K and q6_K have them on
+# every GPU (gemm_wg, or mmq's split blocks). bf16 is not one: its GEMM and
+# mat-vec take x rounded to bf16, as the CPU's dot does, so the products are
+# the CPU's.
+F16_GEMM_TYPES = ["q2_k"]
 # KV types the tensor-core prefill attention reads (attn_mma.cuh): it rounds P
 # (and K, V of 8 / 4 bits) to 16 bits where the CPU does not
 MMA_KV_TYPES = ["f16", "bf16", "q8_0", "q4_0"]
@@ -132,24 +134,31 @@ def write_tiny_model(path, arch: str, wtype: str, seed: int = 0) -> None:
     w.close()
 
 
-def teacher_forced(path, tokens, type_k="f16", type_v="f16", chunks=(64, 1), gpu_kernels="fast"):
-    """Logits of every token on each device, fed as a prefill of chunks[0]
-    tokens at a time followed by single-token decodes."""
-    out = {}
-    for dev in ("cpu", "cuda"):
-        m = N.Model(path, device=dev)
-        # micro-batches of 48 and 16: the prefill GEMM and mvx's slices of 8
-        c = N.Context(m, n_ctx=512, n_batch=64, n_ubatch=48, type_k=type_k, type_v=type_v,
-                      kv_chunk=64, logits_all=True, gpu_kernels=gpu_kernels)
+def engine_logits(path, tokens, type_k="f16", type_v="f16", device="cpu", chunks=(64, 1),
+                  gpu_kernels="fast") -> np.ndarray:
+    """Logits of every token on one device, fed as a prefill of chunks[0]
+    tokens at a time (the first two thirds) followed by chunks[1]-token
+    decodes."""
+    m = N.Model(str(path), device=device)
+    # micro-batches of 48 and 16: the prefill GEMM and mvx's slices of 8
+    c = N.Context(m, n_ctx=512, n_batch=64, n_ubatch=48, type_k=type_k, type_v=type_v,
+                  kv_chunk=64, logits_all=True, gpu_kernels=gpu_kernels)
+    try:
         rows, pos, n_pre = [], 0, len(tokens) * 2 // 3
         while pos < len(tokens):
             step = min(chunks[0], n_pre - pos) if pos < n_pre else chunks[1]
             c.decode(tokens[pos:pos + step])
             rows.append(c.logits())
             pos += step
-        out[dev] = np.concatenate(rows)
+        return np.concatenate(rows)
+    finally:
         del c, m
-    return out["cpu"], out["cuda"]
+
+
+def teacher_forced(path, tokens, type_k="f16", type_v="f16", chunks=(64, 1), gpu_kernels="fast"):
+    """engine_logits on the CPU and on the GPU."""
+    return tuple(engine_logits(path, tokens, type_k, type_v, dev, chunks, gpu_kernels)
+                 for dev in ("cpu", "cuda"))
 
 
 def agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -207,7 +216,7 @@ def test_tiny_models_match_the_cpu(tmp_path, arch, wtype):
     2.3e-3 to 8.9e-3). Above 2e-3 remain 4 k-quant cases whose KV the
     tensor-core prefill attention reads (2.1e-3 to 5.1e-3; with the exact
     attention forced, 4e-6 to 7e-4 before): an expected failure there.
-    Off sm_90, q2_K / q3_K / q6_K run on gemm_f16 (f16 operands) and are held
+    Off sm_90, q2_K runs on gemm_f16 (f16 operands) and is held
     to top-1 agreement."""
     path, toks, kv = _tiny_case(tmp_path, arch, wtype)
     cpu, gpu = teacher_forced(path, toks, kv, kv)
