@@ -30,10 +30,8 @@ tools/gpu-run.sh runs this file on the GPU machine.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
-import subprocess
 
 import numpy as np
 import pytest
@@ -51,14 +49,6 @@ KV_TYPES = ["f16", "q8_0", "q4_0", "f32", "bf16", "q4_1", "q5_0", "q5_1", "iq4_n
 ARCHS = ["llama", "qwen2", "qwen3"]
 # weight types whose GPU matmuls are the CPU's bit for bit (mvx.cu, mmx.cu)
 EXACT_WEIGHT_TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"]
-# weight types whose prefill GEMM rounds the CPU's 8-bit operands to f16 off
-# sm_90 (gemm_f16.cu; mmq.cu does not take q2_K, whose mins per 16 need sums
-# of 16 codes of x: choose_matmul.cu). On sm_90 gemm_wg multiplies its integer
-# codes (gemm_wg_kcodes.cuh), the CPU's products; q3_K and q6_K have them on
-# every GPU (gemm_wg, or mmq's split blocks). bf16 is not one: its GEMM and
-# mat-vec take x rounded to bf16, as the CPU's dot does, so the products are
-# the CPU's.
-F16_GEMM_TYPES = ["q2_k"]
 # KV types the tensor-core prefill attention reads (attn_mma.cuh): it rounds P
 # (and K, V of 8 / 4 bits) to 16 bits where the CPU does not
 MMA_KV_TYPES = ["f16", "bf16", "q8_0", "q4_0"]
@@ -216,8 +206,8 @@ def test_tiny_models_match_the_cpu(tmp_path, arch, wtype):
     2.3e-3 to 8.9e-3). Above 2e-3 remain 4 k-quant cases whose KV the
     tensor-core prefill attention reads (2.1e-3 to 5.1e-3; with the exact
     attention forced, 4e-6 to 7e-4 before): an expected failure there.
-    Off sm_90, q2_K runs on gemm_f16 (f16 operands) and is held
-    to top-1 agreement."""
+    Off sm_90 the k-quants take mmq.cu (int8 products, the CPU's q8_K
+    codes; q2_K / q3_K / q6_K since 2026-12-06, on gemm_f16 before)."""
     path, toks, kv = _tiny_case(tmp_path, arch, wtype)
     cpu, gpu = teacher_forced(path, toks, kv, kv)
     assert np.all(np.isfinite(gpu))
@@ -229,24 +219,9 @@ def test_tiny_models_match_the_cpu(tmp_path, arch, wtype):
     print(json.dumps(line))
     _report(line)
     assert clear == 1.0, line
-    if wtype in F16_GEMM_TYPES and not _sm90():
-        assert top1 >= (0.8 if kv == "iq4_nl" else 0.85), line
-        return
     if kl.mean() > 2e-3 and wtype.endswith("_k") and kv in MMA_KV_TYPES:
         pytest.xfail(f"the tensor-core prefill attention's 16-bit rounding (attn_mma.cuh): {line}")
     assert kl.mean() <= 2e-3, line
-
-
-@functools.cache
-def _sm90() -> bool:
-    """whether the GPU is a Hopper (compute capability 9.x), where choose_matmul.cu
-    gives the k-quants' prefill to gemm_wg on their integer codes"""
-    try:
-        cap = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return bool(cap) and cap[0].startswith("9.")
 
 
 @pytest.mark.parametrize("arch", ARCHS)

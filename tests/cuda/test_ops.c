@@ -143,7 +143,8 @@ static int cpu_act_type(int type, int cols) {
 }
 /* types the int8 tensor-core GEMM (mmq.cu) takes for n > 8 */
 static int mmq_type(int type) {
-    return legacy_type(type) || type == LKV_TYPE_Q4_K || type == LKV_TYPE_Q5_K || type == LKV_TYPE_IQ4_XS;
+    return legacy_type(type) || type == LKV_TYPE_Q4_K || type == LKV_TYPE_Q5_K || type == LKV_TYPE_IQ4_XS ||
+           type == LKV_TYPE_Q2_K || type == LKV_TYPE_Q3_K || type == LKV_TYPE_Q6_K;
 }
 
 extern int lkv_cuda_gemm_wg_ok(const lkv_bctx *b);
@@ -306,8 +307,9 @@ static void test_matmul_shape(int rows, int cols, int only) {
  * tiles with tails (n = 200), for the 32-block types a K tail (4064 = 31 x 128
  * + 96) and rows at every alignment mod 16; with both token tiles (64, 128). */
 static void test_matmul_set(void) {
-    const int types[] = {LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1,
-                         LKV_TYPE_Q8_0, LKV_TYPE_IQ4_NL, LKV_TYPE_Q4_K, LKV_TYPE_Q5_K, LKV_TYPE_IQ4_XS};
+    const int types[] = {LKV_TYPE_Q4_0, LKV_TYPE_Q4_1, LKV_TYPE_Q5_0, LKV_TYPE_Q5_1, LKV_TYPE_Q8_0,
+                         LKV_TYPE_IQ4_NL, LKV_TYPE_Q4_K, LKV_TYPE_Q5_K, LKV_TYPE_IQ4_XS, LKV_TYPE_Q2_K,
+                         LKV_TYPE_Q3_K, LKV_TYPE_Q6_K};
     const int rows[3] = {300, 100, 37}, n = 200;
     for (int ti = 0; ti < NELEM(types); ti++) {
         const int type = types[ti], legacy = legacy_type(type), cols = legacy ? 4064 : 4096;

@@ -13,7 +13,7 @@
  *   legacy (q4_1 q5_0 q5_1 q8_0    mvx               mmq      mmq         mmx
  *           iq4_nl)
  *   k45 (q4_K, q5_K)               matvec_q8         gemm_wg  mmq         mmq
- *   k-other (q2_K, q3_K, q6_K)     matvec_q8         gemm_wg  gemm_f16    as fast
+ *   k-other (q2_K, q3_K, q6_K)     matvec_q8         gemm_wg  mmq         as fast
  *   iq4_xs                         matvec_q8         gemm_wg  mmq         mmq
  *   iq-grid (iq2_xxs, iq2_xs,      matvec_q8         gemm_wg  gemm_f16    gemm_f16
  *     iq2_s, iq3_xxs, iq3_s)
@@ -57,7 +57,8 @@
  * type through quant.cuh's dq8. "exact" replaces the prefill GEMM of the
  * legacy types by the kernels whose float sums are the CPU backend's, bit for
  * bit, and keeps the fast kind's GEMM for k-other, whose products are the
- * CPU's on sm_90a (decode is the same for both kinds: mvx is both the CPU's bits and the
+ * CPU's on every GPU (gemm_wg on sm_90a, mmq's split blocks elsewhere, both
+ * on the CPU's q8_K codes of x) (decode is the same for both kinds: mvx is both the CPU's bits and the
  * fastest, 353 against 248 t/s for matvec_q8 at depth 0 on the 8B shape). The
  * architecture column is "sm_90a" where the code the device runs has the
  * wgmma kernel (gemm_wg.cu's probe at context creation: a Hopper GPU and a
@@ -104,7 +105,7 @@ static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
         /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMB}},
         /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
         /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
-        /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
+        /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
         /* iq4_xs  */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
         /* iq-grid */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
         /* iq1     */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},

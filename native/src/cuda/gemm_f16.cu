@@ -18,6 +18,7 @@
 
 #include <type_traits>
 
+#include "gemm_ptx.cuh"
 #include "matmul.cuh"
 
 using namespace nvcuda;
@@ -47,10 +48,6 @@ template <> struct gemm_pair<__half> {
 template <> struct gemm_pair<__nv_bfloat16> {
     static __device__ __forceinline__ __nv_bfloat162 of(float a, float b) { return __floats2bfloat162_rn(a, b); }
 };
-
-static __device__ __forceinline__ void prefetch_l2(const void *p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
 
 template <int T>
 __global__ void __launch_bounds__(G_WARPS * 32, 2)
@@ -113,14 +110,14 @@ gemm_kernel(const __grid_constant__ mm_set ms, const float *__restrict__ x, int 
         if (k0 + GK < cols) {
             /* activations: 128 rows x 256 bytes = 256 lines, one per thread */
             if (t0 + (tid >> 1) < n)
-                prefetch_l2(x + (size_t)(t0 + (tid >> 1)) * cols + k0 + GK + (tid & 1) * 32);
+                gm_prefetch_l2(x + (size_t)(t0 + (tid >> 1)) * cols + k0 + GK + (tid & 1) * 32);
             const int gn = k0 / 32 + GK / 32 + bgi;
             if (brow_ok && gn < ng) {
                 const uint8_t *pb;
                 if constexpr (cblk<T>::qk <= 32) pb = wrow + (size_t)gn * group_bytes<T>();
                 else pb = wrow + (size_t)(gn >> 3) * cblk<T>::bytes;
-                prefetch_l2(pb);
-                if constexpr (cblk<T>::qk > 32) prefetch_l2(pb + 128);
+                gm_prefetch_l2(pb);
+                if constexpr (cblk<T>::qk > 32) gm_prefetch_l2(pb + 128);
             }
         }
 #pragma unroll

@@ -1,7 +1,8 @@
 /*
  * cuda/mmq.cu: prefill GEMM (n > MV_MAX_TOK tokens) on int8 tensor cores, for
  * the weight types whose integer scale is uniform over each 32-element block:
- * q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_K, q5_K, iq4_xs.
+ * q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_K, q5_K, iq4_xs; and over each 16
+ * (q2_K, q3_K, q6_K: "split", two mma.m16n8k16 per 32-block, below).
  *
  * Arithmetic: the activations are quantized as for the mat-vec (matvec_q8.cu:
  * int8 codes, per 32-block xd = scale, xs = sum(codes) * scale, f16-rounded
@@ -12,6 +13,13 @@
  * in f32, the mat-vec's and the CPU's operations up to the order of the adds
  * (q4_K / q5_K / iq4_xs: the mat-vec's; the CPU uses 256-element q8_K
  * activations).
+ * Split types: each 16 of a 32-block has its scale (dw = d * sc, dw2 = d *
+ * sc2; codes q, q - 4, q - 32), so the block takes two k16 products, A's and
+ * B's halves, and two folds, acc += (dw * xd) * isum + (dw2 * xd) * isum2;
+ * q2_K's mins (mw = -dmin * mn per 16) add mw * xd * (x's code sum over the
+ * 16), the sums taken by two more k16 products of A with a B of ones per
+ * m-tile. With the CPU's q8_K codes of x (per 256: xd is that d for each of
+ * its 32-blocks) the products are the CPU's, the float sums in another order.
  * isum is turned into a float without I2F: the mma's C input is 0x4B400000
  * (1.5 * 2^23), so the result's bits read as the float 12582912 + isum
  * (|isum| <= 32 * 128 * 127 < 2^22), and one subtraction gives isum exactly.
@@ -45,8 +53,10 @@ static constexpr int MQ_MAGIC = 0x4B400000;   /* float 12582912.0f */
 template <int T> struct mq_ok {
     enum { v = T == LKV_TYPE_Q4_0 || T == LKV_TYPE_Q4_1 || T == LKV_TYPE_Q5_0 || T == LKV_TYPE_Q5_1 ||
                T == LKV_TYPE_Q8_0 || T == LKV_TYPE_IQ4_NL || T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K ||
-               T == LKV_TYPE_IQ4_XS };
+               T == LKV_TYPE_IQ4_XS || T == LKV_TYPE_Q2_K || T == LKV_TYPE_Q3_K || T == LKV_TYPE_Q6_K };
 };
+/* an integer scale (and q2_K's min) per 16 elements: two k16 products per 32-block */
+template <int T> struct mq_split { enum { v = T == LKV_TYPE_Q2_K || T == LKV_TYPE_Q3_K || T == LKV_TYPE_Q6_K }; };
 
 /* raw weight bytes of one row and stage. 32-element blocks: the span of the
  * stage's 4 blocks, copied as the 16-byte chunks covering it (it may start
@@ -57,14 +67,18 @@ template <int T> struct mq_ok {
  * superblocks, so they start at 0 or 8 mod 16): the image is the 10 aligned
  * chunks from the one holding the superblock's first byte, filled with chunk 0
  * (d, scales: bytes 0..7 of the superblock) and the 5 chunks from the first
- * that holds the half's qs (64 bytes at 8 + 64 (s & 1)) not in chunk 0. */
+ * that holds the half's qs (64 bytes at 8 + 64 (s & 1)) not in chunk 0.
+ * q2_K / q3_K / q6_K (direct: 84-, 110- and 210-byte superblocks) are not
+ * staged: unpack reads them where they lie, after issue has asked L2 for the
+ * superblock (gemm_f16.cu reads every type so). */
 template <int T> struct mq_geom {
     static constexpr bool sb = cblk<T>::qk == 256;
     static constexpr bool x8 = T == LKV_TYPE_IQ4_XS;
+    static constexpr bool direct = mq_split<T>::v;
     static constexpr int span = sb ? cblk<T>::bytes : MQ_KB * group_bytes<T>();
     static constexpr int nhdr = T == LKV_TYPE_Q5_K ? 3 : 1;
-    static constexpr int nch = x8 ? 6 : sb ? nhdr + 4 : (span + 15 + 15) / 16;
-    static constexpr int rs = x8 ? 160 : sb ? span : nch * 16;   /* raw bytes per row in shared memory */
+    static constexpr int nch = direct ? 0 : x8 ? 6 : sb ? nhdr + 4 : (span + 15 + 15) / 16;
+    static constexpr int rs = direct ? 0 : x8 ? 160 : sb ? span : nch * 16;   /* raw bytes per row in shared memory */
 };
 /* x8: the image's chunk that slot ch (< 6) of stage s fills, for a superblock
  * at o = 0 or 8 past a 16-byte boundary */
@@ -76,15 +90,19 @@ static_assert(mq_x8_chunk(5, 8, 1) == 9 && mq_x8_chunk(1, 0, 0) == 1 && mq_x8_ch
 
 /* shared memory, byte offsets (all multiples of 16) */
 template <int T, int BN> struct mq_smem {
-    static constexpr bool MIN = has_min<T>::v;
+    static constexpr bool MIN = has_min<T>::v, SPLIT = mq_split<T>::v;
+    static constexpr bool XS = MIN && !SPLIT;   /* x's sums per 32 (split types sum per 16 themselves) */
     static constexpr int x = 0;                                         /* int8 [2][BN][MQ_LD] */
     static constexpr int w = x + 2 * BN * MQ_LD;                        /* int8 [MQ_BM][MQ_LD] */
     static constexpr int raw = w + MQ_BM * MQ_LD;                       /* [2][MQ_BM][rs] */
     static constexpr int dw = raw + 2 * MQ_BM * mq_geom<T>::rs;         /* float [MQ_KB][MQ_BM] */
     static constexpr int mw = dw + MQ_KB * MQ_BM * 4;                   /* float [MQ_KB][MQ_BM] */
-    static constexpr int xd = mw + (MIN ? MQ_KB * MQ_BM * 4 : 0);       /* float [2][MQ_KB][BN] */
+    /* split types: dw / mw are the first 16's scale and min, dw2 / mw2 the second's */
+    static constexpr int dw2 = mw + (MIN ? MQ_KB * MQ_BM * 4 : 0);      /* float [MQ_KB][MQ_BM] */
+    static constexpr int mw2 = dw2 + (SPLIT ? MQ_KB * MQ_BM * 4 : 0);   /* float [MQ_KB][MQ_BM] */
+    static constexpr int xd = mw2 + (SPLIT && MIN ? MQ_KB * MQ_BM * 4 : 0);   /* float [2][MQ_KB][BN] */
     static constexpr int xs = xd + 2 * MQ_KB * BN * 4;                  /* float [2][MQ_KB][BN] */
-    static constexpr int bytes = xs + (MIN ? 2 * MQ_KB * BN * 4 : 0);
+    static constexpr int bytes = xs + (XS ? 2 * MQ_KB * BN * 4 : 0);
 };
 
 /* Fragment index mapping (PTX ISA, mma.m16n8k32 .s8; g = lane >> 2, q = lane & 3):
@@ -143,7 +161,7 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
            const float *__restrict__ xs, int cols, int ntok) {
     using G = mq_geom<T>;
     using L = mq_smem<T, BN>;
-    constexpr bool MIN = has_min<T>::v;
+    constexpr bool MIN = has_min<T>::v, SPLIT = mq_split<T>::v;
     constexpr int MT = BN / 32;   /* m-tiles (16 tokens) per warp */
     extern __shared__ __align__(16) uint8_t sm[];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(sm);
@@ -176,11 +194,17 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             const size_t o = ok ? (size_t)t * ng + g : 0;
             const int d = (buf * MQ_KB + kb) * BN + tk;
             gm_cp4(sb + L::xd + 4 * d, xd + o, ok ? 4 : 0);
-            if constexpr (MIN) gm_cp4(sb + L::xs + 4 * d, xs + o, ok ? 4 : 0);
+            if constexpr (L::XS) gm_cp4(sb + L::xs + 4 * d, xs + o, ok ? 4 : 0);
+        }
+        if constexpr (G::direct) {
+            /* the superblock of stage s's half (its first 256 bytes), once per superblock */
+            if ((s & 1) == 0)
+                for (int c = tid; c < 2 * MQ_BM; c += MQ_THREADS)
+                    gm_prefetch_l2(s_rowp[c >> 1] + (size_t)(s >> 1) * cblk<T>::bytes + 128 * (c & 1));
         }
 #pragma unroll 1
         for (int c = tid; c < MQ_BM * G::nch; c += MQ_THREADS) {
-            const int row = c / G::nch, ch = c % G::nch;
+            const int row = c / (G::nch ? G::nch : 1), ch = c % (G::nch ? G::nch : 1);
             const uint8_t *rp = s_rowp[row], *wend = s_wend;
             const uint8_t *src;
             int dof;
@@ -211,8 +235,15 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             if (s * MQ_KB + kb >= ng) continue;
             const uint8_t *raw = sm + L::raw + (buf * MQ_BM + row) * G::rs;
             uint32_t q[8];
-            float dw, mw = 0.f;
-            if constexpr (G::sb) {
+            float dw, mw = 0.f, dw2 = 0.f, mw2 = 0.f;
+            if constexpr (G::direct) {
+                /* pieces 0, 1 are the block's first 16 (dw, mw), 2, 3 its second (dw2, mw2) */
+                const int g = s * MQ_KB + kb;
+                dq8i<T>(s_rowp[row], 4 * g, q[0], q[1], dw, mw);
+                dq8i<T>(s_rowp[row], 4 * g + 1, q[2], q[3], dw, mw);
+                dq8i<T>(s_rowp[row], 4 * g + 2, q[4], q[5], dw2, mw2);
+                dq8i<T>(s_rowp[row], 4 * g + 3, q[6], q[7], dw2, mw2);
+            } else if constexpr (G::sb) {
                 if constexpr (G::x8) raw += (uintptr_t)(s_rowp[row] + (size_t)(s >> 1) * cblk<T>::bytes) & 15;
 #pragma unroll
                 for (int p = 0; p < 4; p++) dq8i<T>(raw, 16 * (s & 1) + 4 * kb + p, q[2 * p], q[2 * p + 1], dw, mw);
@@ -237,6 +268,8 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
             ((float *)(sm + L::dw))[kb * MQ_BM + row] = dw;
             if constexpr (MIN) ((float *)(sm + L::mw))[kb * MQ_BM + row] = mw;
+            if constexpr (SPLIT) ((float *)(sm + L::dw2))[kb * MQ_BM + row] = dw2;
+            if constexpr (SPLIT && MIN) ((float *)(sm + L::mw2))[kb * MQ_BM + row] = mw2;
         }
     };
 
@@ -244,6 +277,7 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
     /* scales: dw / mw of rows mq_row(.., 0) and + 1 (C elements 0, 2 and 1, 3) as a
      * float2; xd / xs of tokens mq_tok(.., 0) and + 8 (C elements 0, 1 and 2, 3) */
     const float *s_dw = (const float *)(sm + L::dw), *s_mw = (const float *)(sm + L::mw);
+    const float *s_dw2 = (const float *)(sm + L::dw2), *s_mw2 = (const float *)(sm + L::mw2);
     const float *s_xd = (const float *)(sm + L::xd), *s_xs = (const float *)(sm + L::xs);
     float acc[MT][4][4];
 #pragma unroll
@@ -267,12 +301,15 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
             uint32_t bf[4][2];
             gm_ldsm4(sb + L::w + mq_b_off(lane, wr, 0, kb), bf[0][0], bf[0][1], bf[1][0], bf[1][1]);
             gm_ldsm4(sb + L::w + mq_b_off(lane, wr, 1, kb), bf[2][0], bf[2][1], bf[3][0], bf[3][1]);
-            float2 dw2[4], mw2[4];
+            /* this lane's rows' scales and mins, as pairs (the second 16's for split types) */
+            float2 dwp[4], mwp[4], ewp[4], fwp[4];
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
                 const int o = kb * MQ_BM + mq_row(lane, wr, nt, 0);
-                dw2[nt] = *(const float2 *)(s_dw + o);
-                if constexpr (MIN) mw2[nt] = *(const float2 *)(s_mw + o);
+                dwp[nt] = *(const float2 *)(s_dw + o);
+                if constexpr (MIN) mwp[nt] = *(const float2 *)(s_mw + o);
+                if constexpr (SPLIT) ewp[nt] = *(const float2 *)(s_dw2 + o);
+                if constexpr (SPLIT && MIN) fwp[nt] = *(const float2 *)(s_mw2 + o);
             }
 #pragma unroll
             for (int m = 0; m < MT; m++) {
@@ -280,22 +317,48 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
                 gm_ldsm4(sb + L::x + mq_a_off<BN>(lane, wt, buf, m, kb), a[0], a[1], a[2], a[3]);
                 const int xo = (buf * MQ_KB + kb) * BN + mq_tok<BN>(lane, wt, m, 0);
                 const float x0 = s_xd[xo], x1 = s_xd[xo + 8];
-                float y0 = 0.f, y1 = 0.f;
-                if constexpr (MIN) { y0 = s_xs[xo]; y1 = s_xs[xo + 8]; }
+                /* the min term's x: xs per 32, or for split types x's code sums per 16
+                 * (a k16 product with B all ones; C elements 0 and 2 are tokens g, g + 8) */
+                float y0 = 0.f, y1 = 0.f, z0 = 0.f, z1 = 0.f;
+                if constexpr (L::XS) { y0 = s_xs[xo]; y1 = s_xs[xo + 8]; }
+                if constexpr (SPLIT && MIN) {
+                    int u[4], v[4];
+                    gm_mma_s8_k16(u, a[0], a[1], 0x01010101u, MQ_MAGIC);
+                    gm_mma_s8_k16(v, a[2], a[3], 0x01010101u, MQ_MAGIC);
+                    y0 = x0 * mq_isum(u[0]); y1 = x1 * mq_isum(u[2]);
+                    z0 = x0 * mq_isum(v[0]); z1 = x1 * mq_isum(v[2]);
+                }
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
-                    int d[4];
-                    gm_mma_s8(d, a, bf[nt][0], bf[nt][1], MQ_MAGIC);
                     float *c = acc[m][nt];
-                    c[0] = fmaf(dw2[nt].x * x0, mq_isum(d[0]), c[0]);
-                    c[1] = fmaf(dw2[nt].y * x0, mq_isum(d[1]), c[1]);
-                    c[2] = fmaf(dw2[nt].x * x1, mq_isum(d[2]), c[2]);
-                    c[3] = fmaf(dw2[nt].y * x1, mq_isum(d[3]), c[3]);
+                    int d[4];
+                    if constexpr (SPLIT) {
+                        /* each 16 with its scale: dw for k 0..15, dw2 for 16..31 */
+                        int e[4];
+                        gm_mma_s8_k16(d, a[0], a[1], bf[nt][0], MQ_MAGIC);
+                        gm_mma_s8_k16(e, a[2], a[3], bf[nt][1], MQ_MAGIC);
+                        c[0] = fmaf(ewp[nt].x * x0, mq_isum(e[0]), c[0]);
+                        c[1] = fmaf(ewp[nt].y * x0, mq_isum(e[1]), c[1]);
+                        c[2] = fmaf(ewp[nt].x * x1, mq_isum(e[2]), c[2]);
+                        c[3] = fmaf(ewp[nt].y * x1, mq_isum(e[3]), c[3]);
+                        if constexpr (MIN) {
+                            c[0] = fmaf(fwp[nt].x, z0, c[0]);
+                            c[1] = fmaf(fwp[nt].y, z0, c[1]);
+                            c[2] = fmaf(fwp[nt].x, z1, c[2]);
+                            c[3] = fmaf(fwp[nt].y, z1, c[3]);
+                        }
+                    } else {
+                        gm_mma_s8(d, a, bf[nt][0], bf[nt][1], MQ_MAGIC);
+                    }
+                    c[0] = fmaf(dwp[nt].x * x0, mq_isum(d[0]), c[0]);
+                    c[1] = fmaf(dwp[nt].y * x0, mq_isum(d[1]), c[1]);
+                    c[2] = fmaf(dwp[nt].x * x1, mq_isum(d[2]), c[2]);
+                    c[3] = fmaf(dwp[nt].y * x1, mq_isum(d[3]), c[3]);
                     if constexpr (MIN) {
-                        c[0] = fmaf(mw2[nt].x, y0, c[0]);
-                        c[1] = fmaf(mw2[nt].y, y0, c[1]);
-                        c[2] = fmaf(mw2[nt].x, y1, c[2]);
-                        c[3] = fmaf(mw2[nt].y, y1, c[3]);
+                        c[0] = fmaf(mwp[nt].x, y0, c[0]);
+                        c[1] = fmaf(mwp[nt].y, y0, c[1]);
+                        c[2] = fmaf(mwp[nt].x, y1, c[2]);
+                        c[3] = fmaf(mwp[nt].y, y1, c[3]);
                     }
                 }
             }
@@ -328,7 +391,7 @@ static void mmq_launch(lkv_bctx *b, const mm_set &ms, int cols, int n) {
 template <int T>
 static bool mmq_takes(const mm_set &ms) {
     if constexpr (mq_ok<T>::v) {
-        if constexpr (mq_geom<T>::sb) {   /* superblock chunks are copied at their own offsets */
+        if constexpr (mq_geom<T>::sb && !mq_geom<T>::direct) {   /* superblock chunks are copied at their own offsets */
             /* x8: superblocks on 8 bytes, the first chunk inside the tensor */
             const size_t rb_align = mq_geom<T>::x8 ? 8 : 16;
             for (int i = 0; i < ms.n_w; i++)
