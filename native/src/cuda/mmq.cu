@@ -147,6 +147,21 @@ __host__ __device__ static inline uint32_t mq_q4_s8(uint32_t v) { return (v + 0x
 
 static __device__ __forceinline__ float mq_isum(int d) { return __int_as_float(d) - 12582912.f; }
 
+/* the folds of one C tile (elements 0, 1: token x0's, 2, 3: x1's; 0, 2: row
+ * w.x's, 1, 3: w.y's): c += (w * x) * isum(d), and the min term c += m * y */
+static __device__ __forceinline__ void mq_fold(float *c, float2 w, float x0, float x1, const int (&d)[4]) {
+    c[0] = fmaf(w.x * x0, mq_isum(d[0]), c[0]);
+    c[1] = fmaf(w.y * x0, mq_isum(d[1]), c[1]);
+    c[2] = fmaf(w.x * x1, mq_isum(d[2]), c[2]);
+    c[3] = fmaf(w.y * x1, mq_isum(d[3]), c[3]);
+}
+static __device__ __forceinline__ void mq_fold_min(float *c, float2 m, float y0, float y1) {
+    c[0] = fmaf(m.x, y0, c[0]);
+    c[1] = fmaf(m.y, y0, c[1]);
+    c[2] = fmaf(m.x, y1, c[2]);
+    c[3] = fmaf(m.y, y1, c[3]);
+}
+
 // ---------------------------------------------------------------- kernel
 
 /* blocks per SM the registers are budgeted for: 3 where the shared memory
@@ -337,29 +352,13 @@ mmq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
                         int e[4];
                         gm_mma_s8_k16(d, a[0], a[1], bf[nt][0], MQ_MAGIC);
                         gm_mma_s8_k16(e, a[2], a[3], bf[nt][1], MQ_MAGIC);
-                        c[0] = fmaf(ewp[nt].x * x0, mq_isum(e[0]), c[0]);
-                        c[1] = fmaf(ewp[nt].y * x0, mq_isum(e[1]), c[1]);
-                        c[2] = fmaf(ewp[nt].x * x1, mq_isum(e[2]), c[2]);
-                        c[3] = fmaf(ewp[nt].y * x1, mq_isum(e[3]), c[3]);
-                        if constexpr (MIN) {
-                            c[0] = fmaf(fwp[nt].x, z0, c[0]);
-                            c[1] = fmaf(fwp[nt].y, z0, c[1]);
-                            c[2] = fmaf(fwp[nt].x, z1, c[2]);
-                            c[3] = fmaf(fwp[nt].y, z1, c[3]);
-                        }
+                        mq_fold(c, ewp[nt], x0, x1, e);
+                        if constexpr (MIN) mq_fold_min(c, fwp[nt], z0, z1);
                     } else {
                         gm_mma_s8(d, a, bf[nt][0], bf[nt][1], MQ_MAGIC);
                     }
-                    c[0] = fmaf(dwp[nt].x * x0, mq_isum(d[0]), c[0]);
-                    c[1] = fmaf(dwp[nt].y * x0, mq_isum(d[1]), c[1]);
-                    c[2] = fmaf(dwp[nt].x * x1, mq_isum(d[2]), c[2]);
-                    c[3] = fmaf(dwp[nt].y * x1, mq_isum(d[3]), c[3]);
-                    if constexpr (MIN) {
-                        c[0] = fmaf(mwp[nt].x, y0, c[0]);
-                        c[1] = fmaf(mwp[nt].y, y0, c[1]);
-                        c[2] = fmaf(mwp[nt].x, y1, c[2]);
-                        c[3] = fmaf(mwp[nt].y, y1, c[3]);
-                    }
+                    mq_fold(c, dwp[nt], x0, x1, d);
+                    if constexpr (MIN) mq_fold_min(c, mwp[nt], y0, y1);
                 }
             }
         }
