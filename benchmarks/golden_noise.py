@@ -48,14 +48,16 @@ def block_scales(path):
     return np.concatenate(offs)
 
 
-def flip_last_bit(path, offs):
-    """xor the last mantissa bit of the f16 at each offset (a second call puts them back)"""
+def flip_last_bit(path, offs, word=np.uint16):
+    """xor the last mantissa bit of the float at each offset, f16 (word uint16)
+    or f32 (uint32); a second call puts them back"""
+    size = np.dtype(word).itemsize
     with open(path, "r+b") as f:
         for off in offs:
             f.seek(int(off))
-            v = np.frombuffer(f.read(2), np.uint16)[0] ^ np.uint16(1)
+            v = np.frombuffer(f.read(size), word)[0] ^ word(1)
             f.seek(int(off))
-            f.write(np.uint16(v).tobytes())
+            f.write(word(v).tobytes())
 
 
 def main():

@@ -28,6 +28,7 @@ from gguf import GGUFReader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import test_cuda as tc  # noqa: E402
+from golden_noise import flip_last_bit  # noqa: E402
 
 
 def norm_offsets(path) -> np.ndarray:
@@ -41,13 +42,8 @@ def norm_offsets(path) -> np.ndarray:
 
 
 def toggle_last_bit(path, offs) -> None:
-    """xor the last mantissa bit of the f32 at each offset (a second call puts them back)"""
-    with open(path, "r+b") as f:
-        for off in offs:
-            f.seek(int(off))
-            v = np.frombuffer(f.read(4), np.uint32)[0] ^ np.uint32(1)
-            f.seek(int(off))
-            f.write(np.uint32(v).tobytes())
+    """the last mantissa bit of the f32 at each offset (a second call puts them back)"""
+    flip_last_bit(path, offs, np.uint32)
 
 
 def case_floor(path, tokens, kv, draws: int, fraction: float, rng) -> tuple[np.ndarray, list[float]]:
