@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from pyllamakv._native import Context, Model
+from pyllamakv.core.native import Context, Model
 from pyllamakv.default_model import default_model_path
 
 LLAMA_CPP = {"prefill": 187.0, "decode": 78.0}   # t/s, same machine kind, 2 threads

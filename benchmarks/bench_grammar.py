@@ -11,7 +11,7 @@ import statistics
 import time
 
 from pyllamakv import Llama
-from pyllamakv.grammar import LlamaGrammar
+from pyllamakv.api.grammar import LlamaGrammar
 
 SCHEMA = {"type": "object", "properties": {"items": {"type": "array", "items": {
     "type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}}}}}

@@ -25,7 +25,7 @@ import time
 
 from pyllamakv import Llama
 from pyllamakv.default_model import default_model_path
-from pyllamakv.gguf_file import GGUFFile
+from pyllamakv.gguf.reader import GGUFFile
 
 LLAMA_CPP_PYTHON_S = (0.14, 0.21)
 

@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pyllamakv._native import Context, Model, cuda_device_count  # noqa: E402
+from pyllamakv.core.native import Context, Model, cuda_device_count  # noqa: E402
 
 FIELDS = ["model", "device", "depth", "k", "step_ms", "step_mtp_ms", "step_mtp_off_ms",
           "draft_ms"]

@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from batched_bench_ref import load_refs, ref_for  # noqa: E402
-from pyllamakv._native import Context, Model, cuda_device_count  # noqa: E402
+from pyllamakv.core.native import Context, Model, cuda_device_count  # noqa: E402
 
 MIB = 1 << 20
 FIELDS = ["model", "device", "type_k", "type_v", "prompt", "pool_mib", "b", "n", "fill",

@@ -17,7 +17,7 @@ on the same prompt tokens; the generated ids must equal plain greedy's
 - ``--mtp K``: the model's MTP block (skipped when the model has none);
 - ``--draft PATH:K`` (or ``self:K`` for the target itself): a draft GGUF;
 - ``--adaptive N:K[:M],...``: prompt lookup as above with
-  ``adaptive=True`` (pyllamakv/spec_length.py: the draft length chosen per
+  ``adaptive=True`` (pyllamakv/spec/length.py: the draft length chosen per
   pass from the measured cost of passes and the acceptance so far). With
   ``--price CSV:DEPTH:POOL,...`` (bench_speculative.py verify's CSV, e.g.
   benchmarks/results/spec_verify_h200.csv:131072:1024) it learns each pass's
@@ -113,7 +113,7 @@ class Setting:
 
 
 def _lookup_maker(n: int, k: int, min_n: int, self_repeat: bool) -> Callable:
-    from pyllamakv.speculative import PromptLookupDecoding
+    from pyllamakv.spec.drafters import PromptLookupDecoding
     if self_repeat:
         return lambda rec, device: PromptLookupDecoding(n, k, min_n)   # the library's own
 
@@ -126,8 +126,8 @@ def _lookup_maker(n: int, k: int, min_n: int, self_repeat: bool) -> Callable:
 
 
 def _adaptive_maker(n: int, k: int, min_n: int, price: dict | None) -> Callable:
-    from pyllamakv.spec_length import DraftLength
-    from pyllamakv.speculative import PromptLookupDecoding
+    from pyllamakv.spec.length import DraftLength
+    from pyllamakv.spec.drafters import PromptLookupDecoding
 
     kept: list = []        # one drafter for every task, as a Llama keeps its own
 
@@ -165,7 +165,7 @@ def _lookup_item(item: str, flag: str) -> tuple[int, int, int]:
 
 
 def parse_settings(a, target: str, prices: list[tuple[str, dict]]) -> list[Setting]:
-    from pyllamakv.speculative import DraftModel
+    from pyllamakv.spec.drafters import DraftModel
     out = []
     for item in filter(None, (a.lookup or "").split(",")):
         n, k, min_n = _lookup_item(item, "--lookup")
@@ -223,7 +223,7 @@ def greedy(llm, tokens: list[int], ends: set[int], n_gen: int) -> tuple[list[int
 def run(a) -> list[dict]:
     from pyllamakv import Llama
     from pyllamakv.default_model import default_model_path
-    from pyllamakv.speculative import PromptLookupDecoding
+    from pyllamakv.spec.drafters import PromptLookupDecoding
     path = a.model or default_model_path()
     prices = [load_price(p) for p in filter(None, (a.price or "").split(","))]   # read once
     settings = parse_settings(a, path, prices)

@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pyllamakv._native import Context, Model, cuda_device_count  # noqa: E402
+from pyllamakv.core.native import Context, Model, cuda_device_count  # noqa: E402
 
 VERIFY_FIELDS = ["model", "device", "depth", "pool_mib", "k", "pass_ms", "ratio_to_step",
                  "streamed_mb"]

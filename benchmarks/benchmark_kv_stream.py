@@ -32,8 +32,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pyllamakv._native import Context, Model, cuda_device_count  # noqa: E402
-from pyllamakv.plan import auto_pool_bytes, kv_bytes_per_token, kv_plan  # noqa: E402
+from pyllamakv.core.native import Context, Model, cuda_device_count  # noqa: E402
+from pyllamakv.memory.plan import auto_pool_bytes, kv_bytes_per_token, kv_plan  # noqa: E402
 
 PCIE = 55e9
 FIELDS = ["model", "device", "type_k", "type_v", "depth", "mode", "pool_mib", "fill_s",
@@ -86,7 +86,7 @@ def model_file(a: argparse.Namespace, out: Path) -> str:
 def budget_pool(m: Model, a: argparse.Namespace, n_ctx: int, device: str,
                 mib: float) -> int | None:
     """The KV pool Llama(gpu_memory_mib=mib) would get here (None: all resident)."""
-    from pyllamakv.budget import plan_budget
+    from pyllamakv.memory.budget import plan_budget
     from pyllamakv.config import LlamaConfig
     cfg = LlamaConfig(n_ctx, n_batch=a.batch_size, n_ubatch=a.ubatch_size, type_k=a.type_k,
                       type_v=a.type_v, gpu_memory_mib=mib)
@@ -99,7 +99,7 @@ def device_used_mib(device: str) -> float | str:
     """device memory in use (total - free), MiB; "" on the CPU"""
     if device != "cuda":
         return ""
-    from pyllamakv._ffi import ffi, lib
+    from pyllamakv.core.ffi import ffi, lib
     free, total = ffi.new("int64_t *"), ffi.new("int64_t *")
     if lib.lkv_cuda_mem_info(free, total) != 0:
         return ""
@@ -250,7 +250,7 @@ def main() -> None:
     device = a.device if a.device != "auto" else ("cuda" if cuda_device_count() else "cpu")
     path = model_file(a, out)
     if device == "cuda":
-        from pyllamakv.plan import cuda_free_bytes
+        from pyllamakv.memory.plan import cuda_free_bytes
         cuda_free_bytes()        # the CUDA runtime's context exists before the base figure
     vram_base = device_used_mib(device)
     m = Model(path, device=device, n_threads=a.threads)

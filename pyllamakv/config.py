@@ -67,7 +67,7 @@ class LlamaConfig:
         check_gpu_kernels(self.gpu_kernels)
         check_kv_pool_mib(self.kv_pool_mib)
         check_gpu_memory_mib(self.gpu_memory_mib)
-        from ._native import type_id   # the core's table of KV types (loads the library)
+        from .core.native import type_id   # the core's table of KV types (loads the library)
         type_id(self.type_k, kv=True), type_id(self.type_v, kv=True)
 
     @property

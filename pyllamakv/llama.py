@@ -19,30 +19,30 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import _native
-from .chat import ChatFormatter
-from .chat_formats import chat_format_template
-from .compat import check_extra_kwargs
+from .core import native as _native
+from .text.chat import ChatFormatter
+from .text.chat_formats import chat_format_template
+from .api.compat import check_extra_kwargs
 from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
 from .default_model import default_model_path
-from .embedding import pooling_type as embedding_pooling
+from .api.embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
-from .grammar import GrammarConstraint, LlamaGrammar
-from .guard import Guard, guarded
-from .history import History
+from .api.grammar import GrammarConstraint, LlamaGrammar
+from .engine.guard import Guard, guarded
+from .engine.history import History
 from .hub import hub_file
-from .lanes import load_seq_state, reset_lanes, save_seq_state, seq_kv_stats
-from .openai_api import OpenAIMethods
-from .plan import auto_pool_bytes, kv_plan, whole_cache_bytes
+from .engine.lanes import load_seq_state, reset_lanes, save_seq_state, seq_kv_stats
+from .api.openai_api import OpenAIMethods
+from .memory.plan import auto_pool_bytes, kv_plan, whole_cache_bytes
 from .progress import ProgressCallback, report_load
-from .sampling import Sampler, SamplingParams
-from .spec_decode import speculative_tokens
-from .spec_mtp import uses_mtp, wants_mtp
-from .speculative import make_drafter
-from .state import LlamaState, Timings, model_fingerprint
-from .ubatch import chosen_ubatch
-from .budget import plan_budget
-from .tokenizer import Tokenizer
+from .engine.sampling import Sampler, SamplingParams
+from .spec.verify import speculative_tokens
+from .spec.mtp import uses_mtp, wants_mtp
+from .spec.drafters import make_drafter
+from .engine.state import LlamaState, Timings, model_fingerprint
+from .memory.ubatch import chosen_ubatch
+from .memory.budget import plan_budget
+from .text.tokenizer import Tokenizer
 
 
 class Llama(OpenAIMethods):

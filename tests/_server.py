@@ -1,7 +1,7 @@
 """Servers for the tests, on 127.0.0.1 and a free port: in this process, or a subprocess.
 
 In-process: uvicorn's Server runs the app in a thread over a socket bound
-here (port 0, so no race for a port). Subprocess: `python -m pyllamakv.cli
+here (port 0, so no race for a port). Subprocess: `python -m pyllamakv.commands.cli
 serve`, from the source tree when PYLLAMAKV_LIBRARY points at a built library
 (development), else from the installed package (CI).
 """
@@ -85,7 +85,7 @@ class Subprocess:
         self.url = f"http://127.0.0.1:{port}"
         dev = bool(os.environ.get("PYLLAMAKV_LIBRARY"))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyllamakv.cli", "serve", "--port", str(port), *args],
+            [sys.executable, "-m", "pyllamakv.commands.cli", "serve", "--port", str(port), *args],
             cwd=ROOT if dev else tempfile.gettempdir(), stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE)
         try:

@@ -31,7 +31,7 @@ def require_model_path() -> str:
 @lru_cache(maxsize=1)
 def metadata() -> dict:
     path = require_model_path()
-    from pyllamakv.gguf_file import GGUFFile
+    from pyllamakv.gguf.reader import GGUFFile
     return GGUFFile(path).metadata
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyllamakv._ffi import ffi, lib
-from pyllamakv._native import Context, row_bytes
+from pyllamakv.core.ffi import ffi, lib
+from pyllamakv.core.native import Context, row_bytes
 
 DECODE_ROWS = 16   # native/src/arena.h LKV_DECODE_ROWS
 

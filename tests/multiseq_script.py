@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyllamakv._native import Context
+from pyllamakv.core.native import Context
 
 
 def make_script(rng, n_seq: int, n_vocab: int, n_ctx: int, n_batch: int, n_events: int):

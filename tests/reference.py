@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from gguf import quants
 
-from pyllamakv._native import model_params
-from pyllamakv.gguf_file import GGUFFile
+from pyllamakv.core.native import model_params
+from pyllamakv.gguf.reader import GGUFFile
 
 
 def _mat(f: GGUFFile, name: str) -> np.ndarray | None:

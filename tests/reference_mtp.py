@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyllamakv._native import model_params
-from pyllamakv.gguf_file import GGUFFile
+from pyllamakv.core.native import model_params
+from pyllamakv.gguf.reader import GGUFFile
 from reference import _mat, _rmsnorm
 from reference_qwen35 import _attention, _ffn, reference_hidden_qwen35
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyllamakv import errors
-from pyllamakv._ffi import ffi, lib
-from pyllamakv._native import Context, Model
+from pyllamakv.core.ffi import ffi, lib
+from pyllamakv.core.native import Context, Model
 from arena_script import DECODE_ROWS, check_stats, row_sizes, run
 from tiny_models import tiny_model_fixture
 
@@ -131,7 +131,7 @@ def test_phase_arena_value_is_checked(tiny):
 def test_budget_counts_the_arena_once(tiny):
     """The core's arena is the sum of the micro-batch buffers (each rounded to
     256 bytes); budget.py counts it as one allocation beside the decode set."""
-    from pyllamakv.budget import (ARENA_ALIGN, DECODE_ROWS as ROWS, micro_batch_buffers,
+    from pyllamakv.memory.budget import (ARENA_ALIGN, DECODE_ROWS as ROWS, micro_batch_buffers,
                                   workspace_allocations)
     hp = tiny.hparams
     assert ROWS == DECODE_ROWS

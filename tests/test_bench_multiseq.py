@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import batched_bench_ref as ref  # noqa: E402
 import bench_multiseq as bm  # noqa: E402
 import synthetic_model as sm  # noqa: E402
-from pyllamakv._native import Context, Model  # noqa: E402
+from pyllamakv.core.native import Context, Model  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,14 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
-from pyllamakv.budget import (MIB, PAGE, BudgetSplit, granule, recurrent_device_bytes,
+from pyllamakv.memory.budget import (MIB, PAGE, BudgetSplit, granule, recurrent_device_bytes,
                               split_budget, weight_device_bytes)
 from pyllamakv.errors import MemoryBudgetError, ParameterError, PoolTooSmallError
 
 
 @pytest.fixture(scope="module")
 def weights_mib(path):
-    from pyllamakv.gguf_file import GGUFFile
+    from pyllamakv.gguf.reader import GGUFFile
     return weight_device_bytes(GGUFFile(path).tensors) / MIB
 
 
@@ -151,7 +151,7 @@ def test_budget_takes_the_rest_and_keeps_the_logits(path, weights_mib):
 # ---------------------------------------------------------------- command line
 
 def run(*args):
-    from pyllamakv.cli import main
+    from pyllamakv.commands.cli import main
     return CliRunner().invoke(main, list(args))
 
 
@@ -176,7 +176,7 @@ def test_info_splits_the_budget(path, weights_mib):
 
 
 def test_serve_splits_the_budget_between_slots(path, weights_mib):
-    from pyllamakv.gguf_file import GGUFFile
+    from pyllamakv.gguf.reader import GGUFFile
     from pyllamakv.server.slots import slot_budget_mib
     ts = GGUFFile(path).tensors
     assert slot_budget_mib(weights_mib + 400, ts, 4) == pytest.approx(weights_mib + 100)
@@ -192,8 +192,8 @@ def test_sequences_pool_is_the_least_the_core_splits_into_shares(share, n):
     """sequences_pool_bytes: the core's split gives each of n sequences >= share
     bytes (lkv_plan_pool_shares), and one byte less does not. (One sequence has
     the whole pool: the core splits only for n_seq_max > 1, kv/seqs.c.)"""
-    from pyllamakv._native_seqs import pool_shares
-    from pyllamakv.plan import sequences_pool_bytes, share_bytes
+    from pyllamakv.core.native_seqs import pool_shares
+    from pyllamakv.memory.plan import sequences_pool_bytes, share_bytes
     assert sequences_pool_bytes(share, 1) == share == share_bytes(share, 1)
     pool = sequences_pool_bytes(share, n)
     got = pool_shares(pool, [True] * n)
@@ -212,10 +212,10 @@ def _cfg(n_seq, **kw):
 def test_budget_plans_for_every_sequence(path, weights_mib):
     """n_seq_max = 3: all resident only when three whole caches fit (one fitting is
     not enough); else one pool that gives each of the three its minimum."""
-    from pyllamakv.budget import plan_budget, resident_kv_bytes
-    from pyllamakv.gguf_file import GGUFFile
-    from pyllamakv.plan import kv_plan, kv_row_bytes, sequences_pool_bytes
-    from pyllamakv._native import model_params
+    from pyllamakv.memory.budget import plan_budget, resident_kv_bytes
+    from pyllamakv.gguf.reader import GGUFFile
+    from pyllamakv.memory.plan import kv_plan, kv_row_bytes, sequences_pool_bytes
+    from pyllamakv.core.native import model_params
     f = GGUFFile(path)
     hp = model_params(f)
     one_kv = resident_kv_bytes(hp, 2048, kv_row_bytes(hp, "f16"), kv_row_bytes(hp, "f16"))
@@ -243,9 +243,9 @@ def test_budget_plans_for_every_sequence(path, weights_mib):
 def test_auto_pool_plans_for_every_sequence(path):
     """kv_pool_mib='auto' on the CPU: a quarter of each sequence's cache, times
     n_seq_max, which the context then splits into equal shares."""
-    from pyllamakv.plan import PLAN_ALIGN, auto_pool_bytes, kv_plan, share_bytes
-    from pyllamakv._native import model_params
-    from pyllamakv.gguf_file import GGUFFile
+    from pyllamakv.memory.plan import PLAN_ALIGN, auto_pool_bytes, kv_plan, share_bytes
+    from pyllamakv.core.native import model_params
+    from pyllamakv.gguf.reader import GGUFFile
     hp = model_params(GGUFFile(path))
     full = kv_plan(hp, 1024)
     one = auto_pool_bytes(hp, 1024, "cpu", full=full)

@@ -6,8 +6,8 @@ import datetime
 
 import pytest
 
-from pyllamakv.chat import ChatFormatter, ChatTemplateError
-from pyllamakv.tokenizer import Tokenizer
+from pyllamakv.text.chat import ChatFormatter, ChatTemplateError
+from pyllamakv.text.tokenizer import Tokenizer
 
 from _smollm2 import metadata
 

@@ -21,7 +21,7 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 import pyllamakv
-from pyllamakv.chat import GGUF_SOURCE, FALLBACK_SOURCE, ChatFormatter, ChatTemplateError
+from pyllamakv.text.chat import GGUF_SOURCE, FALLBACK_SOURCE, ChatFormatter, ChatTemplateError
 
 USER = [{"role": "user", "content": "hi"}]
 FAST = {"time_limit": 0.5}
@@ -102,7 +102,7 @@ CASES = {
 
 RUNNER = r"""
 import json, sys, time
-from pyllamakv.chat import ChatFormatter, ChatTemplateError
+from pyllamakv.text.chat import ChatFormatter, ChatTemplateError
 normal = ChatFormatter("{% for m in messages %}<{{ m.role }}:{{ m.content }}>{% endfor %}")
 user = [{"role": "user", "content": "hi"}]
 for name, (template, limits) in json.load(sys.stdin).items():
@@ -204,7 +204,7 @@ def test_errors_name_the_template(tok):
 
 @pytest.fixture(scope="module")
 def tok():
-    from pyllamakv.tokenizer import Tokenizer
+    from pyllamakv.text.tokenizer import Tokenizer
     from _smollm2 import metadata
     return Tokenizer.from_metadata(metadata())
 

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 
 def run(*args):
-    from pyllamakv.cli import main
+    from pyllamakv.commands.cli import main
     return CliRunner().invoke(main, list(args))
 
 
@@ -35,7 +35,7 @@ def test_bench_table(path):
 
 
 def test_chat_reads_lines_until_exit(path):
-    from pyllamakv.cli import main
+    from pyllamakv.commands.cli import main
     r = CliRunner().invoke(main, ["chat", "--ctx", "256", "-n", "3", "--temp", "0"],
                            input="Hi\n/exit\n")
     assert r.exit_code == 0, r.output
@@ -54,7 +54,7 @@ def test_errors_are_one_line(path):
 
 def test_subprocess_console_entry(path):
     env = dict(os.environ)
-    r = subprocess.run([sys.executable, "-m", "pyllamakv.cli", "generate", "The capital of "
+    r = subprocess.run([sys.executable, "-m", "pyllamakv.commands.cli", "generate", "The capital of "
                         "France is", "-n", "2", "--temp", "0", "--ctx", "64"],
                        capture_output=True, text=True, env=env, timeout=300,
                        cwd=os.path.dirname(path))
@@ -77,7 +77,7 @@ def test_info_plans_the_auto_pool_and_rejects_bad_pools(path):
 
 def test_every_option_has_help():
     import click
-    from pyllamakv.cli import main
+    from pyllamakv.commands.cli import main
     missing = [(name, p.opts) for name, cmd in main.commands.items() for p in cmd.params
                if isinstance(p, click.Option) and not p.help]
     assert not missing
@@ -95,7 +95,7 @@ def test_generate_says_when_cut_at_n(path):
 
 
 def test_chat_ctrl_c_stops_the_reply_not_the_session():
-    from pyllamakv.chat_repl import run_chat
+    from pyllamakv.commands.chat_repl import run_chat
 
     class FakeLlama:
         n_tokens = 0

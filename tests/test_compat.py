@@ -15,7 +15,8 @@ def llm(path):
 
 
 def test_tuning_arguments_warn_once(path):
-    from pyllamakv import Llama, compat
+    from pyllamakv import Llama
+    from pyllamakv.api import compat
     compat._warned.clear()
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -29,7 +30,7 @@ def test_tuning_arguments_warn_once(path):
 
 def test_unsupported_features_raise(path):
     from pyllamakv import Llama
-    from pyllamakv.compat import UnsupportedFeature
+    from pyllamakv.api.compat import UnsupportedFeature
     for kw in (dict(lora_path="x.gguf"), dict(kv_overrides={"a": 1}), dict(chat_handler=object())):
         with pytest.raises(UnsupportedFeature, match=next(iter(kw))):
             Llama(path, n_ctx=64, **kw)
@@ -74,7 +75,7 @@ def test_stopping_criteria(llm):
 def test_mirostat_runs_and_adapts(llm, mode):
     out = llm("Once upon a time", max_tokens=12, mirostat_mode=mode, mirostat_tau=3.0, seed=1)
     assert out["usage"]["completion_tokens"] >= 1
-    from pyllamakv.mirostat import Mirostat
+    from pyllamakv.engine.mirostat import Mirostat
     m = Mirostat(mode, 3.0, 0.5, 1000)
     rng = np.random.default_rng()
     probs = rng.dirichlet(np.full(1000, 0.1))
@@ -110,7 +111,7 @@ def test_token_nl(llm):
 
 def test_set_cache_restores_the_longest_prefix(path):
     from pyllamakv import Llama
-    from pyllamakv.cache import LlamaRAMCache
+    from pyllamakv.engine.cache import LlamaRAMCache
     with Llama(path, n_ctx=256, seed=1) as m:
         cache = LlamaRAMCache(capacity_bytes=64 << 20)
         m.set_cache(cache)
@@ -131,8 +132,8 @@ def prompt_tokens_cached(cache, m, prompt):
 
 
 def test_ram_cache_evicts_least_recent():
-    from pyllamakv.cache import LlamaRAMCache
-    from pyllamakv.state import LlamaState
+    from pyllamakv.engine.cache import LlamaRAMCache
+    from pyllamakv.engine.state import LlamaState
     c = LlamaRAMCache(capacity_bytes=250)
     mk = lambda: LlamaState(np.zeros(1, np.int32), np.zeros((1, 1), np.float32), 1, b"x" * 100)
     c[[1, 2]], c[[3, 4]] = mk(), mk()

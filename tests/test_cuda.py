@@ -36,7 +36,7 @@ import os
 import numpy as np
 import pytest
 
-from pyllamakv import _native as N
+from pyllamakv.core import native as N
 import kquant_blocks
 import stream_script
 
@@ -58,7 +58,7 @@ MMA_KV_TYPES = ["f16", "bf16", "q8_0", "q4_0"]
 
 def _weight_bytes(rng, type_name: str, rows: int, cols: int, scale: float) -> np.ndarray:
     """rows x cols random weights in `type_name`, as the GGUF byte layout."""
-    from pyllamakv._ffi import ffi, lib
+    from pyllamakv.core.ffi import ffi, lib
     x = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
     if type_name in kquant_blocks.BYTES:    # the library writes no k-quants
         return kquant_blocks.quantize(x, type_name)
@@ -270,8 +270,8 @@ TEXT = ("The history of the printing press begins in the fifteenth century, when
 
 def _tokens(path: str) -> list[int]:
     try:
-        from pyllamakv.gguf_file import GGUFFile
-        from pyllamakv.tokenizer import Tokenizer
+        from pyllamakv.gguf.reader import GGUFFile
+        from pyllamakv.text.tokenizer import Tokenizer
         return Tokenizer.from_metadata(GGUFFile(path).metadata).encode(TEXT)
     except Exception:   # tokenizer unavailable: a fixed pseudo-text
         return [1] + [int(x) for x in np.random.default_rng(5).integers(300, 20000, 140)]
@@ -429,7 +429,7 @@ def _stream_script(m, tokens, pool, ubatch, chunk, n_ctx, type_kv="f16", n_batch
 
 
 def _pools(m, n_ctx, chunk, ubatch, type_kv):
-    from pyllamakv.plan import kv_plan
+    from pyllamakv.memory.plan import kv_plan
     full = kv_plan(m.hparams, n_ctx, type_k=type_kv, type_v=type_kv, n_ubatch=ubatch,
                    kv_chunk=chunk)
     lo = full.min_pool_bytes
@@ -509,7 +509,7 @@ def test_lookup_greedy_equals_plain_greedy_on_cuda(drafter):
     pass where they pay, and may verify none; llama-cpp-python's 2:10 always
     verifies every draft, up to 11 tokens (mvx's slices, attn.cu)."""
     from _smollm2 import require_model_path
-    from pyllamakv.speculative import PromptLookupDecoding
+    from pyllamakv.spec.drafters import PromptLookupDecoding
     from test_speculative import check_greedy_identical
     draft = "lookup" if drafter == "lookup" else PromptLookupDecoding(2, 10)
     check_greedy_identical(require_model_path(), draft, 32, need_accepted=drafter != "lookup",

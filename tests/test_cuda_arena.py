@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from pyllamakv import _native as N
+from pyllamakv.core import native as N
 from arena_script import check_stats, row_sizes, run
 from tiny_models import write_tiny_model
 from _smollm2 import model_path

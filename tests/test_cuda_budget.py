@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from pyllamakv import _native as N
+from pyllamakv.core import native as N
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]
@@ -24,8 +24,8 @@ MIB = 1 << 20
 def nvml():
     """used() -> device bytes in use: NVML's figure (nvidia-ml-py, the test extra), or
     cudaMemGetInfo's total - free where the GPU machine lacks the package."""
-    from pyllamakv import _ffi
-    from pyllamakv.plan import cuda_free_bytes
+    from pyllamakv.core import ffi as _ffi
+    from pyllamakv.memory.plan import cuda_free_bytes
     cuda_free_bytes()            # the CUDA runtime's own context exists before "before"
     try:
         import pynvml
@@ -63,8 +63,8 @@ def hybrid_path(tmp_path_factory):
 
 
 def weights_mib(path: str) -> float:
-    from pyllamakv.budget import weight_device_bytes
-    from pyllamakv.gguf_file import GGUFFile
+    from pyllamakv.memory.budget import weight_device_bytes
+    from pyllamakv.gguf.reader import GGUFFile
     return weight_device_bytes(GGUFFile(path).tensors) / MIB
 
 

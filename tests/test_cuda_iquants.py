@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from pyllamakv import _native as N
+from pyllamakv.core import native as N
 from test_cuda import clear_top1, kl_rows
 from test_quant import rng_for, why
 from tiny_models import ARCHS, write_tiny_model

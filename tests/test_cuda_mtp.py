@@ -14,7 +14,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from pyllamakv import Llama
-from pyllamakv import _native as N
+from pyllamakv.core import native as N
 from test_cuda import _report, kl_rows
 from tiny_qwen35 import write_tiny_qwen35
 

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from pyllamakv import _native as N
+from pyllamakv.core import native as N
 from test_cuda import _report, clear_top1, kl_rows
 from tiny_qwen35 import write_tiny_qwen35
 
@@ -257,7 +257,7 @@ def _script(m, tokens, pool, type_kv="q8_0"):
 @pytest.mark.parametrize("shape", ["tiny", "hd256"])
 @pytest.mark.parametrize("type_kv", ["f16", "q8_0"])
 def test_any_pool_is_bit_identical(models, shape, type_kv):
-    from pyllamakv.plan import kv_plan
+    from pyllamakv.memory.plan import kv_plan
     tokens = np.random.default_rng(14).integers(0, N_VOCAB, 250).tolist()
     with N.Model(models[shape], device="cuda") as m:
         ref, st = _script(m, tokens, None, type_kv)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pyllamakv import Llama
-from pyllamakv import _native as N
+from pyllamakv.core import native as N
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]

@@ -15,7 +15,7 @@ from fractions import Fraction
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from pyllamakv._ffi import ffi, last_error, lib
+from pyllamakv.core.ffi import ffi, last_error, lib
 
 
 def _f32_nearest(x: Fraction) -> np.float32:

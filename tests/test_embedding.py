@@ -14,8 +14,8 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.parametrize("pooling", ["none", "mean", "cls", "last"])
 def test_hidden_states_match_reference(tiny, pooling):
-    from pyllamakv import _native
-    from pyllamakv.embedding import POOLING, _pool
+    from pyllamakv.core import native as _native
+    from pyllamakv.api.embedding import POOLING, _pool
     rng = np.random.default_rng()
     tokens = rng.integers(0, 320, size=int(rng.integers(3, 40))).tolist()
     ref = reference_hidden(tiny, tokens)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from pyllamakv._native import Context, Model
+from pyllamakv.core.native import Context, Model
 from reference import reference_logits
 from tiny_models import ARCHS, write_tiny_model
 

@@ -10,9 +10,9 @@ from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader, GGUFWriter
 
 from pyllamakv import errors
-from pyllamakv._ffi import CDEF, declared_functions, lib
-from pyllamakv._native import Context, Model
-from pyllamakv.gguf_file import GGUFError
+from pyllamakv.core.ffi import CDEF, declared_functions, lib
+from pyllamakv.core.native import Context, Model
+from pyllamakv.gguf.reader import GGUFError
 from tiny_models import write_tiny_model
 
 
@@ -146,7 +146,7 @@ def test_invalid_params(model, kw, match):
 def test_gpu_kernels_checked_by_the_core(model):
     """The core refuses a gpu_kernels value other than 0 / 1 itself (not only
     the Python layer), and the model stays usable."""
-    from pyllamakv._ffi import ffi, lib
+    from pyllamakv.core.ffi import ffi, lib
     p = ffi.new("lkv_context_params *")
     lib.lkv_context_params_init(p)
     assert p.gpu_kernels == 1   # the fast kernels by default
@@ -192,7 +192,7 @@ def test_error_message_is_per_thread():
 
 
 def _fail_type_info(tid):
-    from pyllamakv._ffi import ffi, last_error
+    from pyllamakv.core.ffi import ffi, last_error
     info = ffi.new("lkv_type_info *")
     assert lib.lkv_type_info_get(tid, info) != 0
     return last_error()

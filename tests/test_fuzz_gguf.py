@@ -18,9 +18,9 @@ from gguf.constants import GGML_QUANT_SIZES
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pyllamakv import errors
-from pyllamakv._native import Context, Model
-from pyllamakv.gguf_file import GGUFError, GGUFFile
-from pyllamakv.tokenizer import Tokenizer
+from pyllamakv.core.native import Context, Model
+from pyllamakv.gguf.reader import GGUFError, GGUFFile
+from pyllamakv.text.tokenizer import Tokenizer
 import gguf_craft as gc
 from tiny_models import write_tiny_model
 

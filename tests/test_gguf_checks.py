@@ -14,12 +14,12 @@ from gguf import GGUFValueType as V
 from gguf import quants
 
 from pyllamakv import Llama, errors
-from pyllamakv._native import Context, Model
-from pyllamakv.gguf_file import GGUFError, GGUFFile, TensorInfo
-from pyllamakv.gguf_types import F16_SCALE_FIELDS, TENSOR_TYPES
-from pyllamakv.hparams import model_params
-from pyllamakv.tokenizer import Tokenizer
-from pyllamakv.weight_check import check_finite, nonfinite
+from pyllamakv.core.native import Context, Model
+from pyllamakv.gguf.reader import GGUFError, GGUFFile, TensorInfo
+from pyllamakv.gguf.types import F16_SCALE_FIELDS, TENSOR_TYPES
+from pyllamakv.gguf.hparams import model_params
+from pyllamakv.text.tokenizer import Tokenizer
+from pyllamakv.gguf.weight_check import check_finite, nonfinite
 import gguf_craft as gc
 from _smollm2 import require_model_path
 from tiny_models import write_tiny_model

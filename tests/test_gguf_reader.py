@@ -15,8 +15,8 @@ from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES
 
 import pyllamakv
-from pyllamakv.gguf_file import GGUFError, GGUFFile
-from pyllamakv.gguf_types import TENSOR_TYPES
+from pyllamakv.gguf.reader import GGUFError, GGUFFile
+from pyllamakv.gguf.types import TENSOR_TYPES
 import gguf_craft as gc
 from tiny_models import write_tiny_model
 
@@ -89,7 +89,7 @@ def test_type_table_matches_gguf_py():
 def test_long_vocab_entry_is_linear(tiny, tmp_path):
     """A 300k-character token: read and turned into a tokenizer in bounded time
     (a hang guard: milliseconds here, 46 s when the SPM merges were quadratic)."""
-    from pyllamakv.tokenizer import Tokenizer
+    from pyllamakv.text.tokenizer import Tokenizer
     spec = spec_of(tiny)
     spec.kv("tokenizer.ggml.tokens")[2][300] = "ab" * 150_000
     path = gc.write(spec, tmp_path / "long.gguf")
@@ -106,7 +106,7 @@ def test_long_vocab_entry_is_linear(tiny, tmp_path):
 def _load_in_subprocess(path) -> subprocess.CompletedProcess:
     """GGUFFile(path) in a child with a time bound (the old reader never returned)."""
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(pyllamakv.__file__)))
-    code = ("import sys; from pyllamakv.gguf_file import GGUFFile, GGUFError\n"
+    code = ("import sys; from pyllamakv.gguf.reader import GGUFFile, GGUFError\n"
             "try: GGUFFile(sys.argv[1])\n"
             "except GGUFError as e: print('GGUFError:', e); sys.exit(3)\n")
     return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from _smollm2 import require_model_path
-from pyllamakv._native import Context, Model
+from pyllamakv.core.native import Context, Model
 
 GOLDEN = Path(os.environ.get("PYLLAMAKV_GOLDEN_DIR")
               or Path(__file__).resolve().parents[1].parent / "shared" / "golden")

@@ -9,7 +9,7 @@ from _smollm2 import require_model_path
 llguidance = pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
 
-from pyllamakv.grammar import GrammarError, LlamaGrammar  # noqa: E402
+from pyllamakv.api.grammar import GrammarError, LlamaGrammar  # noqa: E402
 
 PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
           "properties": {"name": {"type": "string", "maxLength": 12},
@@ -76,9 +76,9 @@ def test_grammar_streams_the_same_text(llm):
 def test_mask_matches_the_grammar():
     """The mask allows exactly the tokens whose bytes continue the grammar."""
     path = require_model_path()
-    from pyllamakv.gguf_file import GGUFFile
-    from pyllamakv.grammar import GrammarConstraint
-    from pyllamakv.tokenizer import Tokenizer
+    from pyllamakv.gguf.reader import GGUFFile
+    from pyllamakv.api.grammar import GrammarConstraint
+    from pyllamakv.text.tokenizer import Tokenizer
     tok = Tokenizer.from_metadata(GGUFFile(path).metadata)
     c = GrammarConstraint(LlamaGrammar.from_string('root ::= "ab" [0-9]'), tok, tok.n_vocab)
     allowed = np.nonzero(c.allowed())[0]

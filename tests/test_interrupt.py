@@ -89,8 +89,8 @@ def test_random_interrupts_leave_python_and_c_in_agreement(tiny, pool):
 def test_core_abort_flag(tiny):
     """lkv_context_set_abort: a decode under the flag fails with AbortedError and
     changes nothing; cleared, the same decode gives a fresh context's logits."""
-    from pyllamakv import _native
-    from pyllamakv._ffi import lib
+    from pyllamakv.core import native as _native
+    from pyllamakv.core.ffi import lib
     m = _native.Model(tiny)
     c = _native.Context(m, n_ctx=64, n_threads=1)
     c.decode([1, 2, 3])

@@ -17,8 +17,8 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf import quants
 
-from pyllamakv import _native as N
-from pyllamakv._ffi import ffi, last_error, lib
+from pyllamakv.core import native as N
+from pyllamakv.core.ffi import ffi, last_error, lib
 from reference import reference_logits
 from test_quant import (c_dequantize, c_vec_dot, q8_reference, random_f16, random_floats, rng_for,
                         why)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from pyllamakv._ffi import ffi, lib
-from pyllamakv._native import Context, Model
+from pyllamakv.core.ffi import ffi, lib
+from pyllamakv.core.native import Context, Model
 from test_iquants import IQ_TYPES, random_iq_blocks
 from test_quant import WEIGHT_TYPES, c_vec_dot, random_blocks, random_floats, rng_for, why
 from tiny_models import write_tiny_model

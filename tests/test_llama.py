@@ -161,7 +161,7 @@ def test_bad_arguments(kw, exc, match):
 
 
 def test_cuda_without_a_gpu():
-    from pyllamakv._native import cuda_device_count
+    from pyllamakv.core.native import cuda_device_count
     from pyllamakv.config import LlamaConfig, choose_device
     n = cuda_device_count()
     assert choose_device(LlamaConfig(n_gpu_layers=-1), 30, n) == ("cuda" if n else "cpu")
@@ -182,7 +182,7 @@ def test_missing_default_model_names_the_pip_command(monkeypatch):
 def test_import_is_light():
     import subprocess
     import sys
-    code = "import sys, pyllamakv; print('pyllamakv._ffi' in sys.modules)"
+    code = "import sys, pyllamakv; print('pyllamakv.core.ffi' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

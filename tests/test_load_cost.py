@@ -15,10 +15,10 @@ import pytest
 from gguf import GGUFValueType as V
 
 import gguf_craft as gc
-from pyllamakv import bpe_model
-from pyllamakv.gguf_file import GGUFFile
-from pyllamakv.tokenizer import Tokenizer
-from pyllamakv.vocab import byte_decoder
+from pyllamakv.text import bpe_model
+from pyllamakv.gguf.reader import GGUFFile
+from pyllamakv.text.tokenizer import Tokenizer
+from pyllamakv.gguf.vocab import byte_decoder
 
 TEXT = "the quick brown fox 12 jumps over the lazy dog"
 

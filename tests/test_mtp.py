@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pyllamakv import Llama
-from pyllamakv._native import Context, Model
+from pyllamakv.core.native import Context, Model
 from pyllamakv.errors import UnsupportedError
 from reference_mtp import reference_mtp_draft
 from tiny_qwen35 import write_tiny_qwen35
@@ -169,9 +169,9 @@ def test_hybrid_speculation_rolls_back_partly_kept_drafts(path):
 
 
 def test_gpu_memory_budget_counts_the_mtp_block(path):
-    from pyllamakv.budget import granule, plan_budget
+    from pyllamakv.memory.budget import granule, plan_budget
     from pyllamakv.config import LlamaConfig
-    from pyllamakv.plan import kv_row_bytes
+    from pyllamakv.memory.plan import kv_row_bytes
     with Model(path) as m:
         hp, tensors = m.hparams, m.file.tensors
     cfg = LlamaConfig(256, n_batch=64, n_ubatch=64, type_k="q8_0", type_v="f16",

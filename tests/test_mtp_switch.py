@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pyllamakv import Llama
-from pyllamakv._native import Context, Model, cuda_device_count
+from pyllamakv.core.native import Context, Model, cuda_device_count
 from pyllamakv.errors import UnsupportedError
 from test_mtp import _greedy
 from tiny_qwen35 import write_tiny_qwen35

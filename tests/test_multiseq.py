@@ -10,9 +10,9 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from pyllamakv import errors
-from pyllamakv._native import Context, Model, row_bytes
-from pyllamakv._native_seqs import pool_shares
-from pyllamakv.batch import Batch
+from pyllamakv.core.native import Context, Model, row_bytes
+from pyllamakv.core.native_seqs import pool_shares
+from pyllamakv.engine.batch import Batch
 from multiseq_script import compare, context_factory, make_script, run_alone, run_batched
 from tiny_models import write_tiny_model
 from _smollm2 import require_model_path

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from pyllamakv import Llama, errors
-from pyllamakv.cli import main
+from pyllamakv.commands.cli import main
 from pyllamakv.config import LlamaConfig
 from pyllamakv.server import ServerSettings
 
@@ -41,7 +41,7 @@ def test_llama_and_server_settings_give_the_config_message(kw, match):
 
 
 def test_context_gives_the_config_message():
-    from pyllamakv._native import Context
+    from pyllamakv.core.native import Context
     ref = _message(lambda: LlamaConfig(gpu_kernels="turbo"))
     assert "gpu_kernels must be 'exact'" in ref
     assert _message(lambda: Context(None, gpu_kernels="turbo")) == ref

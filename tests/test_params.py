@@ -72,7 +72,7 @@ def test_logit_bias_that_bans_every_token_is_refused(llm):
 
 
 def test_no_token_from_an_empty_or_nan_distribution():
-    from pyllamakv.sampling import Sampler, SamplingParams
+    from pyllamakv.engine.sampling import Sampler, SamplingParams
     for temp in (0.0, 0.8):
         s = Sampler(SamplingParams(temperature=temp, logit_bias={0: -math.inf}), 4)
         with pytest.raises(errors.InvalidArgumentError, match="-inf"):
@@ -118,7 +118,7 @@ def test_bad_token_arguments(llm, tokens, exc, match):
 
 
 def test_native_context_parameters_are_named(tiny):
-    from pyllamakv import _native
+    from pyllamakv.core import native as _native
     m = _native.Model(tiny)
     with pytest.raises(errors.ParameterError, match="n_ctx"):
         _native.Context(m, n_ctx=2**31)
@@ -146,7 +146,7 @@ def test_too_many_threads_are_clamped_with_a_warning(tiny):
 
 def test_pool_larger_than_the_cache_is_clamped_with_a_warning(tiny):
     from pyllamakv import Llama
-    from pyllamakv.plan import kv_plan
+    from pyllamakv.memory.plan import kv_plan
     with pytest.warns(RuntimeWarning, match="kv_pool_mib=3000 exceeds the whole KV cache"):
         llm = Llama(tiny, n_ctx=64, n_threads=1, kv_pool_mib=3000)
     with llm:

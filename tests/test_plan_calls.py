@@ -6,7 +6,8 @@ import warnings
 import pytest
 
 from tiny_models import write_tiny_model
-from pyllamakv import Llama, plan
+from pyllamakv import Llama
+from pyllamakv.memory import plan
 from pyllamakv.errors import PoolTooSmallError
 
 

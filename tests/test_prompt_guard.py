@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from pyllamakv import text_pieces
+from pyllamakv.text import pieces as text_pieces
 from pyllamakv.errors import ContextFullError
-from pyllamakv.tokenizer import Tokenizer
+from pyllamakv.text.tokenizer import Tokenizer
 
 from _smollm2 import metadata, require_model_path
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pyllamakv import Llama, errors
-from pyllamakv._native import Context
+from pyllamakv.core.native import Context
 
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def add(a, b):",
            "Water boils at", [1, 504, 3458, 282]]   # the last one as token ids

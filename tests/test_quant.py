@@ -12,7 +12,7 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf import quants
 
-from pyllamakv._ffi import ffi, last_error, lib
+from pyllamakv.core.ffi import ffi, last_error, lib
 
 SEED = int(os.environ.get("PYLLAMAKV_TEST_SEED", np.random.SeedSequence().entropy))
 

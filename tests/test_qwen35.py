@@ -9,10 +9,10 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import quants
 
-from pyllamakv import _native
-from pyllamakv._native import Context, Model
+from pyllamakv.core import native as _native
+from pyllamakv.core.native import Context, Model
 from pyllamakv.errors import InvalidArgumentError, ShapeError
-from pyllamakv.gguf_file import GGUFError
+from pyllamakv.gguf.reader import GGUFError
 from reference_qwen35 import reference_logits_qwen35
 from tiny_qwen35 import Qwen35Config, gguf_tensors, hf_weights, write_gguf, write_tiny_qwen35
 
@@ -247,8 +247,8 @@ def test_missing_metadata_is_named(tmp_path, monkeypatch):
 
 
 def test_info_says_the_kv_covers_attention_layers(tiny):
-    from pyllamakv.info import describe
-    from pyllamakv.plan import kv_bytes_per_token
+    from pyllamakv.commands.info import describe
+    from pyllamakv.memory.plan import kv_bytes_per_token
     text = "\n".join(describe(str(tiny), n_ctx=1024, kv_pool_mib=0.25))
     assert "KV layers:     2 of 8" in text
     assert "recurrent state" in text
@@ -257,7 +257,7 @@ def test_info_says_the_kv_covers_attention_layers(tiny):
 
 
 def test_auto_pool_leaves_room_for_the_recurrent_state(tiny, monkeypatch):
-    from pyllamakv import plan
+    from pyllamakv.memory import plan
     hp = _native.model_params(_native.GGUFFile(tiny))
     state = plan.recurrent_bytes(hp)
     assert state > 0

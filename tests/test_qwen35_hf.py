@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 qwen3_5 = pytest.importorskip("transformers.models.qwen3_5")
 
-from pyllamakv._native import Context, Model  # noqa: E402
+from pyllamakv.core.native import Context, Model  # noqa: E402
 from tiny_qwen35 import Qwen35Config, gguf_tensors, hf_weights, write_gguf  # noqa: E402
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pyllamakv.sampling import Sampler, SamplingParams, log_softmax, top_logprobs
+from pyllamakv.engine.sampling import Sampler, SamplingParams, log_softmax, top_logprobs
 
 RNG = np.random.default_rng()           # fresh per run
 OFF = dict(top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from pyllamakv import errors
-from pyllamakv._native import Model
+from pyllamakv.core.native import Model
 from pyllamakv.llama import Llama
-from pyllamakv.seq_batch import SharedContext
+from pyllamakv.engine.seq_batch import SharedContext
 from _smollm2 import require_model_path
 
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def add(a, b):"]

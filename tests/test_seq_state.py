@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pyllamakv import Llama, errors
-from pyllamakv._native import Context, row_bytes
+from pyllamakv.core.native import Context, row_bytes
 from tiny_models import tiny_model_fixture
 from _smollm2 import model_path, require_model_path
 

@@ -211,7 +211,7 @@ def test_settings_are_checked():
 
 def test_serve_command_checks_its_options():
     from click.testing import CliRunner
-    from pyllamakv.cli import main
+    from pyllamakv.commands.cli import main
     r = CliRunner().invoke(main, ["serve", "--help"])
     assert r.exit_code == 0 and "--parallel" in r.output and "--api-key" in r.output
     r = CliRunner().invoke(main, ["serve", "--parallel", "0"])

@@ -18,7 +18,7 @@ import bench_speculative as bs  # noqa: E402
 import spec_tasks  # noqa: E402
 
 from pyllamakv import Llama  # noqa: E402
-from pyllamakv.speculative import PromptLookupDecoding  # noqa: E402
+from pyllamakv.spec.drafters import PromptLookupDecoding  # noqa: E402
 
 
 def test_lookup_greedy_equals_plain_on_a_code_edit_task():

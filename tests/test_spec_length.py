@@ -1,5 +1,5 @@
 """spec_length.DraftLength: the draft length chosen from the learned cost of a
-pass and the acceptance so far (pyllamakv/spec_length.py), and the adaptive
+pass and the acceptance so far (pyllamakv/spec/length.py), and the adaptive
 prompt lookup it drives on the default model."""
 import numpy as np
 import pytest
@@ -8,8 +8,8 @@ from hypothesis import given, settings, strategies as st
 from _smollm2 import require_model_path
 
 from pyllamakv import Llama
-from pyllamakv.spec_length import PRIOR_SLOPE, DraftLength
-from pyllamakv.speculative import PromptLookupDecoding
+from pyllamakv.spec.length import PRIOR_SLOPE, DraftLength
+from pyllamakv.spec.drafters import PromptLookupDecoding
 
 
 def _train(dl: DraftLength, cost, accept: float, rng, passes: int = 200, match: int = 3) -> None:

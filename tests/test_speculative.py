@@ -10,10 +10,10 @@ from _smollm2 import require_model_path
 from tiny_models import write_tiny_model
 
 from pyllamakv import Llama
-from pyllamakv import spec_decode
-from pyllamakv._native import Context, Model
+from pyllamakv.spec import verify as spec_decode
+from pyllamakv.core.native import Context, Model
 from pyllamakv.errors import InvalidArgumentError, UnsupportedError
-from pyllamakv.speculative import (DraftModel, PromptLookupDecoding, VocabMismatchError,
+from pyllamakv.spec.drafters import (DraftModel, PromptLookupDecoding, VocabMismatchError,
                                    default_lookup)
 
 
@@ -279,7 +279,7 @@ def test_sampled_tokens_keep_the_target_distribution(tiny, monkeypatch):
 def test_cli_draft_lookup_and_errors():
     require_model_path()
     from click.testing import CliRunner
-    from pyllamakv.cli import main
+    from pyllamakv.commands.cli import main
 
     def run(*args):
         return CliRunner().invoke(main, ["generate", PROMPTS[1], "-n", "8", "--temp", "0",

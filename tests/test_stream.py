@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyllamakv import errors
-from pyllamakv._ffi import ffi, lib
-from pyllamakv._native import Context, Model, row_bytes
+from pyllamakv.core.ffi import ffi, lib
+from pyllamakv.core.native import Context, Model, row_bytes
 import stream_script
 from tiny_models import tiny_model_fixture
 from _smollm2 import model_path

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from pyllamakv._native import Context, Model
+from pyllamakv.core.native import Context, Model
 from tiny_models import write_tiny_model
 
 

@@ -70,7 +70,8 @@ def test_close_from_another_thread_mid_decode(tiny):
     no crash; the decoding thread finishes its step or gets ClosedError."""
     out = _subprocess(f"""
         import threading, time, numpy as np
-        from pyllamakv import Llama, _native, errors
+        from pyllamakv import Llama, errors
+        from pyllamakv.core import native as _native
         rng = np.random.default_rng(1)
         toks = [int(t) for t in rng.integers(3, 320, 1000)]
         outcomes = []
@@ -155,7 +156,7 @@ def test_every_call_after_close_raises_closed(tiny):
 
 
 def test_closed_native_handles_raise_closed(tiny):
-    from pyllamakv import _native
+    from pyllamakv.core import native as _native
     m = _native.Model(tiny)
     c = _native.Context(m, n_ctx=16, n_threads=1)
     c.close()

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyllamakv.pretokenizer import pre_tokenizer, split_words
-from pyllamakv.tokenizer import IncrementalDecoder, Tokenizer
+from pyllamakv.text.pretokenizer import pre_tokenizer, split_words
+from pyllamakv.text.tokenizer import IncrementalDecoder, Tokenizer
 
 from _smollm2 import golden_tokens, metadata
 

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("llguidance")
 
-from pyllamakv.response import Piece  # noqa: E402
-from pyllamakv.tool_stream import ToolStream, tool_chat_chunks  # noqa: E402
-from pyllamakv.tools import parse_tool_calls, plan_tools  # noqa: E402
+from pyllamakv.api.response import Piece  # noqa: E402
+from pyllamakv.api.tool_stream import ToolStream, tool_chat_chunks  # noqa: E402
+from pyllamakv.api.tools import parse_tool_calls, plan_tools  # noqa: E402
 from test_tools import LLAMA3_LIKE, MISTRAL_LIKE, QWEN_LIKE, TIME, WEATHER  # noqa: E402
 
 H_TWO = ('Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", '

@@ -7,7 +7,7 @@ from _smollm2 import require_model_path
 
 pytest.importorskip("llguidance")
 
-from pyllamakv.tools import ToolError, parse_tool_calls, plan_tools, template_family  # noqa: E402
+from pyllamakv.api.tools import ToolError, parse_tool_calls, plan_tools, template_family  # noqa: E402
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",

@@ -1,7 +1,7 @@
-"""The micro-batch chosen when n_ubatch is left unset (pyllamakv/ubatch.py)."""
+"""The micro-batch chosen when n_ubatch is left unset (pyllamakv/memory/ubatch.py)."""
 from __future__ import annotations
 
-from pyllamakv.ubatch import activation_bytes_per_token, choose_ubatch
+from pyllamakv.memory.ubatch import activation_bytes_per_token, choose_ubatch
 
 HP = dict(n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_ff=14336)
 

@@ -132,10 +132,10 @@ def _add_vocab(w: GGUFWriter, n_vocab: int) -> None:
 
 def tiny_model_fixture(arch: str, n_layer: int, **model_kw):
     """A module-scoped fixture: a fresh tiny random model (Q8_0 weights) of arch with
-    n_layer layers, opened as pyllamakv._native.Model(path, **model_kw)."""
+    n_layer layers, opened as pyllamakv.core.native.Model(path, **model_kw)."""
     @pytest.fixture(scope="module")
     def tiny(tmp_path_factory):
-        from pyllamakv._native import Model
+        from pyllamakv.core.native import Model
         path = write_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny.gguf", arch, T.Q8_0,
                                 n_layer=n_layer)
         with Model(path, **model_kw) as m:

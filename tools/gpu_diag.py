@@ -7,7 +7,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from test_cuda import write_tiny_model  # noqa: E402
-from pyllamakv import _native as N  # noqa: E402
+from pyllamakv.core import native as N  # noqa: E402
 
 
 def run(path, dev, toks, chunks, kv, n_batch=64, n_ubatch=32, kv_chunk=64):

@@ -10,7 +10,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from test_golden import GOLDEN, _model_path, score  # noqa: E402
-from pyllamakv._native import Context, Model  # noqa: E402
+from pyllamakv.core.native import Context, Model  # noqa: E402
 
 golden = json.loads((GOLDEN / "smollm2_teacher_forced.json").read_text())
 out = {}

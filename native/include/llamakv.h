@@ -1,7 +1,7 @@
 /*
  * llamakv.h: the C ABI of the pyllamakv core.
  *
- * This header is the single source of the ABI: pyllamakv/_ffi.py reads the
+ * This header is the single source of the ABI: pyllamakv/core/ffi.py reads the
  * declarations between the two LKV_CDEF marker lines below and hands them to
  * cffi (ABI mode). Keep that region plain C that cffi's parser accepts: no
  * preprocessor directives, no function-like macros, no inline functions.

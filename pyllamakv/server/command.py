@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli_values import memory_option, pool_mib
+from ..commands.values import memory_option, pool_mib
 
 
 @click.command()

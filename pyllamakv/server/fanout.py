@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..prompt_list import is_prompt_list
+from ..api.prompt_list import is_prompt_list
 
 MAX_N = 128          # OpenAI's bound on n
 SEED_SPAN = 0xFFFFFFFF   # seeds are in [0, 0xFFFFFFFE]; 0xFFFFFFFF (and -1) mean random

@@ -26,13 +26,13 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterator
 
-from .._native import GGUFFile, Model, cuda_device_count, model_params
+from ..core.native import GGUFFile, Model, cuda_device_count, model_params
 from ..config import LlamaConfig, choose_device
 from ..default_model import default_model_path
 from ..llama import Llama
-from ..seq_batch import SharedContext
+from ..engine.seq_batch import SharedContext
 from .settings import ServerSettings
-from ..speculative import make_drafter
+from ..spec.drafters import make_drafter
 from .speculation import DRAFT, LOOKUP, MTP, SpecRequest, check_available
 
 
@@ -126,7 +126,7 @@ class SlotLlama(Llama):
 def slot_budget_mib(budget_mib: float, tensors, parallel: int) -> float:
     """Each slot's gpu_memory_mib: the weights (loaded once, counted by every slot)
     and an equal share of what they leave of the server's budget."""
-    from ..budget import MIB, weight_device_bytes
+    from ..memory.budget import MIB, weight_device_bytes
     from ..errors import MemoryBudgetError
     w = weight_device_bytes(tensors) / MIB
     if w > budget_mib:

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..speculative import default_lookup
+from ..spec.drafters import default_lookup
 
 LOOKUP, DRAFT, MTP, NONE = "ngram-simple", "draft-simple", "mtp", "none"
 ALIASES = {"lookup": LOOKUP, "draft": DRAFT, LOOKUP: LOOKUP, DRAFT: DRAFT, MTP: MTP, NONE: NONE}

@@ -1,0 +1,1 @@
+"""OpenAI-shaped requests: completion, chat, tools, grammar, embeddings."""

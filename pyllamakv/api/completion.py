@@ -1,0 +1,163 @@
+"""The completion loop: prompt tokens -> pieces of text, stop strings, logprobs.
+
+``completion_pieces`` drives ``Llama.generate`` and decides when to stop: an
+end-of-generation token or a chat template's stop token ("stop"), a stop
+string ("stop"; the text is cut before it), max_tokens or a full context
+("length"). Streamed text is decoded incrementally, so a UTF-8 character
+split across tokens comes out whole, and a tail that may begin a stop string
+is held back until it is known not to.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import ContextFullError, ParameterError
+from .response import Piece, Usage
+from ..engine.sampling import Sampler, log_softmax, top_logprobs
+from ..text.tokenizer import IncrementalDecoder, Tokenizer
+
+if TYPE_CHECKING:
+    from ..llama import Llama
+
+
+class StopScanner:
+    """Cuts text at the first stop string; holds back a tail that may start one."""
+
+    def __init__(self, stops: Iterable[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self._pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """(text safe to emit now, whether a stop string was hit)."""
+        buf = self._pending + text
+        hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self._pending = ""
+            return buf[:min(hits)], True
+        keep = 0
+        for s in self.stops:   # longest tail of buf that is a proper prefix of a stop
+            for n in range(min(len(s) - 1, len(buf)), keep, -1):
+                if buf.endswith(s[:n]):
+                    keep = n
+                    break
+        self._pending = buf[len(buf) - keep:]
+        return buf[:len(buf) - keep], False
+
+    def flush(self) -> str:
+        out, self._pending = self._pending, ""
+        return out
+
+
+class LogprobTracker:
+    """llama-cpp-python's logprobs lists (tokens, text_offset, token_logprobs,
+    top_logprobs) for the tokens of a completion; inert when n is None."""
+
+    def __init__(self, tokenizer: Tokenizer, n: int | None) -> None:
+        self.tokenizer, self.n, self.offset = tokenizer, n, 0
+
+    def _text(self, token: int) -> str:
+        return self.tokenizer.decode([token]).decode("utf-8", "ignore")
+
+    def _lists(self, entries) -> dict:
+        out = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+        for token, raw_len, logits in entries:
+            out["tokens"].append(self._text(token))
+            out["text_offset"].append(self.offset)
+            self.offset += raw_len
+            if logits is None:
+                out["token_logprobs"].append(None)
+                out["top_logprobs"].append(None)
+                continue
+            logp = log_softmax(logits)
+            top = {self._text(i): lp for i, lp in top_logprobs(logits, self.n)}
+            top[self._text(token)] = float(logp[token])
+            out["token_logprobs"].append(float(logp[token]))
+            out["top_logprobs"].append(top)
+        return out
+
+    def prompt(self, tokens: Sequence[int], rows: np.ndarray) -> dict | None:
+        """Prompt tokens' logprobs; rows[i] are the logits after prompt token i."""
+        if self.n is None:
+            return None
+        return self._lists((t, len(self._text(t)), rows[i - 1] if i else None)
+                           for i, t in enumerate(tokens))
+
+    def token(self, token: int, raw: str, logits: np.ndarray) -> dict | None:
+        return None if self.n is None else self._lists([(token, len(raw), logits)])
+
+
+def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens: int | None,
+                      stop: str | Sequence[str] | None, echo: bool, logprobs: int | None,
+                      sampler: Sampler, stop_ids: Sequence[int] = (),
+                      stopping_criteria=None) -> Iterator[Piece]:
+    """Pieces of a completion of prompt; the last one has the finish_reason.
+    stopping_criteria: llama-cpp-python's f(input_ids, logits) -> bool (or a list
+    of them), asked after each token; True ends the completion ("stop")."""
+    n_ctx = llm._n_ctx
+    if len(prompt) == 0:
+        raise ParameterError("the prompt is empty")
+    if len(prompt) >= n_ctx:
+        raise ContextFullError(f"Requested tokens ({len(prompt)}) exceed context window of {n_ctx}")
+    if logprobs is not None and not llm.config.logits_all:
+        raise ParameterError("logprobs needs a Llama created with logits_all=True")
+    room = n_ctx - len(prompt)
+    max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
+    usage.prompt_tokens, usage.completion_tokens = len(prompt), 0
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    scanner, decoder = StopScanner(stops), IncrementalDecoder(llm.tokenizer)
+    ends = set(llm.tokenizer.eog_ids) | set(stop_ids)
+    lp = LogprobTracker(llm.tokenizer, logprobs)
+
+    tokens = llm._generate(prompt, sampler)
+    first = next(tokens)                       # prefill, then the first sample
+    if echo:
+        text = IncrementalDecoder(llm.tokenizer).feed(prompt)
+        yield Piece(text, lp.prompt(prompt, llm._hist.scores()))
+    reason, hit, token = "length", False, first
+    while True:
+        if token in ends:
+            reason = "stop"
+            break
+        usage.completion_tokens += 1
+        raw = decoder.feed(token)
+        text, hit = scanner.feed(raw)
+        yield Piece(text, lp.token(token, raw, llm._hist.last_logits()))
+        if hit:
+            reason = "stop"
+            break
+        if stopping_criteria is not None and _stop_asked(stopping_criteria, llm):
+            reason = "stop"
+            break
+        if usage.completion_tokens >= max_tokens:
+            break
+        token = next(tokens)
+    tokens.close()
+    tail = ""
+    if not hit:   # release what was held back: no stop string came
+        tail, hit = scanner.feed(decoder.flush())
+        tail += "" if hit else scanner.flush()
+        reason = "stop" if hit else reason
+    yield Piece(tail, None, reason)
+    if llm.cache is not None:          # the whole completion was read: keep where it ended
+        llm.cache[llm.input_ids.tolist()] = llm.save_state()
+
+
+def _stop_asked(criteria, llm: "Llama") -> bool:
+    fns = criteria if isinstance(criteria, (list, tuple)) else [criteria]
+    ids, logits = np.asarray(llm._hist.input_ids(), np.intc), llm._hist.last_logits()
+    return any(bool(f(ids, logits)) for f in fns)
+
+
+def run_pieces(llm: "Llama", make_pieces: Callable[[], Iterator[Piece]], stream: bool,
+               shape_stream: Callable, shape_full: Callable):
+    """Non-streamed: every piece under the Llama's lock. Streamed: the checks and
+    the prefill now, then a stream that holds the Llama until it ends."""
+    def start() -> Iterator[Piece]:
+        pieces = make_pieces()
+        return itertools.chain([next(pieces)], pieces)
+    if stream:
+        return llm._guard.stream(lambda: shape_stream(start()))
+    return llm._guard.call(lambda: shape_full(start()))

@@ -1,0 +1,141 @@
+"""The OpenAI-style requests of a Llama: completions, chat completions, embeddings.
+
+A mixin of ``Llama`` (llama.py), which owns the model, the context, the
+history and the sampler; these methods turn requests into token streams
+(completion.py) and shape them into llama-cpp-python's dicts (response.py).
+Chat goes through the model's template (chat.py), with grammars
+(grammar.py) and tool calls (tools.py) where asked.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .completion import completion_pieces, run_pieces
+from .compat import check_extra_kwargs
+from ..config import CompletionConfig, tokens_arg
+from .embedding import create_embedding, embed
+from .grammar import LlamaGrammar, response_format_grammar
+from ..engine.guard import guarded
+from .prompt_list import complete_prompts, is_prompt_list
+from .response import (Usage, chat_chunks, chat_response, completion_chunks,
+                       completion_response, with_tool_calls)
+from .tool_stream import tool_chat_chunks
+from .tools import normalize_messages, plan_tools
+
+
+# Llama.sampler's parameters, spelled as the requests spell them
+SAMPLING_ARGS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
+                 "presence_penalty", "frequency_penalty", "logit_bias", "seed", "grammar",
+                 "mirostat_mode", "mirostat_tau", "mirostat_eta", "logits_processor")
+
+
+def sampling_args(args: dict) -> dict:
+    """The sampler's keyword arguments among a request's (its locals())."""
+    return {k: args[k] for k in SAMPLING_ARGS}
+
+
+class OpenAIMethods:
+    def _prompt_tokens(self, prompt: str | bytes | Sequence[int]) -> list[int]:
+        if isinstance(prompt, (str, bytes)):
+            return self.tokenizer.encode(prompt.encode() if isinstance(prompt, str) else prompt,
+                                         add_bos=True, special=True, max_tokens=self._n_ctx)
+        return tokens_arg("prompt", prompt, self._model.n_vocab)
+
+    def create_completion(self, prompt: str | bytes | Sequence[int] | list, suffix: None = None,
+                          max_tokens: int | None = 16, temperature: float = 0.8,
+                          top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
+                          logprobs: int | None = None, echo: bool = False,
+                          stop: str | list[str] | None = None, frequency_penalty: float = 0.0,
+                          presence_penalty: float = 0.0, repeat_penalty: float = 1.0,
+                          top_k: int = 40, stream: bool = False, seed: int | None = None,
+                          logit_bias: dict | None = None, model: str | None = None,
+                          grammar: LlamaGrammar | None = None, mirostat_mode: int = 0,
+                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+                          logits_processor=None, stopping_criteria=None, **llama_cpp_kwargs):
+        """A text completion dict, or with stream=True an iterator of chunks. A list
+        of prompts gives one choice per prompt (prompt_list.py)."""
+        check_extra_kwargs("create_completion", llama_cpp_kwargs)
+        c = CompletionConfig(max_tokens, stop, echo, logprobs, stream, suffix)
+        if is_prompt_list(prompt):   # one choice per prompt (prompt_list.py)
+            args = sampling_args(locals())
+            return complete_prompts(self, prompt, c, lambda: self.sampler(**args),
+                                    model or self.model_path, stopping_criteria)
+        tokens = self._prompt_tokens(prompt)
+        sampler = self.sampler(**sampling_args(locals()))
+        usage, name, lp = Usage(), model or self.model_path, c.logprobs is not None
+        self._from_cache(tokens)
+        return run_pieces(
+            self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, c.stop, c.echo,
+                                            c.logprobs, sampler,
+                                            stopping_criteria=stopping_criteria),
+            c.stream, lambda p: completion_chunks(p, name, usage, lp),
+            lambda p: completion_response(p, name, usage, lp))
+
+    __call__ = create_completion
+
+    def create_chat_completion(self, messages: list[dict], temperature: float = 0.2,
+                               top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
+                               typical_p: float = 1.0, stream: bool = False,
+                               stop: str | list[str] | None = None, seed: int | None = None,
+                               max_tokens: int | None = None, presence_penalty: float = 0.0,
+                               frequency_penalty: float = 0.0, repeat_penalty: float = 1.0,
+                               logit_bias: dict | None = None, logprobs: bool = False,
+                               top_logprobs: int | None = None, model: str | None = None,
+                               response_format: dict | None = None,
+                               grammar: LlamaGrammar | None = None, tools: list | None = None,
+                               tool_choice: str | dict | None = None,
+                               functions: list | None = None,
+                               function_call: str | dict | None = None,
+                               mirostat_mode: int = 0, mirostat_tau: float = 5.0,
+                               mirostat_eta: float = 0.1, logits_processor=None,
+                               stopping_criteria=None, **llama_cpp_kwargs):
+        """A chat.completion dict, or with stream=True an iterator of chunks.
+        response_format / grammar constrain the reply (grammar.py); tools,
+        tool_choice and the legacy functions / function_call give tool calls
+        (tools.py)."""
+        self._open()
+        check_extra_kwargs("create_chat_completion", llama_cpp_kwargs)
+        c = CompletionConfig(max_tokens, stop, False, top_logprobs, stream)
+        logprobs = bool(logprobs)
+        plan = plan_tools(self._chat.template, tools, tool_choice, functions, function_call)
+        if plan is not None and plan.grammar is not None:
+            grammar = plan.grammar
+        elif response_format is not None:
+            if grammar is not None:
+                raise ValueError("give response_format or grammar, not both")
+            grammar = response_format_grammar(response_format)
+        chat = self._chat.format(normalize_messages(messages, plan), add_generation_prompt=True,
+                                 **(plan.template_vars if plan else {}))
+        prompt = chat.prompt + (plan.prompt_suffix if plan else "")
+        tokens = self.tokenizer.encode(prompt.encode(), add_bos=not chat.added_special,
+                                       special=True, max_tokens=self._n_ctx)
+        stops = list(chat.stop) + c.stop
+        sampler = self.sampler(**sampling_args(locals()))
+        n_lp = (c.logprobs or 0) if logprobs else None
+        usage, name = Usage(), model or self.model_path
+        self._from_cache(tokens)
+        if plan is not None:     # the reply parsed for tool calls (streamed: tool_stream.py)
+            return run_pieces(
+                self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,
+                                                n_lp, sampler, chat.stop_token_ids,
+                                                stopping_criteria=stopping_criteria),
+                c.stream, lambda p: tool_chat_chunks(p, plan, name),
+                lambda p: with_tool_calls(chat_response(p, name, usage, logprobs), plan))
+        return run_pieces(
+            self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,
+                                            n_lp, sampler, chat.stop_token_ids,
+                                            stopping_criteria=stopping_criteria),
+            c.stream, lambda p: chat_chunks(p, name, usage, logprobs),
+            lambda p: chat_response(p, name, usage, logprobs))
+
+    @guarded
+    def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,
+              return_count: bool = False):
+        """Embeddings of input (embedding.py); needs embedding=True."""
+        return embed(self, input, normalize, truncate, return_count)
+
+    @guarded
+    def create_embedding(self, input: str | list[str], model: str | None = None) -> dict:
+        """OpenAI's embedding response for input; needs embedding=True."""
+        return create_embedding(self, input, model)
+

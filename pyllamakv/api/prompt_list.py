@@ -1,0 +1,134 @@
+"""create_completion over a list of prompts, as OpenAI's completions take it:
+one choice per prompt, choice i (``index`` i) for prompt i, and one usage
+summing them all.
+
+With ``Llama(n_seq_max=N)``, N > 1, up to N prompts run at once, each as a
+sequence of the Llama's one context (lanes.py): their prefills and their
+decode steps go through batched decodes. Prompt i takes sequence i of its
+group, sequence 0 being the Llama's own, so afterwards the Llama holds the
+first prompt of the last group and its completion, and each other sequence
+its own (kept for the next list's prefixes). With n_seq_max = 1, logits_all
+(logprobs), stopping_criteria (which would see a lane's next token decoded
+early by another lane's step), or on a server slot, the prompts run one
+after another, each as a single-prompt call would. Batched groups use
+neither the prompt cache nor speculation, and leave llm.timings as it was. Either way prompt i's sampler is made i-th, so
+seeds drawn from the Llama's generator are those of one call per prompt,
+and greedy texts are the same as one call per prompt.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterator
+
+from .completion import completion_pieces
+from ..config import CompletionConfig
+from ..engine.lanes import Lane, Stepper, lane_history, own_sequence_history
+from .response import Piece, Usage, completion_chunks, completion_response
+
+
+def is_prompt_list(prompt: Any) -> bool:
+    """A list of prompts (strings, bytes or token lists), not one token list."""
+    return (isinstance(prompt, (list, tuple)) and len(prompt) > 0
+            and all(isinstance(p, (str, bytes, list, tuple)) for p in prompt))
+
+
+def complete_prompts(llm, prompts: list, c: CompletionConfig, make_sampler: Callable,
+                     name: str, stopping_criteria=None):
+    """The completion dict (or with c.stream the chunks) of every prompt."""
+    tokens = [llm._prompt_tokens(p) for p in prompts]
+    samplers = [make_sampler() for _ in tokens]
+    usages = [Usage() for _ in tokens]
+    lp = c.logprobs is not None
+
+    def pieces(engine, i: int) -> Iterator[Piece]:
+        return completion_pieces(engine, tokens[i], usages[i], c.max_tokens, c.stop, c.echo,
+                                 c.logprobs, samplers[i], stopping_criteria=stopping_criteria)
+
+    groups = _groups(llm, len(tokens), stopping_criteria is None)
+    if c.stream:
+        def start() -> Iterator[dict]:
+            chunks = _chunks(llm, groups, tokens, pieces, name, usages, lp)
+            return itertools.chain([next(chunks)], chunks)
+        return llm._guard.stream(start)
+
+    def full() -> dict:
+        out: list[list[Piece]] = [[] for _ in tokens]
+        for group in groups:
+            for i, piece in _run_group(llm, group, tokens, pieces):
+                out[i].append(piece)
+        return _merge([completion_response(iter(out[i]), name, usages[i], lp)
+                       for i in range(len(tokens))], usages)
+    return llm._guard.call(full)
+
+
+def _groups(llm, n: int, batchable: bool) -> list[range]:
+    cfg = llm.config
+    width = cfg.n_seq_max if (batchable and cfg.n_seq_max > 1 and not cfg.logits_all and n > 1
+                              and hasattr(llm._ctx, "decode_batch")) else 1
+    return [range(a, min(n, a + width)) for a in range(0, n, width)]
+
+
+def _run_group(llm, group: range, tokens: list, make) -> Iterator[tuple[int, Any]]:
+    """(prompt index, item) of the group's prompts, interleaved, where make(engine,
+    i) gives prompt i's pieces or chunks; one item of each prompt in turn."""
+    if len(group) == 1:                  # the Llama's own path: prompt cache, speculation
+        i = group[0]
+        llm._from_cache(tokens[i])
+        for item in make(llm, i):
+            yield i, item
+        return
+    llm._logits_mode()
+    stepper = Stepper(llm._ctx, llm.config.n_batch)
+    lanes = [Lane(llm, stepper, s, own_sequence_history(llm) if s == 0 else lane_history(llm, s))
+             for s in range(len(group))]
+    for lane, i in zip(lanes, group):    # the prompts' prefills go in one step
+        if 0 < len(tokens[i]) < llm._n_ctx:
+            lane.begin(tokens[i])
+    gens = {i: make(lane, i) for lane, i in zip(lanes, group)}
+    try:
+        while gens:
+            for i in list(gens):
+                try:
+                    item = next(gens[i])
+                except StopIteration:
+                    del gens[i]
+                    continue
+                yield i, item
+    finally:
+        for g in gens.values():
+            g.close()
+        _settle(llm, lanes)
+
+
+def _settle(llm, lanes: list[Lane]) -> None:
+    """After a group (or its failure): a sequence whose history is not what the
+    core holds, or holds part of a prompt (a step failed or was interrupted),
+    is emptied; sequence 0's goes back to the Llama's History."""
+    ctx = llm._ctx
+    for lane in lanes:
+        if lane.stale or ctx.seq_n_tokens(lane.seq) != lane._hist.n:
+            ctx.seq_reset(lane.seq)
+            lane._hist.n = 0
+    h = lanes[0]._hist
+    llm._hist.adopt(h.input_ids(), h.last)
+
+
+def _chunks(llm, groups, tokens, pieces, name, usages, lp) -> Iterator[dict]:
+    """The groups' stream chunks, interleaved, each with its prompt's index."""
+    def chunks(engine, i: int) -> Iterator[dict]:
+        return completion_chunks(pieces(engine, i), name, usages[i], lp)
+    cid = None
+    for group in groups:
+        for i, chunk in _run_group(llm, group, tokens, chunks):
+            cid = cid or chunk["id"]
+            chunk["id"] = cid
+            chunk["choices"][0]["index"] = i
+            yield chunk
+
+
+def _merge(responses: list[dict], usages: list[Usage]) -> dict:
+    out = dict(responses[0])
+    out["choices"] = [dict(r["choices"][0], index=i) for i, r in enumerate(responses)]
+    total = Usage(sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages))
+    out["usage"] = total.as_dict()
+    return out

@@ -1,0 +1,1 @@
+"""The ``pyllamakv`` command line."""

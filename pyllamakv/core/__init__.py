@@ -1,0 +1,1 @@
+"""The core's handles: the cffi binding and the Model / Context owners."""

@@ -1,0 +1,54 @@
+"""The MTP calls of ``_native.Context`` (a mixin): a qwen35 model's MTP
+(nextn) block run beside the trunk (native/src/mtp.h), for a context made
+with ``mtp=True``.
+
+The block starts switched on; ``set_mtp(False)`` stops it, so a context that
+does not speculate runs the trunk alone. Switched on again after positions
+were decoded while it was off, it drafts nothing until it is in sync:
+``restore_point`` (while it is on) names where to truncate to, and decoding
+the rest again fills its rows (History.keep_prefix does exactly that).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .ffi import ffi, lib
+
+
+class MTPMixin:
+    """Needs ptr, _guard, n_vocab and mtp (see _native.Context)."""
+
+    def mtp_draft(self, token: int, n_draft: int, logits: bool = False):
+        """Arg-max drafts of the model's MTP block after `token` (the token at
+        n_tokens), up to n_draft; with logits, (drafts, (len, n_vocab) logits).
+        None drafted (an empty array) when the block is out of sync (llamakv.h)."""
+        from .native import _check, _int32
+        n_draft = _int32("n_draft", n_draft)
+        out = np.zeros(max(n_draft, 0), np.int32)
+        rows = np.zeros((max(n_draft, 0), self.n_vocab), np.float32) if logits else None
+        n = ffi.new("int32_t *")
+        self._guard.call(lambda: _check(lib.lkv_context_mtp_draft(
+            self.ptr, _int32("token", token), n_draft, ffi.from_buffer("int32_t[]", out),
+            ffi.from_buffer("float[]", rows) if logits else ffi.NULL, n), "mtp draft"))
+        return (out[:n[0]], rows[:n[0]]) if logits else out[:n[0]]
+
+    def set_mtp(self, on: bool) -> None:
+        """Switch the MTP block on or off (lkv_context_set_mtp); on needs mtp=True."""
+        from .native import _check
+        self._guard.call(lambda: _check(lib.lkv_context_set_mtp(self.ptr, int(bool(on))),
+                                        "set mtp"))
+
+    @property
+    def mtp_on(self) -> bool:
+        """The block exists and is switched on."""
+        return bool(self.mtp) and bool(self.mtp_stats()["on"])
+
+    def mtp_stats(self) -> dict[str, Any]:
+        """The block's switch, its rows, whether it drafts now, and its counters
+        (rows_computed: K/V rows written following the trunk; draft_steps)."""
+        from .native import _check
+        st = ffi.new("lkv_mtp_stats *")
+        self._guard.call(lambda: _check(lib.lkv_context_mtp_stats(self.ptr, st), "mtp stats"))
+        return {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_mtp_stats").fields}

@@ -1,0 +1,1 @@
+"""The engine's sequences: histories, lanes, batches, states, caches, sampling."""

@@ -1,0 +1,1 @@
+"""GGUF files: the reader, type tables, hyper-parameters, vocab and weight checks."""

@@ -1,0 +1,60 @@
+"""The target's own MTP (nextn) block as a drafter (qwen35 GGUFs with nextn
+tensors): the context runs the block beside the trunk (``Context(mtp=True)``,
+native/src/mtp.h) and each call drafts ``num_pred_tokens`` arg-max tokens,
+chained through the one block as llama.cpp and vLLM do. Drafts are point
+masses for spec_decode.py's accept/reject rule.
+
+The block runs only while a generation drafts with it: Llama._generate
+switches it on for such a generation and off for the others (``uses_mtp``).
+Switched on after tokens were decoded without it, the block catches up
+through prefix reuse: keep_prefix's restore point is then one where the block
+is in sync, and the tokens after it are decoded again. A generation with
+``reset=False`` does not truncate, so a block switched on behind drafts
+nothing there (plain decoding, the same tokens)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import UnsupportedError
+
+if TYPE_CHECKING:
+    from ..llama import Llama
+
+DEFAULT_DRAFTS = 3   # the seed's published MTP draft length
+
+
+def wants_mtp(spec: Any) -> bool:
+    return isinstance(spec, str) and spec == "mtp"
+
+
+def uses_mtp(drafter: Any) -> bool:
+    """The drafter (or the one it wraps: ``uses_mtp`` forwarded) drafts from the
+    context's MTP block, which must then run beside the trunk."""
+    return bool(getattr(drafter, "uses_mtp", False))
+
+
+class MTPDrafter:
+    """Drafts from llm's own context: the history it is given must be that
+    context's tokens plus the token just chosen (spec_decode's call)."""
+
+    uses_mtp = True   # Llama._generate switches the block on for its generations only
+
+    def __init__(self, llm: "Llama", num_pred_tokens: int = DEFAULT_DRAFTS):
+        if isinstance(num_pred_tokens, bool) or not isinstance(num_pred_tokens, int) \
+                or not 1 <= num_pred_tokens <= 64:
+            raise ValueError(f"num_pred_tokens must be an int in [1, 64], got {num_pred_tokens!r}")
+        if llm._model.n_nextn < 1:
+            raise UnsupportedError(f"draft_model='mtp' needs a model with an MTP (nextn) block; "
+                                   f"{llm.model_path} has none")
+        if not getattr(llm._ctx, "mtp", False):
+            raise UnsupportedError("draft_model='mtp': the context was made without its MTP block")
+        self._ctx = llm._ctx
+        self.num_pred_tokens = num_pred_tokens
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        ids = np.asarray(input_ids).reshape(-1)
+        if ids.size == 0 or ids.size != self._ctx.n_tokens + 1:
+            return np.zeros(0, np.intc)   # not the context's history: nothing to say
+        return self._ctx.mtp_draft(int(ids[-1]), self.num_pred_tokens).astype(np.intc)
