@@ -74,3 +74,16 @@ def check_extra_kwargs(where: str, kwargs: dict[str, Any]) -> None:
                     f"({_WHY.get(name, 'not implemented in pyllamakv')})")
         else:
             raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+
+
+def absent_module(name: str, what: str):
+    """A stand-in for a llama_cpp module pyllamakv has no counterpart of: importing
+    it works, every attribute raises UnsupportedFeature naming it."""
+    import types
+
+    class Absent(types.ModuleType):
+        def __getattr__(self, attr: str):
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            raise UnsupportedFeature(f"{name}.{attr}: {what} is not part of pyllamakv")
+    return Absent(name, f"Not provided by pyllamakv: {what}.")
