@@ -35,7 +35,7 @@ TUNING: dict[str, Any] = {
 }
 UNSUPPORTED: dict[str, Any] = {
     "lora_base": None, "lora_path": None, "lora_scale": 1.0, "rpc_servers": None,
-    "kv_overrides": None, "vocab_only": False, "tokenizer": None, "chat_handler": None,
+    "kv_overrides": None, "tokenizer": None,
     "spm_infill": False, "rope_freq_base": 0.0, "rope_freq_scale": 0.0,
     "chat_template_kwargs": None,
 }
@@ -43,10 +43,8 @@ _WHY = {
     "lora_path": "LoRA adapters are not implemented", "lora_base": "LoRA adapters are not "
     "implemented", "rpc_servers": "RPC offload is not implemented",
     "kv_overrides": "metadata overrides are not implemented",
-    "vocab_only": "a vocab-only load is not implemented: use pyllamakv.tokenizer.Tokenizer",
     "tokenizer": "only the GGUF's own tokenizer is used",
-    "chat_handler": "chat handlers (multimodal) are not implemented: use chat_format or the "
-    "GGUF's template", "rope_freq_base": "rope overrides are not implemented",
+    "rope_freq_base": "rope overrides are not implemented",
     "rope_freq_scale": "rope overrides are not implemented",
 }
 _warned: set[str] = set()

@@ -54,6 +54,15 @@ class BaseLlamaCache(ABC):
     @abstractmethod
     def __setitem__(self, tokens: Sequence[int], state: LlamaState) -> None: ...
 
+    def __getitem__(self, tokens: Sequence[int]) -> LlamaState:
+        state, n = self.lookup(tokens)
+        if state is None:
+            raise KeyError("no cached state shares a prefix with these tokens")
+        return state
+
+    def __contains__(self, tokens: Sequence[int]) -> bool:
+        return self.lookup(tokens)[0] is not None
+
 
 class LlamaRAMCache(BaseLlamaCache):
     """States in memory, at most capacity_bytes of them."""

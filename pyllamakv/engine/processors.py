@@ -45,3 +45,10 @@ class MinTokensLogitsProcessor:
         if len(input_ids) - self.prompt_tokens < self.min_tokens:
             scores[self.token_eos] = -np.inf
         return scores
+
+
+def stop_asked(criteria, hist) -> bool:
+    """criteria (one callable or a list) asked with a History's ids and last logits."""
+    fns = criteria if isinstance(criteria, (list, tuple)) else [criteria]
+    ids, logits = np.asarray(hist.input_ids(), np.intc), hist.last_logits()
+    return any([bool(f(ids, logits)) for f in fns])

@@ -15,6 +15,8 @@ from __future__ import annotations
 import abc
 from typing import Any, Sequence
 
+from .tokenizer import Tokenizer
+
 
 class BaseLlamaTokenizer(abc.ABC):
     @abc.abstractmethod
@@ -41,15 +43,27 @@ class LlamaTokenizer(BaseLlamaTokenizer):
 
     def __init__(self, llama) -> None:
         self.llama = llama
-        self._tok = getattr(llama, "_tokenizer", llama)   # a Llama, or a Tokenizer itself
+        self._tok = llama if isinstance(llama, Tokenizer) else llama.tokenizer
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:
         return self._tok.encode(text, add_bos=add_bos, special=special)
 
     def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
                    special: bool = False) -> bytes:
-        return suffix_bytes(lambda ids: self._tok.decode(ids, special=special), tokens,
-                            prev_tokens)
+        return suffix_bytes(self._decode(special), tokens, prev_tokens)
+
+    def _decode(self, special: bool):
+        tok = self._tok
+
+        def decode(ids: list[int]) -> bytes:
+            text = tok.decode(ids, special=special)
+            # SentencePiece vocabularies: the space the tokenizer put before the
+            # text is not part of it when the text starts after BOS (llama.cpp)
+            if (ids and ids[0] == tok.bos_id and tok.kind == "llama"
+                    and tok.vocab.add_space_prefix and text.startswith(b" ")):
+                text = text[1:]
+            return text
+        return decode
 
     def encode(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
         return self.tokenize(text.encode("utf-8", errors="ignore"), add_bos, special)
@@ -96,3 +110,11 @@ class LlamaHFTokenizer(BaseLlamaTokenizer):
         if p.is_file():
             return cls(Tokenizer.from_file(str(p)))
         return cls(Tokenizer.from_pretrained(pretrained_model_name_or_path))
+
+
+class CallableTokenizer(Tokenizer):
+    """The Llama's Tokenizer, also callable as llama-cpp-python's ``llm.tokenizer()``
+    (which returns a LlamaTokenizer)."""
+
+    def __call__(self) -> LlamaTokenizer:
+        return LlamaTokenizer(self)
