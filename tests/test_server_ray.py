@@ -29,7 +29,11 @@ def test_two_replicas_behind_ray_serve():
     with _bound() as s:
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    # Serve's proxy must answer its readiness check within 5 s, three times, or is
+    # killed and serve.start fails: on a busy 2-core machine (a load of 10 and
+    # more) that happened; the test allows a minute
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S="60",
+               RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S="60")
     if env.get("PYLLAMAKV_LIBRARY"):         # development: the replicas import the source tree
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "examples", "ray_serve.py"),
