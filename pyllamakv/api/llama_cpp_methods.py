@@ -69,7 +69,9 @@ class LlamaCppMethods:
         procs = [] if logits_processor is None else (
             list(logits_processor) if isinstance(logits_processor, (list, tuple))
             else [logits_processor])
-        return Sampler(p, self.n_vocab(), constraint, procs)
+        sampler = Sampler(p, self.n_vocab(), constraint, procs)
+        sampler.generated_only = True     # penalties over generated tokens (llama-cpp-python)
+        return sampler
 
 
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
