@@ -18,8 +18,8 @@ from .errors import LlamaKVError
 
 try:
     __version__ = _version("pyllamakv")
-except PackageNotFoundError:   # a source tree that is not installed
-    __version__ = "0.1.0"
+except PackageNotFoundError:   # a source tree that is not installed (the version is meson.build's)
+    __version__ = "0+unknown"
 
 # name -> the module (relative to this package) that defines it
 _LAZY = {
