@@ -32,7 +32,9 @@ class LlamaCppMethods:
     def set_seed(self, seed: int) -> None:
         """The seed of the next sampling call that gives none (then chained on)."""
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise ParameterError(f"seed must be an int, got {seed!r}")
+            raise ParameterTypeError(f"seed must be an int, got {seed!r}")
+        if not -1 <= seed < 2**64:
+            raise ParameterError(f"seed must be in [-1, 2**64), got {seed}")
         self._seed = int(seed) & 0xFFFFFFFF
 
     def _next_seed(self) -> int:
