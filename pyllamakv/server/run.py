@@ -18,6 +18,8 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
         from .app import create_app
     except ImportError as e:
         raise _missing(e) from None
+    from .observe import setup_logging
+    setup_logging(settings.log_level)
     app = create_app(settings)
     s = app.state.pool.slots
     print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}; "
