@@ -113,6 +113,7 @@ class SlotLlama(Llama):
     """A Llama whose generation its slot can stop between two tokens."""
 
     job: Job | None = None
+    sampled_logprobs = True     # logprobs of sampled tokens without logits_all (completion.py)
 
     def use_chat_template(self, template: str, source: str) -> None:
         """Chat through template (jinja source) instead of the model's (--chat-template)."""
