@@ -1,7 +1,8 @@
 """The HTTP side: FastAPI routes over a SlotPool.
 
 OpenAI's paths (``/v1/...``) and llama-server's un-prefixed twins answer the
-same; llama-server's own endpoints are in native.py. A generation request is
+same (but ``/completions``, llama-server's native completion as there);
+llama-server's own endpoints are in native.py. A generation request is
 parsed and checked here (400 before it queues) and run by generation.py;
 ``--embedding`` makes an embedding server (``/v1/embeddings``; generation
 answers 501, as llama-server's). Keys: ``Authorization: Bearer KEY`` or
@@ -77,7 +78,9 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
     pool.on_done = metrics.job_done
     engine = pool.slots[0].engine
     model_path = getattr(engine, "model_path", "model")
-    alias = settings.model_alias or Path(model_path).name
+    # --alias a,b,c: several names; the first in sorted order is the id (llama-server's)
+    aliases = sorted({a.strip() for a in (settings.model_alias or "").split(",") if a.strip()})
+    alias = aliases[0] if aliases else Path(model_path).name
     fp = shapes.fingerprint(model_path, settings.n_ctx)
     created = int(time.time())
     gen = Generation(pool, settings.timeout_s)
@@ -135,7 +138,9 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
         meta = {"n_ctx": engine.n_ctx(), "parallel": len(pool.slots)} \
             if hasattr(engine, "n_ctx") else {}
         return {"object": "list", "data": [{"id": alias, "object": "model", "created": created,
-                                            "owned_by": "pyllamakv", "meta": meta}]}
+                                            "owned_by": "pyllamakv", "meta": meta,
+                                            "aliases": aliases or [alias],
+                                            "tags": list(settings.tags)}]}
 
     async def embeddings(request: Request):
         if not settings.embedding:
@@ -158,12 +163,14 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
                     np.asarray(d["embedding"], "<f4").tobytes()).decode()
         return out
 
-    routes = ((completions, "/completions", ["POST"]),
+    # OpenAI's paths and llama-server's un-prefixed twins (its /completions is its native
+    # /completion, as there: native.py)
+    routes = ((completions, "/v1/completions", ["POST"]),
               (chat_completions, "/chat/completions", ["POST"]),
               (models, "/models", ["GET"]), (embeddings, "/embeddings", ["POST"]))
-    for fn, path, methods in routes:      # OpenAI's path and llama-server's un-prefixed one
-        for prefix in ("/v1", ""):
-            app.add_api_route(prefix + path, fn, methods=methods, dependencies=[Depends(auth)])
+    for fn, path, methods in routes:
+        for p in {path, "/v1" + path.removeprefix("/v1")}:
+            app.add_api_route(p, fn, methods=methods, dependencies=[Depends(auth)])
 
     if settings.metrics:
         @app.get("/metrics", dependencies=[Depends(auth)])
@@ -176,14 +183,14 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
         return {"status": "ok", "slots_idle": len(pool.slots) - busy, "slots_busy": busy,
                 "queue_length": pool.queue_length, "pid": os.getpid()}
 
-    @app.get("/", response_class=HTMLResponse)
-    async def index():
-        return HTMLResponse(INDEX.read_text(encoding="utf-8"))
+    if settings.ui:
+        @app.get("/", response_class=HTMLResponse)
+        async def index():
+            return HTMLResponse(INDEX.read_text(encoding="utf-8"))
 
     native.add_routes(app, settings, auth, parse, fp)
     app.add_middleware(RequestLog, metrics=metrics)
     if settings.cors_origins:
-        from starlette.middleware.cors import CORSMiddleware
-        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
-                           allow_methods=["*"], allow_headers=["*"])
+        from .cors import cors_options, CORS
+        app.add_middleware(CORS, **cors_options(settings.cors_origins))
     return app

@@ -102,10 +102,12 @@ def _ngl(ctx, param, value: str | None):
               help="an embedding server: /v1/embeddings, no generation")
 @click.option("--pooling", type=click.Choice(["none", "mean", "cls", "last"]), default=None,
               help="embedding pooling (default: the model's, mean where it names none)")
+@click.option("--tags", default=None, help="comma-separated tags /v1/models reports")
+@click.option("--ui/--no-ui", default=True, show_default=True, help="the chat page at /")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="the request log's level (stderr)")
 def serve(api_key, api_key_file, chat_template, chat_template_file, flash_attn, jinja,
-          cors_origins, **kw):
+          cors_origins, tags, **kw):
     """Serve MODEL (default: the default model) over OpenAI's HTTP API and llama-server's."""
     from . import ServerSettings
     from .run import serve as run
@@ -119,4 +121,5 @@ def serve(api_key, api_key_file, chat_template, chat_template_file, flash_attn, 
             raise click.BadParameter(str(e), param_hint="--chat-template-file")
     origins = tuple(o.strip() for o in (cors_origins or "").split(",") if o.strip())
     run(ServerSettings(**kw, api_key=keys[0] if keys else None, api_keys=keys[1:],
-                       chat_template=chat_template, cors_origins=origins))
+                       chat_template=chat_template, cors_origins=origins,
+                       tags=tuple(t.strip() for t in (tags or "").split(",") if t.strip())))

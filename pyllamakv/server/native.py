@@ -166,6 +166,7 @@ def add_routes(app: FastAPI, settings, auth, parse, fp: str) -> None:
                                  merge=lambda outs, parts: outs[0] if len(outs) == 1 else outs)
 
     @app.post("/completion", dependencies=deps)
+    @app.post("/completions", dependencies=deps)
     async def completion(request: Request):
         return await native_completion(request, await parse(request, NativeCompletion))
 

@@ -52,6 +52,8 @@ class ServerSettings:
     metrics: bool = True              # /metrics served (llama-server: only with --metrics)
     slots_endpoint: bool = False      # --slots: GET /slots
     log_level: str = "info"           # --log-level: the request log (debug, info, warning, error)
+    tags: tuple[str, ...] = ()        # --tags: reported by /v1/models
+    ui: bool = True                   # --no-ui: no chat page at /
 
     def __post_init__(self) -> None:
         LlamaConfig(self.n_ctx, n_threads=self.n_threads, device=self.device,

@@ -9,7 +9,8 @@ server answers have a few more fields that clients read:
   reused from its previous request (the longest common prefix);
 - chat ``logprobs`` as OpenAI's ``{"content": [{"token", "logprob", "bytes",
   "top_logprobs": [...]}]}`` rather than the text completion's lists;
-- the first streamed chat chunk carries ``content: ""`` beside the role;
+- the first streamed chat chunk carries ``content: null`` beside the role (as
+  llama-server's; clients that read ``delta["content"]`` find the key);
 - ``stream_options.include_usage``: ``usage: null`` on every chunk and a last
   chunk with no choices and the usage (``usage_chunk``).
 """
@@ -21,8 +22,9 @@ from .. import __version__
 
 
 def fingerprint(model_path: str, n_ctx: int) -> str:
+    """b<version>-<digest of version, model, context>: llama-server's form (b<build>-<commit>)."""
     key = f"pyllamakv {__version__} {model_path} {n_ctx}".encode()
-    return "fp_" + hashlib.sha256(key).hexdigest()[:10]
+    return f"b{__version__}-{hashlib.sha256(key).hexdigest()[:10]}"
 
 
 def usage_dict(prompt: int, completion: int, cached: int) -> dict:
@@ -69,7 +71,7 @@ def finish_chunk(chunk: dict, chat: bool, fp: str, top_n: int, include_usage: bo
             c["logprobs"] = chat_logprobs(c.get("logprobs"), top_n)
             d = c.get("delta", {})
             if d.get("role") and "content" not in d:
-                d["content"] = ""        # clients that read content from the first chunk
+                d["content"] = None      # clients that read content from the first chunk
     return chunk
 
 
