@@ -83,7 +83,7 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
     alias = aliases[0] if aliases else Path(model_path).name
     fp = shapes.fingerprint(model_path, settings.n_ctx)
     created = int(time.time())
-    gen = Generation(pool, settings.timeout_s)
+    gen = Generation(pool, settings.timeout_s, settings.n_ctx)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any, Callable
 
@@ -21,6 +22,7 @@ from sse_starlette import EventSourceResponse
 from starlette.responses import JSONResponse
 
 from . import fanout, shapes
+from ..errors import ContextFullError
 from .schemas import error_body
 from .slots import Job, JobStopped, QueueFull, SlotPool
 from .speculation import SpecRequest, check_available, drafting
@@ -38,17 +40,23 @@ def to_json(obj) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def engine_error(e: BaseException, param: str) -> ApiError:
+def engine_error(e: BaseException, param: str, n_ctx: int | None = None) -> ApiError:
     if isinstance(e, JobStopped) and "went away" in str(e):   # nobody reads it: a cancel
         return ApiError(499, error_body(str(e), "server_error", code="cancelled"))
     if isinstance(e, JobStopped):
         return ApiError(503, error_body(str(e), "server_error", code="timeout"),
                         {"Retry-After": "1"})
+    if isinstance(e, ContextFullError) or isinstance(e, ValueError) and "context window" in str(e):
+        # OpenAI's code; llama-server's type and figures (its clients read them)
+        body = error_body(str(e), "exceed_context_size_error", param, "context_length_exceeded")
+        m = re.search(r"Requested tokens \((\d+)\)|at least ([\d,]+) tokens", str(e))
+        body["error"]["n_prompt_tokens"] = int((m.group(1) or m.group(2)).replace(",", "")) \
+            if m else None
+        body["error"]["n_ctx"] = n_ctx
+        return ApiError(400, body)
     if isinstance(e, (ValueError, TypeError)):
         msg = str(e) or type(e).__name__
-        code = "context_length_exceeded" if "context window" in msg else "invalid_value"
-        return ApiError(400, error_body(msg, param=param if code != "invalid_value" else None,
-                                        code=code))
+        return ApiError(400, error_body(msg, code="invalid_value"))
     return ApiError(500, error_body(f"{type(e).__name__}: {e}", "server_error"))
 
 
@@ -99,8 +107,8 @@ def stream_usage(jobs: list[Job], parts: list[fanout.Part]) -> dict:
 class Generation:
     """Runs generation requests on pool; request.state.jobs: its jobs (observe.py)."""
 
-    def __init__(self, pool: SlotPool, timeout_s: float):
-        self.pool, self.timeout_s = pool, timeout_s
+    def __init__(self, pool: SlotPool, timeout_s: float, n_ctx: int | None = None):
+        self.pool, self.timeout_s, self.n_ctx = pool, timeout_s, n_ctx
 
     async def next_item(self, job: Job, request: Request) -> tuple[str, object]:
         """The job's next item; cancels it if its client leaves or it outlives its limit."""
@@ -164,7 +172,7 @@ class Generation:
                 kind, item = await self.next_item(jobs[k], request)
                 ended.add(k)        # the response is a job's last item
                 if kind == "error":
-                    raise engine_error(item, param)
+                    raise engine_error(item, param, self.n_ctx)
                 return item
             try:      # the first part to fail fails the request and stops the others
                 outs = await asyncio.gather(*(whole(k) for k in range(len(jobs))))
@@ -181,7 +189,7 @@ class Generation:
         if kind == "error":
             ended.add(0)
             stop_all()
-            raise engine_error(first, param)
+            raise engine_error(first, param, self.n_ctx)
         first_id = first.get("id") if len(parts) > 1 else None
         merged: asyncio.Queue = asyncio.Queue()
 
@@ -208,7 +216,7 @@ class Generation:
                         left -= 1
                         continue
                     if kind == "error":
-                        e = engine_error(item, param)
+                        e = engine_error(item, param, self.n_ctx)
                         status = e.status
                         yield to_json(e.body)
                         break

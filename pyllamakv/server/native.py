@@ -6,7 +6,8 @@
   one ``{"content": ..., "stop": false}`` event per piece and a last event
   with ``stop: true`` and the figures (no ``[DONE]``, as llama-server).
 - ``POST /tokenize`` / ``/detokenize``, ``POST /apply-template`` (the chat
-  template's prompt), ``GET /props``, ``GET /slots`` (with ``--slots``).
+  template's prompt), ``POST /chat/completions/input_tokens`` (its token
+  count), ``GET /props``, ``GET /slots`` (with ``--slots``).
 - ``POST /infill``: where the model's GGUF names FIM tokens; else 501.
 
 Fields llama-server has and this server cannot honour (``ignore_eos``,
@@ -218,6 +219,14 @@ def add_routes(app: FastAPI, settings, auth, parse, fp: str) -> None:
         except ValueError as e:
             raise ApiError(400, error_body(str(e), param="messages")) from None
         return {"prompt": prompt}
+
+    @app.post("/chat/completions/input_tokens", dependencies=deps)
+    @app.post("/v1/chat/completions/input_tokens", dependencies=deps)
+    async def input_tokens(request: Request):
+        """The prompt tokens a chat request's messages make (llama-server's count)."""
+        prompt = (await apply_template(request))["prompt"]
+        ids = await asyncio.to_thread(tok.encode, prompt, True, True)
+        return {"input_tokens": len(ids)}
 
     @app.get("/props", dependencies=deps)
     async def props():
