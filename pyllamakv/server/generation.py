@@ -179,7 +179,7 @@ class Generation:
             finally:
                 stop_all()
             out = merge(outs, parts)
-            if len(outs) > 1 and "usage" in out and "prompt_tokens_details" in outs[0]["usage"]:
+            if len(outs) > 1 and "prompt_tokens_details" in (outs[0].get("usage") or {}):
                 out["usage"] = stream_usage(jobs, parts)
             return JSONResponse(out)
 

@@ -150,7 +150,7 @@ FIM = ("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
 def add_routes(app: FastAPI, settings, auth, parse, fp: str) -> None:
     pool, gen, alias = app.state.pool, app.state.generation, app.state.alias
     engine = pool.slots[0].engine
-    tok = engine.tokenizer
+    tok = getattr(engine, "tokenizer", None)     # None: a stand-in engine (tests)
     deps = [Depends(auth)]
     meta = getattr(engine, "metadata", {}) or {}
     fim = [int(meta[k]) for k in FIM if k in meta]
