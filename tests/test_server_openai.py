@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import random
+import re
 import string
 
 import pytest
@@ -389,3 +390,43 @@ def test_metrics_histograms(served, client):
         assert f"{name}_count" in text, name
     assert 'pyllamakv_request_seconds_bucket{endpoint="/v1/chat/completions",le="600.0"}' \
         in text
+
+
+# ---------------------------------------------------------------- llama-server's options
+
+def test_llama_server_options(tmp_path):
+    """`serve` with llama-server's spellings: -c, -np, -ctk/-ctv, -n, --temp, --seed,
+    --api-key-file, --chat-template-file, --slots, --no-metrics, --log-level."""
+    require_model_path()
+    from _server import Subprocess
+    keys = tmp_path / "keys"
+    keys.write_text("# keys\nalpha\n\nbeta\n")
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                   "[assistant] ")
+    k = random.randint(2, 6)
+    s = Subprocess("-c", "512", "-np", "2", "-ctk", "q8_0", "-ctv", "q8_0", "-n", str(k),
+                   "--temp", "0", "--seed", "5", "--api-key-file", str(keys),
+                   "--chat-template-file", str(tpl), "--slots", "--no-metrics",
+                   "--log-level", "info", "-ngl", "0", "-fa", "on", "--jinja", "-t", "1")
+    try:
+        h = {"X-Api-Key": "beta"}
+        assert httpx.get(s.url + "/props", headers={"X-Api-Key": "gamma"}).status_code == 401
+        props = httpx.get(s.url + "/props", headers=h).json()
+        assert props["total_slots"] == 2 and props["default_generation_settings"]["n_ctx"] == 512
+        assert props["chat_template"] == tpl.read_text()
+        assert len(httpx.get(s.url + "/slots", headers=h).json()) == 2
+        assert httpx.get(s.url + "/metrics", headers=h).status_code == 404
+        msgs = [{"role": "user", "content": words(2)}]
+        a = httpx.post(s.url + "/apply-template", json={"messages": msgs}, headers=h).json()
+        assert a["prompt"] == f"[user] {msgs[0]['content']}\n[assistant] "
+        r = httpx.post(s.url + "/v1/chat/completions", json={"messages": msgs},
+                       headers={"Authorization": "Bearer alpha"}, timeout=60).json()
+        assert r["usage"]["completion_tokens"] <= k       # -n: the default max_tokens
+        s.proc.terminate()
+        s.proc.wait(30)
+        log = s.proc.stderr.read().decode(errors="replace")
+        assert re.search(r"POST /v1/chat/completions 200 in=\d+ out=\d+ ttft=[\d.]+s "
+                         r"total=[\d.]+s", log), log
+    finally:
+        s.stop()
