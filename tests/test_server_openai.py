@@ -360,7 +360,7 @@ def test_cors_origins_and_request_log(served, caplog):
     _, pool = served
     on_done = pool.on_done
     settings = ServerSettings(pool.slots[0].engine.model_path, parallel=2, n_ctx=1024,
-                              cors_origins=("http://ok.example",))
+                              cors_origins=("http://ok.example", "localhost"))
     server = InProcess(create_app(settings, pool))
     try:
         pre = {"Access-Control-Request-Method": "POST"}
@@ -369,7 +369,12 @@ def test_cors_origins_and_request_log(served, caplog):
         assert ok.headers.get("access-control-allow-origin") == "http://ok.example"
         bad = httpx.options(server.url + "/v1/chat/completions",
                             headers={"Origin": "http://evil.example", **pre})
-        assert "access-control-allow-origin" not in bad.headers
+        assert "access-control-allow-origin" not in bad.headers and bad.status_code == 200
+        port = random.randint(1024, 65535)
+        for origin, allowed in ((f"http://127.0.0.1:{port}", True), ("http://[::1]", True),
+                                ("http://localhost.evil.example", False)):
+            r = httpx.options(server.url + "/v1/models", headers={"Origin": origin, **pre})
+            assert (r.headers.get("access-control-allow-origin") == origin) == allowed, origin
         with caplog.at_level(logging.INFO, logger="pyllamakv.server"):
             httpx.post(server.url + "/v1/completions", json={"prompt": words(3),
                                                              "max_tokens": 3}, timeout=60)

@@ -24,6 +24,8 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
     s = app.state.pool.slots
     print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}; "
           f"listening on http://{settings.host}:{settings.port}", file=sys.stderr, flush=True)
+    # h11, not httptools: it sends header names as the app wrote them (cors.py's
+    # Access-Control-*), which clients that keep headers in a plain dict look up
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=5)
+                            access_log=False, timeout_graceful_shutdown=5, http="h11")
     uvicorn.Server(config).run(sockets=[sock] if sock is not None else None)
