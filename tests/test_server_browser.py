@@ -156,8 +156,8 @@ def test_chat_page_streams_replies(served):
         assert page.js("document.querySelectorAll('.msg.error').length") == 0
 
         # a reload keeps the conversation
-        page.js("location.reload()")
-        page.wait("document.readyState === 'complete' && "
+        page.js("window.beforeReload = true; location.reload()")
+        page.wait("!window.beforeReload && document.readyState === 'complete' && "
                   "document.querySelectorAll('.msg').length === 4", 30)
         assert page.js("Array.from(document.querySelectorAll('.msg.assistant'))"
                        ".map(d => d.dataset.raw)") == [m["content"] for m in conversation[1::2]]
