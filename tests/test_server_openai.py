@@ -428,9 +428,8 @@ def test_llama_server_options(tmp_path):
         r = httpx.post(s.url + "/v1/chat/completions", json={"messages": msgs},
                        headers={"Authorization": "Bearer alpha"}, timeout=60).json()
         assert r["usage"]["completion_tokens"] <= k       # -n: the default max_tokens
-        s.proc.terminate()
-        s.proc.wait(30)
-        log = s.proc.stderr.read().decode(errors="replace")
+        s.stop()
+        log = s.log()
         assert re.search(r"POST /v1/chat/completions 200 in=\d+ out=\d+ ttft=[\d.]+s "
                          r"total=[\d.]+s", log), log
     finally:
