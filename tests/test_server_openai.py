@@ -15,6 +15,7 @@ import math
 import random
 import re
 import string
+import time
 
 import pytest
 
@@ -434,3 +435,34 @@ def test_llama_server_options(tmp_path):
                          r"total=[\d.]+s", log), log
     finally:
         s.stop()
+
+
+def test_cancelled_stream_counts_as_cancellation(served):
+    """A client that leaves mid-stream: status 499 in /metrics and the cancellation
+    counter, never a 503."""
+    url = served[0].url
+
+    def metric(text: str, name: str) -> float:
+        return sum(float(ln.split(" ")[1]) for ln in text.splitlines()
+                   if ln.startswith(name) and not ln.startswith("#"))
+
+    before = httpx.get(url + "/metrics", headers=H()).text
+    body = {"messages": [{"role": "user", "content": f"Tell a long story about {words(2)}"}],
+            "max_tokens": 400, "stream": True, "logit_bias": {"2": -100, "0": -100}}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, headers=H(),
+                      timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: ") and '"content":"' in line:
+                break                         # one piece, then the client leaves
+    t_end = time.monotonic() + 30
+    while time.monotonic() < t_end:
+        after = httpx.get(url + "/metrics", headers=H()).text
+        if 'status="499"' in after and metric(after, "pyllamakv_cancelled_requests_total") > \
+                metric(before, "pyllamakv_cancelled_requests_total"):
+            break
+        time.sleep(0.2)
+    key = 'pyllamakv_requests_total{endpoint="/v1/chat/completions",status="499"}'
+    assert metric(after, key) == metric(before, key) + 1
+    assert metric(after, "pyllamakv_cancelled_requests_total") > \
+        metric(before, "pyllamakv_cancelled_requests_total")
+    assert 'status="503"' not in after
