@@ -94,7 +94,6 @@ NOT_APPLICABLE = {
     "test_tokenize.py::test_tokenize_with_bos": "stories260K's BOS (SmolLM2 adds none)",
     # llama-server's own surface, not OpenAI's
     "test_basic.py::test_server_multiple_addresses": "listening on several addresses",
-    "test_basic.py::test_server_props": "llama-server's ctx-size split in /props' params",
     "test_chat_completion.py::test_chat_template_assistant_prefill": "assistant prefill",
     "test_chat_completion.py::test_chat_template_continue_final_message_vllm_compat": "vLLM's",
     "test_chat_completion.py::test_chat_template_continue_final_message_mutual_exclusion":
