@@ -122,6 +122,10 @@ class Tokenizer:
         """Control, user-defined or unknown token (what special parsing splits out)."""
         return self.vocab.attrs[self._check(token_id)] in (CONTROL, USER_DEFINED, UNKNOWN)
 
+    def is_byte_token(self, token_id: int) -> bool:
+        """A <0xXX> byte token (SentencePiece's byte fallback)."""
+        return self.vocab.attrs[self._check(token_id)] == BYTE
+
     def token_text(self, token_id: int) -> str:
         """The token's text as stored in the vocab (byte-level form for BPE)."""
         return self.vocab.tokens[self._check(token_id)]
