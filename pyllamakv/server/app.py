@@ -25,6 +25,7 @@ from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException
 
 from . import fanout
+from .guards import RequestGuard, is_loopback
 from .metrics import CONTENT_TYPE, Metrics
 from .schemas import ChatRequest, CompletionRequest, Unsupported, error_body
 from .settings import ServerSettings
@@ -123,7 +124,10 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
         if own:
             await asyncio.to_thread(pool.close)
 
-    app = FastAPI(title="pyllamakv", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title="pyllamakv", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None if settings.api_key else "/openapi.json")
+    app.add_middleware(RequestGuard, loopback_only=is_loopback(settings.host),
+                       host_allow=settings.host_allow, max_body_bytes=settings.max_body_bytes)
     app.state.pool, app.state.metrics, app.state.settings = pool, metrics, settings
 
     async def auth(request: Request) -> None:
@@ -287,8 +291,11 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
     @app.get("/health")
     async def health():
         busy = pool.busy
-        return {"status": "ok", "slots_idle": len(pool.slots) - busy, "slots_busy": busy,
-                "queue_length": pool.queue_length, "pid": os.getpid()}
+        out = {"status": "ok", "slots_idle": len(pool.slots) - busy, "slots_busy": busy,
+               "queue_length": pool.queue_length}
+        if settings.api_key is None:       # no key: a local server, the pid helps tools
+            out["pid"] = os.getpid()
+        return out
 
     @app.get("/", response_class=HTMLResponse)
     async def index():

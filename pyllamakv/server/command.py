@@ -36,8 +36,16 @@ from ..commands.values import memory_option, pool_mib
               help="speculative decoding by default: a draft GGUF sharing the model's "
                    "vocabulary, 'lookup' (prompt lookup) or 'mtp' (the model's MTP block); a request chooses with "
                    "'speculative.type' / 'speculative.n_max' either way")
-def serve(**kw):
+@click.option("--host-allow", "host_allow", multiple=True,
+              help="a Host header name to accept besides loopback names when listening on a "
+                   "loopback address (repeatable; '*': any)")
+@click.option("--max-body-mib", type=float, default=8.0, show_default=True,
+              help="request bodies over this are refused with 413")
+@click.option("--max-connections", type=int, default=512, show_default=True,
+              help="open connections at most (lowered below the file-descriptor limit)")
+def serve(max_body_mib, **kw):
     """Serve MODEL (default: the default model) over OpenAI's HTTP API."""
     from . import ServerSettings
+    kw["max_body_bytes"] = max(1, int(max_body_mib * (1 << 20)))
     from .run import serve as run
     run(ServerSettings(**kw))

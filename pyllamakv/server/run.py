@@ -4,6 +4,7 @@ from __future__ import annotations
 import socket
 import sys
 
+from .guards import uvicorn_options
 from .settings import ServerSettings
 
 
@@ -23,5 +24,6 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
     print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}; "
           f"listening on http://{settings.host}:{settings.port}", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=5)
+                            access_log=False, timeout_graceful_shutdown=5,
+                            **uvicorn_options(settings.max_connections, settings.header_timeout_s))
     uvicorn.Server(config).run(sockets=[sock] if sock is not None else None)

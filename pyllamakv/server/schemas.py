@@ -64,7 +64,7 @@ class _Sampling(BaseModel):
     @classmethod
     def _bias(cls, v):
         for k, b in (v or {}).items():
-            if not k.isdigit():
+            if not (k.isascii() and k.isdigit()):     # "²".isdigit() is true
                 raise ValueError(f"logit_bias keys are token ids, got {k!r}")
             if not -100.0 <= b <= 100.0:
                 raise ValueError(f"logit_bias values are in [-100, 100], got {b}")
