@@ -290,9 +290,10 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
 
     @app.get("/health")
     async def health():
+        pool.check_workers()
         busy = pool.busy
         out = {"status": "ok", "slots_idle": len(pool.slots) - busy, "slots_busy": busy,
-               "queue_length": pool.queue_length}
+               "queue_length": pool.queue_length, "slot_restarts": pool.restarts}
         if settings.api_key is None:       # no key: a local server, the pid helps tools
             out["pid"] = os.getpid()
         return out

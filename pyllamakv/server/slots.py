@@ -21,6 +21,7 @@ at once and a timed-out request still gets its final chunk.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -31,6 +32,7 @@ from ..config import LlamaConfig, choose_device
 from ..default_model import default_model_path
 from ..llama import Llama
 from ..engine.seq_batch import SharedContext
+from ..errors import ForeignLibraryError, InternalError
 from .settings import ServerSettings
 from ..spec.drafters import make_drafter
 from .speculation import DRAFT, LOOKUP, MTP, SpecRequest, check_available
@@ -60,6 +62,7 @@ class Job:
         self.drafted_tokens = 0         # speculative decoding (speculation.py): drafts verified,
         self.accepted_tokens = 0        # those kept,
         self.verify_passes = 0          # and the target passes that verified them
+        self.finished = False           # its "end" or "error" was put
         self._loop = loop
         self._items: asyncio.Queue = asyncio.Queue()
         self._cancelled = threading.Event()
@@ -81,6 +84,8 @@ class Job:
 
     def put(self, kind: str, value: Any = None) -> None:
         """From the slot's thread: ("item", x), ("error", exception) or ("end", None)."""
+        if kind != "item":
+            self.finished = True
         try:
             self._loop.call_soon_threadsafe(self._items.put_nowait, (kind, value))
         except RuntimeError:   # the event loop is closed: nobody is listening
@@ -209,10 +214,28 @@ class SlotPool:
         self._cv = threading.Condition()
         self._idle = 0
         self._closed = False
-        self._threads = [threading.Thread(target=self._work, args=(s,), daemon=True,
-                                          name=f"pyllamakv-slot-{s.index}") for s in self.slots]
-        for t in self._threads:
-            t.start()
+        self.restarts = 0               # slot workers that died and were replaced
+        self._threads = [self._start(s) for s in self.slots]
+
+    def _start(self, slot: Slot) -> threading.Thread:
+        t = threading.Thread(target=self._work, args=(slot,), daemon=True,
+                             name=f"pyllamakv-slot-{slot.index}")
+        t.start()
+        return t
+
+    def check_workers(self) -> int:
+        """Replaces any slot worker that is gone (the pool is not closing);
+        returns how many were replaced now. _work replaces itself as it dies;
+        this catches a thread killed in a way no handler saw."""
+        n = 0
+        with self._cv:
+            for i, t in enumerate(self._threads):
+                if not t.is_alive() and not self._closed:
+                    self.slots[i].job = None
+                    self._threads[i] = self._start(self.slots[i])
+                    self.restarts += 1
+                    n += 1
+        return n
 
     @property
     def queue_length(self) -> int:
@@ -248,6 +271,23 @@ class SlotPool:
                 return False
 
     def _work(self, slot: Slot) -> None:
+        """The slot's thread. Should it die (an exception no request handler
+        may keep, such as SystemExit from a library), its job fails, the death
+        is logged and counted, and a new thread takes the slot: the slot is
+        never left looking idle with nobody serving it."""
+        try:
+            self._serve(slot)
+        except BaseException as e:
+            with self._cv:
+                replace = not self._closed
+                if replace:
+                    self.restarts += 1
+                    self._threads[slot.index] = self._start(slot)
+            logging.getLogger("pyllamakv.server").error(
+                "slot %d's worker died (%s: %s)%s", slot.index, type(e).__name__, e,
+                "; replaced" if replace else "")
+
+    def _serve(self, slot: Slot) -> None:
         while True:
             with self._cv:
                 self._idle += 1
@@ -260,6 +300,8 @@ class SlotPool:
             try:
                 self._run(slot, job)
             finally:
+                if not job.finished:
+                    job.put("error", InternalError("the slot's worker died during the request"))
                 slot.job = None
                 slot.n_jobs += 1
                 if self.on_done is not None:
@@ -280,6 +322,10 @@ class SlotPool:
                     break
         except Exception as e:     # bad input and engine failures alike go to the request
             job.put("error", e)
+        except BaseException as e:  # a native library's panic (pyo3), SystemExit, ...
+            job.put("error", ForeignLibraryError(f"{type(e).__name__}: {e}"))
+            if isinstance(e, (SystemExit, KeyboardInterrupt)):
+                raise              # the worker ends; _work replaces it
         else:
             job.put("end")
         finally:
