@@ -78,6 +78,11 @@ class StateError(LlamaKVError, ValueError):
     """A saved state that does not belong to this model and context, or is damaged."""
 
 
+class StreamExpiredError(LlamaKVError, RuntimeError):
+    """A stream left idle while another thread waited for its Llama was
+    closed for it (engine/guard.py: STREAM_IDLE_S); its next item raises this."""
+
+
 class MemoryBudgetError(LlamaKVError, ValueError):
     """gpu_memory_mib is too small for the parts that must fit in it (budget.py)."""
 
