@@ -78,6 +78,11 @@ class StateError(LlamaKVError, ValueError):
     """A saved state that does not belong to this model and context, or is damaged."""
 
 
+class ModelFileChangedError(LlamaKVError, RuntimeError):
+    """The mapped model file was truncated or overwritten on disk after it was
+    loaded (gguf/reader.py: reading on would crash with SIGBUS or mix weights)."""
+
+
 class StreamExpiredError(LlamaKVError, RuntimeError):
     """A stream left idle while another thread waited for its Llama was
     closed for it (engine/guard.py: STREAM_IDLE_S); its next item raises this."""

@@ -268,6 +268,7 @@ class Context(SequencesMixin, MTPMixin):
 
     def _decode(self, arr: np.ndarray, pos0: int | None, n_logits: int) -> None:
         ptr = self.ptr
+        self.model.file.check_unchanged()     # a truncated map would SIGBUS (reader.py)
         pos = int(lib.lkv_context_n_tokens(ptr)) if pos0 is None else _int32("pos0", pos0)
         buf = ffi.from_buffer("int32_t[]", arr)
 

@@ -1,0 +1,72 @@
+"""A hostile or changing model file (issue 38): truncated or overwritten on
+disk while loaded, NaN block scales in IQ1_M weights, NaN rows in a state blob."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from tiny_models import write_tiny_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+
+
+def _child(code: str, tmp_path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("change", ["truncate", "overwrite"])
+def test_model_file_changed_while_loaded(tmp_path, change):
+    """Old code: SIGBUS at the next decode after a truncation; same-size
+    overwrite changed the logits silently."""
+    code = f"""
+        import os, numpy as np
+        from gguf import GGMLQuantizationType as T
+        from tiny_models import write_tiny_model
+        from pyllamakv import Llama
+        from pyllamakv.errors import ModelFileChangedError
+        path = write_tiny_model("m.gguf", "llama", T.F32, vocab=True, n_vocab=320, n_embd=64,
+                                n_layer=1, n_head=2, n_head_kv=1, n_ff=64, seed={random.randrange(1000)})
+        llm = Llama(str(path), n_ctx=64, n_threads=1, verbose=False)
+        llm.eval([1, 300, 301])
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            if "{change}" == "truncate":
+                f.truncate(size // 4)
+            else:
+                f.seek(size // 2)
+                f.write(os.urandom(size - size // 2))
+        try:
+            llm.reset()
+            llm.eval([1, 300, 301, 302])
+            print("no error")
+        except ModelFileChangedError as e:
+            print("refused:", e)
+    """
+    r = _child(code, tmp_path)
+    assert r.returncode == 0, (r.returncode, r.stderr[-1500:])
+    assert "refused:" in r.stdout and "changed on disk" in r.stdout, r.stdout
+
+
+def test_model_file_replaced_by_rename_goes_on(tmp_path):
+    from pyllamakv import Llama
+    path = write_tiny_model(tmp_path / "m.gguf", "llama", T.F32, vocab=True, n_vocab=320,
+                            n_embd=64, n_layer=1, n_head=2, n_head_kv=1, n_ff=64, seed=3)
+    with Llama(str(path), n_ctx=64, n_threads=1, verbose=False) as llm:
+        llm.eval([1, 300])
+        before = np.array(llm.scores[-1])
+        other = write_tiny_model(tmp_path / "o.gguf", "llama", T.F32, vocab=True, n_vocab=320,
+                                 n_embd=64, n_layer=1, n_head=2, n_head_kv=1, n_ff=64, seed=4)
+        os.replace(other, path)            # the map keeps the old inode: same logits
+        llm.reset()
+        llm.eval([1, 300])
+        assert np.array_equal(np.array(llm.scores[-1]), before)
