@@ -168,6 +168,36 @@ class Tokenizer:
             out.append(v.eos_id)
         return out
 
+    def encode_segments(self, segments: Sequence[tuple[str, bool]], add_bos: bool = True,
+                        max_tokens: int | None = None) -> list[int]:
+        """encode() of the segments' joined text, each segment with its own
+        special parsing (text.literal: a chat prompt whose users' text must not
+        become control tokens). SentencePiece's space prefix goes only where
+        encode() of the whole text would put it."""
+        text = "".join(t for t, _ in segments)
+        if max_tokens is not None:
+            self.check_length(text, max_tokens)
+        if all(sp for _, sp in segments) or all(not sp for _, sp in segments):
+            return self.encode(text, add_bos, special=bool(segments) and segments[0][1])
+        v = self.vocab
+        out: list[int] = [v.bos_id] if add_bos and v.add_bos and v.bos_id is not None else []
+        prev_special = True
+        for seg, special in segments:
+            for frag in self._partition(seg, special):
+                if isinstance(frag, int):
+                    out.append(frag)
+                    prev_special = True
+                else:
+                    out.extend(self._encode_raw(frag, prev_special))
+                    prev_special = False
+        if add_bos and v.add_eos and v.eos_id is not None:
+            out.append(v.eos_id)
+        return out
+
+    def is_control(self, token_id: int) -> bool:
+        """A control token (what special parsing alone splits out of text)."""
+        return self.vocab.attrs[self._check(token_id)] == CONTROL
+
     def encode_continuation(self, text: str | bytes) -> list[int]:
         """Ids of text as it continues earlier text: no BOS, no special
         parsing, and no SentencePiece space prefix (what a grammar engine
