@@ -70,3 +70,29 @@ def test_model_file_replaced_by_rename_goes_on(tmp_path):
         llm.reset()
         llm.eval([1, 300])
         assert np.array_equal(np.array(llm.scores[-1]), before)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_iq1_m_nan_block_scale_is_refused_at_load(tmp_path, bad):
+    """Old code: IQ1_M was not checked; a NaN scale gave all-zero logits and
+    greedy emitted token 0 without an error."""
+    import gguf_craft as gc
+    from tiny_models import set_block_scales
+    from pyllamakv.core.native import Model
+    from pyllamakv.gguf.reader import GGUFError, GGUFFile
+    path = write_tiny_model(tmp_path / "m.gguf", "llama", T.IQ1_M, n_vocab=320, n_embd=256,
+                            n_layer=1, n_head=2, n_head_kv=1, n_ff=256, seed=5)
+    Model(GGUFFile(path)).close()                  # the good file loads
+    spec = gc.read_spec(path)
+    name = random.choice(["blk.0.ffn_up.weight", "token_embd.weight", "blk.0.attn_q.weight"])
+    t = spec.tensor(name)
+    nb = int(np.prod(t[1])) // 256
+    raw = spec.tensor_bytes(name, nb * 56).reshape(nb, 56)
+    k = random.randrange(nb)
+    v = np.ones(1, np.float16)
+    v[0] = bad
+    set_block_scales(raw[k:k + 1], T.IQ1_M, v)
+    spec.put_bytes(name, raw)
+    bad_path = gc.write(spec, tmp_path / "bad.gguf")
+    with pytest.raises(GGUFError, match=name):
+        Model(GGUFFile(bad_path))

@@ -8,12 +8,14 @@ an IEEE value is inf or NaN exactly when its exponent field is all ones.
   if it fits in what is left of ``CHECK_BUDGET`` bytes (the default model:
   all of them):
   F32 / F16 / BF16 every element; quantized formats whose scales are plain
-  f16 fields (Q4_0 .. Q8_0, Q2_K .. Q6_K, the IQ types but IQ1_M, TQ1_0,
-  TQ2_0) every block's scales (their codes are integers, so finite scales
-  mean finite weights).
+  f16 fields (Q4_0 .. Q8_0, Q2_K .. Q6_K, the IQ types, TQ1_0, TQ2_0) every
+  block's scales (their codes are integers, so finite scales mean finite
+  weights); IQ1_M keeps its one f16 scale in the high nibbles of bytes 49,
+  51, 53, 55 (nibble k holds bits 4k..4k+3), so its exponent (bits 10-14) is
+  bits 6-7 of byte 53 and bits 4-6 of byte 55.
 - Not checked: matrices past the budget (reading them would page in a large
-  file at load), and formats without plain f16 scales (IQ1_M, MXFP4, NVFP4,
-  Q1_0, Q8_1 / Q8_K, integer types).
+  file at load), and formats without f16 scales (MXFP4, NVFP4, Q1_0,
+  Q8_1 / Q8_K, integer types).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import numpy as np
 from .reader import GGUFError, GGUFFile, TensorInfo
 from .types import BF16, F16, F16_SCALE_FIELDS, F32, TENSOR_TYPES
 
+IQ1_M = 29
 CHECK_BUDGET = 512 << 20    # bytes of matrices examined per file
 _CHUNK = 1 << 24            # bytes examined per numpy call (bounds the temporaries)
 
@@ -44,6 +47,13 @@ def nonfinite(t: TensorInfo) -> bool | None:
         if t.type == F32:
             return _exponent_all_ones(u16[1::2], 0x7F80)
         return _exponent_all_ones(u16, 0x7C00 if t.type == F16 else 0x7F80)
+    if t.type == IQ1_M:
+        blocks = raw.reshape(-1, TENSOR_TYPES[IQ1_M][2])
+        for i in range(0, len(blocks), _CHUNK // 64):
+            b = blocks[i:i + _CHUNK // 64]
+            if (((b[:, 53] & 0xC0) == 0xC0) & ((b[:, 55] & 0x70) == 0x70)).any():
+                return True
+        return False
     fields = F16_SCALE_FIELDS.get(t.type)
     if fields is None:
         return None
