@@ -96,3 +96,33 @@ def test_iq1_m_nan_block_scale_is_refused_at_load(tmp_path, bad):
     bad_path = gc.write(spec, tmp_path / "bad.gguf")
     with pytest.raises(GGUFError, match=name):
         Model(GGUFFile(bad_path))
+
+
+@pytest.mark.parametrize("kv_type", ["f16", "q8_0"])
+def test_state_with_nan_kv_rows_and_a_fresh_checksum_is_refused(tmp_path, kv_type):
+    """Old code: accepted (the checksum is no secret); completions changed silently."""
+    import dataclasses
+    import json
+    import struct
+    from pyllamakv import Llama
+    from pyllamakv.engine import state as st
+    from pyllamakv.errors import StateError
+    path = write_tiny_model(tmp_path / "m.gguf", "llama", T.Q8_0, vocab=True, seed=2)
+    with Llama(str(path), n_ctx=64, n_threads=1, type_k=kv_type, type_v=kv_type) as llm:
+        llm.eval([1, 40, 41, 300, 7])
+        good = llm.save_state()
+        blob = good.llama_state
+        _, _, hlen = st._HEAD.unpack_from(blob)
+        header = json.loads(blob[st._HEAD.size:st._HEAD.size + hlen])
+        kv = bytearray(blob[st._HEAD.size + hlen:-32])
+        _, n_tok, n_layer, tk, tv, rbk, rbv, _ = struct.unpack_from("<I4i4x3q", kv)
+        side = random.choice("KV")
+        layer, row = random.randrange(n_layer), random.randrange(n_tok)
+        off = 48 + layer * n_tok * (rbk + rbv) + (0 if side == "K" else n_tok * rbk) + \
+            row * (rbk if side == "K" else rbv)
+        kv[off:off + 2] = np.array([np.nan], np.float16).tobytes()   # a value, or a block scale
+        forged = st.pack(bytes(kv), model=header["model"], geometry=header["geometry"],
+                         input_ids=good.input_ids, scores=good.scores)
+        with pytest.raises(StateError, match=f"{side} cache rows hold NaN"):
+            llm.load_state(dataclasses.replace(good, llama_state=forged))
+        llm.load_state(good)                        # the genuine one still loads

@@ -41,23 +41,28 @@ def _exponent_all_ones(hi: np.ndarray, mask: int) -> bool:
 
 def nonfinite(t: TensorInfo) -> bool | None:
     """True if t holds a NaN or inf; False if it does not; None if not checked."""
-    raw = t.data
-    if t.type in (F32, F16, BF16):
+    return raw_nonfinite(t.data, t.type)
+
+
+def raw_nonfinite(raw: np.ndarray, type_id: int) -> bool | None:
+    """The same for raw bytes (uint8) of whole rows of type type_id (a tensor's
+    data, or the KV rows of a saved state)."""
+    if type_id in (F32, F16, BF16):
         u16 = raw[:len(raw) // 2 * 2].view("<u2")
-        if t.type == F32:
+        if type_id == F32:
             return _exponent_all_ones(u16[1::2], 0x7F80)
-        return _exponent_all_ones(u16, 0x7C00 if t.type == F16 else 0x7F80)
-    if t.type == IQ1_M:
+        return _exponent_all_ones(u16, 0x7C00 if type_id == F16 else 0x7F80)
+    if type_id == IQ1_M:
         blocks = raw.reshape(-1, TENSOR_TYPES[IQ1_M][2])
         for i in range(0, len(blocks), _CHUNK // 64):
             b = blocks[i:i + _CHUNK // 64]
             if (((b[:, 53] & 0xC0) == 0xC0) & ((b[:, 55] & 0x70) == 0x70)).any():
                 return True
         return False
-    fields = F16_SCALE_FIELDS.get(t.type)
+    fields = F16_SCALE_FIELDS.get(type_id)
     if fields is None:
         return None
-    size = TENSOR_TYPES[t.type][2]
+    size = TENSOR_TYPES[type_id][2]
     blocks = raw.reshape(-1, size)
     # the high byte of a little-endian f16 holds its 5 exponent bits (mask 0x7C)
     return any(_exponent_all_ones(blocks[:, off + 1], 0x7C) for off in fields)
