@@ -103,18 +103,14 @@ class LlamaGrammar:
                 raise GrammarError(f"the JSON schema is not valid JSON: {e}") from e
         if not isinstance(json_schema, (dict, bool)):
             raise GrammarError("a JSON schema must be an object (or true/false)")
-<<<<<<< HEAD
-        check_schema(json_schema)
-        defn = _call("the JSON schema does not convert", _llguidance().grammar_from,
-                     "json_schema", json.dumps(json_schema))
-=======
+        check_schema(json_schema)       # before anything walks it recursively
         if conventions == "llama.cpp":
             json_schema = llama_cpp_schema(json_schema)
         elif conventions != "json-schema":
             raise GrammarError(f"conventions must be 'llama.cpp' or 'json-schema', "
                                f"not {conventions!r}")
-        defn = _llguidance().grammar_from("json_schema", json.dumps(json_schema))
->>>>>>> main
+        defn = _call("the JSON schema does not convert", _llguidance().grammar_from,
+                     "json_schema", json.dumps(json_schema))
         return cls(defn, "JSON schema")
 
     @classmethod
