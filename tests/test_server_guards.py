@@ -193,3 +193,25 @@ def test_log_rate_limit_drops_floods():
     f = RateLimit(burst=5, window_s=60)
     rec = logging.LogRecord("uvicorn.error", logging.WARNING, "", 0, "x", (), None)
     assert sum(f.filter(rec) for _ in range(1000)) == 5
+
+
+@pytest.mark.parametrize("field,value", [
+    ("response_format", {"type": "json_object"}), ("grammar", 'root ::= "a"'),
+    ("json_schema", {"type": "object"}), ("mirostat", 2), ("tfs_z", 0.9),
+])
+def test_fields_the_server_does_not_honour_are_refused_by_name(server, field, value):
+    from pyllamakv.server.schemas import CompletionRequest
+    from pyllamakv.server.unhonoured import FIELDS
+    if field in CompletionRequest.model_fields:
+        pytest.skip(f"{field} is honoured now")
+    assert field in FIELDS
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": "a", field: value})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field
+
+
+def test_neutral_values_of_unhonoured_fields_pass(server):
+    r = httpx.post(server.url + "/v1/completions",
+                   json={"prompt": "a", "response_format": {"type": "text"}, "grammar": None,
+                         "tool_choice": "none"})
+    assert r.status_code == 200, r.text

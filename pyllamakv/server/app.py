@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException
 
 from . import fanout
 from .guards import RequestGuard, is_loopback
+from .unhonoured import unhonoured
 from .metrics import CONTENT_TYPE, Metrics
 from .schemas import ChatRequest, CompletionRequest, Unsupported, error_body
 from .settings import ServerSettings
@@ -56,6 +57,10 @@ async def _parse(request: Request, model):
         raise ApiError(400, error_body(f"could not parse the JSON body: {e}")) from None
     if not isinstance(obj, dict):
         raise ApiError(400, error_body("the body must be a JSON object"))
+    refused = unhonoured(obj, model)
+    if refused is not None:
+        raise ApiError(400, error_body(f"{refused[0]} ({refused[1]}) is not supported by this "
+                                       "server", param=refused[0], code="unsupported_parameter"))
     try:
         return model.model_validate(obj)
     except ValidationError as e:
