@@ -94,3 +94,20 @@ def test_json_object_on_a_sentencepiece_vocab(spm_llm):
     assert content.startswith("{"), content
     if out["choices"][0]["finish_reason"] == "stop":
         assert isinstance(json.loads(content), dict)
+
+
+def test_llguidance_panic_on_a_megabyte_token_is_a_project_error():
+    """llguidance asserts (a pyo3 PanicException, a BaseException) on a vocab
+    holding a 1 MB token; it must reach the caller as an Exception."""
+    from pyllamakv.api.grammar import GrammarConstraint
+    from pyllamakv.errors import ForeignLibraryError
+    from pyllamakv.gguf.vocab import byte_decoder
+    from pyllamakv.text.tokenizer import Tokenizer
+    big = "y" * ((1 << 20) + random.randrange(100))
+    t = Tokenizer.from_metadata({"tokenizer.ggml.model": "gpt2",
+                                 "tokenizer.ggml.tokens": list(byte_decoder()) + [big, "<e>"],
+                                 "tokenizer.ggml.merges": ["y y"], "tokenizer.ggml.pre": "default",
+                                 "tokenizer.ggml.eos_token_id": 257})
+    g = LlamaGrammar.from_string('root ::= "yy" [a-z]*')
+    with pytest.raises((ForeignLibraryError, GrammarError)):
+        GrammarConstraint(g, t, t.n_vocab).allowed()
