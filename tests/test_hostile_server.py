@@ -104,3 +104,33 @@ def test_serve_on_a_vocab_that_panics_the_tokenizer(tmp_path):
         assert server.proc.poll() is None
     finally:
         server.stop()
+
+
+def test_serve_with_a_quadratic_template_keeps_health_and_other_slots(tmp_path):
+    """Old code: jinja's |urlize on one long word ran for minutes in one call
+    holding the GIL: /health and the other slot stopped answering."""
+    spec = gc.read_spec(gc.write_tiny_spm_llama(tmp_path))
+    spec.set("tokenizer.chat_template", V.STRING,
+             "{% for m in messages %}{{ m.content|urlize }}{% endfor %}")
+    path = gc.write(spec, tmp_path / "urlize.gguf")
+    server = Subprocess(str(path), "--parallel", "2", "--ctx", "128", "--timeout", "30",
+                        "--threads", "1")
+    try:
+        word = "." * (40_000 + random.randrange(1000)) + "a."
+        out = {}
+
+        def attack():
+            out["r"] = httpx.post(server.url + "/v1/chat/completions", timeout=120, json={
+                "messages": [{"role": "user", "content": word}], "max_tokens": 2})
+        t = threading.Thread(target=attack)
+        t.start()
+        for _ in range(5):
+            assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+            r = httpx.post(server.url + "/v1/completions", timeout=30,
+                           json={"prompt": "ab", "max_tokens": 2})
+            assert r.status_code == 200, r.text
+        t.join(60)
+        assert not t.is_alive()
+        assert out["r"].status_code in (200, 400), out["r"].text
+    finally:
+        server.stop()
