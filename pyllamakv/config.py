@@ -68,7 +68,13 @@ class LlamaConfig:
         check_kv_pool_mib(self.kv_pool_mib)
         check_gpu_memory_mib(self.gpu_memory_mib)
         from .core.native import type_id   # the core's table of KV types (loads the library)
-        type_id(self.type_k, kv=True), type_id(self.type_v, kv=True)
+        for name in ("type_k", "type_v"):
+            try:
+                type_id(getattr(self, name), kv=True)
+            except TypeError as e:
+                raise ParameterTypeError(f"{name}: {e}") from None
+            except ValueError as e:
+                raise ParameterError(f"{name}: {e}") from None
 
     @property
     def random_seed(self) -> bool:

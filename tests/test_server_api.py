@@ -25,7 +25,8 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):",
 def served():
     path = require_model_path()
     from pyllamakv.server import ServerSettings, create_app
-    from pyllamakv.server.slots import SlotPool, load_engines
+    from pyllamakv.server.engines import load_engines
+    from pyllamakv.server.slots import SlotPool
     settings = ServerSettings(path, parallel=2, n_ctx=512, queue_size=16, n_threads=1)
     pool = SlotPool(load_engines(settings), settings.queue_size)
     server = InProcess(create_app(settings, pool))

@@ -44,7 +44,8 @@ def words(k: int) -> str:
 def served():
     path = require_model_path()
     from pyllamakv.server import ServerSettings, create_app
-    from pyllamakv.server.slots import SlotPool, load_engines
+    from pyllamakv.server.engines import load_engines
+    from pyllamakv.server.slots import SlotPool
     settings = ServerSettings(path, parallel=2, n_ctx=1024, queue_size=16, n_threads=1,
                               slots_endpoint=True, api_key="k1", api_keys=("k2",))
     pool = SlotPool(load_engines(settings), settings.queue_size)

@@ -55,6 +55,8 @@ def type_id(t: str | int, *, kv: bool = False) -> int:
     if isinstance(t, (bool, float)) or not isinstance(t, (str, int, np.integer)):
         raise TypeError(f"type must be a name like 'f16' or a ggml type number, not {t!r}")
     tid = TYPE_IDS.get(t.lower()) if isinstance(t, str) else int(t)
+    if tid is not None and not 0 <= tid < 2**31:    # the core's int32 (2**40: OverflowError)
+        tid = None
     info = ffi.new("lkv_type_info *")
     if tid is None or lib.lkv_type_info_get(tid, info) != 0:
         raise ValueError(f"unknown element type {t!r}; known: {', '.join(sorted(TYPE_IDS))}")
@@ -255,6 +257,7 @@ class Context(SequencesMixin, MTPMixin):
 
     def _decode(self, arr: np.ndarray, pos0: int | None, n_logits: int) -> None:
         ptr = self.ptr
+        self.model.file.check_unchanged()     # a truncated map would SIGBUS (reader.py)
         pos = int(lib.lkv_context_n_tokens(ptr)) if pos0 is None else _int32("pos0", pos0)
         buf = ffi.from_buffer("int32_t[]", arr)
 

@@ -65,6 +65,7 @@ class SequencesMixin:
 
     def _decode_batch(self, toks: np.ndarray, seqs: np.ndarray, want: np.ndarray | None) -> int:
         ptr = self.ptr
+        self.model.file.check_unchanged()     # a truncated map would SIGBUS (reader.py)
         bt = ffi.from_buffer("int32_t[]", toks)
         bs = ffi.from_buffer("int32_t[]", seqs)
         bw = ffi.NULL if want is None else ffi.from_buffer("int8_t[]", want)

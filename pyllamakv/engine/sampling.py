@@ -30,7 +30,7 @@ from .mirostat import Mirostat
 @dataclass(slots=True)
 class SamplingParams:
     temperature: float = 0.8          # <= 0: greedy
-    top_k: int = 40                   # 0: off
+    top_k: int = 40                   # 0 or negative: off (llama.cpp reads -1 so)
     top_p: float = 0.95               # 1.0: off
     min_p: float = 0.05               # 0.0: off
     typical_p: float = 1.0            # 1.0: off
@@ -50,7 +50,9 @@ class SamplingParams:
         for name in ("top_p", "min_p", "typical_p"):
             check_real(f"SamplingParams.{name}", getattr(self, name), 0.0, 1.0)
         check_real("SamplingParams.repeat_penalty", self.repeat_penalty, 0.0, lo_open=True)
-        check_int("SamplingParams.top_k", self.top_k, 0)
+        check_int("SamplingParams.top_k", self.top_k, -(2**31))
+        if self.top_k < 0:
+            self.top_k = 0
         check_int("SamplingParams.repeat_last_n", self.repeat_last_n, -1)
         if self.mirostat_mode not in (0, 1, 2):
             raise ParameterError(f"SamplingParams.mirostat_mode must be 0 (off), 1 or 2, "

@@ -29,11 +29,14 @@ from starlette.exceptions import HTTPException
 from . import native, shapes
 from .embeddings import EmbeddingRequest
 from .generation import ApiError, Generation, OpenAIShape, engine_error
+from .guards import RequestGuard, is_loopback
+from .unhonoured import unhonoured
 from .metrics import CONTENT_TYPE, Metrics
 from .observe import RequestLog
 from .schemas import ChatRequest, CompletionRequest, Unsupported, error_body, with_defaults
 from .settings import ServerSettings
-from .slots import Job, QueueFull, SlotPool, load_engines
+from .engines import load_engines
+from .slots import Job, QueueFull, SlotPool
 
 INDEX = Path(__file__).resolve().parent / "static" / "index.html"
 
@@ -48,6 +51,10 @@ async def parse(request: Request, model):
         raise ApiError(400, error_body(f"could not parse the JSON body: {e}")) from None
     if not isinstance(obj, dict):
         raise ApiError(400, error_body("the body must be a JSON object"))
+    refused = unhonoured(obj, model)
+    if refused is not None:
+        raise ApiError(400, error_body(f"{refused[0]} ({refused[1]}) is not supported by this "
+                                       "server", param=refused[0], code="unsupported_parameter"))
     try:
         return model.model_validate(obj)
     except ValidationError as e:
@@ -91,7 +98,10 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
         if own:
             await asyncio.to_thread(pool.close)
 
-    app = FastAPI(title="pyllamakv", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title="pyllamakv", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None if settings.api_key else "/openapi.json")
+    app.add_middleware(RequestGuard, loopback_only=is_loopback(settings.host),
+                       host_allow=settings.host_allow, max_body_bytes=settings.max_body_bytes)
     app.state.pool, app.state.metrics, app.state.settings = pool, metrics, settings
     app.state.alias, app.state.generation = alias, gen
     keys = [k.encode() for k in settings.keys]
@@ -179,9 +189,13 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
 
     @app.get("/health")
     async def health():
+        pool.check_workers()
         busy = pool.busy
-        return {"status": "ok", "slots_idle": len(pool.slots) - busy, "slots_busy": busy,
-                "queue_length": pool.queue_length, "pid": os.getpid()}
+        out = {"status": "ok", "slots_idle": len(pool.slots) - busy, "slots_busy": busy,
+               "queue_length": pool.queue_length, "slot_restarts": pool.restarts}
+        if settings.api_key is None:       # no key: a local server, the pid helps tools
+            out["pid"] = os.getpid()
+        return out
 
     if settings.ui:
         @app.get("/", response_class=HTMLResponse)

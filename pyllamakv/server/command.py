@@ -106,15 +106,23 @@ def _ngl(ctx, param, value: str | None):
               help="embedding pooling (default: the model's, mean where it names none)")
 @click.option("--tags", default=None, help="comma-separated tags /v1/models reports")
 @click.option("--ui/--no-ui", default=True, show_default=True, help="the chat page at /")
+@click.option("--host-allow", "host_allow", multiple=True,
+              help="a Host header name to accept besides loopback names when listening on a "
+                   "loopback address (repeatable; '*': any)")
+@click.option("--max-body-mib", type=float, default=8.0, show_default=True,
+              help="request bodies over this are refused with 413")
+@click.option("--max-connections", type=int, default=512, show_default=True,
+              help="open connections at most (lowered below the file-descriptor limit)")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="the request log's level (stderr)")
-def serve(model, model_opt, api_key, api_key_file, chat_template, chat_template_file,
+def serve(model, model_opt, max_body_mib, api_key, api_key_file, chat_template, chat_template_file,
           flash_attn, jinja, cors_origins, tags, **kw):
     """Serve MODEL or -m (default: the default model) over OpenAI's HTTP API and
     llama-server's."""
     if model and model_opt and model != model_opt:
         raise click.UsageError("give the model once: as MODEL or with -m")
     from . import ServerSettings
+    kw["max_body_bytes"] = max(1, int(max_body_mib * (1 << 20)))
     from .run import serve as run
     keys = tuple(k for k in (api_key or "").split(",") if k) + _keys(api_key_file)
     if chat_template_file is not None:

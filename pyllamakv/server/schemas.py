@@ -62,7 +62,7 @@ class _Sampling(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=0.8, ge=0.0, le=2.0)
     top_p: float = Field(default=0.95, ge=0.0, le=1.0)
-    top_k: int = Field(default=40, ge=0)
+    top_k: int = Field(default=40, ge=-1)   # -1 or 0: off, as llama.cpp
     min_p: float = Field(default=0.05, ge=0.0, le=1.0)
     typical_p: float = Field(default=1.0, ge=0.0, le=1.0)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
@@ -129,7 +129,7 @@ class _Sampling(BaseModel):
     @classmethod
     def _bias(cls, v):
         for k, b in (v or {}).items():
-            if not k.isdigit():
+            if not (k.isascii() and k.isdigit()):     # "²".isdigit() is true
                 raise ValueError(f"logit_bias keys are token ids, got {k!r}")
             if not -100.0 <= b <= 100.0:
                 raise ValueError(f"logit_bias values are in [-100, 100], got {b}")

@@ -54,12 +54,24 @@ class ServerSettings:
     log_level: str = "info"           # --log-level: the request log (debug, info, warning, error)
     tags: tuple[str, ...] = ()        # --tags: reported by /v1/models
     ui: bool = True                   # --no-ui: no chat page at /
+    # guards against hostile clients (guards.py)
+    host_allow: tuple[str, ...] = ()  # Host names beside loopback ones on a loopback bind; "*": any
+    max_body_bytes: int = 8 << 20     # request bodies over this: 413
+    max_connections: int = 512        # open connections (lowered below the fd limit)
+    header_timeout_s: float = 10.0    # a connection with no request in progress for this long closes
 
     def __post_init__(self) -> None:
         LlamaConfig(self.n_ctx, n_threads=self.n_threads, device=self.device,
                     type_k=self.type_k, type_v=self.type_v, kv_pool_mib=self.kv_pool_mib,
                     gpu_memory_mib=self.gpu_memory_mib)
-        for name, lo in (("port", 0), ("parallel", 1), ("queue_size", 0)):
+        self.host_allow = tuple(self.host_allow or ())
+        if not all(isinstance(h, str) and h for h in self.host_allow):
+            raise ValueError(f"host_allow must be non-empty host names, got {self.host_allow!r}")
+        if not isinstance(self.header_timeout_s, (int, float)) or isinstance(
+                self.header_timeout_s, bool) or not 0 < self.header_timeout_s < math.inf:
+            raise ValueError(f"header_timeout_s must be seconds > 0, got {self.header_timeout_s!r}")
+        for name, lo in (("port", 0), ("parallel", 1), ("queue_size", 0),
+                         ("max_body_bytes", 1), ("max_connections", 1)):
             v = getattr(self, name)
             if not _is_int(v) or v < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
