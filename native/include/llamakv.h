@@ -120,8 +120,11 @@ typedef enum lkv_arch {
     LKV_ARCH_LLAMA = 0,   /* llama, SmolLM2, Llama 2/3, Mistral */
     LKV_ARCH_QWEN2 = 1,   /* q/k/v biases, neox rope */
     LKV_ARCH_QWEN3 = 2,   /* per-head q/k rms norms, neox rope */
-    LKV_ARCH_QWEN35 = 3   /* hybrid (Qwen3.5): Gated DeltaNet layers; layer i is gated full
+    LKV_ARCH_QWEN35 = 3,  /* hybrid (Qwen3.5): Gated DeltaNet layers; layer i is gated full
                              attention when (i + 1) % full_attn_interval == 0 */
+    LKV_ARCH_GEMMA3 = 4   /* embeddings scaled by sqrt(n_embd), q/k rms norms, norms after
+                             attention and FFN too, GeGLU (tanh gelu), neox rope; sliding-window
+                             local layers beside global ones (swa_* below) */
 } lkv_arch;
 
 typedef struct lkv_model_params {
@@ -148,6 +151,15 @@ typedef struct lkv_model_params {
     int32_t ssm_head_k_dim;      /* (ssm.state_size) */
     int32_t ssm_head_v_dim;      /* (ssm.inner_size / ssm_n_v_heads) */
     int32_t n_nextn;             /* MTP (nextn) blocks stored after the trunk: blk.{n_layer + i} */
+    /* appended in ABI 7 (gemma3); 0 keeps every earlier model as it was */
+    float attn_scale;            /* scores' scale; 0: 1 / sqrt(head_dim) */
+    int32_t swa_window;          /* > 0: local layers attend to the last swa_window positions
+                                    (query p sees keys k with p - k < swa_window); 0: none */
+    int32_t swa_pattern;         /* with swa_window: layer i is global (full attention) when
+                                    (i + 1) % swa_pattern == 0, else local; 0: all local */
+    float rope_freq_base_swa;    /* local layers' rope base (their rope scale is 1); 0: as
+                                    rope_freq_base and rope_freq_scale */
+    float logit_softcap;         /* > 0: logits = softcap * tanh(logits / softcap); 0: none */
 } lkv_model_params;
 
 /* One tensor, as laid out in the GGUF file. ne[0] is the contiguous
@@ -410,7 +422,7 @@ int64_t lkv_row_bytes(int32_t type, int64_t n);
 
 /* LKV_CDEF_END */
 
-#define LKV_ABI_VERSION 6
+#define LKV_ABI_VERSION 7
 
 #ifdef __cplusplus
 }

@@ -136,7 +136,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     c->geo = (lkv_attn_desc){
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .type_k = p.type_k, .type_v = p.type_v, .chunk = p.kv_chunk,
-        .scale = 1.0f / sqrtf((float)hd),
+        .scale = hp->attn_scale > 0.0f ? hp->attn_scale : 1.0f / sqrtf((float)hd),
     };
     c->rope = (lkv_rope_desc){
         .head_dim = hd, .rope_dim = hp->rope_dim, .freq_base = hp->rope_freq_base,

@@ -93,7 +93,9 @@ lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st, fl
     d.n_q = kv->n;
     d.chunk = kv->cfg.chunk;
     if (!kv->stream) {
-        d.chunk_lo = 0;
+        /* a sliding window's earlier chunks are empty for every query */
+        const int32_t lo = d.window > 0 ? kv->pos0 - d.window + 1 : 0;
+        d.chunk_lo = lo > 0 ? lo / d.chunk : 0;
         d.chunk_hi = (kv->pos0 + kv->n - 1) / d.chunk + 1;
         d.n_segs = 1;
         d.segs[0] = (lkv_kv_seg){0, kv->pos0 + kv->n, kv->k[layer], kv->v[layer]};
