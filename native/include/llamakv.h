@@ -404,6 +404,12 @@ typedef struct lkv_kv_stats {
                                      workspace, lent to the KV as extra resident chunks
                                      while decoding */
     int64_t arena_resident_bytes; /* resident chunk bytes in the arena now (decode) */
+    /* appended in ABI 7: a sliding-window model's local layers, with a pool bound kept
+     * resident in device memory beside the pool (n_ctx rows each) and neither planned nor
+     * streamed; n_layer above then counts only the streamed (global) layers. 0 without a
+     * bound (every layer resident) and for models without local layers */
+    int32_t local_layers;
+    int64_t local_bytes;
 } lkv_kv_stats;
 
 /* Pure: the shares of one pool among n_seq sequences, active[i] != 0 for the

@@ -107,6 +107,12 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
         c->logits = malloc(sizeof(float) * (size_t)c->logit_rows_host * c->out_width);
         if (!c->logits) st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the logits");
     }
+    if (!st && m->n_layer_kv) {   /* the sliding-window layers among the KV layers */
+        c->kv_local = calloc((size_t)m->n_layer_kv, 1);
+        if (!c->kv_local) st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the layer table");
+        for (int i = 0; !st && i < hp->n_layer; i++)
+            if (m->layers[i].kv_layer >= 0) c->kv_local[m->layers[i].kv_layer] = m->layers[i].swa;
+    }
     if (!st) {
         const lkv_traits *tk = lkv_type_traits(p.type_k), *tv = lkv_type_traits(p.type_v);
         lkv_kv_config kc = {
@@ -114,7 +120,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
             .type_k = p.type_k, .type_v = p.type_v,
             .row_bytes_k = lkv_type_row_bytes(tk, (int64_t)nkv),
             .row_bytes_v = lkv_type_row_bytes(tv, (int64_t)nkv),
-            .pool_bytes = p.kv_pool_bytes,
+            .pool_bytes = p.kv_pool_bytes, .local = c->kv_local,
         };
         st = lkv_kvset_create(&c->kvs, &kc, p.n_seq_max, c->be, c->b);
     }
@@ -153,6 +159,7 @@ void lkv_context_destroy(lkv_context *c) {
     if (!c) return;
     lkv_mtp_free(c, c->mtp);
     lkv_kvset_free(c->kvs);
+    free(c->kv_local);
     free(c->seq_len);
     free(c->want);
     free(c->groups);

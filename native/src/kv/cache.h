@@ -30,7 +30,14 @@ typedef struct lkv_kv_config {
     int64_t pool_bytes;      /* < 0: all resident */
     void *pool_base;         /* non-NULL: the pool is this memory (a share of a pool the
                                 caller owns and frees), else the cache allocates it */
+    const uint8_t *local;    /* (n_layer,) nonzero: a sliding-window layer, or NULL: none.
+                                With a pool bound these stay resident in backend memory beside
+                                the pool (n_ctx rows each); only the other (global) layers are
+                                planned, held in the host store and streamed */
 } lkv_kv_config;
+
+/* the layers a pool bound plans and streams: those not local */
+int32_t lkv_kv_config_streamed(const lkv_kv_config *cfg);
 
 lkv_status lkv_kv_create(lkv_kv **out, const lkv_kv_config *cfg, const lkv_backend *be,
                          lkv_bctx *b);

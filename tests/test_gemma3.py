@@ -1,0 +1,98 @@
+"""gemma3 on the CPU backend: KV streaming on the emulated device with
+sliding-window layers (the local layers stay resident beside the pool, only
+the global ones are planned and streamed) is bit-identical to the
+all-resident run for any pool; statistics say which layers stream; state
+save / load, sequences sharing one pool; refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyllamakv.core.native import Context, Model, row_bytes
+from pyllamakv.gguf.arch_gemma3 import swa_layers, swa_lines
+import stream_script
+from tiny_gemma3 import write_tiny_gemma3
+from gguf import GGMLQuantizationType as T
+
+CHUNK = 16
+N_LAYER, PATTERN, WINDOW = 6, 3, 40     # layers 2 and 5 global, the others local
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = write_tiny_gemma3(tmp_path_factory.mktemp("g3") / "g3.gguf", T.Q8_0,
+                             n_layer=N_LAYER, pattern=PATTERN, window=WINDOW)
+    with Model(path) as m:
+        yield m
+
+
+def _chunk_bytes(m, chunk, kv="f16"):
+    hp = m.hparams
+    return chunk * 2 * row_bytes(kv, hp["n_head_kv"] * hp["head_dim"])
+
+
+def _script(m, tokens, pool, ubatch, n_ctx=640):
+    c = Context(m, n_ctx=n_ctx, n_batch=128, n_ubatch=ubatch, kv_chunk=CHUNK,
+                kv_pool_bytes=pool, n_threads=2, logits_all=True)
+    return stream_script.run(c, tokens, 128, decodes_after_truncate=3)
+
+
+def test_hparams(tiny):
+    hp = tiny.hparams
+    assert (hp["swa_window"], hp["swa_pattern"], hp["rope_freq_base_swa"]) == (WINDOW, PATTERN, 1e4)
+    assert swa_layers(hp) == [True, True, False, True, True, False]
+    assert hp["attn_scale"] == pytest.approx(hp["head_dim"] ** -0.5)
+    assert "4 of 6 layers local (window 40" in swa_lines(hp)[0]
+
+
+@pytest.mark.parametrize("ubatch", [5, 64])
+def test_any_pool_is_bit_identical(tiny, ubatch):
+    rng = np.random.default_rng()
+    tokens = rng.integers(0, 320, 400).tolist()
+    ref, ref_stats = _script(tiny, tokens, None, ubatch)
+    assert ref_stats["streaming"] == 0 and ref_stats["local_layers"] == 0
+    cb = _chunk_bytes(tiny, CHUNK)
+    n_global = N_LAYER // PATTERN
+    full = n_global * 40 * cb
+    for pool in [2 * cb, 9 * cb, full // 2, full + cb]:
+        got, stats = _script(tiny, tokens, pool, ubatch)
+        assert np.array_equal(got, ref), f"pool {pool}: max diff {np.abs(got - ref).max()}"
+        assert stats["streaming"] == 1 and stats["pool_bytes"] == pool
+        # only the global layers are planned; the local ones are resident beside the pool
+        assert stats["n_layer"] == n_global and len(stats["resident_chunks"]) == n_global
+        assert stats["local_layers"] == N_LAYER - n_global
+        assert stats["local_bytes"] == (N_LAYER - n_global) * 640 * cb // CHUNK
+        if pool == 2 * cb:
+            assert stats["bytes_streamed"] > 0
+
+
+def test_state_and_sequences_with_a_pool(tiny):
+    rng = np.random.default_rng()
+    a, b = rng.integers(0, 320, 150).tolist(), rng.integers(0, 320, 120).tolist()
+    cb = _chunk_bytes(tiny, CHUNK)
+    kw = dict(n_ctx=256, n_batch=256, n_ubatch=32, kv_chunk=CHUNK, n_threads=2)
+    with Context(tiny, **kw) as c:
+        c.decode(a)
+        blob = c.state_get()
+        c.decode(b[:1])
+        want = c.logits()
+    with Context(tiny, kv_pool_bytes=3 * cb, **kw) as s:   # streamed, state loaded
+        s.state_set(blob)
+        s.decode(b[:1])
+        assert np.array_equal(s.logits(), want)
+    # two sequences sharing a pool: each as if alone
+    with Context(tiny, **kw) as c:
+        c.decode(b)
+        alone = c.logits()
+    with Context(tiny, kv_pool_bytes=8 * cb, n_seq_max=2, **kw) as s:
+        s.decode_batch(a[:100], [0] * 100)
+        s.decode_batch(b, [1] * len(b))
+        assert np.array_equal(s.logits(), alone)
+        s.seq_copy(1, 0)
+        s.decode_batch(a[:3], [0] * 3)
+        s.decode_batch(a[:3], [1] * 3)
+        r = s.logits()
+        assert s.seq_kv_stats(0)["local_layers"] == N_LAYER - N_LAYER // PATTERN
+    with Context(tiny, **kw) as c:
+        c.decode(b + a[:3])
+        assert np.array_equal(c.logits(), r)
