@@ -67,12 +67,20 @@ def swa_layers(hparams: dict[str, Any]) -> list[bool]:
             for i in range(hparams["n_layer"])]
 
 
+def n_layer_local(hparams: dict[str, Any]) -> int:
+    """Local layers: with a pool bound they stay resident beside it (n_ctx rows
+    each); the planner and the ring cover only the others."""
+    return sum(swa_layers(hparams))
+
+
 def swa_lines(hparams: dict[str, Any]) -> list[str]:
     """``info``'s lines on a sliding-window model's layers (none for other models)."""
     if not hparams.get("swa_window"):
         return []
-    n_local = sum(swa_layers(hparams))
+    n_local = n_layer_local(hparams)
     return [f"Sliding window: {n_local} of {hparams['n_layer']} layers local (window "
             f"{hparams['swa_window']}, rope base {hparams['rope_freq_base_swa']:g}), "
             f"{hparams['n_layer'] - n_local} global (rope base {hparams['rope_freq_base']:g}); "
-            "a local layer's attention reads only its window"]
+            "a local layer's attention reads only its window; with a pool bound the local "
+            "layers' KV stays resident beside it and the plan and ring cover only the "
+            "global layers"]
