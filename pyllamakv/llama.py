@@ -120,6 +120,9 @@ class Llama(OpenAIMethods):
         self.embedding = bool(embedding)
         self.cache = None
         self.pooling_type = embedding_pooling(pooling_type, file.metadata)
+        if (fmt is None and file.architecture == "gemma3"   # a gemma file without a template
+                and "tokenizer.chat_template" not in file.metadata):
+            chat_format, fmt = "gemma", chat_format_template("gemma")
         self.chat_format = chat_format
         self._chat = ChatFormatter.from_metadata(
             file.metadata if fmt is None else {"tokenizer.chat_template": fmt[0]},

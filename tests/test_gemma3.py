@@ -1,8 +1,9 @@
 """gemma3 on the CPU backend: KV streaming on the emulated device with
-sliding-window layers (the local layers stay resident beside the pool, only
-the global ones are planned and streamed) is bit-identical to the
-all-resident run for any pool; statistics say which layers stream; state
-save / load, sequences sharing one pool; refusals."""
+sliding-window layers (the local layers keep a ring of window - 1 + n_batch
+rows beside the pool, only the global ones are planned and streamed) is
+bit-identical to the all-resident run for any pool; statistics say which
+layers stream; truncation within the ring, and its refusal before it; state
+save / load, sequences sharing one pool."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,6 @@ import pytest
 
 from pyllamakv.core.native import Context, Model, row_bytes
 from pyllamakv.gguf.arch_gemma3 import swa_layers, swa_lines
-import stream_script
 from tiny_gemma3 import write_tiny_gemma3
 from gguf import GGMLQuantizationType as T
 
@@ -31,10 +31,36 @@ def _chunk_bytes(m, chunk, kv="f16"):
     return chunk * 2 * row_bytes(kv, hp["n_head_kv"] * hp["head_dim"])
 
 
+N_BATCH = 128
+RING = WINDOW - 1 + N_BATCH
+
+
 def _script(m, tokens, pool, ubatch, n_ctx=640):
-    c = Context(m, n_ctx=n_ctx, n_batch=128, n_ubatch=ubatch, kv_chunk=CHUNK,
+    """Prefill in n_batch pieces, decodes, a truncation as far back as the ring
+    allows, a prefill and decodes after it, a reset, a prefill: every logit
+    row, and kv_stats() before the reset."""
+    c = Context(m, n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=ubatch, kv_chunk=CHUNK,
                 kv_pool_bytes=pool, n_threads=2, logits_all=True)
-    return stream_script.run(c, tokens, 128, decodes_after_truncate=3)
+    out, n = [], len(tokens)
+    for i in range(0, n - 10, N_BATCH):
+        c.decode(tokens[i:min(i + N_BATCH, n - 10)])
+        out.append(c.logits())
+    for t in tokens[n - 10:]:
+        c.decode([t])
+        out.append(c.logits())
+    back = n - (RING - WINDOW + 1)           # the ring's floor: the furthest truncation
+    assert c.restore_point(back) == back and c.restore_point(n) == n
+    c.truncate(back)
+    c.decode(tokens[:50])
+    out.append(c.logits())
+    for t in tokens[50:53]:
+        c.decode([t])
+        out.append(c.logits())
+    stats = c.kv_stats()
+    c.reset()
+    c.decode(tokens[:40])
+    out.append(c.logits())
+    return np.concatenate(out), stats
 
 
 def test_hparams(tiny):
@@ -61,7 +87,7 @@ def test_any_pool_is_bit_identical(tiny, ubatch):
         # only the global layers are planned; the local ones are resident beside the pool
         assert stats["n_layer"] == n_global and len(stats["resident_chunks"]) == n_global
         assert stats["local_layers"] == N_LAYER - n_global
-        assert stats["local_bytes"] == (N_LAYER - n_global) * 640 * cb // CHUNK
+        assert stats["local_bytes"] == (N_LAYER - n_global) * RING * cb // CHUNK
         if pool == 2 * cb:
             assert stats["bytes_streamed"] > 0
 
@@ -96,3 +122,26 @@ def test_state_and_sequences_with_a_pool(tiny):
     with Context(tiny, **kw) as c:
         c.decode(b + a[:3])
         assert np.array_equal(c.logits(), r)
+
+
+def test_ring_refuses_what_it_no_longer_holds(tiny):
+    rng = np.random.default_rng()
+    tokens = rng.integers(0, 320, 300).tolist()
+    cb = _chunk_bytes(tiny, CHUNK)
+    kw = dict(n_ctx=640, n_batch=N_BATCH, n_ubatch=32, kv_chunk=CHUNK, n_threads=2)
+    with Context(tiny, kv_pool_bytes=4 * cb, **kw) as c:
+        for i in range(0, 300, N_BATCH):
+            c.decode(tokens[i:i + N_BATCH])
+        floor = 300 - (RING - WINDOW + 1)
+        assert c.restore_point(floor - 1) == 0 and c.restore_point(floor) == floor
+        with pytest.raises(Exception, match="sliding-window layers keep a ring of 167 rows"):
+            c.truncate(floor - 1)
+        assert c.n_tokens == 300           # nothing changed
+        c.truncate(0)
+        c.decode(tokens[:10])
+        with Context(tiny, **kw) as r:     # without a pool every position can be returned to
+            r.decode(tokens[:10])
+            assert np.array_equal(c.logits(), r.logits())
+            for i in range(10, 300, N_BATCH):
+                r.decode(tokens[i:i + N_BATCH])
+            assert r.restore_point(5) == 5

@@ -285,7 +285,8 @@ int32_t lkv_context_n_ctx(const lkv_context *c);
 lkv_status lkv_context_truncate(lkv_context *c, int32_t n);
 /* The largest position p <= n (and <= n_tokens) that truncate accepts: n
  * itself for models without recurrent state; for hybrids 0, n_tokens or the
- * latest snapshot at or before n. With the MTP block on (lkv_context_set_mtp),
+ * latest snapshot at or before n; for sliding-window models with a pool
+ * bound n, or 0 where n lies before their ring's floor (lkv_kv_stats). With the MTP block on (lkv_context_set_mtp),
  * the largest of those after which the block is also in sync (0 at worst). */
 int32_t lkv_context_restore_point(const lkv_context *c, int32_t n);
 /* Hybrid models: keeps the recurrent state at the current position as a
@@ -404,10 +405,12 @@ typedef struct lkv_kv_stats {
                                      workspace, lent to the KV as extra resident chunks
                                      while decoding */
     int64_t arena_resident_bytes; /* resident chunk bytes in the arena now (decode) */
-    /* appended in ABI 7: a sliding-window model's local layers, with a pool bound kept
-     * resident in device memory beside the pool (n_ctx rows each) and neither planned nor
-     * streamed; n_layer above then counts only the streamed (global) layers. 0 without a
-     * bound (every layer resident) and for models without local layers */
+    /* appended in ABI 7: a sliding-window model's local layers, with a pool bound kept in
+     * device memory beside the pool as a ring of window - 1 + n_batch rows each (n_ctx
+     * where that is less), neither planned nor streamed; n_layer above then counts only
+     * the streamed (global) layers. 0 without a bound (every layer resident, n_ctx rows)
+     * and for models without local layers. With the ring, truncation (and a failed
+     * decode's roll-back) reaches back only to lkv_context_restore_point, 0 at worst */
     int32_t local_layers;
     int64_t local_bytes;
 } lkv_kv_stats;

@@ -120,7 +120,9 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
             .type_k = p.type_k, .type_v = p.type_v,
             .row_bytes_k = lkv_type_row_bytes(tk, (int64_t)nkv),
             .row_bytes_v = lkv_type_row_bytes(tv, (int64_t)nkv),
-            .pool_bytes = p.kv_pool_bytes, .local = c->kv_local,
+            .pool_bytes = p.kv_pool_bytes, .local = c->kv_local, .window = hp->swa_window,
+            /* a local layer's ring: its window and one decode call (kv/cache.h) */
+            .ring_rows = hp->swa_window > 0 ? hp->swa_window - 1 + p.n_batch : 0,
         };
         st = lkv_kvset_create(&c->kvs, &kc, p.n_seq_max, c->be, c->b);
     }
@@ -178,7 +180,10 @@ void lkv_context_destroy(lkv_context *c) {
 /* the trunk's: the largest p <= n that truncate accepts */
 static int32_t trunk_restore(const lkv_context *c, int32_t n) {
     if (n < 0) return 0;
-    if (!c->rs) return n < c->seq_len[0] ? n : c->seq_len[0];
+    if (!c->rs) {   /* a sliding-window ring cannot go back before its floor */
+        const int32_t p = n < c->seq_len[0] ? n : c->seq_len[0];
+        return p < lkv_kv_restore_floor(lkv_kvset_seq(c->kvs, 0)) ? 0 : p;
+    }
     return lkv_recur_restore_point(c->rs, n, c->seq_len[0]);
 }
 

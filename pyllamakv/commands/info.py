@@ -92,8 +92,8 @@ def _plan_lines(hp, n_ctx, pool_bytes, type_k, type_v, n_ubatch) -> list[str]:
         f"  ring:                     {_size(plan.ring_bytes)}",
         f"  streamed per token:       {_size(s)} ({s} bytes)",
         f"  decode bound at 55 GB/s:  {bound}",
-    ] + ([f"  local layers beside pool: {_size(local)} (sliding window, resident, not "
-          "planned or streamed)"] if local else []))
+    ] + ([f"  local layers beside pool: {_size(local)} (sliding window: a ring of the window "
+          "and n_batch rows each, resident, not planned or streamed)"] if local else []))
 
 
 def _elements(shape) -> int:

@@ -68,8 +68,8 @@ def swa_layers(hparams: dict[str, Any]) -> list[bool]:
 
 
 def n_layer_local(hparams: dict[str, Any]) -> int:
-    """Local layers: with a pool bound they stay resident beside it (n_ctx rows
-    each); the planner and the ring cover only the others."""
+    """Local layers: with a pool bound they keep a ring of window - 1 + n_batch rows
+    beside it; the planner and the transfer ring cover only the others."""
     return sum(swa_layers(hparams))
 
 
@@ -82,5 +82,5 @@ def swa_lines(hparams: dict[str, Any]) -> list[str]:
             f"{hparams['swa_window']}, rope base {hparams['rope_freq_base_swa']:g}), "
             f"{hparams['n_layer'] - n_local} global (rope base {hparams['rope_freq_base']:g}); "
             "a local layer's attention reads only its window; with a pool bound the local "
-            "layers' KV stays resident beside it and the plan and ring cover only the "
-            "global layers"]
+            "layers keep a ring of window - 1 + n_batch rows beside it and the plan and "
+            "the transfer ring cover only the global layers"]

@@ -70,10 +70,13 @@ def kv_plan(hparams: dict, n_ctx: int, *, type_k: str | int = "f16", type_v: str
 
 
 def local_kv_bytes(hparams: dict, n_ctx: int, type_k: str | int = "f16",
-                   type_v: str | int = "f16") -> int:
-    """A sliding-window model's local layers' KV, resident beside a bounded pool."""
-    return n_layer_local(hparams) * n_ctx * (kv_row_bytes(hparams, type_k)
-                                             + kv_row_bytes(hparams, type_v))
+                   type_v: str | int = "f16", n_batch: int = 512) -> int:
+    """A sliding-window model's local layers' KV beside a bounded pool: a ring of
+    window - 1 + n_batch rows each (n_ctx where that is less; kv/cache.h)."""
+    window = hparams.get("swa_window", 0)
+    rows = min(n_ctx, window - 1 + min(n_batch, n_ctx)) if window else n_ctx
+    return n_layer_local(hparams) * rows * (kv_row_bytes(hparams, type_k)
+                                            + kv_row_bytes(hparams, type_v))
 
 
 def whole_cache_bytes(plan: KVPlan) -> int | None:
