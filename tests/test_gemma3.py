@@ -145,3 +145,21 @@ def test_ring_refuses_what_it_no_longer_holds(tiny):
             for i in range(10, 300, N_BATCH):
                 r.decode(tokens[i:i + N_BATCH])
             assert r.restore_point(5) == 5
+
+
+def test_refusals_name_the_problem(tmp_path):
+    from gguf import GGUFReader
+    from pyllamakv.gguf.reader import GGUFError
+    from tiny_gemma3 import Gemma3Config, gguf_tensors, hf_weights, write_gguf
+    cfg = Gemma3Config(n_layer=2)
+    tensors = gguf_tensors(cfg, hf_weights(cfg, np.random.default_rng()))
+    path = write_gguf(tmp_path / "g.gguf", cfg, tensors)
+    assert GGUFReader(str(path)).fields["general.architecture"].contents() == "gemma3"
+    del tensors["blk.1.post_ffw_norm.weight"]
+    with pytest.raises(Exception, match="missing tensor 'blk.1.post_ffw_norm.weight'"):
+        Model(write_gguf(tmp_path / "miss.gguf", cfg, tensors))
+    # still-unsupported architectures are named beside the supported list
+    moe = tmp_path / "moe.gguf"
+    moe.write_bytes(path.read_bytes().replace(b"gemma3", b"qwen3m", 1))
+    with pytest.raises(GGUFError, match=r"unsupported architecture 'qwen3m'; supported: .*gemma3"):
+        Model(moe)
