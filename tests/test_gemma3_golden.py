@@ -50,7 +50,7 @@ def golden():
     return json.loads(DATA.read_text())
 
 
-@pytest.mark.parametrize("pool_mib", [None, 4], ids=["resident", "streamed"])
+@pytest.mark.parametrize("pool_mib", [None, 1], ids=["resident", "streamed"])
 def test_teacher_forced_against_llama_cpp(golden, pool_mib):
     agree, kls = [], []
     with Model(_model_path()) as m:
