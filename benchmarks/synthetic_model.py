@@ -1,11 +1,16 @@
 """Random-weight GGUF files of real model shapes, for speed only.
 
 Speed does not depend on weight values (BENCHMARKS.md), so the quantized
-blocks are random bytes with small f16 scales; norms are ones. Outputs are
-noise. Written on the machine that runs the benchmark:
+blocks are random bytes with small f16 scales (and minimums that centre the
+weights on zero); norms are ones. Outputs are noise, but finite. Written on the machine that runs the benchmark:
 
     python benchmarks/synthetic_model.py llama3-8b out.gguf [--type q4_0]
     python benchmarks/synthetic_model.py qwen35-27b out.gguf --type q4_k   # or iq4_xs
+    python benchmarks/synthetic_model.py llama3-8b out.gguf --type q4_k_m  # a mix (MIXES)
+
+Every weight type the CPU backend reads (TYPES: f32, f16, bf16, the legacy
+quants, q2_K .. q6_K, the i-quants) and the mixes llama.cpp's quantizer writes
+(MIXES: Q4_K_M, Q5_K_M, a Q3_K_M-like and a UD-Q3_K_XL-like recipe).
 
 Tensors are generated and written one at a time (a 27B file never sits in
 memory). The files load in pyllamakv and in llama.cpp: the metadata carries
@@ -80,27 +85,137 @@ SHAPES = {
                                n_ctx_train=4096),
 }
 
-# byte offsets of the f16 fields that must stay small and finite, per type
-_F16_AT = {T.Q4_0: (0,), T.Q8_0: (0,), T.Q4_1: (0, 2), T.Q5_0: (0,), T.Q5_1: (0, 2),
-           T.Q4_K: (0, 2), T.IQ4_XS: (0,)}
-# their range: weights within about +-0.3 whatever the sub-scales and codes
-# (Q4_K: d * 63 * 15; IQ4_XS: d * 32 * 127)
-_F16_RANGE = {T.Q4_K: (1e-4, 3e-4), T.IQ4_XS: (2e-5, 6e-5)}
-TYPES = tuple(_F16_AT)
+# ---------------------------------------------------------------- blocks
+#
+# Every weight type the CPU backend reads. Per type: the block's f16 fields
+# (byte offset, "d" a scale drawn from the type's range or "m" a min set from
+# the block's d so that the values centre on zero), and the range of d that
+# keeps every weight within about +-0.3 whatever the codes and sub-scales
+# (the largest code times the largest sub-scale times d). Centred minimums
+# matter: q4_1's random minimum fields, all positive, made every weight
+# positive and the 8B shape's logits NaN (issue 41).
+_F16 = {
+    T.Q4_0: ((0, "d"),), T.Q8_0: ((0, "d"),), T.Q5_0: ((0, "d"),), T.IQ4_NL: ((0, "d"),),
+    T.Q4_1: ((0, "d"), (2, "m")), T.Q5_1: ((0, "d"), (2, "m")),
+    T.Q2_K: ((80, "d"), (82, "m")), T.Q3_K: ((108, "d"),), T.Q4_K: ((0, "d"), (2, "m")),
+    T.Q5_K: ((0, "d"), (2, "m")), T.Q6_K: ((208, "d"),), T.IQ4_XS: ((0, "d"),),
+    T.IQ2_XXS: ((0, "d"),), T.IQ2_XS: ((0, "d"),), T.IQ2_S: ((0, "d"),), T.IQ3_XXS: ((0, "d"),),
+    T.IQ3_S: ((0, "d"),), T.IQ1_S: ((0, "d"),), T.IQ1_M: (),   # iq1_m: d in the scales' top nibbles
+}
+# the largest |weight| / d: code range x sub-scale range (q4_1 / q5_1 / q2_K / q4_K / q5_K
+# centred: half the code range)
+_PER_D = {T.Q4_0: 8, T.Q8_0: 127, T.Q5_0: 16, T.IQ4_NL: 127, T.Q4_1: 8, T.Q5_1: 16,
+          T.Q2_K: 15 * 1.5, T.Q3_K: 32 * 4, T.Q4_K: 63 * 7.5, T.Q5_K: 63 * 15.5, T.Q6_K: 128 * 32,
+          T.IQ4_XS: 32 * 127, T.IQ2_XXS: 15.5 * 0.25 * 43, T.IQ2_XS: 15.5 * 0.25 * 43,
+          T.IQ2_S: 15.5 * 0.25 * 43, T.IQ3_XXS: 15.5 * 0.5 * 62, T.IQ3_S: 31 * 15,
+          T.IQ1_S: 15 * 1.125, T.IQ1_M: 15 * 1.125}
+# the minimum as a multiple of -d: the codes' mid-point (q2_K / q4_K / q5_K: the
+# 6-bit or 4-bit min equals the sub-block's scale, see _kquant_scales)
+_MID = {T.Q4_1: 8, T.Q5_1: 16, T.Q2_K: 1.5, T.Q4_K: 7.5, T.Q5_K: 15.5}
+FLOATS = (T.F32, T.F16, T.BF16)
+TYPES = FLOATS + tuple(_F16)
+
+# Mixes: which tensors get which type, as llama.cpp's quantizer chooses them
+# for its presets (the rules, restated from its documented behaviour), and a
+# stand-in for unsloth's dynamic UD-Q3_K_XL (its per-tensor choices vary by
+# model; this keeps its shape: 3-bit FFN gate / up, 4- to 6-bit attention and
+# down projections, more bits at the first and last layers, a 6-bit output).
+
+
+def _more_bits(i: int, n: int) -> bool:
+    """llama.cpp's use_more_bits: the first and last eighth, every third between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def _mix_k_m(base: T):
+    def pick(name: str, il: int, n: int) -> T:
+        if name == "output.weight":
+            return T.Q6_K
+        if name.endswith(("attn_v.weight", "ffn_down.weight")) and _more_bits(il, n):
+            return T.Q6_K
+        if name.endswith("attn_qkv.weight"):
+            return T.Q6_K if _more_bits(il, n) else T.Q5_K
+        return base
+    return pick
+
+
+def _mix_q3_k_m(name: str, il: int, n: int) -> T:
+    if name == "output.weight":
+        return T.Q6_K
+    if name.endswith(("attn_v.weight", "attn_qkv.weight")):
+        return T.Q5_K if il < 2 else T.Q4_K
+    if name.endswith("ffn_down.weight"):
+        return T.Q5_K if il < n // 16 else T.Q4_K
+    if name.endswith("attn_output.weight"):
+        return T.Q4_K
+    return T.Q3_K
+
+
+def _mix_ud_q3_k_xl(name: str, il: int, n: int) -> T:
+    edge = il < 3 or il >= n - 3
+    if name == "output.weight":
+        return T.Q6_K
+    if name == "token_embd.weight":
+        return T.Q4_K
+    if name.endswith(("ffn_gate.weight", "ffn_up.weight")):
+        return T.IQ4_XS if edge else T.Q3_K
+    if name.endswith("ffn_down.weight"):
+        return T.Q5_K if edge else T.Q4_K
+    if name.endswith(("attn_v.weight", "attn_qkv.weight")):
+        return T.Q6_K if edge else T.Q5_K
+    return T.Q4_K
+
+
+MIXES = {"q4_k_m": _mix_k_m(T.Q4_K), "q5_k_m": _mix_k_m(T.Q5_K), "q3_k_m": _mix_q3_k_m,
+         "ud-q3_k_xl": _mix_ud_q3_k_xl}
+
+
+def _kquant_scales(rng: np.random.Generator, nb: int) -> np.ndarray:
+    """q4_K / q5_K's 12 scale bytes: 8 6-bit scales sc (1..63) and mins equal
+    to them (with dmin = mid * d each sub-block is centred), packed as the
+    format does (j < 4: low 6 bits of bytes j and j + 4; j >= 4: nibbles of
+    byte j + 4, top bits in bytes j - 4 and j)."""
+    sc = rng.integers(1, 64, (nb, 8), dtype=np.uint8)
+    mn = sc
+    out = np.empty((nb, 12), np.uint8)
+    out[:, 0:4] = sc[:, :4] | ((sc[:, 4:] >> 4) << 6)
+    out[:, 4:8] = mn[:, :4] | ((mn[:, 4:] >> 4) << 6)
+    out[:, 8:12] = (sc[:, 4:] & 15) | ((mn[:, 4:] & 15) << 4)
+    return out
 
 
 def _quant(rng: np.random.Generator, rows: int, cols: int, qtype: T) -> np.ndarray:
-    """Random blocks: every bit pattern of these types is a valid block once the
-    f16 scale (and min) are set small; Q4_K's 6-bit sub-scales and IQ4_XS's
-    scales and 4-bit indices into its value table are all in range."""
+    """Random blocks of qtype: random bytes (every code, grid index and sign
+    pattern is valid), then the f16 scales, the minimums and the sub-scales
+    that need it set (see _F16)."""
     block, size = GGML_QUANT_SIZES[qtype]
     if cols % block:
         raise ValueError(f"{qtype.name} needs rows of a multiple of {block} values, got {cols}")
+    if qtype in FLOATS:
+        x = (rng.standard_normal((rows, cols)) * 0.02).astype(np.float32)
+        if qtype == T.F32:
+            return x
+        if qtype == T.F16:
+            return x.astype(np.float16)
+        return (x.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8).reshape(rows, 2 * cols)
     nb = rows * cols // block
-    raw = rng.integers(0, 256, (nb, size), dtype=np.uint8)
-    for off in _F16_AT[qtype]:
-        d = rng.uniform(*_F16_RANGE.get(qtype, (0.002, 0.02)), nb).astype(np.float16)
-        raw[:, off:off + 2] = d.view(np.uint8).reshape(nb, 2)
+    raw = np.frombuffer(bytearray(rng.bytes(nb * size)), np.uint8).reshape(nb, size)
+    top = 0.3 / _PER_D[qtype]
+    d = rng.uniform(top / 3, top, nb).astype(np.float16)
+    if qtype in (T.Q4_K, T.Q5_K):
+        raw[:, 4:16] = _kquant_scales(rng, nb)
+    if qtype == T.Q2_K:       # scales[16]: low nibble sc (1..15), high nibble the min = sc
+        sc = rng.integers(1, 16, (nb, 16), dtype=np.uint8)
+        raw[:, 0:16] = sc | (sc << 4)
+    if qtype == T.IQ1_M:      # the f16 d: the top nibbles of bytes 49, 51, 53, 55
+        h = d.view(np.uint16)
+        for k in range(4):
+            raw[:, 49 + 2 * k] = (raw[:, 49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 15) << 4).astype(np.uint8)
+    for off, kind in _F16[qtype]:
+        # q4_1 / q5_1: x = d q + m, m < 0; the k-quants: x = d sc q - dmin mn, dmin > 0
+        sign = 1.0 if qtype in (T.Q2_K, T.Q4_K, T.Q5_K) else -1.0
+        v = d if kind == "d" else (sign * _MID[qtype] * d.astype(np.float32)).astype(np.float16)
+        raw[:, off:off + 2] = v.view(np.uint8).reshape(nb, 2)
     return raw.reshape(rows, cols // block * size)
 
 
@@ -249,12 +364,22 @@ def llama_cpp_keys(arch: str) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------- writing
 
-def write(shape: Shape | Qwen35Shape, path: str | Path, qtype: T = T.Q4_0, seed: int = 0,
+def _type_of(qtype: T | str, name: str, n_layer: int) -> T:
+    """The type of a quantized tensor: qtype, or the mix's choice for it."""
+    if isinstance(qtype, T):
+        return qtype
+    il = int(name.split(".")[1]) if name.startswith("blk.") else -1
+    return MIXES[qtype](name, il, n_layer)
+
+
+def write(shape: Shape | Qwen35Shape, path: str | Path, qtype: T | str = T.Q4_0, seed: int = 0,
           n_nextn: int | None = None) -> Path:
-    """The file at path; n_nextn overrides a qwen35 shape's MTP blocks."""
-    if qtype not in _F16_AT:
-        raise ValueError(f"weight type {qtype.name} is not one the generator writes: "
-                         f"{', '.join(t.name for t in TYPES)}")
+    """The file at path; qtype a weight type (TYPES) or a mix's name (MIXES);
+    n_nextn overrides a qwen35 shape's MTP blocks."""
+    if not (qtype in TYPES or qtype in MIXES):
+        name = qtype.name if isinstance(qtype, T) else qtype
+        raise ValueError(f"weight type {name} is not one the generator writes: "
+                         f"{', '.join(t.name for t in TYPES)}, or a mix: {', '.join(MIXES)}")
     rng = np.random.default_rng(seed)
     hybrid = isinstance(shape, Qwen35Shape)
     if hybrid and n_nextn is not None:
@@ -266,19 +391,26 @@ def write(shape: Shape | Qwen35Shape, path: str | Path, qtype: T = T.Q4_0, seed:
     w.add_vocab_size(shape.n_vocab)
     _vocab(w, shape.n_vocab)
     tensors = (_qwen35_tensors if hybrid else _llama_tensors)(shape)
+    types = {}
     for name, shp, kind in tensors:
         if kind == "q":
-            block, size = GGML_QUANT_SIZES[qtype]
+            qt = types[name] = _type_of(qtype, name, shape.n_layer)
+            block, size = GGML_QUANT_SIZES[qt]
             nbytes = shp[0] * shp[1] // block * size
-            w.add_tensor_info(name, (shp[0], shp[1] // block * size), np.dtype(np.uint8),
-                              nbytes, raw_dtype=qtype)
+            if qt == T.F32:
+                w.add_tensor_info(name, shp, np.dtype(np.float32), nbytes)
+            elif qt == T.F16:
+                w.add_tensor_info(name, shp, np.dtype(np.float16), nbytes)
+            else:
+                w.add_tensor_info(name, (shp[0], shp[1] // block * size), np.dtype(np.uint8),
+                                  nbytes, raw_dtype=qt)
         else:
             w.add_tensor_info(name, shp, np.dtype(np.float32), 4 * int(np.prod(shp)))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     for name, shp, kind in tensors:     # one tensor in memory at a time
-        w.write_tensor_data(_data(rng, shp, kind, qtype))
+        w.write_tensor_data(_data(rng, shp, kind, types.get(name)))
     w.close()
     return Path(path)
 
@@ -287,13 +419,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("path")
-    ap.add_argument("--type", default=None, choices=[t.name.lower() for t in TYPES],
-                    help="weight type (default: q4_0; q4_k for qwen35 shapes)")
+    ap.add_argument("--type", default=None, choices=[t.name.lower() for t in TYPES] + list(MIXES),
+                    help="weight type or mix (default: q4_0; q4_k for qwen35 shapes)")
     ap.add_argument("--mtp", action="store_true", help="qwen35: one MTP block, as published")
     a = ap.parse_args()
     shape = SHAPES[a.shape]
     qtype = a.type or ("q4_k" if isinstance(shape, Qwen35Shape) else "q4_0")
-    write(shape, a.path, T[qtype.upper()], n_nextn=1 if a.mtp else None)
+    write(shape, a.path, qtype if qtype in MIXES else T[qtype.upper()], n_nextn=1 if a.mtp else None)
 
 
 if __name__ == "__main__":

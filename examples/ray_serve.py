@@ -12,12 +12,19 @@ replicas land on several machines (or GPUs) behind one address.
     curl localhost:8000/v1/completions -d '{"prompt": "Hello", "max_tokens": 16}'
 
 Ctrl-C (SIGINT) or SIGTERM stops Serve and the local Ray instance it started.
+
+Ray puts the directory it is started from on its workers' import path; run
+from a clone of the repository, that would make the replicas import the
+clone's uncompiled `pyllamakv/` instead of the installed package. The job's
+working directory is therefore an empty folder of its own (runtime_env
+working_dir), and the replicas import what the driver imports.
 """
 from __future__ import annotations
 
 import argparse
 import signal
 import sys
+import tempfile
 import threading
 
 import ray
@@ -52,7 +59,13 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     settings = ServerSettings(a.model, parallel=a.parallel, n_ctx=a.ctx, n_threads=a.threads,
                               api_key=a.api_key)
-    ray.init(include_dashboard=False, log_to_driver=False)
+    with tempfile.TemporaryDirectory(prefix="pyllamakv-ray-") as empty:
+        run(a, settings, empty)
+
+
+def run(a: argparse.Namespace, settings: ServerSettings, working_dir: str) -> None:
+    ray.init(include_dashboard=False, log_to_driver=False,
+             runtime_env={"working_dir": working_dir})
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -13,6 +13,7 @@ anywhere leaves the two in agreement.
 """
 from __future__ import annotations
 
+import random
 import time
 from functools import cached_property
 from typing import Iterator, Sequence
@@ -20,14 +21,15 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .core import native as _native
-from .text.chat import ChatFormatter
-from .text.chat_formats import chat_format_template
+from .text.chat_handlers import llama_chat_formatter
+from .text.llama_tokenizer import CallableTokenizer, LlamaTokenizer
+from .api.llama_cpp_methods import LlamaCppMethods
 from .api.compat import check_extra_kwargs
 from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
 from .default_model import default_model_path
 from .api.embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
-from .api.grammar import GrammarConstraint, LlamaGrammar
+from .api.grammar import LlamaGrammar
 from .engine.guard import Guard, guarded
 from .engine.history import History
 from .hub import hub_file
@@ -35,17 +37,17 @@ from .engine.lanes import load_seq_state, reset_lanes, save_seq_state, seq_kv_st
 from .api.openai_api import OpenAIMethods
 from .memory.plan import auto_pool_bytes, kv_plan, whole_cache_bytes
 from .progress import ProgressCallback, report_load
-from .engine.sampling import Sampler, SamplingParams
+from .engine.processors import stop_asked
+from .engine.sampling import Sampler
 from .spec.verify import speculative_tokens
 from .spec.mtp import uses_mtp, wants_mtp
 from .spec.drafters import make_drafter
 from .engine.state import LlamaState, Timings, model_fingerprint
 from .memory.ubatch import chosen_ubatch
 from .memory.budget import plan_budget
-from .text.tokenizer import Tokenizer
 
 
-class Llama(OpenAIMethods):
+class Llama(LlamaCppMethods, OpenAIMethods):
     """A GGUF model ready to generate. ``model_path=None``: the default model."""
 
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 512, n_batch: int = 512,
@@ -59,7 +61,11 @@ class Llama(OpenAIMethods):
                  pooling_type: int | str = -1, draft_model=None,
                  gpu_memory_mib: float | None = None, n_seq_max: int = 1,
                  progress_callback: ProgressCallback | None = None,
+                 vocab_only: bool = False, chat_handler=None,
                  _model: "_native.Model | None" = None, _context=None, **llama_cpp_kwargs):
+        self._init_kwargs = {k: v for k, v in locals().items() if k not in (
+            "self", "_model", "_context", "progress_callback", "llama_cpp_kwargs")}
+        self._init_kwargs.update(llama_cpp_kwargs)
         self._ctx = self._model = None
         self._guard = Guard("Llama")
         self.verbose = bool(verbose)
@@ -68,7 +74,6 @@ class Llama(OpenAIMethods):
                                         gpu_kernels, gpu_memory_mib, n_seq_max)
         n_threads = cfg.n_threads
         check_extra_kwargs("Llama", llama_cpp_kwargs)
-        fmt = None if chat_format is None else chat_format_template(chat_format)
         self.model_path = str(model_path) if model_path is not None else default_model_path()
         self.progress_callback = progress = progress_callback or (lambda *a: None)
         t0 = time.perf_counter()
@@ -76,11 +81,16 @@ class Llama(OpenAIMethods):
         if _model is None:
             file = _native.GGUFFile(self.model_path)
             progress("load", 1, 4)
+            if vocab_only:   # the tokenizer and the chat template, no weights and no context
+                self._text_setup(file.metadata, chat_format, chat_handler, -1, False)
+                self._n_ctx, self._n_vocab = cfg.n_ctx, self.tokenizer.n_vocab
+                return
             hp = _native.model_params(file)
             self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
         else:   # a context of its own over a loaded model (the server's slots share one)
             file, hp, self.device = _model.file, _model.hparams, _model.device
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
+        self._n_vocab = hp.get("n_vocab")
         # gpu_memory_mib: every part's share, checked before the weights load (budget.py)
         budget = None if cfg.gpu_memory_mib is None else plan_budget(
             cfg, hp, file.tensors, self._n_ctx, self.device, embeddings=embedding,
@@ -116,27 +126,34 @@ class Llama(OpenAIMethods):
             mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0,   # spec_mtp.py
             **({"n_seq_max": cfg.n_seq_max} if cfg.n_seq_max > 1 else {}))
         progress("load", 3, 4)
-        self.tokenizer = Tokenizer.from_metadata(file.metadata)
-        self.embedding = bool(embedding)
-        self.cache = None
-        self.pooling_type = embedding_pooling(pooling_type, file.metadata)
-        if (fmt is None and file.architecture == "gemma3"   # a gemma file without a template
-                and "tokenizer.chat_template" not in file.metadata):
-            chat_format, fmt = "gemma", chat_format_template("gemma")
-        self.chat_format = chat_format
-        self._chat = ChatFormatter.from_metadata(
-            file.metadata if fmt is None else {"tokenizer.chat_template": fmt[0]},
-            self.tokenizer, extra_stop=fmt[1] if fmt else (),
-            source=None if fmt is None else f"chat_format {chat_format!r}")
+        self._text_setup(file.metadata, chat_format, chat_handler, pooling_type, embedding)
+        self._n_vocab = self._model.n_vocab
         # with embedding=True the rows a decode gives are hidden states (n_embd wide)
         self._hist = History(self._ctx, self._n_ctx, self._ctx.out_width, cfg.n_batch,
                              cfg.logits_all)
-        self._rng = np.random.default_rng(None if cfg.random_seed else cfg.seed)
+        self._seed = random.SystemRandom().randint(0, 2**32 - 1) if cfg.random_seed else cfg.seed
         self.timings = Timings()
         self.draft_model = make_drafter(draft_model, self)   # speculative.py; None: off
         progress("load", 4, 4)
         if self.verbose:
             report_load(self, time.perf_counter() - t0)
+
+    def _text_setup(self, metadata: dict, chat_format, chat_handler, pooling_type,
+                    embedding: bool) -> None:
+        """The parts that need only the file's metadata (all of a vocab_only Llama)."""
+        self.tokenizer = CallableTokenizer.from_metadata(metadata)
+        self.tokenizer_ = LlamaTokenizer(self)
+        self.embedding = bool(embedding)
+        self.cache = None
+        self._pooling = embedding_pooling(pooling_type, metadata)
+        if (chat_format is None and metadata.get("general.architecture") == "gemma3"
+                and "tokenizer.chat_template" not in metadata):
+            chat_format = "gemma"   # a gemma file without a template: gemma's turns
+        self._chat, self.chat_format = llama_chat_formatter(chat_format, metadata, self.tokenizer)
+        if chat_handler is not None and not callable(chat_handler):
+            raise ParameterTypeError("chat_handler must be callable (llama_chat_format's "
+                                     f"handler protocol), not {type(chat_handler).__name__}")
+        self.chat_handler = chat_handler
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: str, local_dir=None, cache_dir=None,
@@ -156,21 +173,21 @@ class Llama(OpenAIMethods):
 
     def n_vocab(self) -> int:
         self._open()
-        return self._model.n_vocab
+        return self._n_vocab
+
+    def pooling_type(self) -> int:
+        """The embedding pooling in use (llama.cpp's LLAMA_POOLING_TYPE_* number)."""
+        return self._pooling
+
+    @property
+    def _is_hybrid(self) -> bool:   # llama-cpp-python's name: recurrent and attention layers
+        return bool(self._ctx is not None and self._ctx.recurrent_bytes)
+
+    _is_recurrent = False           # a model with only recurrent layers: none load here
 
     def n_embd(self) -> int:
         self._open()
         return self._model.hparams["n_embd"]
-
-    def token_bos(self) -> int:
-        return -1 if self.tokenizer.bos_id is None else self.tokenizer.bos_id
-
-    def token_eos(self) -> int:
-        return -1 if self.tokenizer.eos_id is None else self.tokenizer.eos_id
-
-    def token_nl(self) -> int:
-        """The id of the newline token."""
-        return self.tokenizer.encode("\n", add_bos=False)[-1]
 
     def set_cache(self, cache) -> None:
         """Keep states by prompt prefix (cache.LlamaRAMCache; None: no cache)."""
@@ -209,10 +226,14 @@ class Llama(OpenAIMethods):
             raise ParameterTypeError(f"text must be bytes, not {type(text).__name__}")
         return self.tokenizer.encode(text, add_bos=add_bos, special=special)
 
-    def detokenize(self, tokens: Sequence[int], special: bool = False) -> bytes:
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
+                   special: bool = False) -> bytes:
+        """The text of tokens; with prev_tokens, the text tokens add after those."""
         self._open()
-        return self.tokenizer.decode(tokens_arg("tokens", tokens, self._model.n_vocab),
-                                     special=special)
+        tokens = tokens_arg("tokens", tokens, self._n_vocab)
+        if prev_tokens:
+            prev_tokens = tokens_arg("prev_tokens", prev_tokens, self._n_vocab)
+        return self.tokenizer_.detokenize(tokens, prev_tokens, special=special)
 
     # ------------------------------------------------------------ stages
 
@@ -220,7 +241,7 @@ class Llama(OpenAIMethods):
     def eval(self, tokens: Sequence[int]) -> None:
         """Run tokens through the model after those already in the cache."""
         self._logits_mode()
-        self._hist.eval(tokens_arg("tokens", tokens, self._model.n_vocab),
+        self._hist.eval(tokens_arg("tokens", tokens, self._n_vocab),
                         self.progress_callback)
 
     def _logits_mode(self) -> None:
@@ -250,44 +271,23 @@ class Llama(OpenAIMethods):
 
     # ------------------------------------------------------------ generation
 
-    def sampler(self, *, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
-                min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0,
-                presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                logit_bias: dict | None = None, seed: int | None = None,
-                grammar: LlamaGrammar | None = None, mirostat_mode: int = 0,
-                mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
-                logits_processor=None) -> Sampler:
-        """A Sampler; without a seed it draws one from the Llama's own generator.
-        With a grammar (grammar.LlamaGrammar) it samples only tokens the grammar allows."""
-        if seed is None or seed == -1:
-            seed = int(self._rng.integers(0, 2**32))
-        p = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                           typical_p=typical_p, repeat_penalty=repeat_penalty,
-                           presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                           logit_bias={} if logit_bias is None else logit_bias, seed=seed, mirostat_mode=mirostat_mode,
-                           mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
-        constraint = None
-        if grammar is not None:
-            if not isinstance(grammar, LlamaGrammar):
-                raise ParameterTypeError(f"grammar must be a LlamaGrammar, not {type(grammar).__name__}")
-            constraint = GrammarConstraint(grammar, self.tokenizer, self.n_vocab())
-        procs = [] if logits_processor is None else (
-            list(logits_processor) if isinstance(logits_processor, (list, tuple))
-            else [logits_processor])
-        return Sampler(p, self.n_vocab(), constraint, procs)
-
     def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95,
                  min_p: float = 0.05, typical_p: float = 1.0, temp: float = 0.8,
                  repeat_penalty: float = 1.0, reset: bool = True,
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                  logit_bias: dict | None = None, seed: int | None = None,
-                 sampler: Sampler | None = None) -> Iterator[int]:
+                 sampler: Sampler | None = None, tfs_z: float = 1.0, mirostat_mode: int = 0,
+                 mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, penalize_nl: bool = True,
+                 logits_processor=None, stopping_criteria=None,
+                 grammar: LlamaGrammar | None = None) -> Iterator[int]:
         """Yield sampled token ids after tokens, without end; the caller stops.
 
         With reset (the default) the longest prefix of tokens already in the
         cache is kept and only the rest is evaluated (at least the last token,
         for its logits); reset=False appends tokens to what the cache holds.
-        The stream holds the Llama until it is closed (see guard.py).
+        The stream holds the Llama until it is closed (see guard.py). A
+        stopping_criteria(input_ids, logits) that returns True ends the stream
+        before the token just sampled (as llama-cpp-python).
         """
         tokens = tokens_arg("tokens", tokens, self.n_vocab())
         if sampler is None:
@@ -295,11 +295,14 @@ class Llama(OpenAIMethods):
                                    typical_p=typical_p, repeat_penalty=repeat_penalty,
                                    presence_penalty=presence_penalty,
                                    frequency_penalty=frequency_penalty,
-                                   logit_bias=logit_bias, seed=seed)
-        return self._guard.stream(lambda: self._generate(tokens, sampler, reset))
+                                   logit_bias=logit_bias, seed=seed, grammar=grammar,
+                                   mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+                                   mirostat_eta=mirostat_eta, logits_processor=logits_processor)
+        return self._guard.stream(lambda: self._generate(tokens, sampler, reset,
+                                                         stopping_criteria))
 
-    def _generate(self, tokens: list[int], sampler: Sampler, reset: bool = True
-                  ) -> Iterator[int]:
+    def _generate(self, tokens: list[int], sampler: Sampler, reset: bool = True,
+                  stopping_criteria=None) -> Iterator[int]:
         self._logits_mode()
         self.timings = Timings()
         # spec_decode.py; a grammar, mirostat or logits processors keep state per
@@ -329,6 +332,8 @@ class Llama(OpenAIMethods):
             yield from speculative_tokens(self, sampler, drafter)
         while True:
             token = self._sample(sampler)
+            if stopping_criteria is not None and stop_asked(stopping_criteria, self._hist):
+                return
             yield token
             self._decode_one(token)
 
@@ -338,13 +343,17 @@ class Llama(OpenAIMethods):
     def save_state(self, seq_id: int | None = None) -> LlamaState:
         """The context (seq_id: that sequence, lanes.py) as a LlamaState whose blob
         names this model and geometry."""
-        return save_seq_state(self, seq_id)
+        state = save_seq_state(self, seq_id)
+        state.seed = self._seed
+        return state
 
     @guarded
     def load_state(self, state: LlamaState, seq_id: int | None = None) -> None:
         """Replace the context (seq_id: that sequence) with a saved one; every check
         runs first (StateError)."""
         load_seq_state(self, state, seq_id)
+        if getattr(state, "seed", None) is not None:
+            self._seed = state.seed
 
     @cached_property
     def _fingerprint(self) -> str:

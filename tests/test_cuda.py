@@ -21,7 +21,7 @@ legacy weight types (q4_0 ... iq4_nl) and every KV type.
 - llama.cpp's golden data on the GPU with the default kernels: mean KL <=
   0.003, top-1 >= 0.95, and top-1 1.0 where the golden top token leads by >= 1
   logit; with the exact kernels, the CPU's logits bit for bit.
-- The exactness contract (DESIGN.md 4) with the default kernels: logits for
+- The exactness contract (docs/design.md section 4) with the default kernels: logits for
   any KV pool size bit-identical to the all-resident run (tiny models and the
   real model, f16 / q8_0 / q4_0 KV, truncate and reset, micro-batches that
   split chunks); determinism; graph replay equal to op-by-op launches.
@@ -443,7 +443,7 @@ def test_streaming_is_bit_identical_tiny(tmp_path, ubatch, type_kv):
     """Any pool bound gives the all-resident GPU run's logits bit for bit with
     the default kernels: prefill (micro-batches of 7 split the 16-position
     chunks; 32 and 128 take the tensor-core attention), decode, truncate in
-    the middle, reset (DESIGN.md 4)."""
+    the middle, reset (docs/design.md section 4)."""
     path = tmp_path / "stream.gguf"
     write_tiny_model(path, "llama", "q4_0", seed=11)
     m = N.Model(path, device="cuda")

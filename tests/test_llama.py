@@ -149,7 +149,7 @@ def test_kv_stats(llm):
     (dict(n_gpu_layers=5), ValueError, "not supported yet"),
     (dict(n_ctx=-1), ValueError, "n_ctx"),
     (dict(device="tpu"), ValueError, "device"),
-    (dict(chat_format="vicuna"), ValueError, "chat_format"),
+    (dict(chat_format="no-such-format"), ValueError, "chat_format"),
     (dict(gpu_kernels="turbo"), ValueError, "gpu_kernels"),
     (dict(gpu_kernels=1), ValueError, "gpu_kernels"),
 ])

@@ -1,7 +1,10 @@
 """examples/ray_serve.py on this machine: two replicas behind Ray Serve's proxy.
 
-Skipped unless ray[serve] is installed. The example runs as a subprocess
-(and stops its own Ray instance on SIGINT); the test checks that both
+Skipped unless ray[serve] is installed (CI installs it). The example runs as a
+subprocess started from the repository root, as the README runs it (Ray puts
+that directory on its workers' path; the replicas must still import the
+installed package, or the source tree with PYLLAMAKV_LIBRARY in development),
+and stops its own Ray instance on SIGINT; the test checks that both
 replicas answer (their /health reports two process ids) and that a greedy
 completion through the balancer is the library's own.
 """
@@ -31,7 +34,7 @@ def test_two_replicas_behind_ray_serve():
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "examples", "ray_serve.py"),
                              path, "--replicas", "2", "--port", str(port), "--ctx", "256"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_healthy(url, 240, proc)
         pids, t_end = set(), time.monotonic() + 120

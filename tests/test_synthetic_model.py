@@ -20,12 +20,19 @@ def fields(path) -> dict:
     return {k: f for k, f in r.fields.items()}, r
 
 
-@pytest.fixture(scope="module", params=[("llama", T.Q4_0), ("qwen35", T.Q4_K),
-                                        ("qwen35", T.IQ4_XS)], ids=lambda p: f"{p[0]}-{p[1].name}")
+CASES = ([("llama", t) for t in sm.TYPES] + [("llama", m) for m in sm.MIXES]
+         + [("qwen35", T.Q4_K), ("qwen35", T.IQ4_XS), ("qwen35", "ud-q3_k_xl")])
+
+
+def _name(qt) -> str:
+    return qt if isinstance(qt, str) else qt.name
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda p: f"{p[0]}-{_name(p[1])}")
 def written(request, tmp_path_factory):
     arch, qt = request.param
     shape = TINY_LLAMA if arch == "llama" else sm.SHAPES["qwen35-tiny"]
-    path = tmp_path_factory.mktemp("syn") / f"{arch}-{qt.name}.gguf"
+    path = tmp_path_factory.mktemp("syn") / f"{arch}-{_name(qt)}.gguf"
     return arch, qt, sm.write(shape, path, qt, seed=4, n_nextn=1 if arch == "qwen35" else None)
 
 
@@ -50,11 +57,31 @@ def test_metadata_has_what_llama_cpp_reads(written):
 def test_blocks_are_valid_and_finite(written):
     _, qt, path = written
     r = GGUFReader(str(path))
-    qs = [t for t in r.tensors if t.tensor_type == qt]
+    if isinstance(qt, str):     # a mix: the types its rules give, each tensor its own
+        n_layer = TINY_LLAMA.n_layer if "qwen35" not in str(path) else sm.SHAPES["qwen35-tiny"].n_layer
+        qs = [t for t in r.tensors if t.tensor_type != T.F32]
+        assert {t.tensor_type for t in qs} == {sm._type_of(qt, t.name, n_layer) for t in qs}
+        assert all(t.tensor_type == sm._type_of(qt, t.name, n_layer) for t in qs)
+    else:
+        qs = [t for t in r.tensors if t.tensor_type == qt and "norm" not in t.name]
     assert qs, "no tensor of the weight type"
     for t in qs[:6]:
-        x = quants.dequantize(t.data, qt)
+        x = quants.dequantize(t.data, t.tensor_type)
         assert np.isfinite(x).all() and 0 < np.abs(x).max() < 0.5, (t.name, np.abs(x).max())
+        # centred: no type's minimum pushes every weight to one side (q4_1's did)
+        assert abs(float(x.mean())) < 0.05 * float(np.abs(x).max()), (t.name, float(x.mean()))
+
+
+def test_mix_recipes_follow_llama_cpp():
+    n = 32
+    q4km = sm.MIXES["q4_k_m"]
+    assert q4km("output.weight", -1, n) == T.Q6_K and q4km("token_embd.weight", -1, n) == T.Q4_K
+    more = [i for i in range(n) if q4km(f"blk.{i}.ffn_down.weight", i, n) == T.Q6_K]
+    assert more[:4] == [0, 1, 2, 3] and more[-4:] == [28, 29, 30, 31] and 6 in more and 5 not in more
+    assert q4km("blk.5.attn_q.weight", 5, n) == T.Q4_K
+    q3km = sm.MIXES["q3_k_m"]
+    assert [q3km(f"blk.{i}.attn_v.weight", i, n) for i in (0, 1, 2)] == [T.Q5_K, T.Q5_K, T.Q4_K]
+    assert q3km("blk.9.ffn_up.weight", 9, n) == T.Q3_K and q3km("blk.9.attn_output.weight", 9, n) == T.Q4_K
 
 
 def test_pyllamakv_runs_it(written):
@@ -82,5 +109,7 @@ def test_qwen35_27b_is_the_published_shape():
 
 
 def test_unsupported_type_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="Q6_K"):
-        sm.write(TINY_LLAMA, tmp_path / "x.gguf", T.Q6_K)
+    with pytest.raises(ValueError, match="Q8_1"):
+        sm.write(TINY_LLAMA, tmp_path / "x.gguf", T.Q8_1)
+    with pytest.raises(ValueError, match="q9_k_m"):
+        sm.write(TINY_LLAMA, tmp_path / "x.gguf", "q9_k_m")

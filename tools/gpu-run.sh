@@ -24,6 +24,19 @@
 #   multiseq benchmarks/bench_multiseq.py: aggregate decode t/s of 1..32 sequences (synthetic
 #            8B shape, q8_0 KV) beside llama-batched-bench's (BENCHMARKS.md); MULTISEQ_ARGS
 #            (default "-b 1,4,16,32 -n 64 --prompt 4096 --pool-mib resident")
+#   prebuilt the library and harnesses built here (sm_90a) from .gpu/b90.tar.xz (carry .gpu)
+#            instead of the build stage: `ninja -C B` here, then
+#            tar cf - -C B/native libllamakv.so test_ops cuda_bench | xz > .gpu/b90.tar.xz
+#   llref    llama.cpp's llama-bench: unpacked from .ref/llbin.tar.xz.* (carry .ref) when
+#            there, else built from .ref/llamacpp-src.tgz (../shared/tools/llamacpp-ref.sh
+#            fetch) in the background while the other stages run, and its binaries sent
+#            back as $OUT/llbin.tar.xz.part-* (copy them into .ref/ for the next call)
+#   mvq      test_ops' mvq check (the k-quant / i-quant mat-vec against the CPU, n = 1..16),
+#            then cuda_bench's decode step per type in MVQ_TYPES (ids; default: q4_K
+#            iq4_xs q6_K q3_K q2_K iq3_xxs, q4_0 for reference) on the default kernels
+#            against matvec_q8 forced (BENCH_PICK=0,4)
+#   decode   benchmarks/decode_vs_llamacpp.py: pyllamakv's create_completion decode beside
+#            llama-bench's tg64 on the same synthetic file (DEC_TYPES, DEC_DEPTHS, DEC_SHAPE)
 #   spec     benchmarks/bench_speculative.py verify: one pass over [token + k drafts],
 #            k = 0..15, against one step (synthetic 8B shape, q8_0 KV, SPEC_DEPTHS default
 #            32768,131072, pools 1024,4096 MiB), then effective: the acceptance measured on
@@ -54,6 +67,27 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
+if [[ $STAGES == *prebuilt* && ! -f $B/native/libllamakv.so ]]; then
+    mkdir -p "$B/native" && xz -dc .gpu/b90.tar.xz | tar xf - -C "$B/native" && stamp "prebuilt library unpacked"
+fi
+LLB=/tmp/ref/llama.cpp/build/bin/llama-bench
+if [[ $STAGES == *llref* && ! -x $LLB ]]; then
+    if ls .ref/llbin.tar.xz.part-* >/dev/null 2>&1; then
+        mkdir -p /tmp/ref/llama.cpp/build/bin && cat .ref/llbin.tar.xz.part-* | xz -dc | tar xf - -C /tmp/ref/llama.cpp/build/bin \
+            && ln -sf $LLB /tmp/ref/llama-bench && stamp "llama-bench unpacked"
+    else
+        stamp "llama.cpp: building llama-bench in the background"
+        ( mkdir -p /tmp/ref && tar xzf .ref/llamacpp-src.tgz -C /tmp/ref && cd /tmp/ref/llama.cpp \
+          && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_SERVER=OFF \
+               -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+               -DCMAKE_BUILD_TYPE=Release > /tmp/ref/cmake.log 2>&1 \
+          && cmake --build build --target llama-bench -j "$(nproc)" > /tmp/ref/build.log 2>&1 \
+          && ln -sf /tmp/ref/llama.cpp/build/bin/llama-bench /tmp/ref/llama-bench \
+          && cd build/bin && tar cf - llama-bench *.so* | xz -T0 -6 | split -b 15M - "$OUT/llbin.tar.xz.part-" \
+          && touch /tmp/ref/packed ) > /tmp/ref-bg.log 2>&1 &
+        LLPID=$!
+    fi
+fi
 # a later call on a warm machine finds the build; a cold one builds again
 [[ $STAGES != *build* && ! -f $B/native/libllamakv.so ]] && STAGES="build $STAGES"
 if [[ $STAGES == *build* ]]; then
@@ -99,6 +133,31 @@ if [[ $STAGES == *prompts* ]]; then
         UB=$ub timeout "$(cap 200)" python3 .models/prompt_times.py $G ${PROMPTS:-8192,32768} ${CONFIGS:-fast:none} \
             2>&1 | sed "s/^/ub=$ub,/" | tee -a "$OUT/prompts.csv"
     done
+fi
+
+if [[ $STAGES == *mvq* ]]; then
+    stamp "test_ops mvq (k-quant / i-quant mat-vec against the CPU)"
+    timeout "$(cap 150)" $B/native/test_ops mvq > "$OUT/test_mvq.log" 2>&1; echo "test_ops mvq rc=$?" >> "$OUT/test_mvq.log"
+    grep -E "FAIL|passed|rc=" "$OUT/test_mvq.log" | head -30
+    grep -E "^ok" "$OUT/test_mvq.log" | head -4
+    stamp "decode step per type: default (0) against matvec_q8 forced (4), depth 0"
+    for wt in ${MVQ_TYPES:-12 23 14 11 10 18 2}; do
+        BENCH_NO_PP=1 BENCH_PICK=${MVQ_PICK:-0,4} timeout "$(cap 60)" $B/native/cuda_bench $wt 8 0 \
+            > "$OUT/mvq_bench_$wt.log" 2>&1
+        echo "type $wt: $(grep -E "^ *tg|tg " "$OUT/mvq_bench_$wt.log" | tr '\n' '|')"
+    done
+fi
+
+if [[ $STAGES == *decode* ]]; then
+    stamp "decode through create_completion beside llama-bench (${DEC_SHAPE:-llama3-8b}; llama-bench when built)"
+    LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} timeout "$(cap 590)" python3 benchmarks/decode_vs_llamacpp.py \
+        --llama-bench /tmp/ref/llama-bench --shape ${DEC_SHAPE:-llama3-8b} --types ${DEC_TYPES:-q4_k,iq4_xs} \
+        --depths ${DEC_DEPTHS:-512} --csv "$OUT/decode.csv" --deadline "$(( $(left) - ${DEC_TAIL:-40} ))" \
+        2>&1 | tee "$OUT/decode.log"
+fi
+if [[ -n ${LLPID:-} ]]; then
+    L=$(left); while kill -0 $LLPID 2>/dev/null && (( $(left) > 15 )); do sleep 3; done
+    ls -la "$OUT"/llbin* 2>/dev/null; [ -f /tmp/ref/packed ] || { echo "llama.cpp build/pack unfinished"; tail -5 /tmp/ref/build.log; }
 fi
 
 if [[ $STAGES == *stash* ]]; then
@@ -179,8 +238,10 @@ if [[ $STAGES == *spec* ]]; then
 fi
 
 # the device tool returns at most 8 files from $OUT: more than that go back as one archive
+# (llama.cpp's binaries, llbin.*, stay as they are)
 if (( $(find "$OUT" -type f | wc -l) > 8 )); then
-    tar czf /tmp/gpu-logs.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/gpu-logs.tgz "$OUT/logs.tgz"
+    (cd "$OUT" && tar czf /tmp/gpu-logs.tgz --exclude='llbin*' . && find . -mindepth 1 -type f ! -name 'llbin*' -delete) \
+        && mv /tmp/gpu-logs.tgz "$OUT/logs.tgz"
     stamp "more than 8 logs: packed into \$OUT/logs.tgz"
 fi
 stamp "done"

@@ -22,7 +22,7 @@ API int32_t lkv_abi_version(void) { return LKV_ABI_VERSION; }
 
 API const char *lkv_last_error(void) { return lkv_error_message(); }
 
-API const char *lkv_version(void) { return "0.1.0"; }
+API const char *lkv_version(void) { return LKV_VERSION; }   /* meson.build: project version */
 
 #ifdef LKV_HAVE_CUDA
 #define CUDA_FEATURE "cuda "

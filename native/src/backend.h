@@ -15,7 +15,7 @@
  * query's. A chunk's partial is computed over all of its rows at once, found
  * in whichever segments hold them, with arithmetic that does not depend on how
  * the rows are split into segments. The result is therefore the same for any
- * placement of chunks, which is the exactness contract (DESIGN.md 3-4).
+ * placement of chunks, which is the exactness contract (docs/design.md sections 3-4).
  */
 #ifndef LKV_BACKEND_H
 #define LKV_BACKEND_H

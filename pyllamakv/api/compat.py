@@ -35,7 +35,7 @@ TUNING: dict[str, Any] = {
 }
 UNSUPPORTED: dict[str, Any] = {
     "lora_base": None, "lora_path": None, "lora_scale": 1.0, "rpc_servers": None,
-    "kv_overrides": None, "vocab_only": False, "tokenizer": None, "chat_handler": None,
+    "kv_overrides": None, "tokenizer": None,
     "spm_infill": False, "rope_freq_base": 0.0, "rope_freq_scale": 0.0,
     "chat_template_kwargs": None,
 }
@@ -43,10 +43,8 @@ _WHY = {
     "lora_path": "LoRA adapters are not implemented", "lora_base": "LoRA adapters are not "
     "implemented", "rpc_servers": "RPC offload is not implemented",
     "kv_overrides": "metadata overrides are not implemented",
-    "vocab_only": "a vocab-only load is not implemented: use pyllamakv.tokenizer.Tokenizer",
     "tokenizer": "only the GGUF's own tokenizer is used",
-    "chat_handler": "chat handlers (multimodal) are not implemented: use chat_format or the "
-    "GGUF's template", "rope_freq_base": "rope overrides are not implemented",
+    "rope_freq_base": "rope overrides are not implemented",
     "rope_freq_scale": "rope overrides are not implemented",
 }
 _warned: set[str] = set()
@@ -74,3 +72,16 @@ def check_extra_kwargs(where: str, kwargs: dict[str, Any]) -> None:
                     f"({_WHY.get(name, 'not implemented in pyllamakv')})")
         else:
             raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+
+
+def absent_module(name: str, what: str):
+    """A stand-in for a llama_cpp module pyllamakv has no counterpart of: importing
+    it works, every attribute raises UnsupportedFeature naming it."""
+    import types
+
+    class Absent(types.ModuleType):
+        def __getattr__(self, attr: str):
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            raise UnsupportedFeature(f"{name}.{attr}: {what} is not part of pyllamakv")
+    return Absent(name, f"Not provided by pyllamakv: {what}.")

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import ContextFullError, ParameterError
 from .response import Piece, Usage
+from ..engine.processors import stop_asked
 from ..engine.sampling import Sampler, log_softmax, top_logprobs
 from ..text.tokenizer import IncrementalDecoder, Tokenizer
 
@@ -95,7 +96,8 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
                       stopping_criteria=None) -> Iterator[Piece]:
     """Pieces of a completion of prompt; the last one has the finish_reason.
     stopping_criteria: llama-cpp-python's f(input_ids, logits) -> bool (or a list
-    of them), asked after each token; True ends the completion ("stop")."""
+    of them), asked for each sampled token before it is emitted, with the ids and
+    logits it was sampled after; True ends the completion ("stop") without it."""
     n_ctx = llm._n_ctx
     if len(prompt) == 0:
         raise ParameterError("the prompt is empty")
@@ -118,7 +120,8 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         yield Piece(text, lp.prompt(prompt, llm._hist.scores()))
     reason, hit, token = "length", False, first
     while True:
-        if token in ends:
+        if token in ends or (stopping_criteria is not None
+                             and stop_asked(stopping_criteria, llm._hist)):
             reason = "stop"
             break
         usage.completion_tokens += 1
@@ -126,9 +129,6 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         text, hit = scanner.feed(raw)
         yield Piece(text, lp.token(token, raw, llm._hist.last_logits()))
         if hit:
-            reason = "stop"
-            break
-        if stopping_criteria is not None and _stop_asked(stopping_criteria, llm):
             reason = "stop"
             break
         if usage.completion_tokens >= max_tokens:
@@ -143,12 +143,6 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     yield Piece(tail, None, reason)
     if llm.cache is not None:          # the whole completion was read: keep where it ended
         llm.cache[llm.input_ids.tolist()] = llm.save_state()
-
-
-def _stop_asked(criteria, llm: "Llama") -> bool:
-    fns = criteria if isinstance(criteria, (list, tuple)) else [criteria]
-    ids, logits = np.asarray(llm._hist.input_ids(), np.intc), llm._hist.last_logits()
-    return any(bool(f(ids, logits)) for f in fns)
 
 
 def run_pieces(llm: "Llama", make_pieces: Callable[[], Iterator[Piece]], stream: bool,

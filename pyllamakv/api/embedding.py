@@ -78,7 +78,7 @@ def embed(llm: "Llama", input, normalize: bool = False, truncate: bool = True,
             rows = llm._ctx.logits()                 # (n_tokens, n_embd)
         finally:
             llm.reset()
-        out.append(_pool(rows, llm.pooling_type, normalize))
+        out.append(_pool(rows, llm.pooling_type(), normalize))
     result = out[0] if isinstance(input, str) else out
     return (result, total) if return_count else result
 

@@ -77,8 +77,13 @@ class LlamaGrammar:
         return cls.from_string(text, verbose)
 
     @classmethod
-    def from_json_schema(cls, json_schema: str | dict, verbose: bool = True) -> "LlamaGrammar":
-        """Output that parses as JSON and validates against the schema."""
+    def from_json_schema(cls, json_schema: str | dict, verbose: bool = True, *,
+                         conventions: str = "llama.cpp") -> "LlamaGrammar":
+        """Output that parses as JSON and validates against the schema.
+
+        conventions="llama.cpp" (the default) reads the schema as llama.cpp's
+        json-schema-to-grammar does (llama_cpp_schema); "json-schema" as the JSON
+        Schema standard does (objects open unless closed, any whitespace)."""
         if isinstance(json_schema, str):
             try:
                 json_schema = json.loads(json_schema)
@@ -86,6 +91,11 @@ class LlamaGrammar:
                 raise GrammarError(f"the JSON schema is not valid JSON: {e}") from e
         if not isinstance(json_schema, (dict, bool)):
             raise GrammarError("a JSON schema must be an object (or true/false)")
+        if conventions == "llama.cpp":
+            json_schema = llama_cpp_schema(json_schema)
+        elif conventions != "json-schema":
+            raise GrammarError(f"conventions must be 'llama.cpp' or 'json-schema', "
+                               f"not {conventions!r}")
         defn = _llguidance().grammar_from("json_schema", json.dumps(json_schema))
         return cls(defn, "JSON schema")
 
@@ -96,6 +106,51 @@ class LlamaGrammar:
     @classmethod
     def from_lark(cls, grammar: str) -> "LlamaGrammar":
         return cls(_llguidance().grammar_from("lark", grammar), "Lark grammar")
+
+
+# --- llama.cpp's reading of a JSON schema ---------------------------------------
+
+# llama.cpp's json-schema-to-grammar allows, between tokens, nothing, one space, or
+# one or two newlines and up to 20 spaces or tabs of indentation
+LLAMA_CPP_WHITESPACE = r"(?:| |\n{1,2}[ \t]{0,20})"
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+_SUBSCHEMA_ONE = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
+
+
+def _close(node: Any, in_all_of: bool = False) -> Any:
+    if isinstance(node, list):
+        return [_close(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = dict(node)
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_close(n) for n in out[key]]
+    if isinstance(out.get("allOf"), list):     # parts of one object: closing each would
+        out["allOf"] = [_close(n, True) for n in out["allOf"]]   # forbid the others' keys
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: _close(v) for k, v in out[key].items()}
+    for key in _SUBSCHEMA_ONE:
+        if isinstance(out.get(key), dict):
+            out[key] = _close(out[key])
+    if "properties" in out and "additionalProperties" not in out and not in_all_of \
+            and "unevaluatedProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def llama_cpp_schema(schema: Any) -> Any:
+    """schema as llama.cpp's json-schema-to-grammar reads it, for llguidance: an
+    object with ``properties`` and no ``additionalProperties`` is closed (no other
+    keys), and whitespace between tokens is bounded (LLAMA_CPP_WHITESPACE) unless
+    the schema sets llguidance's own ``x-guidance`` options."""
+    if not isinstance(schema, dict):
+        return schema
+    out = _close(schema)
+    out.setdefault("x-guidance", {"whitespace_pattern": LLAMA_CPP_WHITESPACE})
+    return out
 
 
 def response_format_grammar(response_format: Any) -> LlamaGrammar | None:

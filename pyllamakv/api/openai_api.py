@@ -21,6 +21,7 @@ from .response import (Usage, chat_chunks, chat_response, completion_chunks,
                        completion_response, with_tool_calls)
 from .tool_stream import tool_chat_chunks
 from .tools import normalize_messages, plan_tools
+from ..text.chat_handlers import FormatterAdapter
 
 
 # Llama.sampler's parameters, spelled as the requests spell them
@@ -88,23 +89,31 @@ class OpenAIMethods:
                                function_call: str | dict | None = None,
                                mirostat_mode: int = 0, mirostat_tau: float = 5.0,
                                mirostat_eta: float = 0.1, logits_processor=None,
-                               stopping_criteria=None, **llama_cpp_kwargs):
+                               stopping_criteria=None, chat_formatter=None,
+                               **llama_cpp_kwargs):
         """A chat.completion dict, or with stream=True an iterator of chunks.
         response_format / grammar constrain the reply (grammar.py); tools,
         tool_choice and the legacy functions / function_call give tool calls
-        (tools.py)."""
+        (tools.py). A Llama made with chat_handler= hands the request to it;
+        chat_formatter (a llama_chat_format formatter) replaces the model's template."""
         self._open()
+        if self.chat_handler is not None and chat_formatter is None:
+            args = {k: v for k, v in locals().items()
+                    if k not in ("self", "messages", "chat_formatter", "llama_cpp_kwargs")}
+            return self.chat_handler(llama=self, messages=messages, **args, **llama_cpp_kwargs)
         check_extra_kwargs("create_chat_completion", llama_cpp_kwargs)
+        template = self._chat if chat_formatter is None else FormatterAdapter(
+            chat_formatter, self.tokenizer, "the chat_formatter")
         c = CompletionConfig(max_tokens, stop, False, top_logprobs, stream)
         logprobs = bool(logprobs)
-        plan = plan_tools(self._chat.template, tools, tool_choice, functions, function_call)
+        plan = plan_tools(template.template, tools, tool_choice, functions, function_call)
         if plan is not None and plan.grammar is not None:
             grammar = plan.grammar
         elif response_format is not None:
             if grammar is not None:
                 raise ValueError("give response_format or grammar, not both")
             grammar = response_format_grammar(response_format)
-        chat = self._chat.format(normalize_messages(messages, plan), add_generation_prompt=True,
+        chat = template.format(normalize_messages(messages, plan), add_generation_prompt=True,
                                  **(plan.template_vars if plan else {}))
         prompt = chat.prompt + (plan.prompt_suffix if plan else "")
         tokens = self.tokenizer.encode(prompt.encode(), add_bos=not chat.added_special,

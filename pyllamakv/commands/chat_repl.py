@@ -8,6 +8,9 @@ Ctrl-C while a reply is being written stops that reply and returns to the
 prompt; the part already written stays in the conversation. Ctrl-C at the
 prompt clears the line; Ctrl-D, end of input or /exit quits. A reply that
 ends because it reached -n tokens says so.
+
+A line that starts with '/' is a command, never sent to the model (see HELP);
+'//' sends a line that starts with '/'.
 """
 from __future__ import annotations
 
@@ -49,13 +52,47 @@ def input_lines(stdin=None) -> Iterator[str | None]:
     return _plain_lines(stdin)
 
 
+HELP = """commands:
+  /help           this list
+  /reset          forget the conversation (the system message stays)
+  /system TEXT    set the system message (alone: remove it); the conversation stays
+  /exit           quit (as Ctrl-D)
+  //text          send a line that starts with '/'"""
+
+
+def command(line: str, messages: list[dict]) -> bool:
+    """Runs the slash command `line` on the conversation `messages` (changed in
+    place); True when the chat should end. Unknown commands are reported."""
+    name, _, arg = line.strip().partition(" ")
+    arg = arg.strip()
+    if name == "/exit":
+        return True
+    if name == "/help":
+        click.echo(HELP, err=True)
+    elif name == "/reset":
+        messages[:] = [m for m in messages if m["role"] == "system"]
+        click.echo("[conversation cleared]", err=True)
+    elif name == "/system":
+        messages[:] = [m for m in messages if m["role"] != "system"]
+        if arg:
+            messages.insert(0, {"role": "system", "content": arg})
+        click.echo("[system message set]" if arg else "[system message removed]", err=True)
+    else:
+        click.echo(f"[unknown command {name}; /help lists the commands]", err=True)
+    return False
+
+
 def run_chat(llm, messages: list[dict], n_predict: int, temp: float, seed: int,
              rates: Callable[[object], str], lines: Iterator[str | None]) -> None:
     for line in lines:
         if line is None or not line.strip():
             continue
-        if line.strip() == "/exit":
-            break
+        if line.lstrip().startswith("//"):
+            line = line.lstrip()[1:]
+        elif line.lstrip().startswith("/"):
+            if command(line, messages):
+                break
+            continue
         messages.append({"role": "user", "content": line})
         reply, reason, stream = [], None, None
         try:

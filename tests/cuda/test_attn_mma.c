@@ -31,7 +31,7 @@
  *       attn_mma, and the other way round;
  *   (5) a fully masked range leaves the state bit-for-bit as it was;
  *   (6) unsupported shapes return false and leave the state untouched;
- *   (7) exactness across calls (DESIGN.md section 4): the state after one
+ *   (7) exactness across calls (docs/design.md section 4): the state after one
  *       call over all chunks, one segment, equals bit for bit the state after
  *       the same range in 2 calls, in 3 calls and in one call per chunk (the
  *       state carried from call to call, rows in three segments out of

@@ -601,6 +601,59 @@ static void test_gemm_wg(void) {
     wg_split_check(LKV_TYPE_Q2_K, -1, 30000);
 }
 
+/* mvq.cu (1 to 16 tokens: the k-quants, iq4_xs, the grid i-quants) against
+ * the CPU's matmul on the same rounded activations (q8_K codes: the same
+ * integer products, the float sums in another order): fresh random blocks
+ * and activations per case; every token count 1..16; rows that leave every
+ * tail of the 4-row blocks (37, 302, 1, 4099) and sets of 3 weights of
+ * different heights in one launch; widths of 1, 3, 16 and 56 super-blocks
+ * (rows whose bytes are 2 mod 4 for q3_K and q6_K at 3 super-blocks). */
+static void test_matvec_mvq(void) {
+    const int types[] = {LKV_TYPE_Q2_K, LKV_TYPE_Q3_K, LKV_TYPE_Q4_K, LKV_TYPE_Q5_K, LKV_TYPE_Q6_K,
+                         LKV_TYPE_IQ4_XS, LKV_TYPE_IQ2_XXS, LKV_TYPE_IQ2_XS, LKV_TYPE_IQ2_S,
+                         LKV_TYPE_IQ3_XXS, LKV_TYPE_IQ3_S};
+    const int shapes[][4] = {{37, 302, 1, 256}, {4099, 37, 4, 768}, {300, 64, 129, 4096}, {33, 1, 2, 14336}};
+    for (int ti = 0; ti < NELEM(types); ti++) {
+        const int type = types[ti];
+        const lkv_traits *t = lkv_type_traits(type);
+        for (int si = 0; si < NELEM(shapes); si++) {
+            const int cols = shapes[si][3];
+            lkv_weight w[3] = {{0}};
+            const lkv_weight *ws[3];
+            size_t nrows = 0;
+            for (int k = 0; k < 3; k++) {
+                make_weight(&w[k], type, shapes[si][k], cols);
+                ws[k] = &w[k];
+                nrows += shapes[si][k];
+            }
+            double worst = 0;
+            int worst_n = 0;
+            for (int n = 1; n <= 16; n++) {
+                float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * nrows);
+                float *cout = malloc(sizeof(float) * n * nrows);
+                fill(x, (size_t)n * cols, 1.f);
+                float *dx = dup_dev(x, sizeof(float) * n * cols), *dout = dev_buf(sizeof(float) * n * nrows);
+                float *outs[3], *couts[3];
+                size_t o = 0;
+                for (int k = 0; k < 3; k++) {
+                    outs[k] = dout + o;
+                    couts[k] = cout + o;
+                    o += (size_t)n * shapes[si][k];
+                }
+                G->matmul(gb, outs, dx, ws, 3, n);   /* into NaN: an output not written shows */
+                get(out, dout, sizeof(float) * n * nrows);
+                C->matmul(cb, couts, x, ws, 3, n);
+                const double e = rel_err_f(out, cout, (size_t)n * nrows);
+                if (!(e <= worst)) { worst = isnan(e) ? INFINITY : e; worst_n = n; }
+                free(x); free(out); free(cout); cudaFree(dx); cudaFree(dout);
+            }
+            check(worst < 1e-5, "matmul mvq %-7s rows %d+%d+%d x %d, n=1..16: worst rel err against the CPU %.2e (n=%d)",
+                  t->name, shapes[si][0], shapes[si][1], shapes[si][2], cols, worst, worst_n);
+            for (int k = 0; k < 3; k++) free_weight(&w[k]);
+        }
+    }
+}
+
 static void test_matmul(void) {
     test_matmul_shape(300, 768, -1);
     test_matmul_shape(37, 9216, LKV_TYPE_Q4_0);
@@ -1443,6 +1496,7 @@ int main(int argc, char **argv) {
     if (!*only || strstr(only, "ew")) test_elementwise();
     if (!*only || strstr(only, "ew")) test_fused_act_quant();
     if (!*only || strstr(only, "mm")) test_matmul_swiglu();
+    if (!*only || strstr(only, "mm") || strstr(only, "mvq")) test_matvec_mvq();
     if (!*only || strstr(only, "mm")) test_matmul();
     if (!*only || strstr(only, "attn")) test_attention();
     if (!*only || strstr(only, "graph")) test_graph();

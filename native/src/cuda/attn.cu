@@ -1,5 +1,5 @@
 /*
- * cuda/attn.cu: exact attention over the chunk grid (backend.h, DESIGN.md 4).
+ * cuda/attn.cu: exact attention over the chunk grid (backend.h, docs/design.md section 4).
  *
  * The unit of work is one chunk's partial for one query and one group of up to
  * GMAX query heads sharing a KV head (GQA): scores over the chunk's rows at

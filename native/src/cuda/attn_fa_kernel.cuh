@@ -27,7 +27,7 @@
  * rows zero-filled by the copies themselves; otherwise each tile searches the
  * segments and keeps a mask of the rows present.
  *
- * Exactness across calls (DESIGN.md section 4: the split of a layer's chunk
+ * Exactness across calls (docs/design.md section 4: the split of a layer's chunk
  * range into calls, which depends on the KV pool, must not show). The state
  * per (query, head) is attn.cu's (m = max scaled score, l = sum of e^(s - m),
  * o normalised) and the online softmax keeps its running values in that

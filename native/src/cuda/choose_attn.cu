@@ -24,7 +24,7 @@
  * a call (shape, alignment, a captured step, a type it does not read) hands it
  * to exact; which kernel runs depends on the micro-batch's shape and types,
  * never on where the chunks lie, and every kernel folds chunk by chunk, so
- * logits are the same for any KV pool size (DESIGN.md 4). attn_rows (several
+ * logits are the same for any KV pool size (docs/design.md section 4). attn_rows (several
  * sequences' decode rows in one step, all resident) runs the ring kernels'
  * rows launch (attn_kv.cuh) where a one-row call would take ring or ring2,
  * with the same bits; anything else goes back to the caller's calls per

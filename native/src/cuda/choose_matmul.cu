@@ -12,15 +12,18 @@
  *   q4_0                           mvx               gemm_wg  mmq         mmb
  *   legacy (q4_1 q5_0 q5_1 q8_0    mvx               mmq      mmq         mmx
  *           iq4_nl)
- *   k45 (q4_K, q5_K)               matvec_q8         gemm_wg  mmq         mmq
- *   k-other (q2_K, q3_K, q6_K)     matvec_q8         gemm_wg  mmq         as fast
- *   iq4_xs                         matvec_q8         gemm_wg  mmq         mmq
- *   iq-grid (iq2_xxs, iq2_xs,      matvec_q8         gemm_wg  gemm_f16    gemm_f16
+ *   k45 (q4_K, q5_K)               mvq               gemm_wg  mmq         mmq
+ *   k-other (q2_K, q3_K, q6_K)     mvq               gemm_wg  mmq         as fast
+ *   iq4_xs                         mvq               gemm_wg  mmq         mmq
+ *   iq-grid (iq2_xxs, iq2_xs,      mvq               gemm_wg  gemm_f16    gemm_f16
  *     iq2_s, iq3_xxs, iq3_s)
  *   iq1 (iq1_s, iq1_m)             matvec_f32        gemm_wg  gemm_f16    gemm_f16
  *
- * Where mvx decodes, it also takes 9 to 32 (q4_0, iq4_nl) or 16 (the other
- * legacy types) tokens, in launches of 8 (several sequences' decode step, a
+ * Where mvq decodes (super-blocks of 256 with 8-bit codes), it also takes 9
+ * to 16 tokens in one launch (MQ_MAX_TOK: one pass over the weights; the
+ * matvec_q8 it replaced: 187 t/s for q4_K's 8B decode on an H100 against
+ * q4_0's 295 on mvx, issue 41). Where mvx decodes, it also takes 9 to 32
+ * (q4_0, iq4_nl) or 16 (the other legacy types) tokens, in launches of 8 (several sequences' decode step, a
  * draft's verification; mm_slice_max): a GEMM's fixed cost (the f16 copy of
  * every weight for gemm_wg) makes a step of the 8B shape cost about 17 ms for
  * any n from 9 to 128 (one token: 2.4 ms); cuda_bench's BENCH_PPN measures
@@ -104,20 +107,20 @@ static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
         /* float   */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
         /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMB}},
         /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
-        /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
-        /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
-        /* iq4_xs  */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_MMQ, LKV_MM_MMQ}},
-        /* iq-grid */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
+        /* k45     */ {{LKV_MM_MVQ, LKV_MM_MVQ}, {LKV_MM_MMQ, LKV_MM_MMQ}},
+        /* k-other */ {{LKV_MM_MVQ, LKV_MM_MVQ}, {LKV_MM_MMQ, LKV_MM_MMQ}},
+        /* iq4_xs  */ {{LKV_MM_MVQ, LKV_MM_MVQ}, {LKV_MM_MMQ, LKV_MM_MMQ}},
+        /* iq-grid */ {{LKV_MM_MVQ, LKV_MM_MVQ}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
         /* iq1     */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_F16, LKV_MM_GEMM_F16}},
     },
     {
         /* float   */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
         /* q4_0    */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_GEMM_WG, LKV_MM_MMB}},
         /* legacy  */ {{LKV_MM_MVX, LKV_MM_MVX}, {LKV_MM_MMQ, LKV_MM_MMX}},
-        /* k45     */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_MMQ}},
-        /* k-other */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_WG}},
-        /* iq4_xs  */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_MMQ}},
-        /* iq-grid */ {{LKV_MM_MATVEC_Q8, LKV_MM_MATVEC_Q8}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
+        /* k45     */ {{LKV_MM_MVQ, LKV_MM_MVQ}, {LKV_MM_GEMM_WG, LKV_MM_MMQ}},
+        /* k-other */ {{LKV_MM_MVQ, LKV_MM_MVQ}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_WG}},
+        /* iq4_xs  */ {{LKV_MM_MVQ, LKV_MM_MVQ}, {LKV_MM_GEMM_WG, LKV_MM_MMQ}},
+        /* iq-grid */ {{LKV_MM_MVQ, LKV_MM_MVQ}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
         /* iq1     */ {{LKV_MM_MATVEC_F32, LKV_MM_MATVEC_F32}, {LKV_MM_GEMM_WG, LKV_MM_GEMM_F16}},
     },
 };
@@ -136,13 +139,15 @@ static int mm_choose(const lkv_bctx *b, int type, int n) {
     const int forced = lkv_cuda_tuning.matmul;
     if (forced > LKV_MM_TABLE && forced < LKV_MM_KERNELS) {
         /* a forced kernel of the other phase does not apply */
-        const bool dec = forced == LKV_MM_MATVEC_F32 || forced == LKV_MM_MATVEC_Q8 || forced == LKV_MM_MVX;
+        const bool dec = forced == LKV_MM_MATVEC_F32 || forced == LKV_MM_MATVEC_Q8 || forced == LKV_MM_MVX ||
+                         forced == LKV_MM_MVQ;
         if (dec == !phase) return forced;
     }
     const unsigned char (&row)[2][2] = MM_TABLE[b->wg_ok ? 1 : 0][mm_class(type)];
     const int kind = b->fast ? 0 : 1;
     /* a few tokens more than 8: the classes decoded by mvx keep it (slices of 8) */
     if (phase && n <= mm_slice_max(type) && row[0][kind] == LKV_MM_MVX) return LKV_MM_MVX;
+    if (phase && n <= MQ_MAX_TOK && row[0][kind] == LKV_MM_MVQ) return LKV_MM_MVQ;
     return row[phase][kind];
 }
 
@@ -164,6 +169,7 @@ static bool mm_takes(int k, int type, const mm_set &ms, int n) {
     switch (k) {
     case LKV_MM_MATVEC_Q8: return n <= MV_MAX_TOK && lkv_cuda_matvec_q8_takes(type);
     case LKV_MM_MVX: return n <= MV_SLICE_MAX && lkv_cuda_mvx_takes(type, ms);
+    case LKV_MM_MVQ: return n <= MQ_MAX_TOK && lkv_cuda_mvq_takes(type, ms);
     case LKV_MM_MMQ: return lkv_cuda_mmq_takes(type, ms);
     case LKV_MM_MMB: return type == LKV_TYPE_Q4_0;
     case LKV_MM_MMX: return lkv_cuda_mmx_takes(type);
@@ -184,6 +190,7 @@ static bool mm_run(lkv_bctx *b, int k, int type, mm_set &ms, const float *x, int
     switch (k) {
     case LKV_MM_MATVEC_Q8: ran = lkv_cuda_matvec_q8(b, type, ms, cols, n); break;
     case LKV_MM_MVX: ran = lkv_cuda_mvx(b, type, ms, cols, n); break;
+    case LKV_MM_MVQ: ran = lkv_cuda_mvq(b, type, ms, cols, n); break;
     case LKV_MM_MMQ: ran = lkv_cuda_mmq(b, type, ms, cols, n); break;
     case LKV_MM_MMB: ran = lkv_cuda_mmb(b, type, ms, cols, n); break;
     case LKV_MM_MMX: ran = lkv_cuda_mmx(b, type, ms, cols, n); break;
@@ -217,7 +224,10 @@ void lkv_cuda_matmul(lkv_bctx *b, float *const *outs, const float *x,
             ms.n_w++;
             i++;
         }
-        if (mm_run(b, mm_choose(b, type, n), type, ms, x, cols, n, &have)) continue;
+        const int k = mm_choose(b, type, n);
+        if (mm_run(b, k, type, ms, x, cols, n, &have)) continue;
+        /* rows mvq cannot read (alignment): the older integer mat-vec */
+        if (k == LKV_MM_MVQ && n <= MV_MAX_TOK && mm_run(b, LKV_MM_MATVEC_Q8, type, ms, x, cols, n, &have)) continue;
         /* the generic kernel of the phase */
         if (!mm_run(b, n > MV_MAX_TOK ? LKV_MM_GEMM_F16 : LKV_MM_MATVEC_F32, type, ms, x, cols, n, &have)) {
             lkv_cuda_note(b, cudaErrorInvalidValue, "matmul: unsupported weight type");

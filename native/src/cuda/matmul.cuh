@@ -37,6 +37,8 @@ static __device__ __forceinline__ const uint8_t *mm_tile_rows(const mm_set &ms, 
  * the weights cost less than a GEMM's fixed cost (choose_matmul.cu's
  * mm_slice_max, per type) */
 enum { MV_MAX_TOK = 8, MV_SLICE_MAX = 32, MV_ROWS = 2, MV_WARPS = 4 };
+/* MQ_MAX_TOK: the most tokens mvq.cu takes in one pass over the weights */
+enum { MQ_MAX_TOK = 16 };
 
 /* The activation format the integer paths use for weight type T: the CPU's
  * vec_dot_type: q8_K (256-blocks, f32 scale; quantize_k.cu) for the k-quants
@@ -73,6 +75,9 @@ bool lkv_cuda_matvec_q8(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
 bool lkv_cuda_mmq_takes(int type, const mm_set &ms);
 bool lkv_cuda_mmq(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
 bool lkv_cuda_mvx_takes(int type, const mm_set &ms);
+/* mvq.cu: 1 .. MQ_MAX_TOK tokens, the k-quants, iq4_xs, the grid i-quants */
+bool lkv_cuda_mvq_takes(int type, const mm_set &ms);
+bool lkv_cuda_mvq(lkv_bctx *b, int type, mm_set &ms, int cols, int n);
 bool lkv_cuda_mmx_takes(int type);
 
 /* mmb.cu's gate/up GEMM with the swiglu and its codes in the epilogue: ms has

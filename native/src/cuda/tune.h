@@ -31,6 +31,7 @@ enum {
     LKV_MM_MMB,          /* mmb.cu: int8 tensor cores, the CPU's float sums, q4_0 */
     LKV_MM_MMX,          /* mmx.cu: int8 tensor cores, the CPU's float sums, q4_0 ... iq4_nl */
     LKV_MM_GEMM_WG,      /* gemm_wg.cu: wgmma f16 tensor cores (sm_90a), any weight type */
+    LKV_MM_MVQ,          /* mvq.cu: int8 dots, 1..16 tokens, k-quants, iq4_xs, grid i-quants */
     LKV_MM_KERNELS
 };
 

@@ -1,5 +1,5 @@
 /*
- * kv/stream.c: the streaming KV cache (DESIGN.md section 3).
+ * kv/stream.c: the streaming KV cache (docs/design.md section 3).
  *
  * - Host store: a K and a V plane of n_ctx rows per layer, each plane kind one
  *   allocation (host_alloc: pinned on CUDA), layer after layer.

@@ -1,11 +1,11 @@
 """GPU vs CPU logits on tiny models under variants, to place a disagreement
-(run on the GPU machine: python3 tools/gpu_diag.py)."""
+(run on the GPU machine: python3 dev/tools/gpu_diag.py)."""
 import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 from test_cuda import write_tiny_model  # noqa: E402
 from pyllamakv.core import native as N  # noqa: E402
 

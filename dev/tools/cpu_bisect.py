@@ -1,7 +1,7 @@
 """Hashes of the CPU backend's logits for the first golden prompt on copies of
 a model cut to 1..K layers: run on two machines and compare, to find the
 first layer where their CPU builds part (tools/truncate_gguf.py makes the
-copies). usage: python tools/cpu_bisect.py MODEL.gguf GOLDEN.json K"""
+copies). usage: python dev/tools/cpu_bisect.py MODEL.gguf GOLDEN.json K"""
 import hashlib
 import json
 import os

@@ -1,6 +1,6 @@
 """Per-kernel time table from an ncu CSV (--csv --metrics gpu__time_duration.sum).
 
-usage: python3 tools/ncu_summary.py ncu.csv [steps]
+usage: python3 dev/tools/ncu_summary.py ncu.csv [steps]
 Groups the launches by kernel name (template arguments dropped) and grid, and
 prints, largest first: launches per step, time per step (us), share of the total.
 `steps` divides the counts and times (the number of profiled decode steps).

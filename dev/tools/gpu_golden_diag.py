@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 from test_golden import GOLDEN, _model_path, score  # noqa: E402
 from pyllamakv.core.native import Context, Model  # noqa: E402
 

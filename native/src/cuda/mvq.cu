@@ -1,0 +1,164 @@
+/*
+ * cuda/mvq.cu: mat-vec for 1 to 16 tokens (decode, several sequences' step,
+ * a draft's verification) on the k-quants (q2_K .. q6_K), iq4_xs and the
+ * grid i-quants, with int8 dot products on the activations' 8-bit codes.
+ *
+ * Why: matvec_q8.cu, which had these types before, gives each lane one
+ * 8-element piece at a time: two 4-byte weight loads, the super-block's
+ * scale bytes, d and dmin again for every piece, and the activations'
+ * 8 bytes, so a q4_K row cost about 6 load instructions per 8 weights, and
+ * decode of the 8B shape ran at 187 t/s against q4_0's 295 (H100, issue 41).
+ * Here a lane takes a unit of 64 elements of one super-block
+ * (mvq_units.cuh): the unit's weight bytes in 2 or 3 wide loads, its scales
+ * once, decoded to signed bytes once for all the call's tokens, then per
+ * token 4 16-byte loads of the codes and 16 dp4a.
+ *
+ * Work split: one warp per output row, its lanes on units lane, lane + 32, ...
+ * (4 consecutive lanes read one super-block: 144 consecutive bytes for q4_K),
+ * 4 warps a block; the next unit's weights are loaded before the current one
+ * is multiplied, and the first before the previous kernel is waited for
+ * (pdl.cuh), so two units' loads are in flight per lane. The warp's sums by
+ * shuffles, one per token.
+ *
+ * Activations: what the chooser quantized for the type (matmul.cuh,
+ * lkv_act_format): the CPU's q8_K codes in 32-groups (xd the group's d, xs
+ * d times its code sum), so the integer products are the CPU's and only the
+ * order of the float sums differs (test_ops: relative 1e-5 against the
+ * CPU's matmul).
+ */
+#include "matmul.cuh"
+#include "mvq_units.cuh"
+#include "pdl.cuh"
+
+enum { MQ_WARPS = 4 };
+
+/* sub-block s of unit w against one token's codes (xq, xd, xs at the
+ * super-block's first element / group) */
+template <int T>
+static __device__ __forceinline__ float mq_dot(const mq_unit &w, const int8_t *__restrict__ xq,
+                                               const float *__restrict__ xd, const float *__restrict__ xs) {
+    float acc = 0.f;
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        const uint4 x = __ldg((const uint4 *)(xq + w.e[s]));
+        int p = __dp4a((int)w.q[4 * s], (int)x.x, 0);
+        p = __dp4a((int)w.q[4 * s + 1], (int)x.y, p);
+        p = __dp4a((int)w.q[4 * s + 2], (int)x.z, p);
+        p = __dp4a((int)w.q[4 * s + 3], (int)x.w, p);
+        const float dx = __ldg(xd + (w.e[s] >> 5));
+        acc += (w.d[s] * dx) * (float)p;
+        if constexpr (mq_min<T>::v == MQ_SUB) {
+            int c = __dp4a((int)x.x, 0x01010101, 0);
+            c = __dp4a((int)x.y, 0x01010101, c);
+            c = __dp4a((int)x.z, 0x01010101, c);
+            c = __dp4a((int)x.w, 0x01010101, c);
+            acc += (w.m[s] * dx) * (float)c;
+        }
+    }
+    if constexpr (mq_min<T>::v == MQ_GROUP)
+        acc += w.m[0] * __ldg(xs + (w.e[0] >> 5)) + w.m[2] * __ldg(xs + (w.e[2] >> 5));
+    return acc;
+}
+
+template <int T, int NT>
+__global__ void __launch_bounds__(MQ_WARPS * 32)
+mvq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+           const float *__restrict__ xs, int cols, int n) {
+    constexpr int B = cblk<T>::bytes;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int j = mm_pick(ms, blockIdx.x);
+    const int rows = ms.rows[j];
+    const int r = (blockIdx.x - ms.tile0[j]) * MQ_WARPS + warp;
+    pdl_trigger();
+    if (r >= rows) {
+        pdl_wait();
+        return;
+    }
+    const uint8_t *row = ms.w[j] + (size_t)r * ms.row_bytes[j];
+    const int nu = cols / 64, ng = cols / 32;   /* units and 32-groups of a row */
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+
+    mq_unit w;
+    int i = lane;
+    if (i < nu) mq_load<T>(row + (size_t)(i >> 2) * B, i & 3, w);
+    pdl_wait();
+#pragma unroll 1
+    while (i < nu) {
+        const int sb = i >> 2;
+        mq_unit nx;
+        const int i2 = i + 32;
+        if (i2 < nu) mq_load<T>(row + (size_t)(i2 >> 2) * B, i2 & 3, nx);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n) break;
+            acc[t] += mq_dot<T>(w, xq + (size_t)t * cols + 256 * sb, xd + (size_t)t * ng + 8 * sb,
+                                xs + (size_t)t * ng + 8 * sb);
+        }
+        w = nx;
+        i = i2;
+    }
+    float *out = ms.out[j];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= n) break;
+        const float s = lkv_warp_sum(acc[t]);
+        if (lane == 0) out[(size_t)t * rows + r] = s;
+    }
+}
+
+// ---------------------------------------------------------------- launcher
+
+template <int T> struct mq_ok {
+    enum { v = cblk<T>::qk == 256 && has_i8<T>::v };
+};
+
+template <int T, int NT>
+static void mq_launch(lkv_bctx *b, mm_set &ms, int cols, int n) {
+    ms.tile0[0] = 0;
+    for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MQ_WARPS);
+    lkv_launch(b, mvq_kernel<T, NT>, ms.tile0[ms.n_w], MQ_WARPS * 32, 0, ms, (const int8_t *)b->xq,
+               (const float *)b->xd, (const float *)b->xs, cols, n);
+}
+
+template <int T>
+static bool mq_run(lkv_bctx *b, mm_set &ms, int cols, int n) {
+    if constexpr (mq_ok<T>::v) {
+        if (n <= 1) mq_launch<T, 1>(b, ms, cols, n);
+        else if (n <= 2) mq_launch<T, 2>(b, ms, cols, n);
+        else if (n <= 4) mq_launch<T, 4>(b, ms, cols, n);
+        else if (n <= 8) mq_launch<T, 8>(b, ms, cols, n);
+        else mq_launch<T, 16>(b, ms, cols, n);
+        return true;
+    } else {
+        (void)b; (void)ms; (void)cols; (void)n;
+        return false;
+    }
+}
+
+/* the rows' alignment the unit's loads need (mvq_units.cuh) */
+template <int T> static constexpr int mq_align() {
+    return T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K ? 16 : T == LKV_TYPE_IQ4_XS ? 8 : T == LKV_TYPE_Q2_K ? 4 : 2;
+}
+
+bool lkv_cuda_mvq_takes(int type, const mm_set &ms) {
+    uintptr_t a = 0;
+    for (int i = 0; i < ms.n_w; i++) a |= (uintptr_t)ms.w[i] | (uintptr_t)ms.row_bytes[i];
+    switch (type) {
+#define X(T) case T: return mq_ok<T>::v && (a & (mq_align<T>() - 1)) == 0;
+        LKV_CUDA_WEIGHT_TYPES(X)
+#undef X
+    default: return false;
+    }
+}
+
+bool lkv_cuda_mvq(lkv_bctx *b, int type, mm_set &ms, int cols, int n) {
+    if (n < 1 || n > MQ_MAX_TOK || cols % 256 || !lkv_cuda_mvq_takes(type, ms)) return false;
+    switch (type) {
+#define X(T) case T: return mq_run<T>(b, ms, cols, n);
+        LKV_CUDA_WEIGHT_TYPES(X)
+#undef X
+    default: return false;
+    }
+}

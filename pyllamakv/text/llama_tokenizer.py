@@ -1,0 +1,120 @@
+"""llama-cpp-python's tokenizer objects: LlamaTokenizer (a Llama's own vocabulary)
+and LlamaHFTokenizer (a Hugging Face ``tokenizers`` tokenizer, for models whose
+GGUF tokenizer differs from the reference one, as with functionary).
+
+Both have the same two methods a Llama needs, on bytes:
+``tokenize(text, add_bos, special) -> ids`` and
+``detokenize(ids, prev_tokens=None, special=False) -> bytes``. With
+``prev_tokens`` the result is the text ``ids`` add after ``prev_tokens``
+(decoding the two together and dropping the first part's bytes), so a
+piece that depends on what precedes it (a SentencePiece leading space)
+comes out as it would in the whole text.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Sequence
+
+from .tokenizer import Tokenizer
+
+
+class BaseLlamaTokenizer(abc.ABC):
+    @abc.abstractmethod
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:
+        ...
+
+    @abc.abstractmethod
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
+                   special: bool = False) -> bytes:
+        ...
+
+
+def suffix_bytes(decode, tokens: Sequence[int], prev_tokens: Sequence[int] | None) -> bytes:
+    """What tokens add to the text of prev_tokens, by decode(ids) -> bytes."""
+    if not prev_tokens:
+        return decode(list(tokens))
+    prev = decode(list(prev_tokens))
+    whole = decode(list(prev_tokens) + list(tokens))
+    return whole[len(prev):] if whole.startswith(prev) else decode(list(tokens))
+
+
+class LlamaTokenizer(BaseLlamaTokenizer):
+    """The vocabulary of a Llama (or of pyllamakv's text.tokenizer.Tokenizer)."""
+
+    def __init__(self, llama) -> None:
+        self.llama = llama
+        self._tok = llama if isinstance(llama, Tokenizer) else llama.tokenizer
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:
+        return self._tok.encode(text, add_bos=add_bos, special=special)
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
+                   special: bool = False) -> bytes:
+        return suffix_bytes(self._decode(special), tokens, prev_tokens)
+
+    def _decode(self, special: bool):
+        tok = self._tok
+
+        def decode(ids: list[int]) -> bytes:
+            text = tok.decode(ids, special=special)
+            # SentencePiece vocabularies: the space the tokenizer put before the
+            # text is not part of it when the text starts after BOS (llama.cpp)
+            if (ids and ids[0] == tok.bos_id and tok.kind == "llama"
+                    and tok.vocab.add_space_prefix and text.startswith(b" ")):
+                text = text[1:]
+            return text
+        return decode
+
+    def encode(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
+        return self.tokenize(text.encode("utf-8", errors="ignore"), add_bos, special)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.detokenize(tokens).decode("utf-8", errors="ignore")
+
+    @classmethod
+    def from_ggml_file(cls, path: str) -> "LlamaTokenizer":
+        """The tokenizer of a GGUF file, read without its weights."""
+        from ..llama import Llama
+        return cls(Llama(model_path=path, vocab_only=True))
+
+
+class LlamaHFTokenizer(BaseLlamaTokenizer):
+    """A ``tokenizers.Tokenizer`` (or a transformers tokenizer) behind the same methods."""
+
+    def __init__(self, hf_tokenizer: Any) -> None:
+        self.hf_tokenizer = hf_tokenizer
+
+    def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        out = self.hf_tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return list(getattr(out, "ids", out))
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:
+        return self._encode(text.decode("utf-8", errors="ignore"), add_bos)
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
+                   special: bool = False) -> bytes:
+        def decode(ids: list[int]) -> bytes:
+            return self.hf_tokenizer.decode(ids, skip_special_tokens=not special).encode(
+                "utf-8", errors="ignore")
+        return suffix_bytes(decode, tokens, prev_tokens)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str) -> "LlamaHFTokenizer":
+        """A tokenizer.json from a local directory or file, or a Hub repository."""
+        from pathlib import Path
+
+        from tokenizers import Tokenizer
+        p = Path(pretrained_model_name_or_path)
+        if p.is_dir():
+            p = p / "tokenizer.json"
+        if p.is_file():
+            return cls(Tokenizer.from_file(str(p)))
+        return cls(Tokenizer.from_pretrained(pretrained_model_name_or_path))
+
+
+class CallableTokenizer(Tokenizer):
+    """The Llama's Tokenizer, also callable as llama-cpp-python's ``llm.tokenizer()``
+    (which returns a LlamaTokenizer)."""
+
+    def __call__(self) -> LlamaTokenizer:
+        return LlamaTokenizer(self)
