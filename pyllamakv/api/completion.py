@@ -79,6 +79,11 @@ class LogprobTracker:
             out["top_logprobs"].append(top)
         return out
 
+    def start_after(self, prompt: Sequence[int]) -> None:
+        """Offsets start after the prompt's text (what echo would have put first)."""
+        if self.n is not None:
+            self.offset = sum(len(self._text(t)) for t in prompt)
+
     def prompt(self, tokens: Sequence[int], rows: np.ndarray) -> dict | None:
         """Prompt tokens' logprobs; rows[i] are the logits after prompt token i."""
         if self.n is None:
@@ -112,6 +117,8 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     scanner, decoder = StopScanner(stops), IncrementalDecoder(llm.tokenizer)
     ends = set(llm.tokenizer.eog_ids) | set(stop_ids)
     lp = LogprobTracker(llm.tokenizer, logprobs)
+    if not echo:     # offsets count from the prompt's start, as llama-cpp-python's
+        lp.start_after(prompt)
 
     tokens = llm._generate(prompt, sampler)
     first = next(tokens)                       # prefill, then the first sample

@@ -113,6 +113,7 @@ class LlamaGrammar:
 # llama.cpp's json-schema-to-grammar allows, between tokens, nothing, one space, or
 # one or two newlines and up to 20 spaces or tabs of indentation
 LLAMA_CPP_WHITESPACE = r"(?:| |\n{1,2}[ \t]{0,20})"
+LLAMA_CPP_INT_MAX = 10**16 - 1     # integers have at most 16 digits there
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
 _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
 _SUBSCHEMA_ONE = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
@@ -135,6 +136,10 @@ def _close(node: Any, in_all_of: bool = False) -> Any:
     for key in _SUBSCHEMA_ONE:
         if isinstance(out.get(key), dict):
             out[key] = _close(out[key])
+    types = out.get("type")
+    if (types == "integer" or (isinstance(types, list) and "integer" in types)) and not any(
+            k in out for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")):
+        out["minimum"], out["maximum"] = -LLAMA_CPP_INT_MAX, LLAMA_CPP_INT_MAX
     if "properties" in out and "additionalProperties" not in out and not in_all_of \
             and "unevaluatedProperties" not in out:
         out["additionalProperties"] = False
@@ -144,8 +149,9 @@ def _close(node: Any, in_all_of: bool = False) -> Any:
 def llama_cpp_schema(schema: Any) -> Any:
     """schema as llama.cpp's json-schema-to-grammar reads it, for llguidance: an
     object with ``properties`` and no ``additionalProperties`` is closed (no other
-    keys), and whitespace between tokens is bounded (LLAMA_CPP_WHITESPACE) unless
-    the schema sets llguidance's own ``x-guidance`` options."""
+    keys), an integer without bounds has at most 16 digits, and whitespace between
+    tokens is bounded (LLAMA_CPP_WHITESPACE) unless the schema sets llguidance's
+    own ``x-guidance`` options."""
     if not isinstance(schema, dict):
         return schema
     out = _close(schema)

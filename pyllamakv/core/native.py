@@ -21,10 +21,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .ffi import ffi, last_error, lib
-from ..errors import ClosedError, ParameterError, ParameterTypeError, error_for_status
+from .ffi import ffi, lib
+from .status import check as _check, int32 as _int32
+from ..errors import ClosedError, ParameterError, ParameterTypeError
 from ..gguf.reader import GGUFError, GGUFFile  # noqa: F401  (GGUFError re-exported)
-from ..config import check_gpu_kernels
+from ..checks import check_gpu_kernels
 from ..engine.guard import Guard, abortable
 from .native_mtp import MTPMixin
 from .native_seqs import SequencesMixin
@@ -32,20 +33,6 @@ from ..gguf.hparams import ARCHS, model_params  # noqa: F401  (re-exported)
 from ..gguf.weight_check import check_finite
 
 DEVICE_CPU, DEVICE_CUDA = 0, 1
-
-
-def _check(status: int, what: str) -> None:
-    if status != 0:
-        raise error_for_status(status, f"{what}: {last_error()}")
-
-
-def _int32(name: str, v, hi: int = 2**31 - 1) -> int:
-    """v as an int for a C field of range [0, hi], or an error naming the field."""
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise ParameterTypeError(f"{name} must be an int, not {type(v).__name__}")
-    if not 0 <= v <= hi:
-        raise ParameterError(f"{name} must be in [0, {hi}], got {v}")
-    return int(v)
 
 
 # ---------------------------------------------------------------- element types

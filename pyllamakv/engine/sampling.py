@@ -99,6 +99,11 @@ class Sampler:
                          if params.mirostat_mode else None)
         self._bias_ids = np.fromiter(params.logit_bias.keys(), np.int64, len(params.logit_bias))
         self._bias = np.fromiter(params.logit_bias.values(), np.float64, len(params.logit_bias))
+        # generated_only: penalties count the tokens after the first history given
+        # (the prompt) only, as llama-cpp-python's, whose penalty sampler sees the
+        # tokens it sampled; Llama's samplers set it (prompt_len: that first length)
+        self.generated_only = False
+        self.prompt_len: int | None = None
         seed = params.seed
         self._rng = np.random.default_rng(None if seed is None or seed == -1 else int(seed))
 
@@ -133,6 +138,10 @@ class Sampler:
             if x.shape[0] != self.n_vocab:
                 raise ParameterError(f"a logits_processor returned {x.shape[0]} scores, "
                                      f"expected n_vocab={self.n_vocab}")
+        if self.generated_only:
+            if self.prompt_len is None:
+                self.prompt_len = len(history)
+            history = history[self.prompt_len:]
         self._penalize(x, history)
         if self._bias_ids.size:
             x[self._bias_ids] += self._bias
