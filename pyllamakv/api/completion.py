@@ -108,7 +108,10 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         raise ParameterError("the prompt is empty")
     if len(prompt) >= n_ctx:
         raise ContextFullError(f"Requested tokens ({len(prompt)}) exceed context window of {n_ctx}")
-    if logprobs is not None and not llm.config.logits_all:
+    if logprobs is not None and not llm.config.logits_all and (
+            echo or llm.draft_model is not None or not getattr(llm, "sampled_logprobs", False)):
+        # llama-cpp-python's rule; an engine that opts in (the server's slots) gives the
+        # sampled tokens' logprobs from the last logits, which is all they need
         raise ParameterError("logprobs needs a Llama created with logits_all=True")
     room = n_ctx - len(prompt)
     max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)

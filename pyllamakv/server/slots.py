@@ -33,6 +33,8 @@ from ..llama import Llama
 from ..engine.seq_batch import SharedContext
 from .settings import ServerSettings
 from ..spec.drafters import make_drafter
+from ..text.chat import ChatFormatter
+from ..text.chat_formats import CHAT_FORMATS
 from .speculation import DRAFT, LOOKUP, MTP, SpecRequest, check_available
 
 
@@ -57,6 +59,12 @@ class Job:
         self.stopped_early = False      # the slot ended the completion before the model did
         self.prompt_tokens = 0          # counted by SlotLlama.generate
         self.generated_tokens = 0
+        self.completion_tokens = 0      # generated_tokens but an end token (OpenAI's usage)
+        self.cached_tokens = 0          # prompt tokens reused from the slot's last request
+        self.t_start = time.perf_counter()   # timings (the log line, /metrics): submitted,
+        self.t_first: float | None = None    # the first token sampled,
+        self.t_last: float | None = None     # the last one
+        self.t_run: float | None = None      # and when a slot took it
         self.drafted_tokens = 0         # speculative decoding (speculation.py): drafts verified,
         self.accepted_tokens = 0        # those kept,
         self.verify_passes = 0          # and the target passes that verified them
@@ -92,17 +100,44 @@ class Job:
 
 # ---------------------------------------------------------------- engine
 
+def common_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class SlotLlama(Llama):
     """A Llama whose generation its slot can stop between two tokens."""
 
     job: Job | None = None
+    sampled_logprobs = True     # logprobs of sampled tokens without logits_all (completion.py)
+
+    def use_chat_template(self, template: str, source: str) -> None:
+        """Chat through template (jinja source) instead of the model's (--chat-template)."""
+        self._chat = ChatFormatter.from_metadata({"tokenizer.chat_template": template},
+                                                 self.tokenizer, source=source)
+
+    @property
+    def chat_template(self) -> str:
+        return self._chat.template
+
+    def apply_template(self, messages: list[dict]) -> str:
+        """The prompt messages render to (llama-server's /apply-template)."""
+        return self._chat.format(messages, add_generation_prompt=True).prompt
 
     def _generate(self, tokens, *args, **kw):
         # the token stream every completion and chat reads (completion_pieces)
         job = self.job
+        if job is not None:
+            job.cached_tokens = min(common_prefix(self.input_ids.tolist(), tokens),
+                                    max(len(tokens) - 1, 0))
         inner = super()._generate(tokens, *args, **kw)
         if job is not None:
             job.prompt_tokens += len(tokens)     # a prompt list: each prompt's
+        ends = set(self.tokenizer.eog_ids)
         try:
             for token in inner:
                 if job is not None and job.should_stop():
@@ -112,7 +147,12 @@ class SlotLlama(Llama):
                     yield min(self.tokenizer.eog_ids)   # completion_pieces ends here
                     return
                 if job is not None:
+                    now = time.perf_counter()
+                    if job.t_first is None:
+                        job.t_first = now
+                    job.t_last = now
                     job.generated_tokens += 1
+                    job.completion_tokens += token not in ends
                 yield token
         finally:
             inner.close()
@@ -139,8 +179,11 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     """s.parallel SlotLlamas over one Model: the weights are loaded once."""
     path = s.model or default_model_path()
     kw: dict[str, Any] = dict(n_ctx=s.n_ctx, n_threads=s.threads_per_slot, device=s.device,
-                              type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib)
+                              type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib,
+                              n_gpu_layers=s.n_gpu_layers)
     file = GGUFFile(path)
+    if s.embedding:
+        return [_embedding_engine(s, path, file, kw) for _ in range(s.parallel)]
     if s.gpu_memory_mib is not None:
         kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel)
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
@@ -167,7 +210,29 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
         if has_mtp:               # on only for requests that draft with it (Llama._generate)
             e._ctx.set_mtp(False)
         check_available(SpecRequest(), e)     # --draft mtp on a model without the block
+        if s.chat_template is not None:
+            e.use_chat_template(*chat_template_source(s.chat_template))
     return engines
+
+
+def chat_template_source(value: str) -> tuple[str, str]:
+    """(jinja source, its name in errors) of --chat-template: a named format or a template."""
+    if value in CHAT_FORMATS:
+        return CHAT_FORMATS[value][0], f"--chat-template {value}"
+    if "{%" not in value and "{{" not in value:
+        raise ValueError(f"--chat-template {value!r} is neither a known format "
+                         f"({', '.join(sorted(CHAT_FORMATS))}) nor a jinja template")
+    return value, "--chat-template"
+
+
+def _embedding_engine(s: ServerSettings, path: str, file, kw: dict) -> SlotLlama:
+    """A slot of an embedding server (--embedding): hidden states, pooled; mean pooling
+    where neither --pooling nor the model names one (OpenAI's answer is one vector)."""
+    pooling = s.pooling
+    if pooling is None:
+        arch = file.metadata.get("general.architecture", "")
+        pooling = file.metadata.get(f"{arch}.pooling_type", "mean") or "mean"
+    return SlotLlama(path, embedding=True, pooling_type=pooling, **kw)
 
 
 # ---------------------------------------------------------------- pool
@@ -271,6 +336,7 @@ class SlotPool:
                                         else "cancelled while waiting for a slot"))
             return
         slot.engine.job = job
+        job.t_run = time.perf_counter()
         items = None
         try:
             items = job.fn(slot.engine, job)
