@@ -147,6 +147,9 @@ class Llama(LlamaCppMethods, OpenAIMethods):
         self.embedding = bool(embedding)
         self.cache = None
         self._pooling = embedding_pooling(pooling_type, metadata)
+        if (chat_format is None and metadata.get("general.architecture") == "gemma3"
+                and "tokenizer.chat_template" not in metadata):
+            chat_format = "gemma"   # a gemma file without a template: gemma's turns
         self._chat, self.chat_format = llama_chat_formatter(chat_format, metadata, self.tokenizer)
         if chat_handler is not None and not callable(chat_handler):
             raise ParameterTypeError("chat_handler must be callable (llama_chat_format's "

@@ -321,13 +321,15 @@ class Context(SequencesMixin, MTPMixin):
 
     def _kv_stats(self) -> dict[str, Any]:
         """The cache's counters; n_layer counts the layers with KV (for a hybrid its
-        full-attention layers only) and resident_chunks has one entry per such layer."""
+        full-attention layers only; with a pool bound, for a sliding-window model
+        its global layers only, local_layers the others, resident beside the
+        pool) and resident_chunks has one entry per such layer."""
         st = ffi.new("lkv_kv_stats *")
         nl = self.model.n_layer_kv
         res = ffi.new("int32_t[]", nl)
         _check(lib.lkv_context_kv_stats(self.ptr, st, res), "kv stats")
         d = {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_kv_stats").fields}
-        d["resident_chunks"] = list(res)   # per attention layer
+        d["resident_chunks"] = list(res)[:d["n_layer"]]   # per planned attention layer
         d["n_ubatch"] = self.n_ubatch
         return d
 

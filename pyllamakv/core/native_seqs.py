@@ -118,7 +118,7 @@ class SequencesMixin:
             res = ffi.new("int32_t[]", self.model.n_layer_kv)
             _check(lib.lkv_context_seq_kv_stats(self.ptr, seq, st, res), "seq kv stats")
             d = {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_kv_stats").fields}
-            d["resident_chunks"] = list(res)
+            d["resident_chunks"] = list(res)[:d["n_layer"]]   # planned layers (kv_stats)
             n = int(lib.lkv_context_seq_n_tokens(self.ptr, seq))
             used = -(-n // d["kv_chunk"]) if d["kv_chunk"] else 0
             d["n_tokens"] = n
