@@ -35,10 +35,8 @@ _LAZY = {
 }
 _MODULES = ("llama_grammar", "llama_cache", "llama_types", "llama_chat_format",
             "llama_speculative", "llama_tokenizer", "llama_cpp", "llama", "server")
-_ABSENT = {   # llama-cpp-python's bindings of other C libraries
-    "mtmd_cpp": "the multimodal (mtmd) C API", "llava_cpp": "the LLaVA C API",
-    "llama_cpp_ext": "llama-cpp-python's C extension", "_internals": "llama.cpp's handles",
-}
+_MODULES += ("mtmd_cpp", "llava_cpp", "llama_cpp_ext")   # stand-ins (UnsupportedFeature)
+_ABSENT = {"_internals": "llama.cpp's handles (llama_cpp._internals)"}
 
 __all__ = ["LlamaKVError", "errors", "__version__", *_LAZY, *_MODULES]
 

@@ -65,3 +65,14 @@ def check_choice(name: str, v: Any, choices: tuple) -> Any:
     if not isinstance(v, str) or v not in choices:
         raise ParameterError(f"{name} must be one of {', '.join(map(repr, choices))}, got {v!r}")
     return v
+
+
+GPU_KERNELS = ("exact", "fast")
+
+
+def check_gpu_kernels(v: Any) -> str:
+    """gpu_kernels, for LlamaConfig and core.native.Context (which takes it directly)."""
+    if v not in GPU_KERNELS:
+        raise ParameterError(f"gpu_kernels must be 'exact' (bit-identical with the CPU) or "
+                             f"'fast', got {v!r}")
+    return v

@@ -11,11 +11,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .checks import check_bool, check_choice, check_int, check_real, is_int
+from .checks import (GPU_KERNELS, check_bool, check_choice, check_gpu_kernels, check_int,
+                     check_real, is_int)
 from .errors import ParameterError, ParameterTypeError, UnsupportedError
 
 DEVICES = ("auto", "cpu", "cuda")
-GPU_KERNELS = ("exact", "fast")
 MIB = 1 << 20
 MAX_POOL_MIB = float(1 << 43)      # 8 EiB: beyond any memory, below int64 bytes
 
@@ -68,7 +68,13 @@ class LlamaConfig:
         check_kv_pool_mib(self.kv_pool_mib)
         check_gpu_memory_mib(self.gpu_memory_mib)
         from .core.native import type_id   # the core's table of KV types (loads the library)
-        type_id(self.type_k, kv=True), type_id(self.type_v, kv=True)
+        for name in ("type_k", "type_v"):
+            try:
+                type_id(getattr(self, name), kv=True)
+            except TypeError as e:
+                raise ParameterTypeError(f"{name}: {e}") from None
+            except ValueError as e:
+                raise ParameterError(f"{name}: {e}") from None
 
     @property
     def random_seed(self) -> bool:
@@ -98,14 +104,6 @@ def check_gpu_memory_mib(g: Any) -> float | None:
     if g is not None:
         check_real("gpu_memory_mib", g, 0.0, MAX_POOL_MIB, lo_open=True)
     return g
-
-
-def check_gpu_kernels(v: Any) -> str:
-    """gpu_kernels, for LlamaConfig and _native.Context (which takes it directly)."""
-    if v not in GPU_KERNELS:
-        raise ParameterError(f"gpu_kernels must be 'exact' (bit-identical with the CPU) or "
-                             f"'fast', got {v!r}")
-    return v
 
 
 @dataclass(slots=True)

@@ -78,6 +78,16 @@ class StateError(LlamaKVError, ValueError):
     """A saved state that does not belong to this model and context, or is damaged."""
 
 
+class ModelFileChangedError(LlamaKVError, RuntimeError):
+    """The mapped model file was truncated or overwritten on disk after it was
+    loaded (gguf/reader.py: reading on would crash with SIGBUS or mix weights)."""
+
+
+class StreamExpiredError(LlamaKVError, RuntimeError):
+    """A stream left idle while another thread waited for its Llama was
+    closed for it (engine/guard.py: STREAM_IDLE_S); its next item raises this."""
+
+
 class MemoryBudgetError(LlamaKVError, ValueError):
     """gpu_memory_mib is too small for the parts that must fit in it (budget.py)."""
 
@@ -91,3 +101,37 @@ _BY_STATUS = {c.status: c for c in (
 def error_for_status(status: int, message: str) -> LlamaKVError:
     cls = _BY_STATUS.get(status, InternalError)
     return cls(message)
+
+
+class ForeignLibraryError(LlamaKVError, RuntimeError):
+    """A third-party native library (tokenizers, llguidance, jinja2's C parts)
+    failed or panicked on this input; the message names the library and the step.
+    Raised where the library is called, so that no panic (a BaseException in
+    pyo3 libraries) crosses into code that catches only Exception."""
+
+
+# exceptions that stop the program and must pass through untouched
+_PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit, LlamaKVError)
+
+
+class contained:
+    """``with contained("tokenizers", "encoding the prompt"):`` turns whatever the
+    library raises (a pyo3 ``PanicException`` too) into ForeignLibraryError;
+    the project's own errors and interrupts pass through; MemoryError becomes
+    OutOfMemoryError."""
+
+    __slots__ = ("library", "step")
+
+    def __init__(self, library: str, step: str) -> None:
+        self.library, self.step = library, step
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or isinstance(exc, _PASS_THROUGH):
+            return False
+        if isinstance(exc, MemoryError):
+            raise OutOfMemoryError(f"{self.library} ran out of memory {self.step}") from exc
+        raise ForeignLibraryError(f"{self.library} failed {self.step}: "
+                                  f"{type(exc).__name__}: {str(exc)[:300]}") from exc

@@ -84,6 +84,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
             if vocab_only:   # the tokenizer and the chat template, no weights and no context
                 self._text_setup(file.metadata, chat_format, chat_handler, -1, False)
                 self._n_ctx, self._n_vocab = cfg.n_ctx, self.tokenizer.n_vocab
+                self.metadata, self.draft_model = file.string_metadata, None
                 return
             hp = _native.model_params(file)
             self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
@@ -146,6 +147,9 @@ class Llama(LlamaCppMethods, OpenAIMethods):
         self.embedding = bool(embedding)
         self.cache = None
         self._pooling = embedding_pooling(pooling_type, metadata)
+        if (chat_format is None and metadata.get("general.architecture") == "gemma3"
+                and "tokenizer.chat_template" not in metadata):
+            chat_format = "gemma"   # a gemma file without a template: gemma's turns
         self._chat, self.chat_format = llama_chat_formatter(chat_format, metadata, self.tokenizer)
         if chat_handler is not None and not callable(chat_handler):
             raise ParameterTypeError("chat_handler must be callable (llama_chat_format's "
@@ -242,6 +246,9 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                         self.progress_callback)
 
     def _logits_mode(self) -> None:
+        if self._ctx is None:
+            raise RuntimeError("this Llama was created with vocab_only=True: it tokenizes and "
+                               "formats chats, and has no weights to evaluate")
         if self.embedding:
             raise RuntimeError("this Llama was created with embedding=True: it computes "
                                "embeddings (embed, create_embedding), not logits")

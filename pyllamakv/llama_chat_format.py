@@ -27,6 +27,16 @@ from .text.named_formats import (  # noqa: F401  (llama-cpp-python's names)
 format = format_vicuna   # llama-cpp-python registers vicuna under the name "format"
 
 
+def chatml_function_calling(llama, messages, **kwargs):
+    """The "chatml-function-calling" handler: ChatML, with tools / functions through
+    pyllamakv's own tool calling (api/tools.py)."""
+    return llama.create_chat_completion(messages, chat_formatter=_CHATML, **kwargs)
+
+
+_CHATML = Jinja2ChatFormatter(CHATML_CHAT_TEMPLATE, eos_token="<|im_end|>", bos_token="")
+register_chat_completion_handler("chatml-function-calling")(chatml_function_calling)
+
+
 def _image_handler(name: str) -> type:
     def refuse(*args, **kwargs):
         raise UnsupportedFeature(f"{name}: image input (multimodal chat handlers) is not "

@@ -43,8 +43,9 @@ def wait_healthy(url: str, timeout_s: float = 120.0, proc: subprocess.Popen | No
     t_end = time.monotonic() + timeout_s
     while time.monotonic() < t_end:
         if proc is not None and proc.poll() is not None:
+            time.sleep(0.2)          # the reader thread's last lines
             raise RuntimeError(f"the server exited with {proc.returncode}: "
-                               f"{proc.stderr.read().decode(errors='replace')}")
+                               f"{getattr(proc, 'log', lambda: '')()}")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return
@@ -88,11 +89,27 @@ class Subprocess:
             [sys.executable, "-m", "pyllamakv.commands.cli", "serve", "--port", str(port), *args],
             cwd=ROOT if dev else tempfile.gettempdir(), stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE)
+        # stderr read all along (the request log writes a line per request: an unread
+        # pipe would fill and stop the server); the text kept for log()
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.proc.log = self.log
         try:
             wait_healthy(self.url, 120, self.proc)
         except BaseException:
             self.stop()
             raise
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self._lines.append(line.decode(errors="replace"))
+            if len(self._lines) > 20000:
+                del self._lines[:10000]
+
+    def log(self) -> str:
+        """What the server wrote to stderr so far (the last 10,000 to 20,000 lines)."""
+        return "".join(self._lines)
 
     @property
     def rss_bytes(self) -> int:
@@ -110,5 +127,6 @@ class Subprocess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._reader.join(10)
         if self.proc.stderr:
             self.proc.stderr.close()

@@ -177,7 +177,7 @@ def test_info_splits_the_budget(path, weights_mib):
 
 def test_serve_splits_the_budget_between_slots(path, weights_mib):
     from pyllamakv.gguf.reader import GGUFFile
-    from pyllamakv.server.slots import slot_budget_mib
+    from pyllamakv.server.engines import slot_budget_mib
     ts = GGUFFile(path).tensors
     assert slot_budget_mib(weights_mib + 400, ts, 4) == pytest.approx(weights_mib + 100)
     with pytest.raises(MemoryBudgetError, match="weights alone"):

@@ -96,6 +96,13 @@ CASES = {
                               "dict with its items"),
     "shared_items_batch": (S + "{{ [1]|batch(100000, s)|first|length }}", {}, None, r"\|batch"),
     "tojson_indent": ("{{ [[1]]|tojson(indent=10**9) }}", {}, None, "indent"),
+    # issue 38: jinja's |urlize is quadratic in one word (30 s for 20 kB, in one call)
+    "urlize_long_word": ("{{ ('.' * 200000 ~ 'a.')|urlize|length }}", {}, "200002", None),
+    "urlize_many_words": ("{{ (('.' * 500 ~ 'a. ') * 2000)|urlize|length }}", FAST, None,
+                          "time limit"),
+    "to_bytes": ("{{ (1).to_bytes(10**10, 'big')|length }}", {}, None, r"int\.to_bytes"),
+    "to_bytes_kw": ("{{ (1).to_bytes(length=10**10, byteorder='big')|length }}", {}, None,
+                    r"int\.to_bytes"),
     # a MemoryError inside the render (the child's memory is capped at 2 GiB)
     "memory_error": ("{{ ('x' * 3000000000)|length }}", {"max_output": 10**11}, None, "MemoryError"),
 }
@@ -278,6 +285,8 @@ REAL = {   # shapes of real templates: the bounded sandbox renders them exactly 
                 "{% set ns = namespace(n=0) %}{% for i in range(5) %}{% set ns.n = ns.n + i %}"
                 "{% endfor %}{{ ns.n }}{{ [[1], [2]]|sum(start=[]) }}{{ [1, 2]|batch(3, 0)|list }}"
                 "{{ {'b': 1, 'a': 2}|dictsort }}{{ 'x'.join(['1', '2']) }}{{ 'a\\nb'|indent(2) }}",
+    "urlize": "{% for m in messages %}{{ (m.content ~ ' see (www.a.org), <x@y.com>\\n '"
+              " ~ 'http://b.c/d. ' ~ '.' * 600 ~ 'a.')|urlize(20, rel='n') }}{% endfor %}",
 }
 
 

@@ -111,10 +111,31 @@ SHIM = {
 }
 
 
-def test_llama_cpp_python_suite(tmp_path):
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory) -> Path:
+    return _fetch(tmp_path_factory.mktemp("sdist"))
+
+
+def test_vocab_only_spm_tokenizer(sdist):
+    """What test_llama_cpp_tokenization checks of the tokenizer, on the same vocabulary
+    file (llama.cpp's ggml-vocab-llama-spm.gguf), with a vocab_only Llama."""
+    from pyllamakv import Llama
+    llm = Llama(str(sdist / "vendor/llama.cpp/models/ggml-vocab-llama-spm.gguf"),
+                vocab_only=True)
+    bos, eos = llm.token_bos(), llm.token_eos()
+    assert llm.tokenize(b"Hello World") == [bos, 15043, 2787]
+    assert llm.detokenize([bos, 15043, 2787]) == b"Hello World"   # BOS takes the space
+    assert llm.detokenize([15043, 2787]) == b" Hello World"
+    assert llm.tokenize(b"Hello World</s>")[-1] != eos
+    assert llm.tokenize(b"Hello World</s>", special=True) == [bos, 15043, 2787, eos]
+    assert llm.tokenize(b"", add_bos=True, special=True) == [bos]
+    assert llm.detokenize([bos]) == b""
+
+
+def test_llama_cpp_python_suite(tmp_path, sdist):
     model = require_model_path()
     import pyllamakv
-    top = _fetch(tmp_path)
+    top = sdist
     shim = tmp_path / "shim"
     for rel, text in SHIM.items():
         f = shim / rel

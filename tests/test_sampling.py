@@ -144,7 +144,7 @@ def test_logit_bias():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("temperature", float("nan")), ("temperature", "hot"), ("top_k", -1), ("top_k", 2.5),
+    ("temperature", float("nan")), ("temperature", "hot"), ("top_k", 2.5),
     ("top_p", 1.5), ("top_p", -0.1), ("min_p", 2.0), ("typical_p", -1.0),
     ("repeat_penalty", 0.0), ("presence_penalty", math.inf), ("frequency_penalty", None),
     ("repeat_last_n", -2), ("seed", -5), ("seed", 1.5), ("logit_bias", [1, 2]),

@@ -25,7 +25,8 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):",
 def served():
     path = require_model_path()
     from pyllamakv.server import ServerSettings, create_app
-    from pyllamakv.server.slots import SlotPool, load_engines
+    from pyllamakv.server.engines import load_engines
+    from pyllamakv.server.slots import SlotPool
     settings = ServerSettings(path, parallel=2, n_ctx=512, queue_size=16, n_threads=1)
     pool = SlotPool(load_engines(settings), settings.queue_size)
     server = InProcess(create_app(settings, pool))
@@ -288,8 +289,11 @@ def test_bad_completion_requests_get_400(served, body, param):
          if isinstance(body, bytes) else httpx.post(url, json=body, timeout=60))
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"} and err["message"]
-    assert err["type"] == "invalid_request_error"
+    extra = {"n_prompt_tokens", "n_ctx"} if err["code"] == "context_length_exceeded" else set()
+    assert set(err) == {"message", "type", "param", "code"} | extra and err["message"]
+    # over the context: llama-server's error type, with OpenAI's code
+    assert err["type"] == ("exceed_context_size_error" if err["code"] == "context_length_exceeded"
+                           else "invalid_request_error")
     if param is not None:
         assert err["param"] == param, err
     ok = httpx.post(url, json={"prompt": "Hi", "max_tokens": 2, "temperature": 0}, timeout=60)

@@ -4,7 +4,9 @@ The test drives chromium through the DevTools protocol (a websocket, with
 the `websockets` package): it loads the page, types two messages and presses
 Send, and waits for each streamed reply. A greedy reply must be the text that
 Llama.create_chat_completion gives for the same conversation, so the page's
-SSE parsing and its conversation history are both checked. Skipped only
+SSE parsing and its conversation history are both checked; the conversation
+must come back after a reload (localStorage), Stop must end a reply, and the
+markdown renderer must escape HTML and render code, emphasis and lists. Skipped only
 where no chromium is installed (CI installs it: apt-get install chromium).
 """
 import contextlib
@@ -12,6 +14,7 @@ import itertools
 import json
 import os
 import queue
+import random
 import re
 import shutil
 import subprocess
@@ -142,7 +145,7 @@ def test_chat_page_streams_replies(served):
             page.wait("document.body.dataset.state === 'idle' && "
                       f"document.querySelectorAll('.msg.assistant').length === {i + 1} && "
                       "document.getElementById('status').textContent.includes('pieces')")
-            reply = page.js(f"document.querySelectorAll('.msg.assistant')[{i}].textContent")
+            reply = page.js(f"document.querySelectorAll('.msg.assistant')[{i}].dataset.raw")
             conversation.append({"role": "user", "content": text})
             want = ref.create_chat_completion(conversation, max_tokens=12, temperature=0)
             assert reply == want["choices"][0]["message"]["content"] and reply
@@ -151,6 +154,39 @@ def test_chat_page_streams_replies(served):
         assert re.search(r"\d+ pieces in [\d.]+ s \((stop|length)\)", status), status
         assert page.js("document.querySelectorAll('.msg.user').length") == 2
         assert page.js("document.querySelectorAll('.msg.error').length") == 0
+
+        # a reload keeps the conversation
+        page.js("window.beforeReload = true; location.reload()")
+        page.wait("!window.beforeReload && document.readyState === 'complete' && "
+                  "document.querySelectorAll('.msg').length === 4", 30)
+        assert page.js("Array.from(document.querySelectorAll('.msg.assistant'))"
+                       ".map(d => d.dataset.raw)") == [m["content"] for m in conversation[1::2]]
+
+        # markdown, HTML escaped
+        tag = "x" + str(random.randint(0, 10**6))
+        html = page.js(f"renderMarkdown('**{tag}** <img src=x onerror=alert(1)> `a<b`\\n\\n"
+                       f"- one\\n- two\\n\\n```py\\nprint(1 < 2)\\n```')")
+        assert f"<strong>{tag}</strong>" in html and "<img" not in html and "&lt;img" in html
+        assert "<code>a&lt;b</code>" in html and "<ul><li>one</li><li>two</li></ul>" in html
+        assert '<pre><code class="language-py">print(1 &lt; 2)</code></pre>' in html
+
+        # Stop ends a long reply; New chat empties the page and the store
+        page.js("document.getElementById('temp').value = '1';"
+                "document.getElementById('max').value = '400'")
+        for attempt in range(3):    # a reply may end on its own before Stop: once more
+            n = page.js("document.querySelectorAll('.msg.assistant').length")
+            page.js("document.getElementById('input').value = 'Write a very long story.';"
+                    "document.getElementById('send').click()")
+            page.wait(f"(document.querySelectorAll('.msg.assistant')[{n}] || {{dataset: {{}}}})"
+                      ".dataset.raw || document.body.dataset.state === 'idle'")
+            page.js("document.getElementById('stop').click()")
+            page.wait("document.body.dataset.state === 'idle'", 60)
+            if page.js("document.getElementById('status').textContent") == "stopped":
+                break
+        assert page.js("document.getElementById('status').textContent") == "stopped"
+        page.js("document.getElementById('new').click()")
+        assert page.js("document.querySelectorAll('.msg').length") == 0
+        assert page.js("localStorage.getItem('pyllamakv-conversation')") == "[]"
     finally:
         page.close()
         ref.close()

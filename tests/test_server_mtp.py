@@ -25,7 +25,8 @@ N_VOCAB = 320
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     from pyllamakv.server import ServerSettings, create_app
-    from pyllamakv.server.slots import SlotPool, load_engines
+    from pyllamakv.server.engines import load_engines
+    from pyllamakv.server.slots import SlotPool
     seed = int(np.random.default_rng().integers(1 << 30))
     path = write_tiny_qwen35(tmp_path_factory.mktemp("srv-mtp") / "mtp.gguf", seed=seed,
                              n_nextn=1)

@@ -23,7 +23,8 @@ SPEC = ("pyllamakv_spec_decode_num_draft_tokens_total",
 def start(**kw):
     path = require_model_path()
     from pyllamakv.server import ServerSettings, create_app
-    from pyllamakv.server.slots import SlotPool, load_engines
+    from pyllamakv.server.engines import load_engines
+    from pyllamakv.server.slots import SlotPool
     settings = ServerSettings(path, parallel=1, n_ctx=512, queue_size=4, n_threads=1, **kw)
     pool = SlotPool(load_engines(settings), settings.queue_size)
     return InProcess(create_app(settings, pool)), pool

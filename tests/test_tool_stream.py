@@ -46,8 +46,21 @@ def _replay(plan, text, rng, reason="stop"):
     chunks = list(tool_chat_chunks(iter(pieces), plan, "m"))
     deltas = [c["choices"][0]["delta"] for c in chunks]
     content = "".join(d.get("content", "") for d in deltas)
-    calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
-    return chunks, content, calls
+    return chunks, content, merge_calls(deltas)
+
+
+def merge_calls(deltas):
+    """The calls a client assembles from tool_calls deltas (OpenAI's: by index, the
+    first delta of a call has its id, type and name, arguments are concatenated)."""
+    calls = []
+    for d in deltas:
+        for tc in d.get("tool_calls", []):
+            if tc["index"] == len(calls):
+                calls.append({"index": tc["index"], "id": tc["id"], "type": tc["type"],
+                              "function": {"name": tc["function"]["name"], "arguments": ""}})
+            assert tc["index"] == len(calls) - 1, "deltas of an earlier call after a later one"
+            calls[-1]["function"]["arguments"] += tc["function"].get("arguments", "")
+    return calls
 
 
 @pytest.mark.parametrize("case", range(len(REPLIES)))
@@ -79,10 +92,35 @@ def test_content_and_first_call_go_out_early():
     out = ts.feed(H_TWO[:20])
     assert "".join(d.get("content", "") for d in out) == H_TWO[:12]   # "Let me look." before the tag
     out = ts.feed(H_TWO[20:end_first])
-    assert [d["tool_calls"][0]["function"]["name"] for d in out if "tool_calls" in d] == \
+    assert [d["tool_calls"][0]["function"]["name"] for d in out
+            if "name" in d.get("tool_calls", [{}])[0].get("function", {})] == \
         ["get_weather"]          # the first call before the reply has ended
     out = ts.feed(H_TWO[end_first:]) + ts.finish()
-    assert [d["tool_calls"][0]["index"] for d in out if "tool_calls" in d] == [1]
+    assert {d["tool_calls"][0]["index"] for d in out if "tool_calls" in d} == {1}
+
+
+def test_call_streams_token_by_token():
+    """The name goes out as soon as it is known, the arguments piece by piece, before
+    the block closes; the pieces put together are the whole call's."""
+    plan = plan_tools(QWEN_LIKE, [WEATHER])
+    args = {"city": random.choice(["Oslo", "Lima", "Kyiv"]), "unit": random.choice("CF")}
+    text = '<tool_call>\n{"name": "get_weather", "arguments": %s}\n</tool_call>' % (
+        json.dumps(args))
+    ts = ToolStream(plan)
+    close = text.index("}\n</tool_call>")
+    deltas = []
+    for ch in text[:close]:
+        deltas += ts.feed(ch)
+    before_close = merge_calls(deltas)
+    assert before_close[0]["function"]["name"] == "get_weather"
+    n_arg_deltas = sum(1 for d in deltas if d.get("tool_calls", [{}])[0].get("function", {})
+                       .get("arguments"))
+    assert n_arg_deltas > 5               # one per character fed, bar the held ones
+    for ch in text[close:]:
+        deltas += ts.feed(ch)
+    deltas += ts.finish()
+    (call,) = merge_calls(deltas)
+    assert json.loads(call["function"]["arguments"]) == args
 
 
 def test_cut_block_streams_as_its_text():

@@ -120,8 +120,11 @@ typedef enum lkv_arch {
     LKV_ARCH_LLAMA = 0,   /* llama, SmolLM2, Llama 2/3, Mistral */
     LKV_ARCH_QWEN2 = 1,   /* q/k/v biases, neox rope */
     LKV_ARCH_QWEN3 = 2,   /* per-head q/k rms norms, neox rope */
-    LKV_ARCH_QWEN35 = 3   /* hybrid (Qwen3.5): Gated DeltaNet layers; layer i is gated full
+    LKV_ARCH_QWEN35 = 3,  /* hybrid (Qwen3.5): Gated DeltaNet layers; layer i is gated full
                              attention when (i + 1) % full_attn_interval == 0 */
+    LKV_ARCH_GEMMA3 = 4   /* embeddings scaled by sqrt(n_embd), q/k rms norms, norms after
+                             attention and FFN too, GeGLU (tanh gelu), neox rope; sliding-window
+                             local layers beside global ones (swa_* below) */
 } lkv_arch;
 
 typedef struct lkv_model_params {
@@ -148,6 +151,15 @@ typedef struct lkv_model_params {
     int32_t ssm_head_k_dim;      /* (ssm.state_size) */
     int32_t ssm_head_v_dim;      /* (ssm.inner_size / ssm_n_v_heads) */
     int32_t n_nextn;             /* MTP (nextn) blocks stored after the trunk: blk.{n_layer + i} */
+    /* appended in ABI 7 (gemma3); 0 keeps every earlier model as it was */
+    float attn_scale;            /* scores' scale; 0: 1 / sqrt(head_dim) */
+    int32_t swa_window;          /* > 0: local layers attend to the last swa_window positions
+                                    (query p sees keys k with p - k < swa_window); 0: none */
+    int32_t swa_pattern;         /* with swa_window: layer i is global (full attention) when
+                                    (i + 1) % swa_pattern == 0, else local; 0: all local */
+    float rope_freq_base_swa;    /* local layers' rope base (their rope scale is 1); 0: as
+                                    rope_freq_base and rope_freq_scale */
+    float logit_softcap;         /* > 0: logits = softcap * tanh(logits / softcap); 0: none */
 } lkv_model_params;
 
 /* One tensor, as laid out in the GGUF file. ne[0] is the contiguous
@@ -273,7 +285,8 @@ int32_t lkv_context_n_ctx(const lkv_context *c);
 lkv_status lkv_context_truncate(lkv_context *c, int32_t n);
 /* The largest position p <= n (and <= n_tokens) that truncate accepts: n
  * itself for models without recurrent state; for hybrids 0, n_tokens or the
- * latest snapshot at or before n. With the MTP block on (lkv_context_set_mtp),
+ * latest snapshot at or before n; for sliding-window models with a pool
+ * bound n, or 0 where n lies before their ring's floor (lkv_kv_stats). With the MTP block on (lkv_context_set_mtp),
  * the largest of those after which the block is also in sync (0 at worst). */
 int32_t lkv_context_restore_point(const lkv_context *c, int32_t n);
 /* Hybrid models: keeps the recurrent state at the current position as a
@@ -392,6 +405,14 @@ typedef struct lkv_kv_stats {
                                      workspace, lent to the KV as extra resident chunks
                                      while decoding */
     int64_t arena_resident_bytes; /* resident chunk bytes in the arena now (decode) */
+    /* appended in ABI 7: a sliding-window model's local layers, with a pool bound kept in
+     * device memory beside the pool as a ring of window - 1 + n_batch rows each (n_ctx
+     * where that is less), neither planned nor streamed; n_layer above then counts only
+     * the streamed (global) layers. 0 without a bound (every layer resident, n_ctx rows)
+     * and for models without local layers. With the ring, truncation (and a failed
+     * decode's roll-back) reaches back only to lkv_context_restore_point, 0 at worst */
+    int32_t local_layers;
+    int64_t local_bytes;
 } lkv_kv_stats;
 
 /* Pure: the shares of one pool among n_seq sequences, active[i] != 0 for the
@@ -410,7 +431,7 @@ int64_t lkv_row_bytes(int32_t type, int64_t n);
 
 /* LKV_CDEF_END */
 
-#define LKV_ABI_VERSION 6
+#define LKV_ABI_VERSION 7
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,8 @@ typedef struct lkv_attn_desc {
     float scale;         /* 1/sqrt(head_dim) */
     int32_t n_segs;
     lkv_kv_seg segs[LKV_MAX_SEGS];
+    int32_t window;      /* > 0: query p sees only positions > p - window (a sliding-window
+                            layer); chunks wholly before that are empty; 0: all <= p */
 } lkv_attn_desc;
 
 typedef struct lkv_rope_desc {
@@ -234,6 +236,15 @@ struct lkv_backend {
                            const int32_t *pos0, const int32_t *len, const lkv_rope_desc *rq,
                            const lkv_rope_desc *rk, void *const *kdst, void *const *vdst,
                            int32_t type_k, int32_t type_v);
+
+    /* ---- gemma3 (optional: a backend without geglu cannot load models that need
+     * these, nor sliding-window models: its attention ignores d->window) ---- */
+    /* out (n) = gelu(gate) * up, gelu's tanh approximation; out may be gate */
+    void (*geglu)(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
+    /* x (n) *= s */
+    void (*scale)(lkv_bctx *b, float *x, float s, int64_t n);
+    /* x (n) = cap * tanh(x / cap) */
+    void (*softcap)(lkv_bctx *b, float *x, float cap, int64_t n);
 };
 
 extern const lkv_backend lkv_backend_cpu;

@@ -107,6 +107,12 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
         c->logits = malloc(sizeof(float) * (size_t)c->logit_rows_host * c->out_width);
         if (!c->logits) st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the logits");
     }
+    if (!st && m->n_layer_kv) {   /* the sliding-window layers among the KV layers */
+        c->kv_local = calloc((size_t)m->n_layer_kv, 1);
+        if (!c->kv_local) st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the layer table");
+        for (int i = 0; !st && i < hp->n_layer; i++)
+            if (m->layers[i].kv_layer >= 0) c->kv_local[m->layers[i].kv_layer] = m->layers[i].swa;
+    }
     if (!st) {
         const lkv_traits *tk = lkv_type_traits(p.type_k), *tv = lkv_type_traits(p.type_v);
         lkv_kv_config kc = {
@@ -114,7 +120,9 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
             .type_k = p.type_k, .type_v = p.type_v,
             .row_bytes_k = lkv_type_row_bytes(tk, (int64_t)nkv),
             .row_bytes_v = lkv_type_row_bytes(tv, (int64_t)nkv),
-            .pool_bytes = p.kv_pool_bytes,
+            .pool_bytes = p.kv_pool_bytes, .local = c->kv_local, .window = hp->swa_window,
+            /* a local layer's ring: its window and one decode call (kv/cache.h) */
+            .ring_rows = hp->swa_window > 0 ? hp->swa_window - 1 + p.n_batch : 0,
         };
         st = lkv_kvset_create(&c->kvs, &kc, p.n_seq_max, c->be, c->b);
     }
@@ -136,7 +144,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     c->geo = (lkv_attn_desc){
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .type_k = p.type_k, .type_v = p.type_v, .chunk = p.kv_chunk,
-        .scale = 1.0f / sqrtf((float)hd),
+        .scale = hp->attn_scale > 0.0f ? hp->attn_scale : 1.0f / sqrtf((float)hd),
     };
     c->rope = (lkv_rope_desc){
         .head_dim = hd, .rope_dim = hp->rope_dim, .freq_base = hp->rope_freq_base,
@@ -153,6 +161,7 @@ void lkv_context_destroy(lkv_context *c) {
     if (!c) return;
     lkv_mtp_free(c, c->mtp);
     lkv_kvset_free(c->kvs);
+    free(c->kv_local);
     free(c->seq_len);
     free(c->want);
     free(c->groups);
@@ -171,7 +180,10 @@ void lkv_context_destroy(lkv_context *c) {
 /* the trunk's: the largest p <= n that truncate accepts */
 static int32_t trunk_restore(const lkv_context *c, int32_t n) {
     if (n < 0) return 0;
-    if (!c->rs) return n < c->seq_len[0] ? n : c->seq_len[0];
+    if (!c->rs) {   /* a sliding-window ring cannot go back before its floor */
+        const int32_t p = n < c->seq_len[0] ? n : c->seq_len[0];
+        return p < lkv_kv_restore_floor(lkv_kvset_seq(c->kvs, 0)) ? 0 : p;
+    }
     return lkv_recur_restore_point(c->rs, n, c->seq_len[0]);
 }
 

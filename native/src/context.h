@@ -19,6 +19,7 @@ struct lkv_context {
     const lkv_backend *be;
     lkv_bctx *b;
     lkv_kvset *kvs;          /* one KV cache per sequence, one pool */
+    uint8_t *kv_local;       /* (n_layer_kv,) 1: a sliding-window layer (kv/cache.h) */
     int32_t n_seq;           /* p.n_seq_max */
     int32_t *seq_len;        /* (n_seq,) positions held by each sequence's cache */
     /* decode scratch, made at creation */

@@ -92,6 +92,8 @@ static void roll_back(lkv_context *c) {
             back = lkv_recur_restore_point(c->rs, back, INT32_MAX);
             lkv_recur_truncate(c->rs, back, -1);
         }
+        if (back < lkv_kv_restore_floor(lkv_kvset_seq(c->kvs, s)))
+            back = 0;   /* a sliding-window ring (kv/cache.h; its rows suffice for one call) */
         lkv_kv_truncate(lkv_kvset_seq(c->kvs, s), back);
         if (c->mtp) lkv_mtp_truncate(c, back);
         c->seq_len[s] = back;

@@ -17,6 +17,8 @@
  * A residual add and the rmsnorm after it go to the backend as one op where
  * it has one (add_rmsnorm), so a layer starts with h already normalised.
  */
+#include <math.h>
+
 #include "context.h"
 #include "error.h"
 #include "mtp.h"
@@ -46,6 +48,10 @@ static void layer_attention(lkv_context *c, const lkv_layer_weights *L, const lk
         be->rmsnorm(c->b, c->k, c->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps);
     }
     lkv_rope_desc rq = c->rope, rk = c->rope;
+    if (L->swa && hp->rope_freq_base_swa > 0.0f) {   /* local layers: their own base, scale 1 */
+        rq.freq_base = rk.freq_base = hp->rope_freq_base_swa;
+        rq.freq_scale = rk.freq_scale = 1.0f;
+    }
     rq.n_head = hp->n_head;
     rk.n_head = hp->n_head_kv;
     /* rope and the K/V rows: several sequences' runs (at most LKV_ROWS_MAX
@@ -118,19 +124,23 @@ static lkv_status mixer_attention(lkv_context *c, const lkv_layer_weights *L, co
     const lkv_model_params *hp = &c->model->hp;
     const int n = ub->n, nq = hp->n_head * hp->head_dim;
     layer_attention(c, L, ub, own);
-    const int batched = !own && attention_rows(c, L, ub);
+    lkv_attn_desc geo = c->geo;
+    geo.window = L->swa ? hp->swa_window : 0;
+    const int batched = !own && !L->swa && attention_rows(c, L, ub);
     for (int32_t g = 0; !batched && g < ub->n_groups; g++) {
         const lkv_group *gr = &ub->groups[g];
         void *st = (char *)c->attn_st + be->attn_state_bytes(gr->row0, hp->n_head, hp->head_dim);
         LKV_TRY(lkv_kv_attend(own ? own : lkv_kvset_seq(c->kvs, gr->seq), L->kv_layer,
                               c->q + (size_t)gr->row0 * nq, st, c->h + (size_t)gr->row0 * nq,
-                              &c->geo));
+                              &geo));
     }
     if (c->model->arch->q_gate)
         be->sigmoid_mul(c->b, c->h, c->gate, (int64_t)n * hp->n_head * hp->head_dim);
     float *o1[1] = {c->o};
     const lkv_weight *wo[1] = {&L->wo};
     be->matmul(c->b, o1, c->h, wo, 1, n);
+    if (L->attn_post_norm.data)   /* gemma: the output normed before the residual add */
+        be->rmsnorm(c->b, c->o, c->o, &L->attn_post_norm, n, hp->n_embd, hp->rms_eps);
     return LKV_OK;
 }
 
@@ -187,15 +197,20 @@ lkv_status lkv_forward_block(lkv_context *c, const lkv_layer_weights *L, const l
     else mixer_delta(c, L, n);
     add_norm(c, c->o, &L->ffn_norm, n);
 
-    if (!be->matmul_swiglu || !be->matmul_swiglu(c->b, c->ffn_g, c->h, &L->w_gate, &L->w_up, n)) {
+    const bool gemma = c->model->arch->gemma;
+    if (gemma || !be->matmul_swiglu ||
+        !be->matmul_swiglu(c->b, c->ffn_g, c->h, &L->w_gate, &L->w_up, n)) {
         float *gu[2] = {c->ffn_g, c->ffn_u};
         const lkv_weight *wgu[2] = {&L->w_gate, &L->w_up};
         be->matmul(c->b, gu, c->h, wgu, 2, n);
-        be->swiglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, (int64_t)n * hp->n_ff);
+        if (gemma) be->geglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, (int64_t)n * hp->n_ff);
+        else be->swiglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, (int64_t)n * hp->n_ff);
     }
     float *o1[1] = {c->o};
     const lkv_weight *wd[1] = {&L->w_down};
     be->matmul(c->b, o1, c->ffn_g, wd, 1, n);
+    if (L->ffn_post_norm.data)
+        be->rmsnorm(c->b, c->o, c->o, &L->ffn_post_norm, n, hp->n_embd, hp->rms_eps);
     if (next_norm) add_norm(c, c->o, next_norm, n);
     else be->add(c->b, c->x, c->o, (int64_t)n * hp->n_embd);
     return LKV_OK;
@@ -229,6 +244,8 @@ static void output_head(lkv_context *c, const lkv_ubatch *ub) {
     float *lo[1] = {out};
     const lkv_weight *wout[1] = {&m->output};
     c->be->matmul(c->b, lo, c->h, wout, 1, ub->n_want);
+    if (hp->logit_softcap > 0.0f)
+        c->be->softcap(c->b, out, hp->logit_softcap, (int64_t)ub->n_want * hp->n_vocab);
 }
 
 /* Decode steps of an all-resident cache go through the backend's step graph:
@@ -259,6 +276,8 @@ static lkv_status download_logits(lkv_context *c, int32_t nl, float *logits_out)
 static lkv_status run_layers(lkv_context *c, const lkv_ubatch *ub, bool may_abort) {
     const lkv_model_params *hp = &c->model->hp;
     c->be->get_rows(c->b, c->x, &c->model->tok_embd, ub->tokens, ub->n);
+    if (c->model->arch->gemma)   /* gemma: embeddings times sqrt(n_embd) */
+        c->be->scale(c->b, c->x, sqrtf((float)hp->n_embd), (int64_t)ub->n * hp->n_embd);
     c->be->rmsnorm(c->b, c->h, c->x, &c->model->layers[0].attn_norm, ub->n, hp->n_embd,
                    hp->rms_eps);
     for (int il = 0; il < c->model->hp.n_layer; il++) {

@@ -15,12 +15,18 @@
 // ------------------------------------------------------------------ architectures
 
 static const lkv_arch_traits ARCHS[] = {
-    //                  name      neox   qkv_b  qk_n   q_gate hybrid ffn norm
-    [LKV_ARCH_LLAMA]  = {"llama",  false, false, false, false, false, "ffn_norm"},
-    [LKV_ARCH_QWEN2]  = {"qwen2",  true,  true,  false, false, false, "ffn_norm"},
-    [LKV_ARCH_QWEN3]  = {"qwen3",  true,  false, true,  false, false, "ffn_norm"},
-    [LKV_ARCH_QWEN35] = {"qwen35", true,  false, true,  true,  true,  "post_attention_norm"},
+    //                  name      neox   qkv_b  qk_n   q_gate hybrid ffn norm              gemma
+    [LKV_ARCH_LLAMA]  = {"llama",  false, false, false, false, false, "ffn_norm",            false},
+    [LKV_ARCH_QWEN2]  = {"qwen2",  true,  true,  false, false, false, "ffn_norm",            false},
+    [LKV_ARCH_QWEN3]  = {"qwen3",  true,  false, true,  false, false, "ffn_norm",            false},
+    [LKV_ARCH_QWEN35] = {"qwen35", true,  false, true,  true,  true,  "post_attention_norm", false},
+    [LKV_ARCH_GEMMA3] = {"gemma3", true,  false, true,  false, false, "ffn_norm",            true},
 };
+
+/* sliding-window models: layer il is local unless (il + 1) % swa_pattern == 0 */
+static bool is_swa(const lkv_model_params *hp, int il) {
+    return hp->swa_window > 0 && (hp->swa_pattern == 0 || (il + 1) % hp->swa_pattern != 0);
+}
 
 /* hybrids: layer il has attention (and KV) when (il + 1) % full_attn_interval == 0 */
 static bool has_attention(const lkv_model_params *hp, const lkv_arch_traits *a, int il) {
@@ -125,6 +131,10 @@ static lkv_status bind_layer(const tensor_set *ts, const lkv_model_params *hp,
     B(w_gate, "ffn_gate.weight", E, F, false);
     B(w_up, "ffn_up.weight", E, F, false);
     B(w_down, "ffn_down.weight", F, E, false);
+    if (a->gemma) {   /* (qwen35's pre-FFN norm has the first name: bound once, above) */
+        B(attn_post_norm, "post_attention_norm.weight", E, 0, false);
+        B(ffn_post_norm, "post_ffw_norm.weight", E, 0, false);
+    }
 #undef B
     return LKV_OK;
 }
@@ -195,6 +205,14 @@ static lkv_status check_params(const lkv_model_params *p) {
         return lkv_fail(LKV_ERR_INVALID_ARG, "unknown device id %d", (int)p->device);
     if (p->n_nextn < 0 || p->n_nextn > 8)
         return lkv_fail(LKV_ERR_INVALID_ARG, "n_nextn %d must be in [0, 8]", p->n_nextn);
+    if (!(p->attn_scale >= 0.0f) || !(p->rope_freq_base_swa >= 0.0f) ||
+        !(p->logit_softcap >= 0.0f) || p->attn_scale > 1e30f || p->logit_softcap > 1e30f ||
+        p->rope_freq_base_swa > 1e30f)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "attn_scale, rope_freq_base_swa and logit_softcap "
+                        "must be finite and >= 0 (0: unused)");
+    if (p->swa_window < 0 || p->swa_pattern < 0)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "swa_window %d and swa_pattern %d must be >= 0",
+                        p->swa_window, p->swa_pattern);
     if (ARCHS[p->arch].hybrid) return check_hybrid(p);
     return LKV_OK;
 }
@@ -212,7 +230,7 @@ void lkv_model_foreach_weight(struct lkv_model *m, void (*fn)(lkv_weight *w, voi
         lkv_layer_weights *L = i < m->hp.n_layer ? &m->layers[i] : &m->nextn[i - m->hp.n_layer].blk;
         lkv_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
                             &L->bv, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up,
-                            &L->w_down, &L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha,
+                            &L->w_down, &L->attn_post_norm, &L->ffn_post_norm, &L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha,
                             &L->ssm_conv, &L->ssm_a, &L->ssm_dt, &L->ssm_norm, &L->ssm_out};
         for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) fn(ws[k], ud);
     }
@@ -238,6 +256,10 @@ lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *ten
     if (ARCHS[p->arch].hybrid && !be->delta_rule)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "the %s backend has no Gated DeltaNet layers yet, so "
                         "it cannot run %s models; use device='cpu'", be->name, ARCHS[p->arch].name);
+    if ((ARCHS[p->arch].gemma || p->swa_window > 0 || p->logit_softcap > 0.0f) && !be->geglu)
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "the %s backend has no GeGLU, sliding-window "
+                        "attention or logit softcapping yet, so it cannot run %s models; use "
+                        "device='cpu'", be->name, ARCHS[p->arch].name);
     lkv_model *m = calloc(1, sizeof *m);
     if (!m) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the model");
     m->layers = calloc((size_t)p->n_layer, sizeof *m->layers);
@@ -264,6 +286,7 @@ lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *ten
         const bool attn = has_attention(p, m->arch, i);
         if ((st = bind_layer(&ts, p, m->arch, i, attn, L))) goto fail;
         L->kv_layer = attn ? m->n_layer_kv++ : -1;
+        L->swa = attn && is_swa(p, i);
         L->rs_layer = attn ? -1 : m->n_layer_rs++;
     }
     for (int i = 0; i < p->n_nextn; i++)

@@ -37,6 +37,9 @@ typedef struct lkv_arch_traits {
                             attention output is multiplied by sigmoid(gate) (qwen35) */
     bool hybrid;         /* Gated DeltaNet layers beside full attention (full_attn_interval) */
     const char *ffn_norm_name;   /* the pre-FFN norm's tensor: "ffn_norm" or "post_attention_norm" */
+    bool gemma;          /* gemma3: embeddings * sqrt(n_embd); rms norms on the attention and
+                            FFN outputs (post_attention_norm, post_ffw_norm) before each
+                            residual add; GeGLU (tanh gelu) instead of SwiGLU */
 } lkv_arch_traits;
 
 typedef struct lkv_layer_weights {
@@ -47,6 +50,9 @@ typedef struct lkv_layer_weights {
     lkv_weight ffn_norm;             /* (n_embd,) f32 */
     lkv_weight w_gate, w_up;         /* (n_ff, n_embd) */
     lkv_weight w_down;               /* (n_embd, n_ff) */
+    lkv_weight attn_post_norm;       /* (n_embd,) f32, gemma only: on the attention output */
+    lkv_weight ffn_post_norm;        /* (n_embd,) f32, gemma only: on the FFN output */
+    bool swa;                        /* a local (sliding-window) attention layer */
 
     /* hybrid models: a layer is attention (kv_layer >= 0) or Gated DeltaNet (rs_layer >= 0).
      * With nk, nv heads of dk, dv and conv_dim = 2*nk*dk + nv*dv: */

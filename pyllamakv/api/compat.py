@@ -74,6 +74,15 @@ def check_extra_kwargs(where: str, kwargs: dict[str, Any]) -> None:
             raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
 
 
+def unsupported_attribute(name: str, what: str):
+    """A module __getattr__ raising UnsupportedFeature for every public name."""
+    def __getattr__(attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise UnsupportedFeature(f"{name}.{attr}: {what} is not part of pyllamakv")
+    return __getattr__
+
+
 def absent_module(name: str, what: str):
     """A stand-in for a llama_cpp module pyllamakv has no counterpart of: importing
     it works, every attribute raises UnsupportedFeature naming it."""

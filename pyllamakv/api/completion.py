@@ -79,6 +79,11 @@ class LogprobTracker:
             out["top_logprobs"].append(top)
         return out
 
+    def start_after(self, prompt: Sequence[int]) -> None:
+        """Offsets start after the prompt's text (what echo would have put first)."""
+        if self.n is not None:
+            self.offset = sum(len(self._text(t)) for t in prompt)
+
     def prompt(self, tokens: Sequence[int], rows: np.ndarray) -> dict | None:
         """Prompt tokens' logprobs; rows[i] are the logits after prompt token i."""
         if self.n is None:
@@ -103,7 +108,10 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         raise ParameterError("the prompt is empty")
     if len(prompt) >= n_ctx:
         raise ContextFullError(f"Requested tokens ({len(prompt)}) exceed context window of {n_ctx}")
-    if logprobs is not None and not llm.config.logits_all:
+    if logprobs is not None and not llm.config.logits_all and (
+            echo or llm.draft_model is not None or not getattr(llm, "sampled_logprobs", False)):
+        # llama-cpp-python's rule; an engine that opts in (the server's slots) gives the
+        # sampled tokens' logprobs from the last logits, which is all they need
         raise ParameterError("logprobs needs a Llama created with logits_all=True")
     room = n_ctx - len(prompt)
     max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
@@ -112,6 +120,8 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     scanner, decoder = StopScanner(stops), IncrementalDecoder(llm.tokenizer)
     ends = set(llm.tokenizer.eog_ids) | set(stop_ids)
     lp = LogprobTracker(llm.tokenizer, logprobs)
+    if not echo:     # offsets count from the prompt's start, as llama-cpp-python's
+        lp.start_after(prompt)
 
     tokens = llm._generate(prompt, sampler)
     first = next(tokens)                       # prefill, then the first sample

@@ -15,6 +15,12 @@ tokens outside it get -inf.
 
 When the grammar is complete only the end-of-generation tokens stay allowed,
 so the completion ends with finish_reason "stop".
+
+llguidance is native code that recurses over a grammar: 10,000 chained GBNF
+rules overflow its stack (a segfault, no exception). So a grammar's size, its
+rule count and a JSON schema's nesting are bounded before it is handed over
+(grammar_limits.py), and whatever llguidance raises (a pyo3 ``PanicException``
+too) becomes GrammarError or ForeignLibraryError at the call.
 """
 from __future__ import annotations
 
@@ -25,11 +31,20 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LlamaKVError
+from ..errors import contained
+from .grammar_limits import GrammarError, check_grammar_text, check_schema
 
 
-class GrammarError(LlamaKVError, ValueError):
-    """A grammar or schema that does not compile, or output it cannot continue."""
+def _call(step: str, fn, *args, **kwargs):
+    """fn(*args, **kwargs) of llguidance: its ValueError is a GrammarError
+    naming step, anything else (a panic too) a ForeignLibraryError."""
+    with contained("llguidance", step):
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as e:
+            if isinstance(e, GrammarError):
+                raise
+            raise GrammarError(f"{step}: {e}") from e
 
 
 def _llguidance():
@@ -50,7 +65,7 @@ class LlamaGrammar:
 
     def __init__(self, definition: str, source: str = "grammar") -> None:
         llg = _llguidance()
-        err = llg.LLMatcher.validate_grammar(definition)
+        err = _call(f"checking the {source}", llg.LLMatcher.validate_grammar, definition)
         if err:
             raise GrammarError(f"the {source} does not compile: {err}")
         self.definition = definition
@@ -61,12 +76,9 @@ class LlamaGrammar:
         """A GBNF grammar (llama.cpp's grammars/README.md), or Lark."""
         if not isinstance(grammar, str) or not grammar.strip():
             raise GrammarError("the grammar must be a non-empty string")
-        try:
-            return cls(_llguidance().grammar_from("grammar", grammar), "GBNF grammar")
-        except ValueError as e:
-            if isinstance(e, GrammarError):
-                raise
-            raise GrammarError(f"the GBNF grammar does not parse: {e}") from e
+        check_grammar_text(grammar, "GBNF grammar")
+        return cls(_call("the GBNF grammar does not parse", _llguidance().grammar_from,
+                         "grammar", grammar), "GBNF grammar")
 
     @classmethod
     def from_file(cls, file: str | Path, verbose: bool = True) -> "LlamaGrammar":
@@ -87,25 +99,31 @@ class LlamaGrammar:
         if isinstance(json_schema, str):
             try:
                 json_schema = json.loads(json_schema)
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, RecursionError) as e:
                 raise GrammarError(f"the JSON schema is not valid JSON: {e}") from e
         if not isinstance(json_schema, (dict, bool)):
             raise GrammarError("a JSON schema must be an object (or true/false)")
+        check_schema(json_schema)       # before anything walks it recursively
         if conventions == "llama.cpp":
             json_schema = llama_cpp_schema(json_schema)
         elif conventions != "json-schema":
             raise GrammarError(f"conventions must be 'llama.cpp' or 'json-schema', "
                                f"not {conventions!r}")
-        defn = _llguidance().grammar_from("json_schema", json.dumps(json_schema))
+        defn = _call("the JSON schema does not convert", _llguidance().grammar_from,
+                     "json_schema", json.dumps(json_schema))
         return cls(defn, "JSON schema")
 
     @classmethod
     def from_regex(cls, pattern: str) -> "LlamaGrammar":
-        return cls(_llguidance().grammar_from("regex", pattern), "regular expression")
+        check_grammar_text(pattern, "regular expression")
+        return cls(_call("the regular expression does not parse", _llguidance().grammar_from,
+                         "regex", pattern), "regular expression")
 
     @classmethod
     def from_lark(cls, grammar: str) -> "LlamaGrammar":
-        return cls(_llguidance().grammar_from("lark", grammar), "Lark grammar")
+        check_grammar_text(grammar, "Lark grammar")
+        return cls(_call("the Lark grammar does not parse", _llguidance().grammar_from,
+                         "lark", grammar), "Lark grammar")
 
 
 # --- llama.cpp's reading of a JSON schema ---------------------------------------
@@ -113,6 +131,7 @@ class LlamaGrammar:
 # llama.cpp's json-schema-to-grammar allows, between tokens, nothing, one space, or
 # one or two newlines and up to 20 spaces or tabs of indentation
 LLAMA_CPP_WHITESPACE = r"(?:| |\n{1,2}[ \t]{0,20})"
+LLAMA_CPP_INT_MAX = 10**16 - 1     # integers have at most 16 digits there
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
 _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
 _SUBSCHEMA_ONE = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
@@ -135,6 +154,10 @@ def _close(node: Any, in_all_of: bool = False) -> Any:
     for key in _SUBSCHEMA_ONE:
         if isinstance(out.get(key), dict):
             out[key] = _close(out[key])
+    types = out.get("type")
+    if (types == "integer" or (isinstance(types, list) and "integer" in types)) and not any(
+            k in out for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")):
+        out["minimum"], out["maximum"] = -LLAMA_CPP_INT_MAX, LLAMA_CPP_INT_MAX
     if "properties" in out and "additionalProperties" not in out and not in_all_of \
             and "unevaluatedProperties" not in out:
         out["additionalProperties"] = False
@@ -144,8 +167,9 @@ def _close(node: Any, in_all_of: bool = False) -> Any:
 def llama_cpp_schema(schema: Any) -> Any:
     """schema as llama.cpp's json-schema-to-grammar reads it, for llguidance: an
     object with ``properties`` and no ``additionalProperties`` is closed (no other
-    keys), and whitespace between tokens is bounded (LLAMA_CPP_WHITESPACE) unless
-    the schema sets llguidance's own ``x-guidance`` options."""
+    keys), an integer without bounds has at most 16 digits, and whitespace between
+    tokens is bounded (LLAMA_CPP_WHITESPACE) unless the schema sets llguidance's
+    own ``x-guidance`` options."""
     if not isinstance(schema, dict):
         return schema
     out = _close(schema)
@@ -193,9 +217,20 @@ class _Vocab:
         self.eos_token_id = eog[0] if eog else (tokenizer.eos_id or 0)
         self.bos_token_id = tokenizer.bos_id
         self._tok = tokenizer
+        self._byte_ids = {pieces[i]: i for i in range(tokenizer.n_vocab)
+                          if tokenizer.is_byte_token(i)}
 
     def __call__(self, text: bytes) -> list[int]:
-        return self._tok.encode(text, add_bos=False, special=False)
+        """Ids of text as it continues the output: no BOS, no SentencePiece
+        space prefix. Where those ids do not spell text (an SPM vocab without
+        a lone U+2581 spells a space as the bytes of U+2581, as llama.cpp
+        does), text's byte tokens if the vocab has them all."""
+        ids = self._tok.encode_continuation(text)
+        if self._tok.decode(ids, special=True) != bytes(text):
+            byte_ids = [self._byte_ids.get(bytes([b])) for b in bytes(text)]
+            if None not in byte_ids:
+                return byte_ids
+        return ids
 
 
 _LLTOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
@@ -207,8 +242,8 @@ def _lltokenizer(tokenizer, n_vocab: int):
     if tok is None or tok.vocab_size != n_vocab:
         llg = _llguidance()
         wrap = _Vocab(tokenizer, n_vocab)
-        tok = llg.LLTokenizer(llg.TokenizerWrapper(wrap), n_vocab=n_vocab,
-                              eos_token=sorted(tokenizer.eog_ids) or None)
+        tok = _call("reading the vocabulary", lambda: llg.LLTokenizer(
+            llg.TokenizerWrapper(wrap), n_vocab=n_vocab, eos_token=sorted(tokenizer.eog_ids) or None))
         _LLTOKENIZERS[tokenizer] = tok
     return tok
 
@@ -221,8 +256,8 @@ class GrammarConstraint:
         llg = _llguidance()
         self.grammar = grammar
         self.n_vocab = int(n_vocab)
-        self._m = llg.LLMatcher(_lltokenizer(tokenizer, self.n_vocab), grammar.definition,
-                                log_level=0)
+        self._m = _call(f"starting the {grammar.source}", llg.LLMatcher,
+                        _lltokenizer(tokenizer, self.n_vocab), grammar.definition, log_level=0)
         if self._m.is_error():
             raise GrammarError(f"the {grammar.source} cannot start: {self._m.get_error()}")
         self._fill = llg.numpy.fill_next_token_bitmask
@@ -230,7 +265,7 @@ class GrammarConstraint:
 
     def allowed(self) -> np.ndarray:
         """(n_vocab,) bool: the tokens that keep the output in the grammar."""
-        self._fill(self._m, self._bits)
+        _call(f"masking tokens for the {self.grammar.source}", self._fill, self._m, self._bits)
         return np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:self.n_vocab] \
             .astype(bool)
 
@@ -239,7 +274,7 @@ class GrammarConstraint:
         logits[~self.allowed()] = -np.inf
 
     def accept(self, token: int) -> None:
-        if not self._m.consume_token(int(token)):
+        if not _call(f"advancing the {self.grammar.source}", self._m.consume_token, int(token)):
             raise GrammarError(f"token {token} does not continue the {self.grammar.source}: "
                                f"{self._m.get_error()}")
 

@@ -32,7 +32,9 @@ class LlamaCppMethods:
     def set_seed(self, seed: int) -> None:
         """The seed of the next sampling call that gives none (then chained on)."""
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise ParameterError(f"seed must be an int, got {seed!r}")
+            raise ParameterTypeError(f"seed must be an int, got {seed!r}")
+        if not -1 <= seed < 2**64:
+            raise ParameterError(f"seed must be in [-1, 2**64), got {seed}")
         self._seed = int(seed) & 0xFFFFFFFF
 
     def _next_seed(self) -> int:
@@ -69,7 +71,9 @@ class LlamaCppMethods:
         procs = [] if logits_processor is None else (
             list(logits_processor) if isinstance(logits_processor, (list, tuple))
             else [logits_processor])
-        return Sampler(p, self.n_vocab(), constraint, procs)
+        sampler = Sampler(p, self.n_vocab(), constraint, procs)
+        sampler.generated_only = True     # penalties over generated tokens (llama-cpp-python)
+        return sampler
 
 
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,

@@ -116,8 +116,10 @@ class OpenAIMethods:
         chat = template.format(normalize_messages(messages, plan), add_generation_prompt=True,
                                  **(plan.template_vars if plan else {}))
         prompt = chat.prompt + (plan.prompt_suffix if plan else "")
-        tokens = self.tokenizer.encode(prompt.encode(), add_bos=not chat.added_special,
-                                       special=True, max_tokens=self._n_ctx)
+        segments = (chat.segments or [(chat.prompt, True)]) + \
+            ([(plan.prompt_suffix, True)] if plan and plan.prompt_suffix else [])
+        tokens = self.tokenizer.encode_segments(segments, add_bos=not chat.added_special,
+                                                max_tokens=self._n_ctx)
         stops = list(chat.stop) + c.stop
         sampler = self.sampler(**sampling_args(locals()))
         n_lp = (c.logprobs or 0) if logprobs else None

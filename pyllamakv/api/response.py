@@ -36,6 +36,22 @@ def empty_logprobs() -> dict:
     return {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
 
 
+def chat_logprobs(lp: dict | None) -> dict | None:
+    """A completion's logprobs lists in OpenAI's chat layout: {"content": [{"token",
+    "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}, ...]}, ...]}."""
+    if lp is None:
+        return None
+
+    def entry(token: str, logprob: float) -> dict:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+    content = []
+    for token, logprob, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        tops = sorted((top or {}).items(), key=lambda kv: -kv[1])
+        content.append({**entry(token, logprob),
+                        "top_logprobs": [entry(t, v) for t, v in tops]})
+    return {"content": content, "refusal": None}
+
+
 def merge_logprobs(into: dict, part: dict | None) -> None:
     if part:
         for k, v in part.items():
@@ -92,7 +108,8 @@ def chat_chunks(pieces: Iterator[Piece], model: str, usage: Usage,
     yield chunk({"role": "assistant"}, None)
     for p in pieces:
         if p.text:
-            yield chunk({"content": p.text}, None, p.logprobs if want_logprobs else None)
+            yield chunk({"content": p.text}, None,
+                        chat_logprobs(p.logprobs or empty_logprobs()) if want_logprobs else None)
         if p.finish_reason is not None:
             yield chunk({}, p.finish_reason)
 
@@ -105,7 +122,7 @@ def chat_response(pieces: Iterator[Piece], model: str, usage: Usage,
     return {"id": "chat" + c["id"], "object": "chat.completion", "created": c["created"],
             "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": choice["text"]},
-                         "logprobs": choice["logprobs"],
+                         "logprobs": chat_logprobs(choice["logprobs"]),
                          "finish_reason": choice["finish_reason"]}],
             "usage": c["usage"]}
 

@@ -13,8 +13,13 @@ How soon text goes out depends on the family (tools.py):
 
 - ``hermes``: content streams at once, except a tail that could be the start
   of ``<tool_call>`` and trailing whitespace, which wait for the next piece;
-  each ``<tool_call>...</tool_call>`` block is sent as one call when its closing
-  tag arrives (or at the end of the reply, which may cut the last one short);
+  a call streams token by token, as OpenAI's do: once a block's
+  ``{"name": "...", "arguments": `` has come, a delta with the id and the name
+  (arguments ""), then ``arguments`` deltas as the text comes (holding back a
+  ``}`` that may close the block's object), the rest when the block closes (or
+  the reply ends). The arguments are the model's text (json.loads of their
+  concatenation is the parsed call's). A block whose JSON breaks after its name
+  went out stays a call, with the arguments it had;
 - ``llama3``: a call can only open the reply (JSON, or ``<|python_tag|>``): a
   reply that starts otherwise streams as content at once, one that may be a
   call is parsed when it ends;
@@ -23,7 +28,9 @@ How soon text goes out depends on the family (tools.py):
 """
 from __future__ import annotations
 
+import re
 import time
+import uuid
 from typing import Iterator
 
 from .response import _new_id
@@ -31,6 +38,8 @@ from .tools import _ARGS_KEY, _call, _json_prefix, parse_tool_calls
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _LLAMA3_STARTS = ("{", "[", "<")
+_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+_HELD = re.compile(r"\s*\}?\s*$")     # what may be the end of the block's object
 
 
 def _partial_tail(text: str, tag: str) -> int:
@@ -52,6 +61,8 @@ class ToolStream:
         self.held = ""            # content whitespace not yet sent
         self.n_calls = 0
         self.mode = "scan" if plan.family == "hermes" else "decide"
+        self.open_args: int | None = None   # buf index where the open call's arguments start
+        self.sent = ""                       # the open call's arguments sent so far
 
     # -- the deltas
     def _content(self, text: str) -> list[dict]:
@@ -74,8 +85,47 @@ class ToolStream:
     def _hermes_block(self, body: str, closed: bool = True) -> list[dict]:
         got = _json_prefix(body.strip())
         call = _call(got[0], _ARGS_KEY["hermes"]) if got else None
+        if self.open_args is not None:      # announced: the rest of its arguments
+            return self._close_open(body, call)
         return self._calls([call]) if call else \
             self._content(_OPEN + body + (_CLOSE if closed else ""))
+
+    def _args_delta(self, text: str) -> list[dict]:
+        if not text:
+            return []
+        self.sent += text
+        return [{"tool_calls": [{"index": self.n_calls, "function": {"arguments": text}}]}]
+
+    def _stream_open(self, start: int) -> list[dict]:
+        """Deltas of the block open at buf[start:] (no closing tag yet)."""
+        out: list[dict] = []
+        if self.open_args is None:
+            m = _HEADER.match(self.buf, start)
+            if m is None or m.end() == len(self.buf):   # (more blanks may follow)
+                return out
+            self.held = ""
+            out.append({"tool_calls": [{"index": self.n_calls, "id": f"call_{uuid.uuid4().hex[:24]}",
+                                        "type": "function",
+                                        "function": {"name": m.group(1), "arguments": ""}}]})
+            self.open_args, self.sent = m.end(), ""
+        avail = self.buf[self.open_args:]
+        avail = avail[:len(avail) - _partial_tail(avail, _CLOSE)]
+        safe = avail[:_HELD.search(avail).start()]
+        return out + (self._args_delta(safe[len(self.sent):]) if safe.startswith(self.sent)
+                      else [])
+
+    def _close_open(self, body: str, call: dict | None) -> list[dict]:
+        """The open call's last arguments when its block ends."""
+        m = _HEADER.match(body)
+        text = body[m.end():].rstrip() if m else ""
+        text = text[:-1].rstrip() if text.endswith("}") else text
+        if call is not None and text.startswith(self.sent):
+            out = self._args_delta(text[len(self.sent):])
+        else:
+            out = []
+        self.open_args, self.sent = None, ""
+        self.n_calls += 1
+        return out
 
     def feed(self, text: str) -> list[dict]:
         self.buf += text
@@ -104,8 +154,8 @@ class ToolStream:
             out += self._content(self.buf[self.pos:i])
             e = self.buf.find(_CLOSE, i + len(_OPEN))
             if e < 0:
-                self.pos = i               # an open block: wait for its end
-                return out
+                self.pos = i               # an open block: its call streams as it comes
+                return out + self._stream_open(i + len(_OPEN))
             out += self._hermes_block(self.buf[i + len(_OPEN):e])
             self.pos = e + len(_CLOSE)
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections import Counter
 
 from ..core.native import TYPE_NAMES, _is_kv, cuda_device_count, model_params
+from ..gguf.arch_gemma3 import swa_lines
 from ..gguf.arch_qwen35 import hybrid_lines
 from ..memory.budget import plan_budget
 from ..config import LlamaConfig, requested_pool_bytes
 from ..gguf.reader import GGUFFile
-from ..memory.plan import LINK_BYTES_PER_S, auto_pool_bytes, kv_bytes_per_token, kv_plan
+from ..memory.plan import (LINK_BYTES_PER_S, auto_pool_bytes, kv_bytes_per_token, kv_plan,
+                           local_kv_bytes)
 
 GIB, MIB = 1 << 30, 1 << 20
 ARCH_NAMES = {0: "llama", 1: "qwen2", 2: "qwen3"}
@@ -41,7 +43,7 @@ def describe(path: str, n_ctx: int | None = None, mem_gib: float | None = None,
         f"parameters:    {n_params / 1e6:.1f} M",
         f"weights:       {_size(weight_bytes)} ({weight_bytes} bytes)",
         "tensor types:  " + ", ".join(f"{n} x {t}" for t, n in sorted(types.items())),
-    ] + hybrid_lines(hp) + [
+    ] + hybrid_lines(hp) + swa_lines(hp) + [
         "KV bytes per token (K and V, all attention layers):",
     ]
     kv_types = [n for i, n in sorted(TYPE_NAMES.items()) if _is_kv(i)]
@@ -79,7 +81,8 @@ def _plan_lines(hp, n_ctx, pool_bytes, type_k, type_v, n_ubatch) -> list[str]:
     full = kv_plan(hp, n_ctx, type_k=type_k, type_v=type_v, n_ubatch=n_ubatch)
     s = plan.streamed_bytes
     bound = f"{LINK_BYTES_PER_S / s:.1f} tokens/s" if s else "none (all resident)"
-    return [
+    local = local_kv_bytes(hp, n_ctx, type_k, type_v) if pool_bytes is not None else 0
+    return ([
         f"plan for {n_ctx} tokens, K {type_k} / V {type_v}, pool "
         + ("unbounded (all resident):" if pool_bytes is None else f"{pool_bytes / MIB:g} MiB:"),
         f"  full KV cache:            {_size(full.pool_bytes)}",
@@ -89,7 +92,8 @@ def _plan_lines(hp, n_ctx, pool_bytes, type_k, type_v, n_ubatch) -> list[str]:
         f"  ring:                     {_size(plan.ring_bytes)}",
         f"  streamed per token:       {_size(s)} ({s} bytes)",
         f"  decode bound at 55 GB/s:  {bound}",
-    ]
+    ] + ([f"  local layers beside pool: {_size(local)} (sliding window: a ring of the window "
+          "and n_batch rows each, resident, not planned or streamed)"] if local else []))
 
 
 def _elements(shape) -> int:

@@ -21,10 +21,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .ffi import ffi, last_error, lib
-from ..errors import ClosedError, ParameterError, ParameterTypeError, error_for_status
+from .ffi import ffi, lib
+from .status import check as _check, int32 as _int32
+from ..errors import ClosedError, ParameterError, ParameterTypeError
 from ..gguf.reader import GGUFError, GGUFFile  # noqa: F401  (GGUFError re-exported)
-from ..config import check_gpu_kernels
+from ..checks import check_gpu_kernels
 from ..engine.guard import Guard, abortable
 from .native_mtp import MTPMixin
 from .native_seqs import SequencesMixin
@@ -32,20 +33,6 @@ from ..gguf.hparams import ARCHS, model_params  # noqa: F401  (re-exported)
 from ..gguf.weight_check import check_finite
 
 DEVICE_CPU, DEVICE_CUDA = 0, 1
-
-
-def _check(status: int, what: str) -> None:
-    if status != 0:
-        raise error_for_status(status, f"{what}: {last_error()}")
-
-
-def _int32(name: str, v, hi: int = 2**31 - 1) -> int:
-    """v as an int for a C field of range [0, hi], or an error naming the field."""
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise ParameterTypeError(f"{name} must be an int, not {type(v).__name__}")
-    if not 0 <= v <= hi:
-        raise ParameterError(f"{name} must be in [0, {hi}], got {v}")
-    return int(v)
 
 
 # ---------------------------------------------------------------- element types
@@ -68,6 +55,8 @@ def type_id(t: str | int, *, kv: bool = False) -> int:
     if isinstance(t, (bool, float)) or not isinstance(t, (str, int, np.integer)):
         raise TypeError(f"type must be a name like 'f16' or a ggml type number, not {t!r}")
     tid = TYPE_IDS.get(t.lower()) if isinstance(t, str) else int(t)
+    if tid is not None and not 0 <= tid < 2**31:    # the core's int32 (2**40: OverflowError)
+        tid = None
     info = ffi.new("lkv_type_info *")
     if tid is None or lib.lkv_type_info_get(tid, info) != 0:
         raise ValueError(f"unknown element type {t!r}; known: {', '.join(sorted(TYPE_IDS))}")
@@ -268,6 +257,7 @@ class Context(SequencesMixin, MTPMixin):
 
     def _decode(self, arr: np.ndarray, pos0: int | None, n_logits: int) -> None:
         ptr = self.ptr
+        self.model.file.check_unchanged()     # a truncated map would SIGBUS (reader.py)
         pos = int(lib.lkv_context_n_tokens(ptr)) if pos0 is None else _int32("pos0", pos0)
         buf = ffi.from_buffer("int32_t[]", arr)
 
@@ -331,13 +321,15 @@ class Context(SequencesMixin, MTPMixin):
 
     def _kv_stats(self) -> dict[str, Any]:
         """The cache's counters; n_layer counts the layers with KV (for a hybrid its
-        full-attention layers only) and resident_chunks has one entry per such layer."""
+        full-attention layers only; with a pool bound, for a sliding-window model
+        its global layers only, local_layers the others, resident beside the
+        pool) and resident_chunks has one entry per such layer."""
         st = ffi.new("lkv_kv_stats *")
         nl = self.model.n_layer_kv
         res = ffi.new("int32_t[]", nl)
         _check(lib.lkv_context_kv_stats(self.ptr, st, res), "kv stats")
         d = {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_kv_stats").fields}
-        d["resident_chunks"] = list(res)   # per attention layer
+        d["resident_chunks"] = list(res)[:d["n_layer"]]   # per planned attention layer
         d["n_ubatch"] = self.n_ubatch
         return d
 

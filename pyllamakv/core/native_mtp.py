@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .ffi import ffi, lib
+from .status import check as _check, int32 as _int32
 
 
 class MTPMixin:
@@ -24,7 +25,6 @@ class MTPMixin:
         """Arg-max drafts of the model's MTP block after `token` (the token at
         n_tokens), up to n_draft; with logits, (drafts, (len, n_vocab) logits).
         None drafted (an empty array) when the block is out of sync (llamakv.h)."""
-        from .native import _check, _int32
         n_draft = _int32("n_draft", n_draft)
         out = np.zeros(max(n_draft, 0), np.int32)
         rows = np.zeros((max(n_draft, 0), self.n_vocab), np.float32) if logits else None
@@ -36,7 +36,6 @@ class MTPMixin:
 
     def set_mtp(self, on: bool) -> None:
         """Switch the MTP block on or off (lkv_context_set_mtp); on needs mtp=True."""
-        from .native import _check
         self._guard.call(lambda: _check(lib.lkv_context_set_mtp(self.ptr, int(bool(on))),
                                         "set mtp"))
 
@@ -48,7 +47,6 @@ class MTPMixin:
     def mtp_stats(self) -> dict[str, Any]:
         """The block's switch, its rows, whether it drafts now, and its counters
         (rows_computed: K/V rows written following the trunk; draft_steps)."""
-        from .native import _check
         st = ffi.new("lkv_mtp_stats *")
         self._guard.call(lambda: _check(lib.lkv_context_mtp_stats(self.ptr, st), "mtp stats"))
         return {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_mtp_stats").fields}

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .ffi import ffi, lib
+from .status import check as _check, int32 as _int32
 from ..errors import ParameterError
 from ..engine.guard import abortable
 
@@ -63,8 +64,8 @@ class SequencesMixin:
         return self._guard.call(run)
 
     def _decode_batch(self, toks: np.ndarray, seqs: np.ndarray, want: np.ndarray | None) -> int:
-        from .native import _check
         ptr = self.ptr
+        self.model.file.check_unchanged()     # a truncated map would SIGBUS (reader.py)
         bt = ffi.from_buffer("int32_t[]", toks)
         bs = ffi.from_buffer("int32_t[]", seqs)
         bw = ffi.NULL if want is None else ffi.from_buffer("int8_t[]", want)
@@ -88,7 +89,6 @@ class SequencesMixin:
 
     def seq_truncate(self, seq: int, n: int) -> None:
         """Drops positions >= n of sequence seq."""
-        from .native import _check, _int32
         seq, n = _int32("seq", seq), _int32("n", n)
         self._guard.call(lambda: _check(lib.lkv_context_seq_truncate(self.ptr, seq, n),
                                         "seq_truncate"))
@@ -100,7 +100,6 @@ class SequencesMixin:
     def seq_copy(self, src: int, dst: int, n: int | None = None) -> None:
         """Sequence dst becomes the first n positions (None: all) of src, copied
         from src's cache, not recomputed."""
-        from .native import _check, _int32
         src, dst = _int32("src", src), _int32("dst", dst)
 
         def copy() -> None:
@@ -112,7 +111,6 @@ class SequencesMixin:
         """kv_stats() of sequence seq's cache (pool_bytes: its share of the pool),
         with n_tokens (the positions it holds) and, per attention layer, the
         chunks those positions fill that are not resident (streamed_chunks)."""
-        from .native import _check, _int32
         seq = _int32("seq", seq)
 
         def stats() -> dict[str, Any]:
@@ -120,7 +118,7 @@ class SequencesMixin:
             res = ffi.new("int32_t[]", self.model.n_layer_kv)
             _check(lib.lkv_context_seq_kv_stats(self.ptr, seq, st, res), "seq kv stats")
             d = {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_kv_stats").fields}
-            d["resident_chunks"] = list(res)
+            d["resident_chunks"] = list(res)[:d["n_layer"]]   # planned layers (kv_stats)
             n = int(lib.lkv_context_seq_n_tokens(self.ptr, seq))
             used = -(-n // d["kv_chunk"]) if d["kv_chunk"] else 0
             d["n_tokens"] = n
@@ -132,7 +130,6 @@ class SequencesMixin:
         """The core's state of sequence seq (the format of state_get, which is
         sequence 0's): it loads into any sequence of a context of the same
         model and geometry."""
-        from .native import _check, _int32
         seq = _int32("seq", seq)
 
         def get() -> bytes:
@@ -147,7 +144,6 @@ class SequencesMixin:
     def seq_state_set(self, seq: int, blob) -> None:
         """Sequence seq becomes the saved state blob (checked whole first; on a
         bad blob nothing changes); the other sequences are not touched."""
-        from .native import _check, _int32
         seq = _int32("seq", seq)
         self._guard.call(lambda: _check(lib.lkv_context_seq_state_set(
             self.ptr, seq, ffi.from_buffer(blob), len(blob)), "load state"))
@@ -157,7 +153,6 @@ def pool_shares(pool_bytes: int, active: Sequence[bool], min_share: int = 0
                 ) -> list[tuple[int, int]]:
     """The planner's split of one pool among sequences (native/src/kv/plan.h):
     (offset, bytes) per sequence."""
-    from .native import _check
     n = len(active)
     act = ffi.new("int32_t[]", [int(bool(a)) for a in active])
     off, size = ffi.new("int64_t[]", n), ffi.new("int64_t[]", n)

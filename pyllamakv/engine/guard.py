@@ -9,6 +9,12 @@ opened it may still call (as with llama-cpp-python, interleaving its own calls
 with its own stream is its own business). The stream itself may be iterated
 from any thread; each item it produces is made under the lock.
 
+A stream that is abandoned but still referenced (no step for ``STREAM_IDLE_S``
+seconds) does not hold the Llama forever: the first thread that waits past
+that closes it in its owner's place (as ``close()`` would) and goes on; the
+stream's next item raises ``StreamExpiredError``. Without a waiter an idle
+stream keeps its reservation however long it rests.
+
 ``close()`` takes the lock, so it waits for a call or a stream step in
 progress (never frees memory in use); afterwards every call, and the next item
 of an open stream, raises ``ClosedError``.
@@ -25,12 +31,15 @@ from __future__ import annotations
 import _thread
 import functools
 import threading
+import time
+import weakref
 from typing import Callable, Iterator, TypeVar
 
-from ..errors import ClosedError
+from ..errors import ClosedError, StreamExpiredError
 
 T = TypeVar("T")
 POLL_S = 0.02       # how often a waiting caller looks for a pending interrupt
+STREAM_IDLE_S = 60.0   # a stream idle this long while another thread waits is closed for it
 
 
 def abortable(call: Callable[[], T], abort: Callable[[bool], None]) -> T:
@@ -78,12 +87,17 @@ def atomic(fn: Callable[[], T]) -> T:
 class Guard:
     """The lock, the closed flag and the stream reservation of one object."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, stream_idle_s: float | None = None) -> None:
         self.what = what
+        self.stream_idle_s = STREAM_IDLE_S if stream_idle_s is None else stream_idle_s
         self.closed = False
+        self._stream_ref: Callable[[], "_Stream | None"] | None = None
+        self._touched = 0.0                     # the open stream's last step
         self._cond = threading.Condition(threading.RLock())
         self._stream: object | None = None      # the open stream's token
-        self._stream_thread = 0                 # the thread that opened it
+        # the thread that opened it: the Thread itself, since an ident is reused
+        # once its thread ends (another thread would pass as the stream's owner)
+        self._stream_thread: threading.Thread | None = None
         self._holder: int | None = None         # the thread inside a call, and its depth
         self._depth = 0
         self._waiting = 0                       # threads waiting for a stream to end
@@ -98,10 +112,15 @@ class Guard:
             return
         try:
             while (self._stream is not None and self._stream is not token
-                   and self._stream_thread != me and not self.closed):
+                   and self._stream_thread is not threading.current_thread()
+                   and not self.closed):
+                idle = time.monotonic() - self._touched
+                if idle >= self.stream_idle_s and self._holder is None:
+                    self._expire(me)
+                    continue
                 self._waiting += 1
                 try:
-                    self._cond.wait()
+                    self._cond.wait(max(self.stream_idle_s - idle, POLL_S))
                 finally:
                     self._waiting -= 1
             if self.closed:
@@ -110,6 +129,23 @@ class Guard:
             self._cond.release()
             raise
         self._holder, self._depth = me, 1
+
+    def _expire(self, me: int) -> None:
+        """Close the idle stream for its owner (the lock is held, no call in progress)."""
+        s = self._stream_ref() if self._stream_ref is not None else None
+        self._stream, self._stream_thread, self._stream_ref = None, None, None
+        if s is None or s._it is None:
+            return
+        it, s._it, s._expired = s._it, None, True
+        close = getattr(it, "close", None)
+        if close is not None:
+            self._holder, self._depth = me, 1
+            try:
+                close()
+            except Exception:
+                pass
+            finally:
+                self._holder, self._depth = None, 0
 
     def _exit(self) -> None:
         self._depth -= 1
@@ -133,19 +169,23 @@ class Guard:
         try:
             if self._stream is not None:   # the same thread opens a second stream
                 return _Stream(self, None, make())
-            self._stream, self._stream_thread = token, threading.get_ident()
+            self._stream, self._stream_thread = token, threading.current_thread()
+            self._touched = time.monotonic()
             try:
-                return _Stream(self, token, make())
+                s = _Stream(self, token, make())
             except BaseException:
-                self._stream, self._stream_thread = None, 0
+                self._stream, self._stream_thread = None, None
                 raise
+            self._stream_ref = weakref.ref(s)
+            self._touched = time.monotonic()
+            return s
         finally:
             self._exit()
 
     def release_stream(self, token: object | None) -> None:
         with self._cond:
             if token is not None and self._stream is token:
-                self._stream, self._stream_thread = None, 0
+                self._stream, self._stream_thread, self._stream_ref = None, None, None
                 self._cond.notify_all()
 
     def close(self, free: Callable[[], None]) -> None:
@@ -153,7 +193,7 @@ class Guard:
         with self._cond:
             if not self.closed:
                 self.closed = True
-                self._stream, self._stream_thread = None, 0
+                self._stream, self._stream_thread = None, None
                 self._cond.notify_all()
                 free()
 
@@ -163,6 +203,7 @@ class _Stream:
 
     def __init__(self, guard: Guard, token: object | None, it: Iterator) -> None:
         self._guard, self._token, self._it = guard, token, it
+        self._expired = False
 
     def __iter__(self) -> "_Stream":
         return self
@@ -170,9 +211,15 @@ class _Stream:
     def __next__(self):
         g = self._guard
         if self._it is None:
+            self._raise_if_expired()
             raise StopIteration
         g._enter(self._token)
         try:
+            if self._it is None:            # expired while this thread waited
+                self._raise_if_expired()
+                raise StopIteration
+            if self._token is not None:
+                g._touched = time.monotonic()
             return next(self._it)
         except BaseException:
             self._finish()
@@ -182,6 +229,13 @@ class _Stream:
 
     def send(self, value):
         return self.__next__()
+
+    def _raise_if_expired(self) -> None:
+        if self._expired:
+            self._expired = False           # once; then it is simply exhausted
+            raise StreamExpiredError(
+                f"this stream was idle for {self._guard.stream_idle_s:g} s while another "
+                f"thread waited for the {self._guard.what}; it was closed")
 
     def _finish(self) -> None:
         it, self._it = self._it, None

@@ -30,7 +30,7 @@ from .mirostat import Mirostat
 @dataclass(slots=True)
 class SamplingParams:
     temperature: float = 0.8          # <= 0: greedy
-    top_k: int = 40                   # 0: off
+    top_k: int = 40                   # 0 or negative: off (llama.cpp reads -1 so)
     top_p: float = 0.95               # 1.0: off
     min_p: float = 0.05               # 0.0: off
     typical_p: float = 1.0            # 1.0: off
@@ -50,7 +50,9 @@ class SamplingParams:
         for name in ("top_p", "min_p", "typical_p"):
             check_real(f"SamplingParams.{name}", getattr(self, name), 0.0, 1.0)
         check_real("SamplingParams.repeat_penalty", self.repeat_penalty, 0.0, lo_open=True)
-        check_int("SamplingParams.top_k", self.top_k, 0)
+        check_int("SamplingParams.top_k", self.top_k, -(2**31))
+        if self.top_k < 0:
+            self.top_k = 0
         check_int("SamplingParams.repeat_last_n", self.repeat_last_n, -1)
         if self.mirostat_mode not in (0, 1, 2):
             raise ParameterError(f"SamplingParams.mirostat_mode must be 0 (off), 1 or 2, "
@@ -99,6 +101,11 @@ class Sampler:
                          if params.mirostat_mode else None)
         self._bias_ids = np.fromiter(params.logit_bias.keys(), np.int64, len(params.logit_bias))
         self._bias = np.fromiter(params.logit_bias.values(), np.float64, len(params.logit_bias))
+        # generated_only: penalties count the tokens after the first history given
+        # (the prompt) only, as llama-cpp-python's, whose penalty sampler sees the
+        # tokens it sampled; Llama's samplers set it (prompt_len: that first length)
+        self.generated_only = False
+        self.prompt_len: int | None = None
         seed = params.seed
         self._rng = np.random.default_rng(None if seed is None or seed == -1 else int(seed))
 
@@ -133,6 +140,10 @@ class Sampler:
             if x.shape[0] != self.n_vocab:
                 raise ParameterError(f"a logits_processor returned {x.shape[0]} scores, "
                                      f"expected n_vocab={self.n_vocab}")
+        if self.generated_only:
+            if self.prompt_len is None:
+                self.prompt_len = len(history)
+            history = history[self.prompt_len:]
         self._penalize(x, history)
         if self._bias_ids.size:
             x[self._bias_ids] += self._bias

@@ -10,7 +10,10 @@ The header holds the model's fingerprint (a hash of its tensor layout and
 metadata, computed once at load), the context geometry (n_ctx, KV types, layer
 and head counts, n_vocab, logits_all), n_tokens, and sha256 digests of the
 input_ids and scores saved beside the blob. ``check_state`` validates all of
-it, and the Python fields against it, before anything is replaced.
+it, and the Python fields against it, before anything is replaced. The
+checksum is no secret (anyone can recompute it), so the KV rows themselves
+are checked too: a blob whose K or V rows (or saved logits) hold NaN or inf
+is refused, as the core would compute with them silently.
 """
 from __future__ import annotations
 
@@ -23,11 +26,32 @@ from typing import Any
 import numpy as np
 
 from ..errors import StateError
+from ..gguf.weight_check import raw_nonfinite
 
 MAGIC = b"PLKVSTAT"
 VERSION = 1
 _HEAD = struct.Struct("<8sII")
 _DIGEST = 32
+# the core's KV state header (native/src/context.c, state_header): magic, n_tokens,
+# n_layer, type_k, type_v, padding, row_bytes_k, row_bytes_v, recur_bytes
+_KV_HEAD = struct.Struct("<I4i4x3q")
+
+
+def _kv_nonfinite(kv: memoryview) -> str | None:
+    """'K' or 'V' if those rows of the core's state hold NaN / inf; None if
+    not (or if the layout is not the one described: the core refuses it)."""
+    if len(kv) < _KV_HEAD.size:
+        return None
+    _, n_tok, n_layer, tk, tv, rbk, rbv, _ = _KV_HEAD.unpack_from(kv)
+    if min(n_tok, n_layer, rbk, rbv) <= 0 or len(kv) < _KV_HEAD.size + n_layer * n_tok * (rbk + rbv):
+        return None
+    data = np.frombuffer(kv, np.uint8, n_layer * n_tok * (rbk + rbv), _KV_HEAD.size)
+    layers = data.reshape(n_layer, n_tok * (rbk + rbv))
+    for name, rows, t in (("K", layers[:, :n_tok * rbk], tk), ("V", layers[:, n_tok * rbk:], tv)):
+        for layer in rows:
+            if raw_nonfinite(layer, t):
+                return name
+    return None
 
 
 @dataclass(slots=True)
@@ -146,6 +170,12 @@ def check_state(state: Any, *, model: str, geometry: dict, n_vocab: int) -> memo
             or _digest(scores) != header["scores"]):
         raise StateError(f"state.scores ({scores.dtype}{list(scores.shape)}) are not the "
                          f"logits the blob was saved with ({rows} x {n_vocab} float32)")
+    if np.isnan(scores).any():
+        raise StateError("state.scores hold NaN: the state is damaged")
+    bad = _kv_nonfinite(kv)
+    if bad is not None:
+        raise StateError(f"the state's {bad} cache rows hold NaN or infinite values: "
+                         "the state is damaged")
     return kv
 
 

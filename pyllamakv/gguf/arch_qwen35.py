@@ -11,9 +11,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .reader import GGUFError, GGUFFile
 
 ARCH = "qwen35"
+
+
+def _int(f: GGUFFile, name: str, default: Any = None, lo: int = 1) -> int:
+    """{arch}.name as an int in [lo, 2**31), else GGUFError naming the key (a
+    float, a string or an array there was an OverflowError / ValueError naming
+    nothing, and 2.7 was silently read as 2)."""
+    v = f.arch_key(name, default)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise GGUFError(f"{f.path}: {ARCH}.{name} must be an integer, got "
+                        f"{type(v).__name__} {str(v)[:40]}")
+    if not lo <= int(v) < 2**31:
+        raise GGUFError(f"{f.path}: {ARCH}.{name} = {v} is outside [{lo}, 2**31)")
+    return int(v)
 
 
 def qwen35_params(f: GGUFFile) -> dict[str, Any]:
@@ -24,21 +39,21 @@ def qwen35_params(f: GGUFFile) -> dict[str, Any]:
     missing = [f"{ARCH}.{n}" for n in need if k(n) is None]
     if missing:
         raise GGUFError(f"{f.path}: qwen35 metadata lacks {', '.join(missing)}")
-    n_v = int(k("ssm.time_step_rank"))
-    inner = int(k("ssm.inner_size"))
-    if n_v <= 0 or inner % n_v:
+    n_v = _int(f, "ssm.time_step_rank")
+    inner = _int(f, "ssm.inner_size")
+    if inner % n_v:
         raise GGUFError(f"{f.path}: {ARCH}.ssm.inner_size {inner} is not a multiple of "
                         f"ssm.time_step_rank {n_v}")
-    n_nextn = int(k("nextn_predict_layers", 0) or 0)
-    n_layer = int(k("block_count")) - n_nextn
+    n_nextn = _int(f, "nextn_predict_layers", 0, lo=0)
+    n_layer = _int(f, "block_count") - n_nextn
     if n_layer <= 0:
         raise GGUFError(f"{f.path}: {ARCH}.block_count leaves no trunk layer after "
                         f"{n_nextn} MTP blocks")
     return dict(
         n_layer=n_layer, n_nextn=n_nextn,
-        full_attn_interval=int(k("full_attention_interval")),
-        ssm_conv_kernel=int(k("ssm.conv_kernel")), ssm_n_k_heads=int(k("ssm.group_count")),
-        ssm_n_v_heads=n_v, ssm_head_k_dim=int(k("ssm.state_size")),
+        full_attn_interval=_int(f, "full_attention_interval"),
+        ssm_conv_kernel=_int(f, "ssm.conv_kernel"), ssm_n_k_heads=_int(f, "ssm.group_count"),
+        ssm_n_v_heads=n_v, ssm_head_k_dim=_int(f, "ssm.state_size"),
         ssm_head_v_dim=inner // n_v)
 
 

@@ -94,11 +94,22 @@ def _qwen35(k: Keys, hp: dict) -> None:
     hp.update(qwen35_params(k.f))
 
 
+def _gemma3(k: Keys, hp: dict) -> None:
+    from .arch_gemma3 import gemma3_params
+    hp.update(gemma3_params(k.f, hp))
+
+
+def _gemma3_tensors(hp: dict) -> dict[str, tuple[int, ...]]:
+    from .arch_gemma3 import layer_tensors
+    return layer_tensors(hp)
+
+
 ARCH_TABLE: dict[str, Arch] = {
     "llama": Arch(0), "mistral": Arch(0),
     "qwen2": Arch(1, layer_tensors=_qkv_biases),
     "qwen3": Arch(2, layer_tensors=_qk_norms),
     "qwen35": Arch(3, params=_qwen35, core_checks_layers=True),
+    "gemma3": Arch(4, params=_gemma3, layer_tensors=_gemma3_tensors),
 }
 ARCHS = {name: a.core_id for name, a in ARCH_TABLE.items()}
 

@@ -11,6 +11,17 @@ order at aligned offsets inside the file.
 
 Tensors are handed to the core as pointers into the map (nothing is copied on
 the CPU), so a ``GGUFFile`` must outlive every model made from it.
+
+A mapped file that is truncated on disk kills the process (SIGBUS) at the next
+read of a page past its new end, and one overwritten in place silently changes
+the weights (llama.cpp's mmap shares both). The file stays open, and
+``check_unchanged`` (run by the core's wrapper before every decode) raises
+``ModelFileChangedError`` once the size or modification time of the mapped
+file differs from when it was opened. Replacing the file by a rename (a new
+inode; how downloads and ``cp --remove-destination`` write) is harmless: the
+map keeps the old file and is not reported. A change during one decode call is
+not caught before that call (a race this check narrows but cannot close; copy
+the file elsewhere first to rule it out).
 """
 from __future__ import annotations
 
@@ -23,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ModelFileChangedError
 from .types import (ARRAY, BOOL, FLOAT_TYPES, SCALAR_DTYPES, STRING, TENSOR_TYPES, UINT32,
                          VALUE_TYPE_NAMES)
 
@@ -150,11 +162,14 @@ class GGUFFile:
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"model file not found: {self.path}")
-        with open(self.path, "rb") as fh:
-            try:
-                self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except ValueError as e:      # an empty file cannot be mapped
-                raise GGUFError(f"{self.path}: not a GGUF file ({e})") from e
+        fh = open(self.path, "rb")
+        try:
+            self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError as e:      # an empty file cannot be mapped
+            fh.close()
+            raise GGUFError(f"{self.path}: not a GGUF file ({e})") from e
+        self._fh = fh                # kept open: fstat sees the mapped file, not the path's
+        self._stamp = self._stat()
         self.metadata: dict[str, Any] = {}
         self.value_types: dict[str, str] = {}
         self.tensors: list[TensorInfo] = []
@@ -286,10 +301,29 @@ class GGUFFile:
         """The metadata as llama-cpp-python's ``Llama.metadata`` gives it."""
         return string_metadata(self.metadata, self.value_types)
 
+    def _stat(self) -> tuple[int, int]:
+        st = os.fstat(self._fh.fileno())
+        return st.st_size, st.st_mtime_ns
+
+    def check_unchanged(self) -> None:
+        """ModelFileChangedError if the mapped file was truncated or rewritten."""
+        fh = getattr(self, "_fh", None)
+        if fh is None or fh.closed:
+            return
+        now = self._stat()
+        if now != self._stamp:
+            what = (f"its size went from {self._stamp[0]:,} to {now[0]:,} bytes"
+                    if now[0] != self._stamp[0] else "it was modified in place")
+            raise ModelFileChangedError(f"the model file {self.path} changed on disk since it was "
+                                        f"loaded ({what}); load it again")
+
     def close(self) -> None:
         # the map itself closes once the last view into it is gone
         self.tensors, self._by_name = [], {}
         self._map = None
+        fh = getattr(self, "_fh", None)
+        if fh is not None:
+            fh.close()
 
 
 def string_metadata(metadata: dict[str, Any], value_types: dict[str, str]) -> dict[str, str]:

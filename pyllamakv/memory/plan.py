@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..core.ffi import ffi, lib
 from ..core.native import _check, type_id
+from ..gguf.arch_gemma3 import n_layer_local
 from ..gguf.arch_qwen35 import n_layer_kv, recurrent_bytes
 
 KV_CHUNK = 256          # the core's default positions per chunk (kv_chunk=0)
@@ -49,9 +50,11 @@ def kv_bytes_per_token(hparams: dict, type_k: str | int, type_v: str | int) -> i
 def kv_plan(hparams: dict, n_ctx: int, *, type_k: str | int = "f16", type_v: str | int = "f16",
             pool_bytes: int | None = None, n_tokens: int | None = None, n_ubatch: int = 512,
             kv_chunk: int = KV_CHUNK) -> KVPlan:
-    """The core's plan for a cache of n_ctx positions holding n_tokens (default n_ctx)."""
+    """The core's plan for a cache of n_ctx positions holding n_tokens (default n_ctx).
+    With a pool bound a sliding-window model's local layers are not planned (they
+    stay resident beside the pool: local_kv_bytes)."""
     p = ffi.new("lkv_plan_params *")
-    p.n_layer = n_layer_kv(hparams)
+    p.n_layer = n_layer_kv(hparams) - (0 if pool_bytes is None else n_layer_local(hparams))
     p.kv_chunk = kv_chunk
     p.row_bytes_k = kv_row_bytes(hparams, type_k)
     p.row_bytes_v = kv_row_bytes(hparams, type_v)
@@ -64,6 +67,16 @@ def kv_plan(hparams: dict, n_ctx: int, *, type_k: str | int = "f16", type_v: str
     _check(lib.lkv_plan_compute(p, n, out, res), "KV plan")
     return KVPlan(n, out.n_chunks, out.resident_chunks, out.ring_bytes, out.pool_bytes,
                   out.min_pool_bytes, out.streamed_bytes, list(res))
+
+
+def local_kv_bytes(hparams: dict, n_ctx: int, type_k: str | int = "f16",
+                   type_v: str | int = "f16", n_batch: int = 512) -> int:
+    """A sliding-window model's local layers' KV beside a bounded pool: a ring of
+    window - 1 + n_batch rows each (n_ctx where that is less; kv/cache.h)."""
+    window = hparams.get("swa_window", 0)
+    rows = min(n_ctx, window - 1 + min(n_batch, n_ctx)) if window else n_ctx
+    return n_layer_local(hparams) * rows * (kv_row_bytes(hparams, type_k)
+                                            + kv_row_bytes(hparams, type_v))
 
 
 def whole_cache_bytes(plan: KVPlan) -> int | None:

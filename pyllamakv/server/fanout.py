@@ -75,6 +75,8 @@ def merge(outs: list[dict], parts: list[Part]) -> dict:
 
 def relabel(chunk: dict, part: Part, first_id: str | None) -> dict:
     """A part's stream chunk as a chunk of the whole answer."""
+    if "choices" not in chunk:          # llama-server's /completion: one result a chunk
+        return dict(chunk, index=part.index)
     out: dict[str, Any] = dict(chunk, choices=_choices(chunk, part.index))
     if first_id is not None:
         out["id"] = first_id

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import sys
 
+from .guards import uvicorn_options
 from .settings import ServerSettings
 
 
@@ -40,13 +41,20 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
     if sock is None:
         sock = bind(settings.host, settings.port)
     try:
+        from .observe import setup_logging
+        setup_logging(settings.log_level)
         app = create_app(settings)
         s = app.state.pool.slots
         port = sock.getsockname()[1]
         print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}; "
               f"listening on http://{settings.host}:{port}", file=sys.stderr, flush=True)
+        # h11 (guards.py's protocol wraps it), not httptools: it sends header names as
+        # the app wrote them (cors.py's Access-Control-*), which clients that keep
+        # headers in a plain dict look up
         config = uvicorn.Config(app, host=settings.host, port=port, log_level="warning",
-                                access_log=False, timeout_graceful_shutdown=5)
+                                access_log=False, timeout_graceful_shutdown=5,
+                                **uvicorn_options(settings.max_connections,
+                                                  settings.header_timeout_s))
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         sock.close()

@@ -39,12 +39,39 @@ class ServerSettings:
     type_v: str = "f16"
     model_alias: str | None = None    # the name /v1/models reports; None: the file name
     draft_model: str | None = None    # speculation by default: "lookup", "mtp" or a draft GGUF
+    # llama-server's options (command.py)
+    n_gpu_layers: int | None = None   # -ngl: all (-1, or >= the layers) or none (0)
+    api_keys: tuple[str, ...] = ()    # more accepted keys (--api-key-file)
+    embedding: bool = False           # --embedding: an embedding server (no generation)
+    pooling: str | None = None        # --pooling; None: the model's, mean where it has none
+    chat_template: str | None = None  # --chat-template(-file): a named format or jinja source
+    temperature: float | None = None  # --temp: the default of requests that give none
+    seed: int | None = None           # --seed: the default of requests that give none
+    n_predict: int | None = None      # -n: the default max_tokens (-1: to the context's end)
+    cors_origins: tuple[str, ...] = ()   # --cors-origins; empty: no CORS headers at all
+    metrics: bool = True              # /metrics served (llama-server: only with --metrics)
+    slots_endpoint: bool = False      # --slots: GET /slots
+    log_level: str = "info"           # --log-level: the request log (debug, info, warning, error)
+    tags: tuple[str, ...] = ()        # --tags: reported by /v1/models
+    ui: bool = True                   # --no-ui: no chat page at /
+    # guards against hostile clients (guards.py)
+    host_allow: tuple[str, ...] = ()  # Host names beside loopback ones on a loopback bind; "*": any
+    max_body_bytes: int = 8 << 20     # request bodies over this: 413
+    max_connections: int = 512        # open connections (lowered below the fd limit)
+    header_timeout_s: float = 10.0    # a connection with no request in progress for this long closes
 
     def __post_init__(self) -> None:
         LlamaConfig(self.n_ctx, n_threads=self.n_threads, device=self.device,
                     type_k=self.type_k, type_v=self.type_v, kv_pool_mib=self.kv_pool_mib,
                     gpu_memory_mib=self.gpu_memory_mib)
-        for name, lo in (("port", 0), ("parallel", 1), ("queue_size", 0)):
+        self.host_allow = tuple(self.host_allow or ())
+        if not all(isinstance(h, str) and h for h in self.host_allow):
+            raise ValueError(f"host_allow must be non-empty host names, got {self.host_allow!r}")
+        if not isinstance(self.header_timeout_s, (int, float)) or isinstance(
+                self.header_timeout_s, bool) or not 0 < self.header_timeout_s < math.inf:
+            raise ValueError(f"header_timeout_s must be seconds > 0, got {self.header_timeout_s!r}")
+        for name, lo in (("port", 0), ("parallel", 1), ("queue_size", 0),
+                         ("max_body_bytes", 1), ("max_connections", 1)):
             v = getattr(self, name)
             if not _is_int(v) or v < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
@@ -56,6 +83,16 @@ class ServerSettings:
                              f"got {self.timeout_s!r}")
         if self.api_key is not None and not (isinstance(self.api_key, str) and self.api_key):
             raise ValueError("api_key must be a non-empty string or None")
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise ValueError(f"log_level must be debug, info, warning or error, "
+                             f"got {self.log_level!r}")
+        if self.temperature is not None and not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"temperature must be in [0, 2], got {self.temperature}")
+        if self.n_predict is not None and (not _is_int(self.n_predict) or self.n_predict < -1
+                                           or self.n_predict == 0):
+            raise ValueError(f"n_predict must be -1 or an int >= 1, got {self.n_predict!r}")
+        if any(not (isinstance(k, str) and k) for k in self.api_keys):
+            raise ValueError("api_keys must be non-empty strings")
         if self.kv_pool_mib == "auto" and self.parallel > 1:
             raise ValueError("kv_pool_mib='auto' sizes one context's pool from the free device "
                              "memory; with parallel > 1 give the server's pool in MiB")
@@ -63,6 +100,11 @@ class ServerSettings:
         if d is not None and not (isinstance(d, str) and d):
             raise ValueError(f"draft_model must be None, 'lookup', 'mtp' or a GGUF path, "
                              f"got {d!r}")
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every accepted API key (none: no authentication)."""
+        return ((self.api_key,) if self.api_key else ()) + tuple(self.api_keys)
 
     @property
     def threads_per_slot(self) -> int:

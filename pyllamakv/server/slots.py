@@ -14,26 +14,20 @@ batched steps (the weights read once per step). On the CPU, and for hybrid
 models, each slot keeps a context of its own.
 
 Stopping early: a job is cancelled (its client went away) or runs past its
-deadline. Its slot notices between two tokens (SlotLlama.generate) and ends
+deadline. Its slot notices between two tokens (engines.py: SlotLlama.generate) and ends
 the completion as if the model had produced an end token, so the slot is free
 at once and a timed-out request still gets its final chunk.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
 from typing import Any, Callable, Iterator
 
-from ..core.native import GGUFFile, Model, cuda_device_count, model_params
-from ..config import LlamaConfig, choose_device
-from ..default_model import default_model_path
-from ..llama import Llama
-from ..engine.seq_batch import SharedContext
-from .settings import ServerSettings
-from ..spec.drafters import make_drafter
-from .speculation import DRAFT, LOOKUP, MTP, SpecRequest, check_available
+from ..errors import ForeignLibraryError, InternalError
 
 
 class QueueFull(Exception):
@@ -57,9 +51,16 @@ class Job:
         self.stopped_early = False      # the slot ended the completion before the model did
         self.prompt_tokens = 0          # counted by SlotLlama.generate
         self.generated_tokens = 0
+        self.completion_tokens = 0      # generated_tokens but an end token (OpenAI's usage)
+        self.cached_tokens = 0          # prompt tokens reused from the slot's last request
+        self.t_start = time.perf_counter()   # timings (the log line, /metrics): submitted,
+        self.t_first: float | None = None    # the first token sampled,
+        self.t_last: float | None = None     # the last one
+        self.t_run: float | None = None      # and when a slot took it
         self.drafted_tokens = 0         # speculative decoding (speculation.py): drafts verified,
         self.accepted_tokens = 0        # those kept,
         self.verify_passes = 0          # and the target passes that verified them
+        self.finished = False           # its "end" or "error" was put
         self._loop = loop
         self._items: asyncio.Queue = asyncio.Queue()
         self._cancelled = threading.Event()
@@ -81,6 +82,8 @@ class Job:
 
     def put(self, kind: str, value: Any = None) -> None:
         """From the slot's thread: ("item", x), ("error", exception) or ("end", None)."""
+        if kind != "item":
+            self.finished = True
         try:
             self._loop.call_soon_threadsafe(self._items.put_nowait, (kind, value))
         except RuntimeError:   # the event loop is closed: nobody is listening
@@ -88,86 +91,6 @@ class Job:
 
     async def get(self) -> tuple[str, Any]:
         return await self._items.get()
-
-
-# ---------------------------------------------------------------- engine
-
-class SlotLlama(Llama):
-    """A Llama whose generation its slot can stop between two tokens."""
-
-    job: Job | None = None
-
-    def _generate(self, tokens, *args, **kw):
-        # the token stream every completion and chat reads (completion_pieces)
-        job = self.job
-        inner = super()._generate(tokens, *args, **kw)
-        if job is not None:
-            job.prompt_tokens += len(tokens)     # a prompt list: each prompt's
-        try:
-            for token in inner:
-                if job is not None and job.should_stop():
-                    job.stopped_early = True
-                    if not self.tokenizer.eog_ids:
-                        raise JobStopped("stopped between two tokens")
-                    yield min(self.tokenizer.eog_ids)   # completion_pieces ends here
-                    return
-                if job is not None:
-                    job.generated_tokens += 1
-                yield token
-        finally:
-            inner.close()
-            if job is not None:
-                t = self.timings
-                job.drafted_tokens += t.drafted_tokens
-                job.accepted_tokens += t.accepted_tokens
-                job.verify_passes += t.verify_passes
-
-
-def slot_budget_mib(budget_mib: float, tensors, parallel: int) -> float:
-    """Each slot's gpu_memory_mib: the weights (loaded once, counted by every slot)
-    and an equal share of what they leave of the server's budget."""
-    from ..memory.budget import MIB, weight_device_bytes
-    from ..errors import MemoryBudgetError
-    w = weight_device_bytes(tensors) / MIB
-    if w > budget_mib:
-        raise MemoryBudgetError(f"--gpu-memory-mib: the weights alone take {w:.1f} MiB of "
-                                f"device memory, more than the budget of {budget_mib:.1f} MiB")
-    return w + (budget_mib - w) / parallel
-
-
-def load_engines(s: ServerSettings) -> list[SlotLlama]:
-    """s.parallel SlotLlamas over one Model: the weights are loaded once."""
-    path = s.model or default_model_path()
-    kw: dict[str, Any] = dict(n_ctx=s.n_ctx, n_threads=s.threads_per_slot, device=s.device,
-                              type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib)
-    file = GGUFFile(path)
-    if s.gpu_memory_mib is not None:
-        kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel)
-    cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
-    device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
-    model = Model(file, device, s.threads_per_slot)
-    # on a GPU one context for all slots, batched steps (weights read once per step); on the
-    # CPU a context each (slots in parallel on their own threads ran faster here); hybrids:
-    # a context each
-    if s.parallel > 1 and device != "cpu" and not model.hparams.get("full_attn_interval"):
-        kw["_context"] = SharedContext(s.parallel).context
-    # every slot is made with a drafter, so that a budget counts the logits rows a
-    # verification needs (budget.py): any request may ask for speculation; a model with an
-    # MTP block gets contexts that run it (speculative.type "mtp"), a draft GGUF its own
-    has_mtp = model.n_nextn > 0
-    gguf = s.draft_model not in (None, "lookup", "mtp")
-    engines = [SlotLlama(path, _model=model, draft_model="mtp" if has_mtp else
-                         s.draft_model or "lookup", **kw) for _ in range(s.parallel)]
-    for e in engines:
-        e.spec_mtp = e.draft_model if has_mtp else None
-        e.spec_draft_model = None if not gguf else \
-            make_drafter(s.draft_model, e) if has_mtp else e.draft_model
-        e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
-        e.draft_model = None      # a request's fields choose (speculation.drafting)
-        if has_mtp:               # on only for requests that draft with it (Llama._generate)
-            e._ctx.set_mtp(False)
-        check_available(SpecRequest(), e)     # --draft mtp on a model without the block
-    return engines
 
 
 # ---------------------------------------------------------------- pool
@@ -209,10 +132,28 @@ class SlotPool:
         self._cv = threading.Condition()
         self._idle = 0
         self._closed = False
-        self._threads = [threading.Thread(target=self._work, args=(s,), daemon=True,
-                                          name=f"pyllamakv-slot-{s.index}") for s in self.slots]
-        for t in self._threads:
-            t.start()
+        self.restarts = 0               # slot workers that died and were replaced
+        self._threads = [self._start(s) for s in self.slots]
+
+    def _start(self, slot: Slot) -> threading.Thread:
+        t = threading.Thread(target=self._work, args=(slot,), daemon=True,
+                             name=f"pyllamakv-slot-{slot.index}")
+        t.start()
+        return t
+
+    def check_workers(self) -> int:
+        """Replaces any slot worker that is gone (the pool is not closing);
+        returns how many were replaced now. _work replaces itself as it dies;
+        this catches a thread killed in a way no handler saw."""
+        n = 0
+        with self._cv:
+            for i, t in enumerate(self._threads):
+                if not t.is_alive() and not self._closed:
+                    self.slots[i].job = None
+                    self._threads[i] = self._start(self.slots[i])
+                    self.restarts += 1
+                    n += 1
+        return n
 
     @property
     def queue_length(self) -> int:
@@ -248,6 +189,23 @@ class SlotPool:
                 return False
 
     def _work(self, slot: Slot) -> None:
+        """The slot's thread. Should it die (an exception no request handler
+        may keep, such as SystemExit from a library), its job fails, the death
+        is logged and counted, and a new thread takes the slot: the slot is
+        never left looking idle with nobody serving it."""
+        try:
+            self._serve(slot)
+        except BaseException as e:
+            with self._cv:
+                replace = not self._closed
+                if replace:
+                    self.restarts += 1
+                    self._threads[slot.index] = self._start(slot)
+            logging.getLogger("pyllamakv.server").error(
+                "slot %d's worker died (%s: %s)%s", slot.index, type(e).__name__, e,
+                "; replaced" if replace else "")
+
+    def _serve(self, slot: Slot) -> None:
         while True:
             with self._cv:
                 self._idle += 1
@@ -260,6 +218,8 @@ class SlotPool:
             try:
                 self._run(slot, job)
             finally:
+                if not job.finished:
+                    job.put("error", InternalError("the slot's worker died during the request"))
                 slot.job = None
                 slot.n_jobs += 1
                 if self.on_done is not None:
@@ -271,6 +231,7 @@ class SlotPool:
                                         else "cancelled while waiting for a slot"))
             return
         slot.engine.job = job
+        job.t_run = time.perf_counter()
         items = None
         try:
             items = job.fn(slot.engine, job)
@@ -280,6 +241,10 @@ class SlotPool:
                     break
         except Exception as e:     # bad input and engine failures alike go to the request
             job.put("error", e)
+        except BaseException as e:  # a native library's panic (pyo3), SystemExit, ...
+            job.put("error", ForeignLibraryError(f"{type(e).__name__}: {e}"))
+            if isinstance(e, (SystemExit, KeyboardInterrupt)):
+                raise              # the worker ends; _work replaces it
         else:
             job.put("end")
         finally:

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
+from ..errors import ParameterTypeError
+
 from ..engine.sampling import Sampler
 
 if TYPE_CHECKING:
@@ -55,9 +57,15 @@ def accept_draft(sampler: Sampler, logits: np.ndarray, history: np.ndarray,
 
 
 def _clean(drafts, n_vocab: int, k_max: int) -> list[int]:
-    """The drafter's ids as ints, cut at k_max and at the first invalid one."""
+    """The drafter's ids as ints, cut at k_max and at the first invalid one;
+    ParameterTypeError if they are not integers (strings, floats, objects)."""
+    arr = np.asarray(drafts if drafts is not None else [])
+    if arr.size and arr.dtype.kind not in "iu":
+        raise ParameterTypeError(f"draft_model returned {arr.dtype} values "
+                                 f"({str(arr.reshape(-1)[:3].tolist())[:60]}); a drafter must "
+                                 "return token ids (integers)")
     out = []
-    for d in np.asarray(drafts if drafts is not None else [], dtype=np.int64).reshape(-1)[:k_max]:
+    for d in arr.astype(np.int64).reshape(-1)[:k_max]:
         if not 0 <= d < n_vocab:
             break
         out.append(int(d))

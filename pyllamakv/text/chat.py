@@ -15,7 +15,9 @@ should stop: the EOS text and the end-of-generation tokens' texts that the
 template uses, and the EOG token ids.
 
 The rendered prompt already holds whatever BOS the template wants, so it is
-tokenized with add_bos=False and special=True (``ChatPrompt.added_special``).
+tokenized with add_bos=False and special=True (``ChatPrompt.added_special``),
+but control-token texts that came from the caller's strings stay plain text
+(``ChatPrompt.segments``, literal.py): a user cannot forge a turn.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Any, Sequence
 
 import jinja2
 
+from .literal import Literals, Segments, joined
 from .template import BoundedEnvironment, Budget, RenderLimitError, compile_template, render
 from .template_limits import text_size
 
@@ -55,10 +58,12 @@ class ChatTemplateError(ValueError):
 
 @dataclass(slots=True)
 class ChatPrompt:
-    prompt: str                        # text to tokenize with special=True
+    prompt: str                        # the rendered text
     stop: list[str]                    # stop strings for the completion
     stop_token_ids: list[int] = field(default_factory=list)
     added_special: bool = True         # the template placed BOS itself: add none
+    segments: Segments | None = None   # prompt cut into (text, special parsing allowed);
+                                       # None: all of it (tokenize with special=True)
 
 
 class _Refused(Exception):
@@ -102,8 +107,10 @@ class ChatFormatter:
     def __init__(self, template: str | None, bos_token: str = "", eos_token: str = "",
                  stop: Sequence[str] = (), stop_token_ids: Sequence[int] = (), *,
                  source: str | None = None, time_limit: float = TIME_LIMIT,
-                 max_output: int = MAX_OUTPUT, max_template: int = MAX_TEMPLATE) -> None:
+                 max_output: int = MAX_OUTPUT, max_template: int = MAX_TEMPLATE,
+                 control_texts: Sequence[str] = ()) -> None:
         self.is_fallback = not template
+        self.control_texts = tuple(control_texts)   # kept literal in the caller's strings
         self.template = template or CHATML_TEMPLATE
         self.source = source or (FALLBACK_SOURCE if self.is_fallback else "the chat template")
         if len(self.template) > max_template:
@@ -157,13 +164,17 @@ class ChatFormatter:
         # an EOG token the template writes out ends a turn: stop on its text
         stop = [tokenizer.token_text(i) for i in eog if tokenizer.token_text(i) in written]
         stop += list(extra_stop)
+        control = [tokenizer.token_text(i) for i in range(tokenizer.n_vocab)
+                   if tokenizer.is_control(i)]
         return cls(template, bos_token=text(tokenizer.bos_id), eos_token=text(tokenizer.eos_id),
-                   stop=stop, stop_token_ids=eog, **limits)
+                   stop=stop, stop_token_ids=eog, control_texts=control, **limits)
 
     def format(self, messages: Sequence[dict], add_generation_prompt: bool = True,
                **extra: Any) -> ChatPrompt:
         """Render messages; extra keyword variables (e.g. tools) reach the template."""
         messages = validate_messages(messages)
+        literals = Literals(self.control_texts)
+        messages, extra = literals.protect(messages), literals.protect(extra)
         own = text_size((messages, extra), 1 << 62)
         budget = Budget(self.time_limit, self.max_output + 8 * own)
         try:
@@ -181,5 +192,7 @@ class ChatFormatter:
         except Exception as e:      # UndefinedError, TypeError, RecursionError...
             raise self._error("failed to render", e) from e
         else:
-            return ChatPrompt(prompt, list(self.stop), list(self.stop_token_ids))
+            segments = literals.segments(prompt)
+            return ChatPrompt(joined(segments), list(self.stop), list(self.stop_token_ids),
+                              segments=segments if len(segments) > 1 else None)
         raise failure

@@ -73,9 +73,13 @@ class LlamaTokenizer(BaseLlamaTokenizer):
 
     @classmethod
     def from_ggml_file(cls, path: str) -> "LlamaTokenizer":
-        """The tokenizer of a GGUF file, read without its weights."""
-        from ..llama import Llama
-        return cls(Llama(model_path=path, vocab_only=True))
+        """The tokenizer of a GGUF file, from its metadata alone (no weights)."""
+        from ..gguf.reader import GGUFFile
+        f = GGUFFile(path)
+        try:
+            return cls(Tokenizer.from_metadata(f.metadata))
+        finally:
+            f.close()
 
 
 class LlamaHFTokenizer(BaseLlamaTokenizer):

@@ -5,8 +5,13 @@ BPE (gpt2 vocabs) merges only inside a pre-tokenizer word, so whole words go
 in batches of about ``PIECE`` characters. SPM merges across the whole text,
 but every merge builds a vocab entry, so a cut between two characters that
 no vocab entry holds side by side is never crossed; cuts go just before a
-U+2581 (an escaped space) whose preceding character no entry joins to it. A
-text with no such place (one endless word) goes whole.
+U+2581 (an escaped space) whose preceding character no entry joins to it.
+
+One endless word (no pre-tokenizer split, no safe SPM cut) is cut every
+``LONG_WORD`` characters anyway: the library's memory grows by about 100
+bytes per character of one word (50 MB of "x" aborts the process inside
+it), so no word longer than that reaches it. Only such a word's ids can
+differ from llama.cpp's, at the cuts: a word of 256k characters is not text.
 """
 from __future__ import annotations
 
@@ -14,6 +19,17 @@ from typing import Iterable, Sequence
 
 SPM_SPACE = "\u2581"   # '▁': SentencePiece's escaped space
 PIECE = 1 << 16        # characters per piece (at least; pieces end at a safe cut)
+LONG_WORD = 1 << 18    # the longest word or piece handed to the library in one call
+
+
+def cut_long(words: list[str]) -> list[str]:
+    """words, each longer than LONG_WORD cut into LONG_WORD-character parts."""
+    if all(len(w) <= LONG_WORD for w in words):
+        return words
+    out: list[str] = []
+    for w in words:
+        out.extend(w[i:i + LONG_WORD] for i in range(0, max(len(w), 1), LONG_WORD))
+    return out
 
 
 def word_batches(words: list[str]) -> Iterable[list[str]]:
@@ -40,6 +56,8 @@ def spm_pieces(text: str, glued: frozenset[str]) -> Iterable[str]:
         cut = text.find(SPM_SPACE, start + PIECE)
         while cut > 0 and text[cut - 1] in glued:
             cut = text.find(SPM_SPACE, cut + 1)
+        if cut < 0 or cut - start > LONG_WORD:
+            cut = start + LONG_WORD if len(text) - start > LONG_WORD else -1
         if cut < 0:
             break
         yield text[start:cut]

@@ -28,6 +28,7 @@ nest at most ``max_depth`` deep (recursive macros). Going over a limit raises
 from __future__ import annotations
 
 import itertools
+import re
 from contextvars import ContextVar
 from typing import Any
 
@@ -38,7 +39,7 @@ from jinja2.sandbox import (ImmutableSandboxedEnvironment, SandboxedEscapeFormat
                             SandboxedFormatter)
 from jinja2.utils import pass_context
 from jinja2.visitor import NodeTransformer
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from .template_limits import (MAX_RANGE, Budget, RenderLimitError, check_binop, check_field,
                      check_filter, check_method, text_size)
@@ -150,8 +151,9 @@ def _bounded(name: str, func: Any, is_filter: bool) -> Any:
         budget.tick()
         if is_filter:
             args = check_filter(budget, name, args, kwargs)
-            if name == "sum":
-                return _sum(budget, lambda *a, **k: func(*first(context), *a, **k), args, kwargs)
+            if name in _SPLIT:
+                return _SPLIT[name](budget, lambda *a, **k: func(*first(context), *a, **k),
+                                    args, kwargs)
         result = func(*first(context), *args, **kwargs)
         budget.produced(result, args)
         return result
@@ -175,6 +177,33 @@ def _sum(budget: Budget, func: Any, args: tuple, kwargs: dict) -> Any:
                             f"(not {type(item).__name__}) to {type(start).__name__}")
     budget.need(len(start) + sum(len(item) for item in items), "the |sum of sequences")
     return type(start)(itertools.chain(start, *items))
+
+
+_WORDS = re.compile(r"(\s+)")
+URLIZE_WORD = 512     # longer words are escaped, not searched for links
+
+
+def _urlize(budget: Budget, func: Any, args: tuple, kwargs: dict) -> Any:
+    """|urlize one word at a time, with a tick between words: jinja's filter
+    is quadratic in the length of one word ("." * 20000 + "a." takes 30 s in
+    one call, where no tick can stop it). A word longer than URLIZE_WORD is
+    no link and comes out escaped, as urlize leaves any word that is none."""
+    value, rest = args[0], args[1:]
+    out = []
+    for word in _WORDS.split(str(value)):
+        budget.tick()
+        if not word or word.isspace():
+            out.append(word)
+        elif len(word) > URLIZE_WORD:
+            out.append(str(escape(word)))
+        else:
+            out.append(str(func(word, *rest, **kwargs)))
+    text = "".join(out)
+    budget.produced(text, args)
+    return Markup(text) if isinstance(func(""), Markup) else text
+
+
+_SPLIT = {"sum": _sum, "urlize": _urlize}   # filters run in bounded parts
 
 
 # ---------------------------------------------------------------- the environment

@@ -182,6 +182,11 @@ def check_field(budget: Budget, value: Any, spec: str) -> None:
 def check_method(budget: Budget, func: Any, args: tuple, kwargs: dict) -> tuple:
     """A str / bytes method call; returns args (join's iterable read into a list)."""
     owner = getattr(func, "__self__", None)
+    if isinstance(owner, int) and getattr(func, "__name__", "") == "to_bytes":
+        length = args[0] if args else kwargs.get("length", 1)
+        if isinstance(length, int):           # (1).to_bytes(10**10, "big") is one C call
+            budget.need(length, "the result of int.to_bytes()")
+        return args
     if not isinstance(owner, (str, bytes)) or not args:
         return args
     name = getattr(func, "__name__", "")

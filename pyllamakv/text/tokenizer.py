@@ -21,9 +21,13 @@ leftmost, we take the lower id), and a character that is not itself in the
 vocab merging into a longer entry.
 
 Long texts reach the tokenizers library in pieces (text_pieces.py): the same
-ids, without handing it a gigantic string. ``encode(max_tokens=n)``
-refuses, before any tokenizing, a text that must give more than n tokens: a
-token stands for at most ``max_token_bytes`` bytes of the text.
+ids, without handing it a gigantic string or word (pieces.py).
+``encode(max_tokens=n)`` refuses, before any tokenizing, a text that must give
+more than n tokens: a token stands for at most ``max_token_bytes`` bytes of the
+text, counted as at most ``GUARD_TOKEN_BYTES`` (a vocab holding one 1 MB token
+must not let a 50 MB prompt through to the tokenizer). Whatever the tokenizers
+library raises (its pyo3 ``PanicException`` is a BaseException) becomes
+``ForeignLibraryError`` here.
 
 Decoding is the concatenation of per-token byte pieces (llama.cpp's
 ``token_to_piece``), so a UTF-8 character split across tokens comes out whole
@@ -38,13 +42,14 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .bpe_model import build_bpe
-from ..errors import ContextFullError
+from ..errors import ContextFullError, contained
 from .pretokenizer import PreTokenizer, pre_tokenizer, split_words
 from . import pieces as text_pieces
-from .pieces import SPM_SPACE, glued_before_space, spm_pieces, word_batches
+from .pieces import SPM_SPACE, cut_long, glued_before_space, spm_pieces, word_batches
 from ..gguf.vocab import (BYTE, CONTROL, UNKNOWN, USER_DEFINED, NORMAL, Vocab,
                     byte_decoder)
 
+GUARD_TOKEN_BYTES = 256    # the prompt-length guard counts no token as longer than this
 
 
 class Tokenizer:
@@ -72,7 +77,8 @@ class Tokenizer:
     def _hf(self):
         """The tokenizers-library model, built at the first encode (it cannot
         fail on a vocab that loaded, and half of a load's time went into it)."""
-        return build_bpe(self.vocab, self.pre)
+        with contained("tokenizers", "building the vocab's BPE model"):
+            return build_bpe(self.vocab, self.pre)
 
     # --- properties ------------------------------------------------------------
 
@@ -116,6 +122,10 @@ class Tokenizer:
         """Control, user-defined or unknown token (what special parsing splits out)."""
         return self.vocab.attrs[self._check(token_id)] in (CONTROL, USER_DEFINED, UNKNOWN)
 
+    def is_byte_token(self, token_id: int) -> bool:
+        """A <0xXX> byte token (SentencePiece's byte fallback)."""
+        return self.vocab.attrs[self._check(token_id)] == BYTE
+
     def token_text(self, token_id: int) -> str:
         """The token's text as stored in the vocab (byte-level form for BPE)."""
         return self.vocab.tokens[self._check(token_id)]
@@ -158,6 +168,47 @@ class Tokenizer:
             out.append(v.eos_id)
         return out
 
+    def encode_segments(self, segments: Sequence[tuple[str, bool]], add_bos: bool = True,
+                        max_tokens: int | None = None) -> list[int]:
+        """encode() of the segments' joined text, each segment with its own
+        special parsing (text.literal: a chat prompt whose users' text must not
+        become control tokens). SentencePiece's space prefix goes only where
+        encode() of the whole text would put it."""
+        text = "".join(t for t, _ in segments)
+        if max_tokens is not None:
+            self.check_length(text, max_tokens)
+        if all(sp for _, sp in segments) or all(not sp for _, sp in segments):
+            return self.encode(text, add_bos, special=bool(segments) and segments[0][1])
+        v = self.vocab
+        out: list[int] = [v.bos_id] if add_bos and v.add_bos and v.bos_id is not None else []
+        prev_special = True
+        for seg, special in segments:
+            for frag in self._partition(seg, special):
+                if isinstance(frag, int):
+                    out.append(frag)
+                    prev_special = True
+                else:
+                    out.extend(self._encode_raw(frag, prev_special))
+                    prev_special = False
+        if add_bos and v.add_eos and v.eos_id is not None:
+            out.append(v.eos_id)
+        return out
+
+    def is_control(self, token_id: int) -> bool:
+        """A control token (what special parsing alone splits out of text)."""
+        return self.vocab.attrs[self._check(token_id)] == CONTROL
+
+    def encode_continuation(self, text: str | bytes) -> list[int]:
+        """Ids of text as it continues earlier text: no BOS, no special
+        parsing, and no SentencePiece space prefix (what a grammar engine
+        asks for when it re-tokenizes forced bytes in mid-output)."""
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", "replace")
+        out: list[int] = []
+        for frag in self._partition(text, False):
+            out.extend([frag] if isinstance(frag, int) else self._encode_raw(frag, False))
+        return out
+
     @cached_property
     def max_token_bytes(self) -> int:
         """The most bytes of text one token stands for (at least 4: a character
@@ -168,11 +219,12 @@ class Tokenizer:
         """ContextFullError if text must give more than max_tokens tokens."""
         n_bytes = len(text) if isinstance(text, (bytes, bytearray)) or text.isascii() \
             else len(text.encode("utf-8", "surrogatepass"))
-        at_least = -(-n_bytes // self.max_token_bytes)
+        per_token = min(self.max_token_bytes, GUARD_TOKEN_BYTES)
+        at_least = -(-n_bytes // per_token)
         if at_least > max_tokens:
             raise ContextFullError(
-                f"the prompt is {n_bytes:,} bytes: at least {at_least:,} tokens (no token is "
-                f"longer than {self.max_token_bytes} bytes), over the context window of "
+                f"the prompt is {n_bytes:,} bytes: at least {at_least:,} tokens (counting no "
+                f"token as longer than {per_token} bytes), over the context window of "
                 f"{max_tokens:,} tokens")
 
     def _partition(self, text: str, special: bool) -> list[str | int]:
@@ -201,17 +253,20 @@ class Tokenizer:
 
     def _encode_raw(self, text: str, prev_special: bool) -> list[int]:
         out: list[int] = []
+        hf = self._hf
         if self.pre is not None:
-            for words in word_batches(split_words(text, self.pre.patterns)):
-                out.extend(self._hf.encode(words, is_pretokenized=True,
-                                           add_special_tokens=False).ids)
+            for words in word_batches(cut_long(split_words(text, self.pre.patterns))):
+                with contained("tokenizers", "encoding text"):
+                    out.extend(hf.encode(words, is_pretokenized=True,
+                                         add_special_tokens=False).ids)
             return out
         if self.vocab.add_space_prefix and prev_special:
             text = " " + text
         text = text.replace(" ", SPM_SPACE)
         long = len(text) > text_pieces.PIECE
         for piece in spm_pieces(text, self._spm_glued) if long else [text] if text else []:
-            out.extend(self._hf.encode(piece, add_special_tokens=False).ids)
+            with contained("tokenizers", "encoding text"):
+                out.extend(hf.encode(piece, add_special_tokens=False).ids)
         return out
 
     @cached_property

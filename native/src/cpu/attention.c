@@ -158,15 +158,19 @@ LKV_ISA_CLONES static void accum_one(const accum_job *j, int qi, int h, float *s
 
     float *e = j->st + ((size_t)qi * d->n_head + h) * (hd + 2);
     const int32_t p = d->q_pos0 + qi;
+    /* a sliding window: rows before lo are masked (-inf scores, zero weights) */
+    const int32_t lo = d->window > 0 && p - d->window + 1 > 0 ? p - d->window + 1 : 0;
     int hint = 0;
     for (int c = d->chunk_lo; c < d->chunk_hi; c++) {
         const int32_t p0 = c * d->chunk;
         int32_t p1 = p0 + d->chunk;
         if (p1 > p + 1) p1 = p + 1;
         if (p1 <= p0) break;           /* later chunks are empty too */
-        const int nr = p1 - p0;
+        if (p1 <= lo) continue;        /* wholly before the window: empty */
+        const int nr = p1 - p0, r0 = lo > p0 ? lo - p0 : 0;
         float mj = -INFINITY;
-        for (int r = 0; r < nr; r++) {
+        for (int r = 0; r < r0; r++) scores[r] = -INFINITY;
+        for (int r = r0; r < nr; r++) {
             const lkv_kv_seg *s = find_seg(d, p0 + r, &hint);
             const char *krow = (const char *)s->k + (size_t)(p0 + r - s->pos0) * rbk + hk;
             float sc;
@@ -181,7 +185,7 @@ LKV_ISA_CLONES static void accum_one(const accum_job *j, int qi, int h, float *s
         for (int g = 0; g < nr; g += 8) {
             float w8[8];
             for (int l = 0; l < 8; l++) {
-                w8[l] = g + l < nr ? ggml_like_expf(scores[g + l] - mj) : 0.0f;
+                w8[l] = g + l < nr && g + l >= r0 ? ggml_like_expf(scores[g + l] - mj) : 0.0f;
                 if (g + l < nr) scores[g + l] = w8[l];
             }
             sum += (double)reduce8(w8);
@@ -189,7 +193,7 @@ LKV_ISA_CLONES static void accum_one(const accum_job *j, int qi, int h, float *s
         const float inv = (float)(1.0 / sum);
         /* probabilities rounded to f16, V accumulated in 8 lanes by position */
         memset(lanes, 0, sizeof(float) * 8 * hd);
-        for (int r = 0; r < nr; r++) {
+        for (int r = r0; r < nr; r++) {   /* masked rows would add fma(v, 0, acc) = acc */
             const lkv_kv_seg *s = find_seg(d, p0 + r, &hint);
             const char *vr = (const char *)s->v + (size_t)(p0 + r - s->pos0) * rbv + hv;
             /* the probabilities take V's dot type: f16 for an f16 V, else f32 */

@@ -54,6 +54,11 @@ void lkv_cpu_delta_rule(lkv_bctx *b, float *out, const float *qkv, const float *
                         float *state, const lkv_delta_desc *d, int n);
 size_t lkv_cpu_delta_scratch_floats(int dk, int dv);
 
+/* gemma3: gemma.c */
+void lkv_cpu_geglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
+void lkv_cpu_scale(lkv_bctx *b, float *x, float s, int64_t n);
+void lkv_cpu_softcap(lkv_bctx *b, float *x, float cap, int64_t n);
+
 lkv_status lkv_cpu_copier_init(lkv_bctx *b);
 void lkv_cpu_copier_free(lkv_cpu_copier *cp);
 uint64_t lkv_cpu_copy_async(lkv_bctx *b, void *dst, const void *src, size_t bytes, int h2d);

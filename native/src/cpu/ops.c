@@ -220,4 +220,7 @@ const lkv_backend lkv_backend_cpu = {
     .rmsnorm_gated = lkv_cpu_rmsnorm_gated,
     .ssm_conv = lkv_cpu_ssm_conv,
     .delta_rule = lkv_cpu_delta_rule,
+    .geglu = lkv_cpu_geglu,
+    .scale = lkv_cpu_scale,
+    .softcap = lkv_cpu_softcap,
 };

@@ -185,7 +185,12 @@ static bool mm_run(lkv_bctx *b, int k, int type, mm_set &ms, const float *x, int
     default: break;
     }
     /* the integer kernels: each checks its types and alignment before it quantizes */
-    if (!mm_takes(k, type, ms, n) || !mm_codes(b, x, n, cols, type, have)) return false;
+    if (!mm_takes(k, type, ms, n)) return false;
+    /* tune.h's mvq_q8 (an experiment, off by default): mvq on the q8_0-format
+     * codes the producer left (same layout, 32-blocks with an f16 scale)
+     * instead of the CPU's q8_K, saving the quantize launch */
+    const bool reuse = k == LKV_MM_MVQ && lkv_cuda_tuning.mvq_q8 && *have == ACT_Q8;
+    if (!reuse && !mm_codes(b, x, n, cols, type, have)) return false;
     bool ran = false;
     switch (k) {
     case LKV_MM_MATVEC_Q8: ran = lkv_cuda_matvec_q8(b, type, ms, cols, n); break;

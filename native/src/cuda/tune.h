@@ -56,6 +56,7 @@ typedef struct lkv_cuda_tune {
     int mvx_st;      /* mvx.cu ring stages 3..8 (0: as many as fit) */
     int no_pdl;      /* programmatic dependent launch off (pdl.cuh) */
     int no_fuse;     /* the fused prefill ops off (matmul_swiglu, attn_whole) */
+    int mvq_q8;      /* mvq.cu reads the q8_0-format codes a norm / swiglu left (no q8_K pass) */
 } lkv_cuda_tune;
 
 extern lkv_cuda_tune lkv_cuda_tuning;

@@ -30,7 +30,19 @@ typedef struct lkv_kv_config {
     int64_t pool_bytes;      /* < 0: all resident */
     void *pool_base;         /* non-NULL: the pool is this memory (a share of a pool the
                                 caller owns and frees), else the cache allocates it */
+    const uint8_t *local;    /* (n_layer,) nonzero: a sliding-window layer, or NULL: none.
+                                With a pool bound these stay resident in backend memory beside
+                                the pool (n_ctx rows each); only the other (global) layers are
+                                planned, held in the host store and streamed */
+    int32_t window;          /* the local layers' sliding window (with `local`) */
+    int32_t ring_rows;       /* with a pool bound, a local layer keeps only this many rows,
+                                a ring (position p in row p % ring_rows), when it is below
+                                n_ctx; it must be >= window - 1 + n_batch so that one decode
+                                call never overwrites rows it, or a roll-back, still needs */
 } lkv_kv_config;
+
+/* the layers a pool bound plans and streams: those not local */
+int32_t lkv_kv_config_streamed(const lkv_kv_config *cfg);
 
 lkv_status lkv_kv_create(lkv_kv **out, const lkv_kv_config *cfg, const lkv_backend *be,
                          lkv_bctx *b);
@@ -49,8 +61,12 @@ void lkv_kv_batch_rows(lkv_kv *kv, int32_t layer, void **k, void **v);
  * carries head counts, types, scale; its chunk/segment fields are set here. */
 lkv_status lkv_kv_attend(lkv_kv *kv, int32_t layer, const float *q, void *st, float *out,
                          const lkv_attn_desc *geo);
-/* The cache now holds n positions (n <= current). */
+/* The cache now holds n positions (n <= current). With a ring (cfg.ring_rows)
+ * n must be 0 or >= lkv_kv_restore_floor. */
 lkv_status lkv_kv_truncate(lkv_kv *kv, int32_t n);
+/* The least n > 0 that truncate accepts (0: any): with a ring, the positions
+ * before the ring's oldest row plus window - 1 cannot be returned to. */
+int32_t lkv_kv_restore_floor(const lkv_kv *kv);
 /* 1 when the cache streams through a bounded pool (kv/stream.c), 0 when all resident */
 int lkv_kv_streaming(const lkv_kv *kv);
 /* an all-resident cache's planes of `layer` (rows from position 0); 0 when

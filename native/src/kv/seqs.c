@@ -21,7 +21,7 @@ struct lkv_kvset {
 
 /* a sequence's least pool (lkv_plan_make's minimum for one sequence) */
 static lkv_status min_share(const lkv_kv_config *cfg, int64_t *out) {
-    lkv_plan_params pp = {cfg->n_layer, cfg->chunk, cfg->row_bytes_k, cfg->row_bytes_v,
+    lkv_plan_params pp = {lkv_kv_config_streamed(cfg), cfg->chunk, cfg->row_bytes_k, cfg->row_bytes_v,
                           cfg->n_ctx, cfg->n_ubatch, -1};
     lkv_plan plan;
     LKV_TRY(lkv_plan_make(&pp, 0, &plan, NULL));
@@ -46,7 +46,9 @@ lkv_status lkv_kvset_create(lkv_kvset **out, const lkv_kv_config *cfg, int32_t n
         ks->new_bytes = ks->off + 3 * n_seq;
     }
     lkv_kv_config one = *cfg;
-    if (!st && cfg->pool_bytes >= 0 && n_seq > 1) {
+    if (cfg->pool_bytes >= 0 && lkv_kv_config_streamed(cfg) == 0)
+        one.pool_bytes = -1;   /* every layer local: nothing to stream, all resident */
+    if (!st && one.pool_bytes >= 0 && n_seq > 1) {
         /* one pool; every sequence starts bound to its share with all active */
         int32_t *all = malloc(sizeof(int32_t) * (size_t)n_seq);
         if (!all) st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the KV caches");

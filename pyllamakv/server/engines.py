@@ -1,0 +1,157 @@
+"""The slots' engines: a SlotLlama per slot (on a GPU with parallel > 1, sequences
+of one shared context; elsewhere a context each), loaded from the server's
+settings, with the chat template and the budget they share (slots.py runs them).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..core.native import GGUFFile, Model, cuda_device_count, model_params
+from ..config import LlamaConfig, choose_device
+from ..default_model import default_model_path
+from ..llama import Llama
+from ..engine.seq_batch import SharedContext
+from .settings import ServerSettings
+from .slots import Job, JobStopped
+from ..spec.drafters import make_drafter
+from ..text.chat import ChatFormatter
+from ..text.chat_formats import CHAT_FORMATS
+from .speculation import DRAFT, LOOKUP, MTP, SpecRequest, check_available
+
+
+def common_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class SlotLlama(Llama):
+    """A Llama whose generation its slot can stop between two tokens."""
+
+    job: Job | None = None
+    sampled_logprobs = True     # logprobs of sampled tokens without logits_all (completion.py)
+
+    def use_chat_template(self, template: str, source: str) -> None:
+        """Chat through template (jinja source) instead of the model's (--chat-template)."""
+        self._chat = ChatFormatter.from_metadata({"tokenizer.chat_template": template},
+                                                 self.tokenizer, source=source)
+
+    @property
+    def chat_template(self) -> str:
+        return self._chat.template
+
+    def apply_template(self, messages: list[dict]) -> str:
+        """The prompt messages render to (llama-server's /apply-template)."""
+        return self._chat.format(messages, add_generation_prompt=True).prompt
+
+    def _generate(self, tokens, *args, **kw):
+        # the token stream every completion and chat reads (completion_pieces)
+        job = self.job
+        if job is not None:
+            job.cached_tokens = min(common_prefix(self.input_ids.tolist(), tokens),
+                                    max(len(tokens) - 1, 0))
+        inner = super()._generate(tokens, *args, **kw)
+        if job is not None:
+            job.prompt_tokens += len(tokens)     # a prompt list: each prompt's
+        ends = set(self.tokenizer.eog_ids)
+        try:
+            for token in inner:
+                if job is not None and job.should_stop():
+                    job.stopped_early = True
+                    if not self.tokenizer.eog_ids:
+                        raise JobStopped("stopped between two tokens")
+                    yield min(self.tokenizer.eog_ids)   # completion_pieces ends here
+                    return
+                if job is not None:
+                    now = time.perf_counter()
+                    if job.t_first is None:
+                        job.t_first = now
+                    job.t_last = now
+                    job.generated_tokens += 1
+                    job.completion_tokens += token not in ends
+                yield token
+        finally:
+            inner.close()
+            if job is not None:
+                t = self.timings
+                job.drafted_tokens += t.drafted_tokens
+                job.accepted_tokens += t.accepted_tokens
+                job.verify_passes += t.verify_passes
+
+
+def slot_budget_mib(budget_mib: float, tensors, parallel: int) -> float:
+    """Each slot's gpu_memory_mib: the weights (loaded once, counted by every slot)
+    and an equal share of what they leave of the server's budget."""
+    from ..memory.budget import MIB, weight_device_bytes
+    from ..errors import MemoryBudgetError
+    w = weight_device_bytes(tensors) / MIB
+    if w > budget_mib:
+        raise MemoryBudgetError(f"--gpu-memory-mib: the weights alone take {w:.1f} MiB of "
+                                f"device memory, more than the budget of {budget_mib:.1f} MiB")
+    return w + (budget_mib - w) / parallel
+
+
+def load_engines(s: ServerSettings) -> list[SlotLlama]:
+    """s.parallel SlotLlamas over one Model: the weights are loaded once."""
+    path = s.model or default_model_path()
+    kw: dict[str, Any] = dict(n_ctx=s.n_ctx, n_threads=s.threads_per_slot, device=s.device,
+                              type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib,
+                              n_gpu_layers=s.n_gpu_layers)
+    file = GGUFFile(path)
+    if s.embedding:
+        return [_embedding_engine(s, path, file, kw) for _ in range(s.parallel)]
+    if s.gpu_memory_mib is not None:
+        kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel)
+    cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
+    device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
+    model = Model(file, device, s.threads_per_slot)
+    # on a GPU one context for all slots, batched steps (weights read once per step); on the
+    # CPU a context each (slots in parallel on their own threads ran faster here); hybrids:
+    # a context each
+    if s.parallel > 1 and device != "cpu" and not model.hparams.get("full_attn_interval"):
+        kw["_context"] = SharedContext(s.parallel).context
+    # every slot is made with a drafter, so that a budget counts the logits rows a
+    # verification needs (budget.py): any request may ask for speculation; a model with an
+    # MTP block gets contexts that run it (speculative.type "mtp"), a draft GGUF its own
+    has_mtp = model.n_nextn > 0
+    gguf = s.draft_model not in (None, "lookup", "mtp")
+    engines = [SlotLlama(path, _model=model, draft_model="mtp" if has_mtp else
+                         s.draft_model or "lookup", **kw) for _ in range(s.parallel)]
+    for e in engines:
+        e.spec_mtp = e.draft_model if has_mtp else None
+        e.spec_draft_model = None if not gguf else \
+            make_drafter(s.draft_model, e) if has_mtp else e.draft_model
+        e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
+        e.draft_model = None      # a request's fields choose (speculation.drafting)
+        if has_mtp:               # on only for requests that draft with it (Llama._generate)
+            e._ctx.set_mtp(False)
+        check_available(SpecRequest(), e)     # --draft mtp on a model without the block
+        if s.chat_template is not None:
+            e.use_chat_template(*chat_template_source(s.chat_template))
+    return engines
+
+
+def chat_template_source(value: str) -> tuple[str, str]:
+    """(jinja source, its name in errors) of --chat-template: a named format or a template."""
+    if value in CHAT_FORMATS:
+        return CHAT_FORMATS[value][0], f"--chat-template {value}"
+    if "{%" not in value and "{{" not in value:
+        raise ValueError(f"--chat-template {value!r} is neither a known format "
+                         f"({', '.join(sorted(CHAT_FORMATS))}) nor a jinja template")
+    return value, "--chat-template"
+
+
+def _embedding_engine(s: ServerSettings, path: str, file, kw: dict) -> SlotLlama:
+    """A slot of an embedding server (--embedding): hidden states, pooled; mean pooling
+    where neither --pooling nor the model names one (OpenAI's answer is one vector)."""
+    pooling = s.pooling
+    if pooling is None:
+        arch = file.metadata.get("general.architecture", "")
+        pooling = file.metadata.get(f"{arch}.pooling_type", "mean") or "mean"
+    return SlotLlama(path, embedding=True, pooling_type=pooling, **kw)
+
+
