@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..engine.history import common_prefix
 from ..engine.sampling import Sampler, SamplingParams
 from ..errors import ParameterError, ParameterTypeError
 from .grammar import GrammarConstraint, LlamaGrammar
@@ -117,12 +118,7 @@ class LlamaCppMethods:
     @staticmethod
     def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         """How many leading tokens a and b share."""
-        n = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            n += 1
-        return n
+        return common_prefix(a, b)
 
     # ------------------------------------------------------------ views
 

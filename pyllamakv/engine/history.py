@@ -20,6 +20,13 @@ from ..errors import ContextFullError
 from .guard import atomic
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens a and b share (the one rule for reusing a cache)."""
+    n = min(len(a), len(b))
+    diff = np.nonzero(np.asarray(a[:n], np.int64) != np.asarray(b[:n], np.int64))[0]
+    return int(diff[0]) if diff.size else n
+
+
 class History:
     def __init__(self, ctx: _native.Context, n_ctx: int, n_vocab: int, n_batch: int,
                  logits_all: bool) -> None:
@@ -103,10 +110,7 @@ class History:
     def keep_prefix(self, tokens: list[int]) -> list[int]:
         """Keep the longest cached prefix of tokens (all but the last token at
         most, for its logits); returns the tokens still to evaluate."""
-        held = self.input_ids()
-        n = min(len(held), len(tokens))
-        diff = np.nonzero(held[:n] != np.asarray(tokens[:n], np.int32))[0]
-        keep = min(int(diff[0]) if diff.size else n, len(tokens) - 1)
+        keep = min(common_prefix(self.input_ids(), tokens), len(tokens) - 1)
         keep = self.ctx.restore_point(keep)   # hybrids: the latest snapshot at or before
         self.truncate(keep)
         return tokens[keep:]

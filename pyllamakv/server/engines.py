@@ -11,6 +11,7 @@ from ..core.native import GGUFFile, Model, cuda_device_count, model_params
 from ..config import LlamaConfig, choose_device
 from ..default_model import default_model_path
 from ..llama import Llama
+from ..engine.history import common_prefix
 from ..engine.seq_batch import SharedContext
 from .settings import ServerSettings
 from .slots import Job, JobStopped
@@ -18,15 +19,6 @@ from ..spec.drafters import make_drafter
 from ..text.chat import ChatFormatter
 from ..text.chat_formats import CHAT_FORMATS
 from .speculation import DRAFT, LOOKUP, MTP, SpecRequest, check_available
-
-
-def common_prefix(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class SlotLlama(Llama):
