@@ -10,6 +10,8 @@ import textwrap
 
 import numpy as np
 import pytest
+
+import pyllamakv
 from gguf import GGMLQuantizationType as T
 
 from tiny_models import write_tiny_model
@@ -19,7 +21,10 @@ TESTS = os.path.join(ROOT, "tests")
 
 
 def _child(code: str, tmp_path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]))
+    # the package this run imports (installed, or the tree with PYLLAMAKV_LIBRARY), not
+    # necessarily the tree: a clone's own pyllamakv/ has no compiled core
+    pkg_parent = os.path.dirname(os.path.dirname(pyllamakv.__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([pkg_parent, TESTS]))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=300, env=env, cwd=tmp_path)
 
