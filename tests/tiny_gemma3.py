@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
-from gguf import GGUFWriter, quants
+from gguf import GGUFWriter
 
-from tiny_models import _QUANTIZABLE
+from tiny_models import write_weights
 
 
 @dataclass
@@ -119,18 +119,7 @@ def write_gguf(path: str | Path, cfg: Gemma3Config, tensors: dict[str, np.ndarra
     w.add_token_scores([0.0] * cfg.n_vocab)
     w.add_bos_token_id(2)
     w.add_eos_token_id(1)
-    for name, x in tensors.items():
-        if x.ndim == 1 or wtype == T.F32:
-            w.add_tensor(name, x)
-        elif wtype == T.F16:
-            w.add_tensor(name, x.astype(np.float16))
-        else:
-            assert wtype in _QUANTIZABLE, wtype
-            w.add_tensor(name, quants.quantize(x, wtype), raw_dtype=wtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_weights(w, tensors, wtype)
     return Path(path)
 
 

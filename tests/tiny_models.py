@@ -141,3 +141,20 @@ def tiny_model_fixture(arch: str, n_layer: int, **model_kw):
         with Model(path, **model_kw) as m:
             yield m
     return tiny
+
+
+def write_weights(w: GGUFWriter, tensors: dict, wtype, keep_f32=lambda name: False) -> None:
+    """Adds tensors to w (1-D ones and those keep_f32 names stay f32, the rest in
+    wtype) and writes the file: the tail of every tiny-model writer."""
+    for name, x in tensors.items():
+        if x.ndim == 1 or keep_f32(name) or wtype == T.F32:
+            w.add_tensor(name, x)
+        elif wtype == T.F16:
+            w.add_tensor(name, x.astype(np.float16))
+        else:
+            assert wtype in _QUANTIZABLE, wtype
+            w.add_tensor(name, quants.quantize(x, wtype), raw_dtype=wtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -17,8 +17,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFWriter
 
-from tiny_models import _QUANTIZABLE
-from gguf import quants
+from tiny_models import write_weights
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from synthetic_model import qwen35_metadata  # noqa: E402   (the benchmarks' writer: the same keys)
@@ -184,18 +183,7 @@ def write_gguf(path: str | Path, cfg: Qwen35Config, tensors: dict[str, np.ndarra
     qwen35_metadata(w, cfg, n_ctx_train=4096)
     w.add_vocab_size(cfg.n_vocab)
     _vocab(w, cfg.n_vocab)
-    for name, x in tensors.items():
-        if x.ndim == 1 or "ssm_conv1d" in name or wtype == T.F32:
-            w.add_tensor(name, x)
-        elif wtype == T.F16:
-            w.add_tensor(name, x.astype(np.float16))
-        else:
-            assert wtype in _QUANTIZABLE, wtype
-            w.add_tensor(name, quants.quantize(x, wtype), raw_dtype=wtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_weights(w, tensors, wtype, keep_f32=lambda name: "ssm_conv1d" in name)
     return Path(path)
 
 
