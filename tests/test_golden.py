@@ -20,9 +20,10 @@ GOLDEN = Path(os.environ.get("PYLLAMAKV_GOLDEN_DIR")
               or Path(__file__).resolve().parents[1].parent / "shared" / "golden")
 
 
-def score(logits, entry):
-    """(agreements, KLs) over the golden positions of one prompt."""
-    n0 = len(entry["prompt_tokens"]) - 1
+def score(logits, entry, first: int | None = None):
+    """(agreements, KLs) over the golden positions of one prompt; the first
+    position's logits row is first (default: the prompt's last token)."""
+    n0 = len(entry["prompt_tokens"]) - 1 if first is None else first
     agree, kls = [], []
     for i, pos in enumerate(entry["positions"]):
         row = logits[n0 + i].astype(np.float64)
