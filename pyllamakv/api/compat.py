@@ -35,7 +35,7 @@ TUNING: dict[str, Any] = {
 }
 UNSUPPORTED: dict[str, Any] = {
     "lora_base": None, "lora_path": None, "lora_scale": 1.0, "rpc_servers": None,
-    "kv_overrides": None, "tokenizer": None,
+    "kv_overrides": None,
     "spm_infill": False, "rope_freq_base": 0.0, "rope_freq_scale": 0.0,
     "chat_template_kwargs": None,
 }
@@ -43,7 +43,6 @@ _WHY = {
     "lora_path": "LoRA adapters are not implemented", "lora_base": "LoRA adapters are not "
     "implemented", "rpc_servers": "RPC offload is not implemented",
     "kv_overrides": "metadata overrides are not implemented",
-    "tokenizer": "only the GGUF's own tokenizer is used",
     "rope_freq_base": "rope overrides are not implemented",
     "rope_freq_scale": "rope overrides are not implemented",
 }
