@@ -2,8 +2,11 @@
 Python sampler per token: the same ids and text, the same cache afterwards.
 
 Runs on the CPU backend (the same C loop as on a GPU, where the pick is a
-kernel: tests/test_cuda.py holds that one to these same checks), on the default
-model, a tiny llama model and a tiny hybrid (qwen35: blocks of one token)."""
+kernel; PYLLAMAKV_TEST_DEVICE=cuda runs these checks there, and test_ops pick
+holds the kernel to the host rule), on the default model, a tiny llama model
+and a tiny hybrid (qwen35: blocks of one token)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -15,7 +18,7 @@ from tiny_qwen35 import write_tiny_qwen35
 
 pytestmark = pytest.mark.skipif(not has_generate(), reason="the library predates lkv_generate")
 
-DEVICE = "cpu"
+DEVICE = os.environ.get("PYLLAMAKV_TEST_DEVICE", "cpu")   # the GPU machine: cuda
 
 
 def _run(llm, ahead: bool, prompt, **kw):

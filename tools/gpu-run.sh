@@ -152,6 +152,25 @@ if [[ $STAGES == *mvq* ]]; then
     done
 fi
 
+if [[ $STAGES == *profile* ]]; then
+    stamp "test_ops pick; tests/test_greedy_loop.py on cuda"
+    timeout "$(cap 60)" $B/native/test_ops pick 2>&1 | grep -E "pick|FAIL|passed" | head -20
+    PYLLAMAKV_TEST_DEVICE=cuda timeout "$(cap 120)" python3 -m pytest -q -p no:cacheprovider tests/test_greedy_loop.py 2>&1 | tail -4
+    first=1
+    for tp in ${PROF_TYPES:-q4_k:12 q4_0:2}; do
+        nm=${tp%%:*}; id=${tp##*:}; mkdir -p /tmp/syn; G=/tmp/syn/llama3-8b-$nm.gguf
+        stamp "profile $nm: cuda_bench (id $id) depth 512, then the Python API"
+        BENCH_NO_PP=1 BENCH_PICK=${PROF_PICK:-0,5,7} timeout "$(cap 90)" $B/native/cuda_bench $id 8 512 \
+            > "$OUT/prof_bench_$nm.log" 2>&1
+        grep -E "tg|rc" "$OUT/prof_bench_$nm.log"
+        [ -f $G ] || timeout "$(cap 150)" python3 benchmarks/synthetic_model.py llama3-8b $G --type $nm > /dev/null 2>&1
+        TP=""; (( first )) && TP=--torch-prof; first=0
+        timeout "$(cap 150)" python3 benchmarks/decode_profile.py $G --tag "$nm graph" $TP 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
+        LKV_CUDA_GRAPH=0 timeout "$(cap 120)" python3 benchmarks/decode_profile.py $G --tag "$nm nograph" 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
+        [[ $STAGES == *decode* ]] || rm -f $G   # the decode stage reads the same file
+    done
+fi
+
 if [[ $STAGES == *decode* ]]; then
     stamp "decode through create_completion beside llama-bench (${DEC_SHAPE:-llama3-8b}; llama-bench when built)"
     LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} timeout "$(cap 590)" python3 benchmarks/decode_vs_llamacpp.py \
@@ -224,22 +243,6 @@ if [[ $STAGES == *multiseq* ]]; then
     echo "multiseq rc=$?" >> "$OUT/multiseq.log"
     cp /tmp/ms/multiseq.csv "$OUT/multiseq.csv" 2>/dev/null
     tail -14 "$OUT/multiseq.log"
-fi
-
-if [[ $STAGES == *profile* ]]; then
-    first=1
-    for tp in ${PROF_TYPES:-q4_k:12 q4_0:2}; do
-        nm=${tp%%:*}; id=${tp##*:}; G=/tmp/syn-$nm.gguf
-        stamp "profile $nm: cuda_bench (id $id) depth 512, then the Python API"
-        BENCH_NO_PP=1 BENCH_PICK=${PROF_PICK:-0,5,7} timeout "$(cap 90)" $B/native/cuda_bench $id 8 512 \
-            > "$OUT/prof_bench_$nm.log" 2>&1
-        grep -E "tg|rc" "$OUT/prof_bench_$nm.log"
-        [ -f $G ] || timeout "$(cap 150)" python3 benchmarks/synthetic_model.py llama3-8b $G --type $nm > /dev/null 2>&1
-        TP=""; (( first )) && TP=--torch-prof; first=0
-        timeout "$(cap 150)" python3 benchmarks/decode_profile.py $G --tag "$nm graph" $TP 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
-        LKV_CUDA_GRAPH=0 timeout "$(cap 120)" python3 benchmarks/decode_profile.py $G --tag "$nm nograph" 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
-        [[ ${PROF_KEEP:-0} == 1 ]] || rm -f $G
-    done
 fi
 
 if [[ $STAGES == *spec* ]]; then
