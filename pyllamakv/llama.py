@@ -306,7 +306,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                                                          stopping_criteria))
 
     def _generate(self, tokens: list[int], sampler: Sampler, reset: bool = True,
-                  stopping_criteria=None, limit: int | None = None, ends=()) -> Iterator[int]:
+                  stopping_criteria=None, limit: int | None = None, ends=None) -> Iterator[int]:
         self._logits_mode()
         self.timings = Timings()
         # spec_decode.py; a grammar, mirostat or logits processors keep state per
@@ -335,7 +335,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
         if drafter is not None:
             yield from speculative_tokens(self, sampler, drafter)
         elif loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
-            yield from greedy_tokens(self, sampler, limit, ends)
+            yield from greedy_tokens(self, sampler, limit, ends)   # ends given: run ahead
         while True:
             token = self._sample(sampler)
             if stopping_criteria is not None and stop_asked(stopping_criteria, self._hist):
