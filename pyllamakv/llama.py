@@ -22,7 +22,7 @@ import numpy as np
 from .core import native as _native
 from .core.vocab_context import VOCAB_ONLY, VocabOnlyContext
 from .text.chat_handlers import llama_chat_formatter
-from .text.llama_tokenizer import CallableTokenizer, llama_tokenizers
+from .text.llama_tokenizer import llama_tokenizers
 from .api.llama_cpp_methods import LlamaCppMethods
 from .api.compat import check_extra_kwargs
 from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
@@ -67,7 +67,6 @@ class Llama(LlamaCppMethods, OpenAIMethods):
         self._init_kwargs = {k: v for k, v in locals().items() if k not in (
             "self", "_model", "_context", "progress_callback", "llama_cpp_kwargs")}
         self._init_kwargs.update(llama_cpp_kwargs)
-        self._given_tokenizer = llama_cpp_kwargs.pop("tokenizer", None)   # llama_tokenizer.py
         self._ctx = self._model = None
         self._guard = Guard("Llama")
         self.verbose = bool(verbose)
@@ -145,8 +144,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
     def _text_setup(self, metadata: dict, chat_format, chat_handler, pooling_type,
                     embedding: bool) -> None:
         """The parts that need only the file's metadata (all of a vocab_only Llama)."""
-        self.tokenizer, self.tokenizer_ = llama_tokenizers(
-            CallableTokenizer.from_metadata(metadata), self._given_tokenizer)
+        self.tokenizer, self.tokenizer_ = llama_tokenizers(metadata, self._init_kwargs)
         self.embedding = bool(embedding)
         self.cache = None
         self._pooling = embedding_pooling(pooling_type, metadata)

@@ -190,9 +190,12 @@ def incremental_decoder(tokenizer, special: bool = False):
     return IncrementalDecoder(tokenizer, special)
 
 
-def llama_tokenizers(base: Tokenizer, given=None):
-    """(llm.tokenizer, llm.tokenizer_) of a Llama: the GGUF's vocabulary, with
-    given (llama-cpp-python's ``tokenizer=``) for text when there is one."""
+def llama_tokenizers(metadata: dict, kwargs: dict):
+    """(llm.tokenizer, llm.tokenizer_) of a Llama made with kwargs from a file with
+    metadata: the GGUF's vocabulary, with kwargs' ``tokenizer`` (llama-cpp-python's
+    ``Llama(tokenizer=...)``) for text when there is one."""
+    base = CallableTokenizer.from_metadata(metadata)
+    given = kwargs.get("tokenizer")
     if given is None:
         return base, LlamaTokenizer(base)
     return TextOverride(base, given), given
