@@ -118,7 +118,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                 whole = whole_cache_bytes(plan)
                 kv_pool_bytes = requested_pool_bytes(cfg, whole and whole * cfg.n_seq_max)
         if cfg.n_ubatch is None and self.memory is None:
-            n_ubatch = chosen_ubatch(hp, self.device, n_batch, kv_pool_bytes)
+            n_ubatch = chosen_ubatch(file.tensors, hp, self.device, cfg, self._n_ctx, kv_pool_bytes)
         self.kv_pool_bytes = kv_pool_bytes   # None: all resident (the one spelling past the config)
         # _context: a factory taking Context's arguments (seq_batch.SharedContext.context)
         self._ctx = (_context or _native.Context)(

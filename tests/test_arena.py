@@ -128,26 +128,25 @@ def test_phase_arena_value_is_checked(tiny):
 
 # ---------------------------------------------------------------- budget
 
-def test_budget_counts_the_arena_once(tiny):
-    """The core's arena is the sum of the micro-batch buffers (each rounded to
-    256 bytes); budget.py counts it as one allocation beside the decode set."""
-    from pyllamakv.memory.budget import (ARENA_ALIGN, DECODE_ROWS as ROWS, micro_batch_buffers,
-                                  workspace_allocations)
-    hp = tiny.hparams
-    assert ROWS == DECODE_ROWS
-    with Context(tiny, n_ctx=256, n_ubatch=64, kv_chunk=CHUNK, kv_pool_bytes=4 * _cb(tiny),
-                 phase_arena=True) as c:
+def test_plan_counts_the_arena_once(tiny):
+    """The core's memory plan (core/native_plan.py) holds the arena the context
+    makes, and beside it the decode set; no pool, or a narrow micro-batch: none."""
+    from pyllamakv.core.native_plan import memory_plan
+    kw = dict(n_ctx=256, n_ubatch=64, kv_chunk=CHUNK, kv_pool_bytes=4 * _cb(tiny),
+              phase_arena=True)
+    with Context(tiny, **kw) as c:
         got = c.kv_stats()["arena_bytes"]
-    big = micro_batch_buffers(hp, 64)
-    assert got == sum(-(-b // ARENA_ALIGN) * ARENA_ALIGN for b in big)
-    plain = workspace_allocations(hp, 64, streaming=True)
-    lent = workspace_allocations(hp, 64, streaming=True, arena=True)
-    assert got in lent and not set(big) & set(lent[:1])
-    assert sum(lent) - sum(plain) == got - sum(big) + sum(micro_batch_buffers(hp, ROWS))
-    # no pool, or a narrow micro-batch: no arena
-    assert workspace_allocations(hp, 64, arena=True) == workspace_allocations(hp, 64)
-    assert workspace_allocations(hp, ROWS, streaming=True, arena=True) == \
-        workspace_allocations(hp, ROWS, streaming=True)
+    plan = memory_plan(tiny.file.tensors, tiny.hparams, "cpu", **kw)
+    assert got > 0 and plan.phase_arena == 1 and plan.workspace == got
+    plain = memory_plan(tiny.file.tensors, tiny.hparams, "cpu", **{**kw, "phase_arena": False})
+    assert plain.phase_arena == 0 and plain.workspace_decode == 0
+    # the arena is the prefill set rounded to 256 bytes a buffer; the decode set is
+    # the same buffers at DECODE_ROWS rows
+    assert plain.workspace <= got < plain.workspace + 256 * 32
+    assert 0 < plan.workspace_decode < plain.workspace
+    for off in (dict(kv_pool_bytes=None), dict(n_ubatch=DECODE_ROWS)):
+        p = memory_plan(tiny.file.tensors, tiny.hparams, "cpu", **{**kw, **off})
+        assert p.phase_arena == 0 and p.workspace_decode == 0
 
 
 def test_arena_on_a_hybrid(tmp_path):

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
-from pyllamakv.memory.budget import (MIB, PAGE, BudgetSplit, granule, recurrent_device_bytes,
-                              split_budget, weight_device_bytes)
+from pyllamakv.memory.budget import (MIB, PAGE, BudgetSplit, granule, split_budget,
+                                     weight_device_bytes)
 from pyllamakv.errors import MemoryBudgetError, ParameterError, PoolTooSmallError
 
 
@@ -89,14 +89,18 @@ def test_weights_are_counted_once_per_copy():
     assert weight_device_bytes(ts) == 4 * MIB + 512
 
 
-def test_recurrent_state_matches_the_core(tmp_path):
+def test_recurrent_state_is_the_cores(tmp_path):
+    """The budget's recurrent part is the core's plan: the live state and its two
+    snapshots, each as large as the context reports."""
     from fixtures.tiny_qwen35 import write_tiny_qwen35
     from pyllamakv import Llama
+    from pyllamakv.core.native_plan import memory_plan
     p = write_tiny_qwen35(tmp_path / "q35.gguf", seed=1)
     with Llama(str(p), n_ctx=64, device="cpu", n_threads=1) as llm:
         live = llm._ctx.recurrent_bytes
         assert live > 0
-        assert recurrent_device_bytes(llm._model.hparams) == 3 * granule(live)
+        plan = memory_plan(llm._model.file.tensors, llm._model.hparams, "cpu", n_ctx=64)
+        assert plan.recurrent == 3 * live and plan.recurrent_device == 3 * granule(live)
 
 
 # ---------------------------------------------------------------- Llama
@@ -134,7 +138,9 @@ def test_budget_takes_the_rest_and_keeps_the_logits(path, weights_mib):
     with llama(path, n_ctx=2048, logits_all=True) as ref:
         ref.eval(prompt)
         want = ref.scores.copy()
-    for extra, kv in ((400, None), (250, None), (250, "auto")):
+    # (the core's plan on the CPU: workspace 179 MiB with logits_all, KV 45 MiB all
+    # resident at n_ctx 2048, so +210 MiB leaves a pool)
+    for extra, kv in ((400, None), (210, None), (210, "auto")):
         with llama(path, n_ctx=2048, logits_all=True, gpu_memory_mib=weights_mib + extra,
                    kv_pool_mib=kv) as llm:
             m = llm.memory
@@ -212,13 +218,14 @@ def _cfg(n_seq, **kw):
 def test_budget_plans_for_every_sequence(path, weights_mib):
     """n_seq_max = 3: all resident only when three whole caches fit (one fitting is
     not enough); else one pool that gives each of the three its minimum."""
-    from pyllamakv.memory.budget import plan_budget, resident_kv_bytes
+    from pyllamakv.memory.budget import plan_budget
     from pyllamakv.gguf.reader import GGUFFile
     from pyllamakv.memory.plan import kv_plan, kv_row_bytes, sequences_pool_bytes
+    from pyllamakv.gguf.arch_qwen35 import n_layer_kv
     from pyllamakv.core.native import model_params
     f = GGUFFile(path)
     hp = model_params(f)
-    one_kv = resident_kv_bytes(hp, 2048, kv_row_bytes(hp, "f16"), kv_row_bytes(hp, "f16"))
+    one_kv = n_layer_kv(hp) * 2 * granule(2048 * kv_row_bytes(hp, "f16"))   # K and V planes
     plan = kv_plan(hp, 2048)
 
     def split(n_seq, budget_mib, **kw):

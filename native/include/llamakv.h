@@ -455,6 +455,53 @@ lkv_status lkv_context_kv_stats(const lkv_context *c, lkv_kv_stats *out, int32_t
 /* Row bytes of `type` for n elements (n a multiple of the block size). */
 int64_t lkv_row_bytes(int32_t type, int64_t n);
 
+/* ---- memory plan (dry run) ------------------------------------------------ */
+
+/* What a model and a context with these parameters would take, part by part,
+ * on the device mp->device names: the allocations lkv_model_create and
+ * lkv_context_create make there, found by running the context's creation on
+ * a backend that records each allocation instead of making it (nothing of the
+ * device is touched, and no weight is copied or read). Byte figures are the
+ * sizes asked for; the *_device figures round each allocation up as the CUDA
+ * driver does (multiples of 512 bytes below 1 MiB, of 2 MiB from there), so
+ * they bound what the device shows. The CUDA backend's own buffers include
+ * what it allocates on first use (the prefill GEMM's scratch where its
+ * kernel chooser takes gemm_wg for a weight type on sm_90a). */
+typedef struct lkv_memory_plan {
+    int32_t device;            /* lkv_device planned for */
+    int32_t n_ubatch;          /* the micro-batch after the core's caps (n_batch, n_ctx) */
+    int32_t phase_arena;       /* 1: the workspace is the phase arena (arena.h) */
+    int32_t n_allocations;     /* device allocations of the context (weights excluded) */
+    int64_t weights;           /* bytes of the distinct weight tensors the model uses */
+    int64_t weights_device;    /* the same as the CUDA backend allocates them, rounded */
+    int64_t backend;           /* the backend's own buffers (CUDA: tokens, attention
+                                  workspace, rope table, 8-bit activations, GEMM scratch) */
+    int64_t workspace;         /* micro-batch buffers of n_ubatch rows (the arena with one) */
+    int64_t workspace_decode;  /* with the arena: the decode set beside it; else 0 */
+    int64_t logits;            /* the device's logits rows */
+    int64_t logits_wide;       /* made on first use: the rows a decode keeping several
+                                  logits rows needs without logits_all (speculative
+                                  verification, a step of several sequences) */
+    int64_t recurrent;         /* a hybrid's recurrent state and its snapshots */
+    int64_t kv;                /* the KV cache on the device: the pool, or every resident
+                                  plane of every sequence, with the stream's micro-batch
+                                  rows and sliding-window rings */
+    int64_t kv_pool;           /* of kv: the pool (0: all resident) */
+    int64_t kv_ring;           /* of the pool: the transfer ring with every position held */
+    int64_t mtp;               /* the MTP block's buffers and KV */
+    int64_t host;              /* the host KV store (pinned on CUDA) */
+    int64_t device_total;      /* every device allocation of the context, rounded */
+    int64_t kv_device;         /* of device_total: the KV cache's allocations (kv), rounded */
+    int64_t recurrent_device;  /* of device_total: the recurrent state's, rounded */
+} lkv_memory_plan;
+
+/* The dry run; tensors as for lkv_model_create (validated the same way; their
+ * data is not read), p as for lkv_context_create (its checks and refusals,
+ * LKV_ERR_POOL_TOO_SMALL included). */
+lkv_status lkv_memory_plan_compute(const lkv_model_params *mp, const lkv_tensor_desc *tensors,
+                                   int32_t n_tensors, const lkv_context_params *p,
+                                   lkv_memory_plan *out);
+
 /* LKV_CDEF_END */
 
 #define LKV_ABI_VERSION 7

@@ -185,6 +185,16 @@ API lkv_status lkv_context_create(lkv_model *m, const lkv_context_params *p, lkv
 
 API void lkv_context_free(lkv_context *c) { lkv_context_destroy(c); }
 
+API lkv_status lkv_memory_plan_compute(const lkv_model_params *mp, const lkv_tensor_desc *tensors,
+                                       int32_t n_tensors, const lkv_context_params *p,
+                                       lkv_memory_plan *out) {
+    lkv_clear_error();
+    if (!mp || !p || !out || (n_tensors > 0 && !tensors) || n_tensors < 0)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_memory_plan_compute: NULL argument or "
+                        "negative count");
+    return lkv_memplan_run(mp, tensors, n_tensors, p, out);
+}
+
 API lkv_status lkv_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0) {
     lkv_clear_error();
     if (!c || (!tokens && n > 0)) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_decode: NULL argument");

@@ -64,6 +64,15 @@ static int default_threads(void) {
 }
 
 lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_context **out) {
+    return lkv_context_build_on(m, m->be, pin, out, NULL);
+}
+
+/* mark(b, part): the allocations that follow belong to part (lkv_ctx_part), for
+ * the dry run's recording backend (memplan.c); NULL otherwise */
+#define MARK(part) do { if (mark) mark(c->b, (part)); } while (0)
+
+lkv_status lkv_context_build_on(lkv_model *m, const lkv_backend *be, const lkv_context_params *pin,
+                                lkv_context **out, void (*mark)(lkv_bctx *b, int part)) {
     lkv_context_params p = *pin;
     if (!p.n_seq_max) p.n_seq_max = 1;
     LKV_TRY(check_params(m, &p));
@@ -76,7 +85,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     if (!c) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the context");
     c->model = m;
     c->p = p;
-    c->be = m->be;
+    c->be = be;
     const lkv_model_params *hp = &m->hp;
     const int U = p.n_ubatch, hd = hp->head_dim;
     const size_t nkv = (size_t)hp->n_head_kv * hd;
@@ -89,8 +98,11 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
 #define ALLOC(ptr, bytes) \
     do { if (!st && !((ptr) = c->be->alloc(c->b, (bytes)))) \
         st = lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate %zu bytes for " #ptr, (size_t)(bytes)); } while (0)
+    MARK(LKV_PART_WORKSPACE);
     st = lkv_ws_create(c);   /* x .. attn_st and a hybrid's rows (arena.c) */
+    MARK(LKV_PART_LOGITS);
     ALLOC(c->logits_dev, sizeof(float) * (size_t)logit_rows_dev * c->out_width);
+    MARK(LKV_PART_RECURRENT);
     if (m->arch->hybrid) {
         const size_t VD = (size_t)hp->ssm_n_v_heads * hp->ssm_head_v_dim,
                      CD = 2 * (size_t)hp->ssm_n_k_heads * hp->ssm_head_k_dim + VD;
@@ -124,6 +136,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
             /* a local layer's ring: its window and one decode call (kv/cache.h) */
             .ring_rows = hp->swa_window > 0 ? hp->swa_window - 1 + p.n_batch : 0,
         };
+        MARK(LKV_PART_KV);
         st = lkv_kvset_create(&c->kvs, &kc, p.n_seq_max, c->be, c->b);
     }
     c->n_seq = p.n_seq_max;
@@ -138,6 +151,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
             c->active = c->seq_len + 2 * c->n_seq;
         }
     }
+    MARK(LKV_PART_MTP);
     if (!st && p.mtp) st = lkv_mtp_create(c, &c->mtp);
     if (st) { lkv_context_destroy(c); return st; }
 
@@ -156,6 +170,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
     *out = c;
     return LKV_OK;
 }
+#undef MARK
 
 void lkv_context_destroy(lkv_context *c) {
     if (!c) return;

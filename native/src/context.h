@@ -99,4 +99,8 @@ lkv_status lkv_forward_block(struct lkv_context *c, const lkv_layer_weights *L,
 /* LKV_ERR_ABORTED (with a message) when the abort flag is set, else LKV_OK */
 lkv_status lkv_context_check_abort(const struct lkv_context *c);
 
+/* the device and host rows a decode keeping several logits rows needs, made
+ * once on first use (decode.c) */
+lkv_status lkv_context_wide_logits(struct lkv_context *c);
+
 #endif

@@ -23,8 +23,9 @@ float *lkv_logits_dev(const lkv_context *c, int32_t nl) {
 }
 
 /* Room for the logits of n_logits > 1 rows without logits_all: a device
- * buffer of U rows and a host one of n_batch rows, made once. */
-static lkv_status wide_logits(lkv_context *c) {
+ * buffer of U rows and a host one of n_batch rows, made once (also by the
+ * memory plan, memplan.c, to count it). */
+lkv_status lkv_context_wide_logits(lkv_context *c) {
     if (c->logits_wide) return LKV_OK;
     const size_t W = (size_t)c->out_width;   /* n_vocab, or n_embd with embeddings */
     float *host = malloc(sizeof(float) * (size_t)c->p.n_batch * W);
@@ -103,7 +104,7 @@ static void roll_back(lkv_context *c) {
 /* Runs a checked call whose kept rows are c->want[0..n) (n_want of them). */
 static lkv_status run(lkv_context *c, const int32_t *tokens, const int32_t *seqs, int32_t n,
                       int32_t n_want) {
-    if (n_want > c->logit_rows_host) LKV_TRY(wide_logits(c));
+    if (n_want > c->logit_rows_host) LKV_TRY(lkv_context_wide_logits(c));
     for (int32_t s = 0; s < c->n_seq; s++) c->active[s] = c->seq_len[s] > 0 || c->seq_start[s] >= 0;
     LKV_TRY(lkv_kvset_prepare(c->kvs, c->active));
     const int32_t W = c->out_width, U = c->p.n_ubatch;

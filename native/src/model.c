@@ -242,8 +242,7 @@ void lkv_model_foreach_weight(struct lkv_model *m, void (*fn)(lkv_weight *w, voi
     }
 }
 
-lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *tensors,
-                           int32_t n_tensors, lkv_model **out) {
+lkv_status lkv_model_backend(const lkv_model_params *p, const lkv_backend **out) {
     LKV_TRY(check_params(p));
     const lkv_backend *be = &lkv_backend_cpu;
     if (p->device == LKV_DEVICE_CUDA) {
@@ -260,6 +259,14 @@ lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *ten
         return lkv_fail(LKV_ERR_UNSUPPORTED, "the %s backend has no GeGLU, sliding-window "
                         "attention or logit softcapping yet, so it cannot run %s models; use "
                         "device='cpu'", be->name, ARCHS[p->arch].name);
+    *out = be;
+    return LKV_OK;
+}
+
+lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *tensors,
+                           int32_t n_tensors, lkv_model **out) {
+    const lkv_backend *be = NULL;
+    LKV_TRY(lkv_model_backend(p, &be));
     lkv_model *m = calloc(1, sizeof *m);
     if (!m) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the model");
     m->layers = calloc((size_t)p->n_layer, sizeof *m->layers);

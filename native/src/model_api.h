@@ -8,11 +8,35 @@
 #include "llamakv.h"
 #include "model.h"
 
+struct lkv_bctx;
+
 lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *tensors,
                            int32_t n_tensors, lkv_model **out);
 void lkv_model_destroy(lkv_model *m);
 
+/* the backend that p->device names, if it can run p's architecture */
+lkv_status lkv_model_backend(const lkv_model_params *p, const struct lkv_backend **out);
+
 lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *p, lkv_context **out);
+/* The parts of a context's backend memory, in the order the build allocates them. */
+typedef enum lkv_ctx_part {
+    LKV_PART_BACKEND,        /* the backend's own state (ctx_init) */
+    LKV_PART_WORKSPACE,      /* micro-batch buffers, the phase arena (arena.h) */
+    LKV_PART_LOGITS,
+    LKV_PART_RECURRENT,      /* a hybrid's recurrent state and snapshots */
+    LKV_PART_KV,             /* pool, resident planes, stream rows, local rings, host store */
+    LKV_PART_MTP,            /* the MTP block's buffers and KV */
+    LKV_PARTS
+} lkv_ctx_part;
+/* lkv_context_build on backend be (the model's, or the dry run's recorder:
+ * memplan.c), calling mark(b, part) before each part's allocations (mark may
+ * be NULL). */
+lkv_status lkv_context_build_on(lkv_model *m, const struct lkv_backend *be,
+                                const lkv_context_params *p, lkv_context **out,
+                                void (*mark)(struct lkv_bctx *b, int part));
+/* the dry run behind lkv_memory_plan_compute (memplan.c) */
+lkv_status lkv_memplan_run(const lkv_model_params *mp, const lkv_tensor_desc *tensors,
+                           int32_t n_tensors, const lkv_context_params *cp, lkv_memory_plan *out);
 void lkv_context_destroy(lkv_context *c);
 lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, int32_t pos0,
                               int32_t n_logits);

@@ -91,6 +91,31 @@ def cuda_device_count() -> int:
 
 # ---------------------------------------------------------------- model
 
+def model_params_of(tensors, hparams: dict, device: str, n_threads: int | None = None):
+    """(lkv_model_params *, lkv_tensor_desc[], what must stay alive while the core
+    reads them) for a GGUF's tensors (GGUFFile.tensors) on device."""
+    p = ffi.new("lkv_model_params *")
+    lib.lkv_model_params_init(p)
+    for name, value in hparams.items():
+        setattr(p, name, value)
+    p.device = {"cpu": DEVICE_CPU, "cuda": DEVICE_CUDA}[device]
+    p.n_threads = _int32("n_threads", n_threads or 0)
+    ts = tensors
+    descs = ffi.new("lkv_tensor_desc[]", max(len(ts), 1))
+    keep = []
+    for d, t in zip(descs, ts):
+        name = ffi.new("char[]", t.name.encode())
+        keep.append(name)
+        d.name = name
+        d.type = t.type
+        d.n_dims = len(t.shape)
+        for i, n in enumerate(t.shape[:4]):
+            d.ne[i] = n
+        d.data = ffi.from_buffer(t.data) if t.nbytes else ffi.NULL
+        d.nbytes = t.nbytes
+    return p, descs, keep
+
+
 class Model:
     """Weights of one GGUF file on one device."""
 
@@ -103,27 +128,11 @@ class Model:
         self.hparams = model_params(self.file)
         check_finite(self.file, WEIGHT_TYPES)   # the core refuses the other types by name
         self.device = device
-        p = ffi.new("lkv_model_params *")
-        lib.lkv_model_params_init(p)
-        for name, value in self.hparams.items():
-            setattr(p, name, value)
-        p.device = {"cpu": DEVICE_CPU, "cuda": DEVICE_CUDA}[device]
-        p.n_threads = _int32("n_threads", n_threads or 0)
-        ts = self.file.tensors
-        descs = ffi.new("lkv_tensor_desc[]", max(len(ts), 1))
-        self._keep = []
-        for d, t in zip(descs, ts):
-            name = ffi.new("char[]", t.name.encode())
-            self._keep.append(name)
-            d.name = name
-            d.type = t.type
-            d.n_dims = len(t.shape)
-            for i, n in enumerate(t.shape[:4]):
-                d.ne[i] = n
-            d.data = ffi.from_buffer(t.data) if t.nbytes else ffi.NULL
-            d.nbytes = t.nbytes
+        p, descs, self._keep = model_params_of(self.file.tensors, self.hparams, device,
+                                               n_threads)
         out = ffi.new("lkv_model **")
-        _check(lib.lkv_model_create(p, descs, len(ts), out), f"loading {self.file.path}")
+        _check(lib.lkv_model_create(p, descs, len(self.file.tensors), out),
+               f"loading {self.file.path}")
         self._ptr = ffi.gc(out[0], lib.lkv_model_free)
         self._keep = None  # names are read only while the model is created
 
@@ -175,6 +184,35 @@ class Model:
 
 # ---------------------------------------------------------------- context
 
+def context_params(*, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
+                   n_threads: int | None = None, type_k: str | int = "f16",
+                   type_v: str | int = "f16", kv_chunk: int = 0, logits_all: bool = False,
+                   kv_pool_bytes: int | None = None, gpu_kernels: str = "fast",
+                   embeddings: bool = False, n_state_snapshots: int | None = None,
+                   n_seq_max: int = 1, phase_arena: bool | None = None, mtp: bool = False):
+    """An lkv_context_params * from Context's arguments, each checked."""
+    p = ffi.new("lkv_context_params *")
+    lib.lkv_context_params_init(p)
+    for name, v in dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
+                        kv_chunk=kv_chunk, n_seq_max=n_seq_max).items():
+        setattr(p, name, _int32(name, v))
+    p.n_threads = _int32("n_threads", n_threads or 0)
+    p.type_k = type_id(type_k, kv=True)
+    p.type_v = type_id(type_v, kv=True)
+    p.logits_all = bool(logits_all)
+    p.kv_pool_bytes = -1 if kv_pool_bytes is None else _int32(
+        "kv_pool_bytes", kv_pool_bytes, 2**63 - 1)
+    p.gpu_kernels = int(check_gpu_kernels(gpu_kernels) == "fast")
+    p.embeddings = int(bool(embeddings))
+    # the prefill workspace lent to the KV while decoding (native/src/arena.h);
+    # None: the backend's default (on for CUDA with a pool bound)
+    p.phase_arena = -1 if phase_arena is None else int(bool(phase_arena))
+    p.mtp = int(bool(mtp))   # the MTP block beside the trunk (mtp_draft)
+    if n_state_snapshots is not None:   # hybrids: recurrent-state snapshots (core default 2)
+        p.n_state_snapshots = int(n_state_snapshots)
+    return p
+
+
 class Context(SequencesMixin, MTPMixin, GenerateMixin):
     """A KV cache and the buffers to decode into it, over one Model; with
     n_seq_max > 1, that many sequences (each n_ctx positions, its own cache)
@@ -191,25 +229,12 @@ class Context(SequencesMixin, MTPMixin, GenerateMixin):
         self._ptr = None
         self._guard = Guard("context")
         self.model = model
-        p = ffi.new("lkv_context_params *")
-        lib.lkv_context_params_init(p)
-        for name, v in dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
-                            kv_chunk=kv_chunk, n_seq_max=n_seq_max).items():
-            setattr(p, name, _int32(name, v))
-        p.n_threads = _int32("n_threads", n_threads or 0)
-        p.type_k = type_id(type_k, kv=True)
-        p.type_v = type_id(type_v, kv=True)
-        p.logits_all = bool(logits_all)
-        p.kv_pool_bytes = -1 if kv_pool_bytes is None else _int32(
-            "kv_pool_bytes", kv_pool_bytes, 2**63 - 1)
-        p.gpu_kernels = int(check_gpu_kernels(gpu_kernels) == "fast")
-        p.embeddings = int(bool(embeddings))
-        # the prefill workspace lent to the KV while decoding (native/src/arena.h);
-        # None: the backend's default (on for CUDA with a pool bound)
-        p.phase_arena = -1 if phase_arena is None else int(bool(phase_arena))
-        p.mtp = int(bool(mtp))   # the MTP block beside the trunk (mtp_draft)
-        if n_state_snapshots is not None:   # hybrids: recurrent-state snapshots (core default 2)
-            p.n_state_snapshots = int(n_state_snapshots)
+        p = context_params(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
+                           type_k=type_k, type_v=type_v, kv_chunk=kv_chunk,
+                           logits_all=logits_all, kv_pool_bytes=kv_pool_bytes,
+                           gpu_kernels=gpu_kernels, embeddings=embeddings,
+                           n_state_snapshots=n_state_snapshots, n_seq_max=n_seq_max,
+                           phase_arena=phase_arena, mtp=mtp)
         self.logits_all = bool(logits_all)
         self.mtp = bool(mtp)
         self.n_seq_max = int(n_seq_max)

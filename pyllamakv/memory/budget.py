@@ -1,159 +1,55 @@
 """gpu_memory_mib: the device memory a Llama may take, split between its parts.
 
 A Llama's device memory is four parts: the weights, the workspace (the
-context's micro-batch buffers and the CUDA backend's own state), the
-recurrent state of a hybrid, and the KV cache (its pool, or the whole cache
-when all of it is resident). ``plan_budget`` gives the KV what the other three
-leave of the budget. Every part is the list of allocations the core makes:
+context's micro-batch buffers, the phase arena, the logits rows, the KV
+stream's micro-batch rows and the CUDA backend's own buffers), the recurrent
+state of a hybrid, and the KV cache (its pool, or the whole cache when all of
+it is resident). ``plan_budget`` gives the KV what the other three leave of the
+budget.
 
-- weights: each distinct tensor of the GGUF, one cudaMalloc of its bytes
-  (cuda/backend.cu upload_weight: a tied output shares token_embd's copy);
-- workspace: the micro-batch buffers (arena.c ws_list_of; with the phase
-  arena, CUDA contexts with a pool and n_ubatch > DECODE_ROWS, one
-  allocation for them all, counted once, and the same buffers again at
-  DECODE_ROWS rows: the arena is lent to the KV while decoding and is not
-  part of the pool), context.c lkv_context_build's ALLOC list, the KV stream's
-  micro-batch rows (kv/stream.c), the logits rows a speculative verification
-  adds (context.c wide_logits) and cuda/backend.cu cuda_ctx_init's buffers;
-- recurrent: recurrent.c, the live state and each snapshot; with an MTP
-  drafter (mtp.c) also its KV of one layer, all resident, and its buffers;
-- KV: all resident, two planes per attention layer (kv/cache.c) of every
-  sequence; bounded, one pool (kv/stream.c) that n_seq_max sequences share,
-  each at least a sequence's minimum (kv/plan.h lkv_plan_shares). With
-  n_seq_max > 1 a batched step gives a logits row per sequence, so the wide
-  logits rows are counted too.
-
-Each allocation is rounded up to the driver's granularity (``granule``) so the
-sum bounds what NVML sees. The CUDA runtime's own context (created before any
-of this, a few hundred MiB that no setting changes) is outside the budget.
-On the CPU the same accounting holds the emulated device to the same plan.
+Every figure is the core's: ``core.native_plan.memory_plan`` runs the
+context's creation on a backend that records each allocation instead of
+making it (native/src/memplan.c), with the CUDA backend's own buffers and the
+prefill GEMM's scratch where its kernel chooser needs it, each allocation
+rounded up to the driver's granularity (``granule``) so the sum bounds what
+NVML sees. Nothing here restates an allocation. Two figures stay outside the
+core: the CUDA runtime's own context (created before any of this, a few
+hundred MiB that no setting changes: outside the budget), and
+``MODULE_RESERVE``, the kernel images the runtime loads on first launch and
+the decode graph's memory. On the CPU the same accounting holds the emulated
+device to the same plan.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.native import type_id
-from ..gguf.arch_qwen35 import n_layer_kv, recurrent_bytes
+from ..core.native_plan import memory_plan
 from ..errors import MemoryBudgetError, PoolTooSmallError
 
 MIB = 1 << 20
 SMALL = 1 << 20           # cudaMalloc: below this, sub-allocated in 512-byte steps
 PAGE = 2 << 20            # at and above it, whole 2 MiB pages
-ATTN_WS_BYTES = 32 << 20  # cuda/backend.cu: the split-attention workspace
-WG_SCRATCH_BYTES = 128 << 20   # cuda/gemm_wg.cu WG_SCRATCH: f16 weights of one GEMM
-# weight types gemm_wg.cu converts to f16 for the prefill GEMM on sm_90a
-# (choose_matmul.cu; q4_1, q5_0, q5_1, q8_0, iq4_nl and iq4_xs take mmq)
-WG_TYPES = {0, 1, 30, 2,                  # f32, f16, bf16, q4_0
-            10, 11, 12, 13, 14,           # q2_K .. q6_K
-            16, 17, 18, 19, 21, 22, 29}   # iq2_xxs, iq2_xs, iq3_xxs, iq1_s, iq3_s, iq2_s, iq1_m
-
-
-# K / V types cuda/attn_stage.cu decodes to f16 in that scratch (with each other or f16)
-STAGE_KV_TYPES = {1, 2, 8}                # f16, q4_0, q8_0
-
-
-def needs_wg_scratch(tensors, type_k=None, type_v=None) -> bool:
-    """Whether a matmul weight (2-D, not the token embedding) has a type gemm_wg
-    copies, or the prefill attention decodes K / V (type_k / type_v) in its scratch."""
-    if type_k is not None and type_v is not None:
-        tk, tv = type_id(type_k, kv=True), type_id(type_v, kv=True)
-        if tk in STAGE_KV_TYPES and tv in STAGE_KV_TYPES and (tk, tv) != (1, 1):
-            return True
-    return any(len(t.shape) == 2 and t.type in WG_TYPES and not t.name.startswith("token_embd")
-               for t in tensors)
-DECODE_ROWS = 16          # arena.h LKV_DECODE_ROWS: rows of the decode-phase workspace
-ARENA_ALIGN = 256         # arena.c WS_ALIGN: each buffer's start inside the arena
-N_SNAPSHOTS = 2           # the core's default recurrent-state snapshots (api.c)
 MODULE_RESERVE = 64 << 20  # kernel images loaded lazily on first launch, graph memory
 
 
 def granule(nbytes: int) -> int:
-    """Device bytes one cudaMalloc of nbytes occupies (0 bytes: the core asks for 16)."""
+    """Device bytes one cudaMalloc of nbytes occupies (0 bytes: the core asks for 16);
+    the rule memplan.c rounds the core's allocations by, for the pool chosen here."""
     n = max(int(nbytes), 16)
     small = -(-n // 512) * 512
     return small if small < SMALL else -(-n // PAGE) * PAGE   # what rounds up to SMALL is paged
 
 
 def weight_device_bytes(tensors) -> int:
-    """Device bytes of a GGUF's weights: one allocation per distinct tensor
-    (tensors: GGUFFile.tensors; two names over one data offset are one copy)."""
+    """Device bytes of a GGUF's weights before the model is known: one allocation
+    per distinct tensor (tensors: GGUFFile.tensors; two names over one data
+    offset are one copy). plan_budget uses the core's figure (the tensors the
+    model binds)."""
     seen: dict[int, int] = {}
     for t in tensors:
         if t.nbytes:
             seen[t.offset] = max(seen.get(t.offset, 0), t.nbytes)
     return sum(granule(n) for n in seen.values())
-
-
-def workspace_allocations(hp: dict, n_ubatch: int, *, logits_all: bool = False,
-                          wide_logits: bool = False, embeddings: bool = False,
-                          streaming: bool = False, row_bytes_k: int = 0,
-                          row_bytes_v: int = 0, wg_scratch: bool = False,
-                          arena: bool = False, mtp: bool = False) -> list[int]:
-    """Bytes of every device allocation of a context other than the KV cache
-    and the recurrent state, for a micro-batch of n_ubatch tokens (arena: the
-    phase arena, which the core makes only with a pool and n_ubatch > DECODE_ROWS)."""
-    U, hd = n_ubatch, hp["head_dim"]
-    nq = hp["n_head"] * hd
-    out_width = hp["n_embd"] if embeddings else hp["n_vocab"]
-    f = 4    # sizeof(float)
-    if arena and streaming and U > DECODE_ROWS:     # one arena, and the decode set
-        a = [sum(-(-n // ARENA_ALIGN) * ARENA_ALIGN for n in micro_batch_buffers(hp, U))]
-        a += micro_batch_buffers(hp, DECODE_ROWS)
-    else:
-        a = micro_batch_buffers(hp, U)
-    a.append(f * (U if logits_all else 1) * out_width)   # logits
-    if wide_logits and not logits_all:                      # several rows without logits_all
-        a.append(f * U * out_width)
-    if mtp:                                                 # mtp.c: hid, emb, cat, chain, saved
-        E = hp["n_embd"]
-        a += [f * (U + 1) * E, f * U * E, f * U * 2 * E, f * E, f * 4 * E]
-    if streaming:                                           # each layer's micro-batch K and V
-        a += [row_bytes_k * U, row_bytes_v * U] * n_layer_kv(hp)
-    # cuda_ctx_init: tokens, position, attention workspace, rope table, 8-bit activations
-    mtp_in = 2 * hp["n_embd"] if hp.get("n_nextn") else 0    # an MTP block's eh_proj input
-    cols = -(-max(hp["n_embd"], hp["n_ff"], nq, mtp_in) // 32) * 32
-    rows = max(U, 8)
-    nq8 = rows * cols
-    a += [4 * U, 4, ATTN_WS_BYTES, 4 * hd * U, nq8, nq8 // 32 * 4, nq8 // 32 * 4]
-    if rows > 8:
-        a += [nq8, nq8 // 32 * 4, nq8 // 32 * 4]
-    # cuda/gemm_wg.cu (sm_90a prefill): the f16 copy of a matmul's input (tiles
-    # of 128 tokens x 64 of K), and the f16 weights of one GEMM for the types it
-    # converts
-    a.append(2 * (-(-U // 128) * 128) * (-(-cols // 64) * 64))
-    if wg_scratch:
-        a.append(WG_SCRATCH_BYTES)
-    return a
-
-
-def micro_batch_buffers(hp: dict, rows: int) -> list[int]:
-    """Bytes of the workspace buffers of a micro-batch of rows tokens (arena.c ws_list_of)."""
-    R, hd, f = rows, hp["head_dim"], 4
-    nq, nkv = hp["n_head"] * hd, hp["n_head_kv"] * hd
-    a = [f * R * hp["n_embd"], f * R * max(nq, hp["n_embd"]), f * R * nq, f * R * nkv,
-         f * R * nkv, f * R * hp["n_ff"], f * R * hp["n_ff"], f * R * hp["n_embd"],
-         f * R * hp["n_head"] * (hd + 2)]                   # attention state
-    if hp.get("full_attn_interval"):                        # hybrid: gate and DeltaNet rows
-        vd = hp["ssm_n_v_heads"] * hp["ssm_head_v_dim"]
-        cd = 2 * hp["ssm_n_k_heads"] * hp["ssm_head_k_dim"] + vd
-        a += [f * R * 2 * nq, f * R * nq, f * R * cd, f * R * cd, f * R * vd,
-              f * R * hp["ssm_n_v_heads"], f * R * hp["ssm_n_v_heads"], f * R * vd]
-    return a
-
-
-def workspace_bytes(hp: dict, n_ubatch: int, **kw) -> int:
-    return MODULE_RESERVE + sum(granule(n) for n in workspace_allocations(hp, n_ubatch, **kw))
-
-
-def recurrent_device_bytes(hp: dict, n_snapshots: int = N_SNAPSHOTS) -> int:
-    """A hybrid's recurrent state on the device: the live copy and its snapshots."""
-    r = recurrent_bytes(hp)
-    return 0 if r == 0 else (1 + n_snapshots) * granule(r)
-
-
-def resident_kv_bytes(hp: dict, n_ctx: int, row_bytes_k: int, row_bytes_v: int) -> int:
-    """The whole cache, all resident: a K and a V plane per attention layer."""
-    return n_layer_kv(hp) * (granule(row_bytes_k * n_ctx) + granule(row_bytes_v * n_ctx))
 
 
 @dataclass(slots=True, frozen=True)
@@ -223,22 +119,17 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
 
     All resident at the default micro-batch when the whole cache fits; else a
     bounded pool, with the widest micro-batch (ubatch.py's choices on CUDA,
-    cfg.n_ubatch when set) whose activations take at most a quarter of what the
+    cfg.n_ubatch when set) whose workspace takes at most a quarter of what the
     weights and recurrent state leave and whose pool still meets the plan's
-    minimum. weights: device bytes of weights already loaded (None: from tensors).
+    minimum. weights: device bytes of weights already loaded (None: the core's
+    figure for tensors).
     """
     from ..config import requested_pool_bytes
-    from .plan import kv_plan, kv_row_bytes, sequences_pool_bytes, share_bytes, whole_cache_bytes
+    from .plan import kv_plan, sequences_pool_bytes, share_bytes, whole_cache_bytes
     from .ubatch import CHOICES, RESIDENT
     budget = int(cfg.gpu_memory_mib * MIB)
-    w = weight_device_bytes(tensors) if weights is None else weights
-    rbk, rbv = kv_row_bytes(hp, cfg.type_k), kv_row_bytes(hp, cfg.type_v)
     n_seq = cfg.n_seq_max
-    resident = n_seq * resident_kv_bytes(hp, n_ctx, rbk, rbv)
     wide_logits = wide_logits or n_seq > 1
-    rec = recurrent_device_bytes(hp)
-    if mtp:   # the MTP block's own KV (mtp.c): one layer, all resident
-        rec += granule(rbk * n_ctx) + granule(rbv * n_ctx)
     auto = cfg.kv_pool_mib is None or cfg.kv_pool_mib == "auto"
     # the one planner call: the minimum pool does not depend on the micro-batch
     # (kv/plan.h); a requested pool below it is refused once a split is found
@@ -254,9 +145,18 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     pool = (None if auto else requested_pool_bytes(cfg) if plan is None   # below the minimum
             else requested_pool_bytes(cfg, whole and n_seq * whole))
     cap = lambda u: max(1, min(u, cfg.n_batch, n_ctx))   # noqa: E731  (the core's caps)
-    kw = dict(logits_all=cfg.logits_all, wide_logits=wide_logits, embeddings=embeddings, mtp=mtp,
-              wg_scratch=device == "cuda" and needs_wg_scratch(tensors, cfg.type_k, cfg.type_v),
-              arena=device == "cuda")   # the core's default (phase_arena -1): on for CUDA
+
+    def parts(u: int, kv_pool: int | None) -> tuple[int, int, int, int]:
+        """(weights, workspace, recurrent, kv) device bytes of the core's plan for a
+        micro-batch of u and kv_pool (None: all resident; the KV is then the planes)."""
+        p = memory_plan(tensors, hp, device, n_ctx=n_ctx, n_batch=cfg.n_batch, n_ubatch=u,
+                        type_k=cfg.type_k, type_v=cfg.type_v, logits_all=cfg.logits_all,
+                        kv_pool_bytes=kv_pool, embeddings=embeddings, n_seq_max=n_seq,
+                        mtp=mtp, gpu_kernels=cfg.gpu_kernels)
+        kv = p.kv_device if kv_pool is None else granule(kv_pool)
+        ws = MODULE_RESERVE + p.device_total - p.recurrent_device - kv
+        ws += granule(p.logits_wide) if wide_logits and p.logits_wide else 0
+        return (p.weights_device if weights is None else weights), ws, p.recurrent_device, kv
     if cfg.n_ubatch is not None:
         choices = [cap(cfg.n_ubatch)]
     elif device == "cuda":
@@ -265,17 +165,18 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
         choices = [cap(RESIDENT)]
     if auto:   # all resident, when it fits, at the default micro-batch
         u = choices[-1] if cfg.n_ubatch is None else choices[0]
-        ws = workspace_bytes(hp, u, **kw)
+        w, ws, rec, resident = parts(u, None)
         if budget - w - ws - rec >= resident:
             return split_budget(budget, w, ws, rec, resident, 0), u
-    free = budget - w - rec
+    # the figures that do not depend on the pool's size, with the least pool the plan
+    # accepts (a requested pool below it: planned all resident, then refused below)
+    probe = min_pool or None
     err: Exception | None = None
     for i, u in enumerate(choices):
-        alloc = sum(workspace_allocations(hp, u, streaming=True, row_bytes_k=rbk,
-                                          row_bytes_v=rbv, **kw))
-        if i < len(choices) - 1 and alloc > free // 4:
+        w, ws, rec, _ = parts(u, probe)
+        if i < len(choices) - 1 and ws - MODULE_RESERVE > (budget - w - rec) // 4:
             continue
-        ws = workspace_bytes(hp, u, streaming=True, row_bytes_k=rbk, row_bytes_v=rbv, **kw)
+        resident = parts(u, None)[3]
         try:
             split = split_budget(budget, w, ws, rec, resident, min_pool, pool, auto)
         except (MemoryBudgetError, PoolTooSmallError) as e:

@@ -16,41 +16,39 @@ choice is reported by ``Llama.kv_stats()["n_ubatch"]`` and, with
 """
 from __future__ import annotations
 
+from typing import Callable
+
 CHOICES = (4096, 2048, 1024, 512)
 RESIDENT = 512
 
 
-def activation_bytes_per_token(hp: dict) -> int:
-    """Bytes of the forward pass's buffers per token of a micro-batch (context.c's list)."""
-    nq = hp["n_head"] * hp["head_dim"]
-    nkv = hp["n_head_kv"] * hp["head_dim"]
-    wide = max(nq, hp["n_embd"])
-    floats = 2 * hp["n_embd"] + wide + nq + 2 * nkv + 2 * hp["n_ff"]
-    # the CUDA backend's 8-bit activation codes (two sets), scales and attention state
-    widest = max(hp["n_embd"], hp["n_ff"], nq)
-    codes = 2 * (widest * 9 // 8)
-    x16 = 2 * widest   # gemm_wg.cu's f16 copy of a matmul's input (sm_90a)
-    return 4 * floats + codes + x16 + 4 * (nq + 2 * hp["n_head"])
-
-
-def choose_ubatch(hp: dict, device: str, n_batch: int, pool_bytes: int | None,
+def choose_ubatch(activations: Callable[[int], int], device: str, n_batch: int,
                   free_bytes: int | None) -> int:
-    """The micro-batch for these settings (module docstring), at most n_batch."""
+    """The micro-batch for these settings (module docstring), at most n_batch;
+    activations(u): device bytes of the buffers a micro-batch of u tokens takes."""
     if device != "cuda":
         return min(RESIDENT, n_batch)
-    per_token = activation_bytes_per_token(hp)
     for u in CHOICES:
-        if u <= n_batch and (free_bytes is None or u * per_token <= free_bytes // 4):
+        if u <= n_batch and (free_bytes is None or activations(u) <= free_bytes // 4):
             return u
     return min(RESIDENT, n_batch)
 
 
-def chosen_ubatch(hp: dict, device: str, n_batch: int, pool: int | None) -> int:
-    """Llama's hook: choose_ubatch with the GPU's free memory. No plan of its own:
-    the planner's minimum pool does not depend on the micro-batch (kv/plan.h), so
-    the pool checked at load holds for every choice."""
+def chosen_ubatch(tensors, hp: dict, device: str, cfg, n_ctx: int, pool: int | None) -> int:
+    """Llama's hook: choose_ubatch with the GPU's free memory, and the buffers the
+    core's memory plan gives for each micro-batch (its workspace, phase arena and
+    decode set, and the backend's own buffers: core/native_plan.py). No KV plan
+    of its own: the planner's minimum pool does not depend on the micro-batch
+    (kv/plan.h), so the pool checked at load holds for every choice."""
     free = None
     if device == "cuda":
         from .plan import cuda_free_bytes
         free = cuda_free_bytes()
-    return choose_ubatch(hp, device, n_batch, pool, free)
+
+    def activations(u: int) -> int:
+        from ..core.native_plan import memory_plan
+        p = memory_plan(tensors, hp, device, n_ctx=n_ctx, n_batch=cfg.n_batch, n_ubatch=u,
+                        type_k=cfg.type_k, type_v=cfg.type_v, kv_pool_bytes=pool,
+                        logits_all=cfg.logits_all, gpu_kernels=cfg.gpu_kernels)
+        return p.workspace + p.workspace_decode + p.backend
+    return choose_ubatch(activations, device, cfg.n_batch, free)

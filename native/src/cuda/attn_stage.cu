@@ -91,12 +91,18 @@ static bool st_decoded(int t, bool is_k) {
     return t == LKV_TYPE_Q8_0 || t == LKV_TYPE_Q4_0 || (t == LKV_TYPE_BF16 && !is_k);
 }
 
+/* the KV types whose staged attention decodes a side into gemm_wg's scratch
+ * (also the memory plan's question: backend.cu lkv_cuda_ctx_plan) */
+bool lkv_cuda_attn_stage_types(int type_k, int type_v) {
+    return st_type(type_k) && st_type(type_v) && (st_decoded(type_k, true) || st_decoded(type_v, false));
+}
+
 bool lkv_cuda_attn_stage_takes(const lkv_bctx *b, const lkv_attn_desc *d) {
     const int kv = d->n_head_kv * d->head_dim;
     /* every call attn_mma takes, however few its queries (attn_mma.cuh says why),
      * with a side to decode (the staged call itself has none) */
-    return b->wg_ok && d->n_head_kv > 0 && st_type(d->type_k) && st_type(d->type_v) &&
-           (st_decoded(d->type_k, true) || st_decoded(d->type_v, false)) && kv % 8 == 0 && d->chunk > 0;
+    return b->wg_ok && d->n_head_kv > 0 && lkv_cuda_attn_stage_types(d->type_k, d->type_v) &&
+           kv % 8 == 0 && d->chunk > 0;
 }
 
 int lkv_cuda_attn_stage(lkv_bctx *b, void *st, const float *q, const lkv_attn_desc *d, size_t rbk, size_t rbv) {

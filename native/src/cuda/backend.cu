@@ -148,6 +148,18 @@ static lkv_status cuda_model_init(struct lkv_model *m) {
  * in one launch; longer ones take several launches. */
 static const size_t ATTN_WS_BYTES = (size_t)32 << 20;
 
+/* 8-bit activations of the integer matmuls: the widest input of any matmul */
+static int xq_cols_of(const lkv_model_params *hp) {
+    int c = hp->n_embd;
+    if (hp->n_ff > c) c = hp->n_ff;
+    if (hp->n_head * hp->head_dim > c) c = hp->n_head * hp->head_dim;
+    /* hybrids: ssm_out's input, the delta rule's nv * dv outputs */
+    if (hp->ssm_n_v_heads * hp->ssm_head_v_dim > c) c = hp->ssm_n_v_heads * hp->ssm_head_v_dim;
+    /* an MTP block (mtp.c): eh_proj's input, [embedding | hidden] */
+    if (hp->n_nextn > 0 && 2 * hp->n_embd > c) c = 2 * hp->n_embd;
+    return (c + 31) / 32 * 32;
+}
+
 static void cuda_ctx_free(lkv_bctx *b) {
     if (!b) return;
     if (b->stream) cudaStreamSynchronize(b->stream);
@@ -200,15 +212,7 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
     if (e == cudaSuccess) e = lkv_cuda_rope_alloc(b, hd / 2);
     /* 8-bit activations of the integer matmuls: the widest input of any matmul */
     {
-        const lkv_model_params *hp = &m->hp;
-        int c = hp->n_embd;
-        if (hp->n_ff > c) c = hp->n_ff;
-        if (hp->n_head * hp->head_dim > c) c = hp->n_head * hp->head_dim;
-        /* hybrids: ssm_out's input, the delta rule's nv * dv outputs */
-        if (hp->ssm_n_v_heads * hp->ssm_head_v_dim > c) c = hp->ssm_n_v_heads * hp->ssm_head_v_dim;
-        /* an MTP block (mtp.c): eh_proj's input, [embedding | hidden] */
-        if (hp->n_nextn > 0 && 2 * hp->n_embd > c) c = 2 * hp->n_embd;
-        b->xq_cols = (c + 31) / 32 * 32;
+        b->xq_cols = xq_cols_of(&m->hp);
         /* the library's one debug switch (README): LKV_CUDA_GRAPH=0 launches
          * every decode step op by op instead of replaying a captured graph */
         const char *env = getenv("LKV_CUDA_GRAPH");
@@ -240,6 +244,57 @@ static lkv_status cuda_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n
     b->wg_ok = lkv_cuda_gemm_wg_probe(b);
     *out = b;
     return LKV_OK;
+}
+
+/* The memory plan (memplan.c, llamakv.h lkv_memory_plan_compute): each device
+ * allocation cuda_ctx_init above makes for a context of max_tokens rows, then
+ * those made on first use: the greedy pick's id (sample.cu) and gemm_wg's
+ * buffers (x16, and its weight scratch where the chooser sends a matmul
+ * weight's prefill to gemm_wg or the staged attention decodes the KV types
+ * into it). Without a GPU here the plan assumes sm_90a (gemm_wg on), the
+ * larger; elsewhere, gemm_wg runs on compute capability 9 only. */
+bool lkv_cuda_mm_prefill_wg(int type, int fast);              /* choose_matmul.cu */
+bool lkv_cuda_attn_stage_types(int type_k, int type_v);       /* attn_stage.cu */
+size_t lkv_cuda_rope_bytes(int pairs, int max_tokens);        /* rope_table.cu */
+void lkv_cuda_gemm_wg_plan(int n, int cols, bool scratch,     /* gemm_wg.cu */
+                           void (*add)(void *ud, int64_t bytes), void *ud);
+
+typedef struct { int fast; bool wg; const lkv_weight *skip; } wg_need;
+
+static void weight_needs_wg(lkv_weight *w, void *ud) {
+    wg_need *n = (wg_need *)ud;
+    if (w != n->skip && w->data && w->rows > 1 && lkv_cuda_mm_prefill_wg((int)w->type, n->fast))
+        n->wg = true;
+}
+
+extern "C" void lkv_cuda_ctx_plan(const lkv_model *m, int max_tokens, int32_t type_k,
+                                  int32_t type_v, int fast, void (*add)(void *ud, int64_t bytes),
+                                  void *ud) {
+    const int64_t rows = max_tokens > 0 ? max_tokens : 1;
+    add(ud, rows * (int64_t)sizeof(int32_t));                       /* d_tokens */
+    add(ud, (int64_t)sizeof(int32_t));                              /* d_pos */
+    add(ud, (int64_t)ATTN_WS_BYTES);                                /* attn_ws */
+    add(ud, (int64_t)lkv_cuda_rope_bytes(m->hp.head_dim / 2, (int)rows));   /* rope_d */
+    const int64_t xq_rows = rows > 8 ? rows : 8, nq = xq_rows * xq_cols_of(&m->hp);
+    for (int set = 0; set < (xq_rows > 8 ? 2 : 1); set++) {         /* xq, xd, xs (and 2) */
+        add(ud, nq);
+        add(ud, nq / 32 * (int64_t)sizeof(float));
+        add(ud, nq / 32 * (int64_t)sizeof(float));
+    }
+    add(ud, (int64_t)sizeof(int32_t));                              /* pick_d */
+    int dev = 0, major = 9;
+    if (lkv_cuda_device_count() > 0 && (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)) {
+        cudaGetLastError();
+        major = 9;
+    }
+    if (major != 9) return;                                         /* no gemm_wg */
+    /* tok_embd is read by get_rows, not multiplied; a tied output is (foreach skips it) */
+    wg_need need = {fast, lkv_cuda_attn_stage_types(type_k, type_v), &m->tok_embd};
+    lkv_model *mm = (lkv_model *)m;                                 /* (foreach only reads) */
+    lkv_model_foreach_weight(mm, weight_needs_wg, &need);
+    if (m->tied_output) weight_needs_wg(&mm->output, &need);
+    lkv_cuda_gemm_wg_plan((int)rows, xq_cols_of(&m->hp), need.wg, add, ud);
 }
 
 // ---------------------------------------------------------------- memory and movement

@@ -125,6 +125,13 @@ static const unsigned char MM_TABLE[2][MC_CLASSES][2][2] = {
     },
 };
 
+/* whether a prefill of a `type` weight takes gemm_wg where the wgmma kernel
+ * runs (sm_90a), with the fast (fast != 0) or the exact kernels: the memory
+ * plan's question (mem_plan.cu: gemm_wg's weight scratch) */
+bool lkv_cuda_mm_prefill_wg(int type, int fast) {
+    return MM_TABLE[1][mm_class(type)][1][fast ? 0 : 1] == LKV_MM_GEMM_WG;
+}
+
 /* the most tokens mvx keeps for `type` (slices of 8) before the GEMM is
  * faster: H200, 8B shape, whole step, 2026-12-02: q4_0 9 / 16 / 24 / 32
  * tokens 5.9 / 8.6 / 11.9 / 15.4 ms against gemm_wg's 16.2 / 16.9 / 17.0 /

@@ -394,6 +394,18 @@ void *lkv_cuda_wg_scratch(lkv_bctx *b, size_t *bytes) {
     return b->wg_w16;
 }
 
+/* its device buffers for n tokens of inputs up to cols wide, each passed to
+ * add (x16; with scratch, the weight scratch): the memory plan's (backend.cu) */
+void lkv_cuda_gemm_wg_plan(int n, int cols, bool scratch, void (*add)(void *ud, int64_t bytes),
+                           void *ud) {
+    /* x16 as wg_run sizes it for the widest input (the k-quants' tiles are no
+     * wider); the k-quants' scales (wg_sc, a few MiB) are not counted */
+    const size_t n_pad = lkv_cdiv((size_t)(n > 0 ? n : 1), (size_t)WG_BM) * WG_BM;
+    const size_t nkt = lkv_cdiv((size_t)cols, (size_t)WG_BK);
+    add(ud, (int64_t)(n_pad * nkt * WG_XTILE / WG_BM));
+    if (scratch) add(ud, (int64_t)WG_SCRATCH);
+}
+
 /* for the kernel harness (tests/cuda/test_ops.c) */
 extern "C" int lkv_cuda_gemm_wg_ok(const lkv_bctx *b) { return b->wg_ok; }
 

@@ -24,9 +24,15 @@
 
 #include "common.cuh"
 
+/* bytes of the table (device, and as much pinned on the host); the memory plan
+ * (backend.cu lkv_cuda_ctx_plan) asks it too */
+size_t lkv_cuda_rope_bytes(int pairs, int max_tokens) {
+    return sizeof(float) * 2 * (size_t)pairs * 2 * (size_t)max_tokens;
+}
+
 cudaError_t lkv_cuda_rope_alloc(lkv_bctx *b, int pairs) {
     b->rope_cap = pairs;
-    const size_t bytes = sizeof(float) * 2 * (size_t)pairs * 2 * b->max_tokens;
+    const size_t bytes = lkv_cuda_rope_bytes(pairs, b->max_tokens);
     cudaError_t e = cudaMallocHost((void **)&b->rope_h, bytes);
     if (e == cudaSuccess) e = cudaMalloc((void **)&b->rope_d, bytes);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->rope_free, cudaEventDisableTiming);
