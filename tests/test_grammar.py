@@ -170,3 +170,12 @@ def test_gbnf_json_grammar_keeps_its_lexemes():
     value = {"k": [1, -2.5e3, "s \\\" t", None, True], "n": {"x": "y"}}
     refused, c = _feed(LlamaGrammar.from_string(JSON_GBNF), json.dumps(value, indent=1))
     assert refused is None
+
+
+def test_gbnf_rules_that_reach_themselves_convert():
+    """Rules that refer to each other in a circle (through an alternative, with
+    nothing between) convert (gbnf.py judges rules by their shape, guarded
+    against circles) and the grammar takes its text."""
+    g = LlamaGrammar.from_string('root ::= a "." \na ::= b | "x" [0-9]* \nb ::= a | "y"\n')
+    refused, _ = _feed(g, "x12.")
+    assert refused is None

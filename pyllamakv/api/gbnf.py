@@ -25,19 +25,21 @@ from llguidance import gbnf_to_lark as _g
 from llguidance.gbnf_to_lark import is_lark_syntax  # noqa: F401  (re-exported)
 
 
-def _nullable(node) -> bool:
+def _nullable(node, seen=()) -> bool:
+    """node matches the empty string (a rule met again on the way: not by that way)."""
     if isinstance(node, _g.LiteralNode):
         return node.value == ""
     if isinstance(node, _g.RegexNode):
         return False
     if isinstance(node, _g.RuleRefNode):
-        return node.target is None or _nullable(node.target.alternatives)
+        t = node.target
+        return t is None or (t.name not in seen and _nullable(t.alternatives, (*seen, t.name)))
     if isinstance(node, _g.RepetitionNode):
-        return node.min_times == 0 or _nullable(node.node)
+        return node.min_times == 0 or _nullable(node.node, seen)
     if isinstance(node, _g.SequenceNode):
-        return all(_nullable(n) for n in node.nodes)
+        return all(_nullable(n, seen) for n in node.nodes)
     if isinstance(node, _g.AlternativeNode):
-        return any(_nullable(a) for a in node.alternatives)
+        return any(_nullable(a, seen) for a in node.alternatives)
     return True
 
 
@@ -54,7 +56,7 @@ def _open_end(node, seen=()) -> bool:
         if not node.nodes:
             return False
         last = node.nodes[-1]
-        return _open_end(last, seen) or _nullable(last)
+        return _open_end(last, seen) or _nullable(last, seen)
     if isinstance(node, _g.AlternativeNode):
         alts = node.alternatives
         if any(_open_end(a, seen) for a in alts):
