@@ -42,6 +42,8 @@ REPLIES = [
     (MISTRAL_LIKE, None, '[TOOL_CALLS]get_time[ARGS]{"tz": "EST"} then words'),
     (MISTRAL_LIKE, None, '[1, 2] is a list'),
     (MISTRAL_LIKE, "required", '[{"name": "get_time", "arguments": {"tz": "JST"}}]'),
+    (MISTRAL_LIKE, None, '[TOOL_CALLS]no call after all'),
+    (LLAMA3_LIKE, None, '{"name": "get_time", "param'),
 ]
 
 

@@ -187,7 +187,7 @@ class JsonToolStream:
             out = self._args_upto(len(self.buf.rstrip()))
             self.n_calls += 1
             return out
-        if self.mode in ("decide", "whole"):
+        if self.mode in ("decide", "whole") or (self.mode == "json" and not self.n_calls):
             content, calls = parse_tool_calls(self.buf, self.plan)
             out = []
             for c in calls[self.n_calls:]:
