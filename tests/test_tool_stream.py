@@ -194,3 +194,43 @@ def test_json_family_content_streams_at_once():
     assert ts.feed("<") == []                    # may be <|python_tag|>
     assert ts.feed("b>Hi ") == [{"content": "<b>Hi"}]
     assert ts.feed("there") == [{"content": " there"}]
+
+
+# a chat template of each JSON family (the markers tools.template_family reads sit in a
+# Jinja comment): the messages, then the tools, then the reply
+_TURNS = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+FAMILY_TEMPLATES = {
+    "llama3": _TURNS + "{% if tools %}Tools: {{ tools | tojson }}\n{% endif %}"
+                       "{# <|python_tag|> ipython #}assistant: ",
+    "mistral": _TURNS + "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}"
+                        "[/AVAILABLE_TOOLS]{% endif %}{# [TOOL_CALLS] #}assistant: ",
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_TEMPLATES))
+def test_forced_call_streams_through_the_llama(family):
+    """llama-cpp-python's shape, create_chat_completion(tools=..., stream=True), on the
+    default model with a template of the family: the call's name goes out before
+    its arguments, which come in several deltas that put together are the
+    non-streamed call's."""
+    from _smollm2 import require_model_path
+    from pyllamakv import Llama
+    from pyllamakv.text.chat import ChatFormatter
+    msgs = [{"role": "user", "content": random.choice(
+        ["What is the weather in Oslo?", "Weather in Lima, in Fahrenheit?"])}]
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    with Llama(require_model_path(), n_ctx=1024) as llm:
+        llm._chat = ChatFormatter(FAMILY_TEMPLATES[family], eos_token="<|im_end|>")
+        kw = dict(tools=[WEATHER, TIME], tool_choice=forced, max_tokens=64, temperature=0)
+        whole = llm.create_chat_completion(msgs, **kw)["choices"][0]
+        chunks = list(llm.create_chat_completion(msgs, stream=True, **kw))
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    (call,) = merge_calls(deltas)
+    (want,) = whole["message"]["tool_calls"]
+    assert call["function"]["name"] == want["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == json.loads(want["function"]["arguments"])
+    n_args = [i for i, d in enumerate(deltas)
+              if d.get("tool_calls", [{}])[0].get("function", {}).get("arguments")]
+    first_named = next(i for i, d in enumerate(deltas) if "tool_calls" in d)
+    assert len(n_args) > 3 and first_named < n_args[0]
+    assert chunks[-1]["choices"][0]["finish_reason"] == whole["finish_reason"] == "tool_calls"
