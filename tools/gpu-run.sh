@@ -41,6 +41,7 @@
 #            decode at depth 512 (BENCH_PICK=${PROF_PICK:-0,5,7}), then benchmarks/decode_profile.py on
 #            the synthetic llama3-8b file (native call / eval / sampler / create_completion per token;
 #            torch.profiler's kernel table for the first type), and once more with LKV_CUDA_GRAPH=0
+#            (PROF_NOGRAPH=0: not)
 #   spec     benchmarks/bench_speculative.py verify: one pass over [token + k drafts],
 #            k = 0..15, against one step (synthetic 8B shape, q8_0 KV, SPEC_DEPTHS default
 #            32768,131072, pools 1024,4096 MiB), then effective: the acceptance measured on
@@ -166,7 +167,8 @@ if [[ $STAGES == *profile* ]]; then
         [ -f $G ] || timeout "$(cap 150)" python3 benchmarks/synthetic_model.py llama3-8b $G --type $nm > /dev/null 2>&1
         TP=""; (( first )) && TP=--torch-prof; first=0
         timeout "$(cap 150)" python3 benchmarks/decode_profile.py $G --tag "$nm graph" $TP 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
-        LKV_CUDA_GRAPH=0 timeout "$(cap 120)" python3 benchmarks/decode_profile.py $G --tag "$nm nograph" 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
+        [[ ${PROF_NOGRAPH:-1} == 1 ]] && LKV_CUDA_GRAPH=0 timeout "$(cap 120)" python3 benchmarks/decode_profile.py $G \
+            --tag "$nm nograph" 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
         [[ $STAGES == *decode* ]] || rm -f $G   # the decode stage reads the same file
     done
 fi
