@@ -154,9 +154,6 @@ if [[ $STAGES == *mvq* ]]; then
 fi
 
 if [[ $STAGES == *profile* ]]; then
-    stamp "test_ops pick; tests/test_greedy_loop.py on cuda"
-    timeout "$(cap 60)" $B/native/test_ops pick 2>&1 | grep -E "pick|FAIL|passed" | head -20
-    PYLLAMAKV_TEST_DEVICE=cuda timeout "$(cap 120)" python3 -m pytest -q -p no:cacheprovider tests/test_greedy_loop.py 2>&1 | tail -4
     first=1
     for tp in ${PROF_TYPES:-q4_k:12 q4_0:2}; do
         nm=${tp%%:*}; id=${tp##*:}; mkdir -p /tmp/syn; G=/tmp/syn/llama3-8b-$nm.gguf
@@ -171,6 +168,9 @@ if [[ $STAGES == *profile* ]]; then
             --tag "$nm nograph" 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
         [[ $STAGES == *decode* ]] || rm -f $G   # the decode stage reads the same file
     done
+    stamp "tests/test_greedy_loop.py on cuda; test_ops pick"
+    PYLLAMAKV_TEST_DEVICE=cuda timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_greedy_loop.py 2>&1 | tail -4
+    timeout "$(cap 60)" $B/native/test_ops pick 2>&1 | grep -E "pick|FAIL|passed" | head -20
 fi
 
 if [[ $STAGES == *decode* ]]; then
