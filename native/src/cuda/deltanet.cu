@@ -24,11 +24,11 @@
  * shared memory and leave in coalesced rows at the end of the tile. The
  * state is read once at the start and written once at the end of the call.
  *
- * Prefill and decode run the same recurrence (the CPU's decode path; its
- * prefill is the chunked form of the same function), so a prompt in one
- * micro-batch and token by token give the same delta-rule values here. A
- * chunked form would move prefill onto tensor cores; this one is latency
- * bound per token but runs every (head, column group) in parallel.
+ * Decode and micro-batches under DR_CHUNKED_MIN tokens run this recurrence
+ * (the CPU's decode path); longer ones go to the chunked form of the same
+ * function on tensor cores (deltanet_chunk.cu), where it takes the shape
+ * (lkv_cuda_tuning.delta forces either, for the harnesses). This one is
+ * latency bound per token but runs every (head, column group) in parallel.
  *
  * Rounding: f32 throughout with FMAs (the CPU rounds each product), the
  * shuffle tree in place of the CPU's sequential sums, CUDA's expf / log1pf:
@@ -46,6 +46,7 @@ enum {
     DR_ROWS = 16,              /* state rows per lane (R) */
     DR_SMEM_FLOATS = 8192,     /* the token tile's budget: 32 KiB */
     DR_MAX_TILE = 64,
+    DR_CHUNKED_MIN = 64,       /* micro-batches of this many tokens or more: the chunked form */
 };
 
 static __device__ __forceinline__ float dr_softplus(float x) {
@@ -177,6 +178,12 @@ void lkv_cuda_delta_rule(lkv_bctx *b, float *out, const float *qkv, const float 
                       "<= 512");
         return;
     }
+    /* prefill: the chunked form on tensor cores (deltanet_chunk.cu) where it takes the shape */
+    const int path = lkv_cuda_tuning.delta;
+    if (path != LKV_DELTA_RECURRENCE && (n >= DR_CHUNKED_MIN || path != LKV_DELTA_AUTO) &&
+        lkv_cuda_delta_chunk(b, out, qkv, beta_in, alpha, (const float *)a->dev, (const float *)dt->dev,
+                             state, d, n, path != LKV_DELTA_CHUNKED_TF32))
+        return;
     int G, bc, tt;
     const size_t smem = sizeof(float) * (size_t)dr_shape(dk, &G, &bc, &tt);
     const dim3 grid((unsigned)nv, lkv_cdiv(dv, bc));
