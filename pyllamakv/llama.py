@@ -1,10 +1,9 @@
 """Llama: llama-cpp-python's interface over one Model and one Context.
 
 Generation runs in three named stages: ``_prefill`` (a token list, in n_batch
-slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id).
-``generate`` strings them together and reuses the longest prefix of the new
-tokens that the KV cache already holds; the OpenAI-style requests
-(completion, chat, embeddings: openai_api.py) build on it.
+slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id), or,
+greedy, in the core's loop (greedy_loop.py). ``generate`` reuses the longest cached
+prefix; the OpenAI-style requests (completion, chat, embeddings) build on it.
 
 Threads: a Llama may be shared; its calls are serialised and a stream keeps
 other threads waiting until it ends (guard.py says exactly how). Python's
@@ -31,6 +30,7 @@ from .api.embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
 from .api.grammar import LlamaGrammar
 from .engine.guard import Guard, guarded
+from .engine.greedy_loop import greedy_tokens, loop_ok
 from .engine.history import History
 from .hub import hub_file
 from .engine.lanes import load_seq_state, reset_lanes, save_seq_state, seq_kv_stats
@@ -306,7 +306,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                                                          stopping_criteria))
 
     def _generate(self, tokens: list[int], sampler: Sampler, reset: bool = True,
-                  stopping_criteria=None) -> Iterator[int]:
+                  stopping_criteria=None, limit: int | None = None, ends=None) -> Iterator[int]:
         self._logits_mode()
         self.timings = Timings()
         # spec_decode.py; a grammar, mirostat or logits processors keep state per
@@ -334,6 +334,8 @@ class Llama(LlamaCppMethods, OpenAIMethods):
         self._prefill(tokens)
         if drafter is not None:
             yield from speculative_tokens(self, sampler, drafter)
+        elif loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
+            yield from greedy_tokens(self, sampler, limit, ends)   # ends given: run ahead
         while True:
             token = self._sample(sampler)
             if stopping_criteria is not None and stop_asked(stopping_criteria, self._hist):

@@ -123,7 +123,9 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     if not echo:     # offsets count from the prompt's start, as llama-cpp-python's
         lp.start_after(prompt)
 
-    tokens = llm._generate(prompt, sampler)
+    greedy_ahead = logprobs is None and stopping_criteria is None   # nothing reads the logits
+    tokens = (llm._generate(prompt, sampler, limit=max_tokens, ends=sorted(ends)) if greedy_ahead
+              else llm._generate(prompt, sampler))
     first = next(tokens)                       # prefill, then the first sample
     if echo:
         text = IncrementalDecoder(llm.tokenizer).feed(prompt)
@@ -137,7 +139,7 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         usage.completion_tokens += 1
         raw = decoder.feed(token)
         text, hit = scanner.feed(raw)
-        yield Piece(text, lp.token(token, raw, llm._hist.last_logits()))
+        yield Piece(text, lp.token(token, raw, llm._hist.last_logits()) if logprobs is not None else None)
         if hit:
             reason = "stop"
             break
