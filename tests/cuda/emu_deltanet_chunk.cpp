@@ -6,7 +6,7 @@
  *
  * deltanet_chunk.cu compiled with LKV_DELTA_EMU leaves out its CUDA headers,
  * its PTX and its launcher; its kernel runs here one block at a time on
- * emu_fibers.h's fibers (256 threads). The two PTX pieces are given here:
+ * emu_fibers.h's fibers (16 warps, or 8). The two PTX pieces are given here:
  *   - dc_tf32 (cvt.rna.tf32.f32): f32 rounded to 10 mantissa bits, ties away
  *     from zero;
  *   - dc_mma (mma.sync m16n8k8 row.col f32.tf32): a warp collective: each
@@ -89,32 +89,39 @@ struct launch {
 static launch L;
 static int bv_now;
 
+static int warps_now;
+
+template <int BV, bool SPLIT, int W>
+static void run_kernel(void) {
+    delta_chunk_kernel<BV, SPLIT, W>(L.out, L.qkv, L.bi, L.al, L.a, L.dt, L.st, L.nk, L.nv, L.dk, L.dv,
+                                     L.stride, 1e-6f, L.n);
+}
+
 static void kernel_thread(void) {
-    if (bv_now == 64 && L.split)
-        delta_chunk_kernel<64, true>(L.out, L.qkv, L.bi, L.al, L.a, L.dt, L.st, L.nk, L.nv, L.dk, L.dv, L.stride,
-                                     1e-6f, L.n);
-    else if (bv_now == 64)
-        delta_chunk_kernel<64, false>(L.out, L.qkv, L.bi, L.al, L.a, L.dt, L.st, L.nk, L.nv, L.dk, L.dv, L.stride,
-                                      1e-6f, L.n);
-    else if (L.split)
-        delta_chunk_kernel<32, true>(L.out, L.qkv, L.bi, L.al, L.a, L.dt, L.st, L.nk, L.nv, L.dk, L.dv, L.stride,
-                                     1e-6f, L.n);
-    else
-        delta_chunk_kernel<32, false>(L.out, L.qkv, L.bi, L.al, L.a, L.dt, L.st, L.nk, L.nv, L.dk, L.dv, L.stride,
-                                      1e-6f, L.n);
+    if (warps_now == 8) {
+        if (bv_now == 64) run_kernel<64, true, 8>();
+        else run_kernel<32, true, 8>();
+    } else if (bv_now == 64) {
+        if (L.split) run_kernel<64, true, DC_WARPS>();
+        else run_kernel<64, false, DC_WARPS>();
+    } else {
+        if (L.split) run_kernel<32, true, DC_WARPS>();
+        else run_kernel<32, false, DC_WARPS>();
+    }
 }
 
 /* the launcher's grid for column blocks of bv; false on a deadlock or short shared memory */
-static bool launch_kernel(launch l, int bv) {
+static bool launch_kernel(launch l, int bv, int warps) {
     const int floats = dc_plan_of(l.dk, bv).total;
     if (floats > (int)(sizeof sm / sizeof sm[0])) return false;
     L = l;
     bv_now = bv;
+    warps_now = warps;
     gridDim = {(unsigned)l.nv, (unsigned)((l.dv + bv - 1) / bv), 1};
     for (unsigned bx = 0; bx < gridDim.x; bx++)
         for (unsigned by = 0; by < gridDim.y; by++) {
             for (int i = 0; i < floats; i++) sm[i] = NAN;
-            if (!run_block(kernel_thread, bx, by, DC_THREADS)) return false;
+            if (!run_block(kernel_thread, bx, by, 32 * warps)) return false;
         }
     return true;
 }
@@ -139,7 +146,7 @@ static double rel(const float *a, const double *r, size_t n) {
     return sqrt(num / (den > 0 ? den : 1));
 }
 
-static int run_case(int nk, int nv, int dk, int dv, int n, int bv, bool split) {
+static int run_case(int nk, int nv, int dk, int dv, int n, int bv, bool split, int warps = DC_WARPS) {
     const int stride = 2 * nk * dk + nv * dv;
     const size_t SN = (size_t)nv * dk * dv, ON = (size_t)n * nv * dv;
     std::vector<float> qkv((size_t)n * stride), bi((size_t)n * nv), al((size_t)n * nv), a(nv), dt(nv);
@@ -184,7 +191,7 @@ static int run_case(int nk, int nv, int dk, int dv, int n, int bv, bool split) {
             }
         }
     if (!launch_kernel({out.data(), qkv.data(), bi.data(), al.data(), a.data(), dt.data(), st.data(), nk, nv,
-                        dk, dv, stride, n, split}, bv)) {
+                        dk, dv, stride, n, split}, bv, warps)) {
         printf("FAIL nk=%d nv=%d dk=%d dv=%d n=%d BV=%d: the block deadlocked (or shared memory too small)\n",
                nk, nv, dk, dv, n, bv);
         return 1;
@@ -192,8 +199,8 @@ static int run_case(int nk, int nv, int dk, int dv, int n, int bv, bool split) {
     const double eo = rel(out.data(), ref.data(), ON), es = rel(st.data(), S.data(), SN);
     const double tol = split ? 2e-5 : 5e-3;
     const bool pass = eo < tol && es < tol;
-    printf("%s nk=%d nv=%d dk=%d dv=%d n=%d BV=%d %s: out rel err %.2e, state %.2e (< %.0e)\n",
-           pass ? "ok  " : "FAIL", nk, nv, dk, dv, n, bv, split ? "3xTF32" : "TF32", eo, es, tol);
+    printf("%s nk=%d nv=%d dk=%d dv=%d n=%d BV=%d %s, %d warps: out rel err %.2e, state %.2e (< %.0e)\n",
+           pass ? "ok  " : "FAIL", nk, nv, dk, dv, n, bv, split ? "3xTF32" : "TF32", warps, eo, es, tol);
     fflush(stdout);
     return !pass;
 }
@@ -209,6 +216,7 @@ int main(void) {
     fails += run_case(1, 1, 128, 72, 100, 64, true);   /* 27B's dk; BV 64 over dv 72 */
     fails += run_case(1, 2, 16, 24, 9, 32, true);      /* one short chunk */
     fails += run_case(2, 2, 32, 32, 130, 32, false);   /* the split off */
+    fails += run_case(1, 2, 64, 80, 90, 64, true, 8);  /* blocks of 8 warps (a timing variant) */
     printf("%s\n", fails ? "FAILED" : "all passed");
     return fails ? 1 : 0;
 }

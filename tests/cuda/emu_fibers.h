@@ -33,7 +33,7 @@ struct emu_dim3 { unsigned x, y, z; };
 static emu_dim3 threadIdx, blockIdx, gridDim;
 /* the kernel's `extern __shared__ float sm[]` is the including file's global sm */
 
-enum { N_THREADS = 256, STACK = 1 << 16 };   /* N_THREADS: the most a block may have */
+enum { N_THREADS = 512, STACK = 1 << 16 };   /* N_THREADS: the most a block may have */
 enum wait_kind { RUN, SHFL, SYNC, DONE };
 
 static ucontext_t sched_ctx, fib_ctx[N_THREADS];

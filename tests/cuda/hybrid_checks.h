@@ -320,7 +320,7 @@ static void test_hybrid_delta_chunks(void) {
 
 /* figures, not checks: the delta rule at the Qwen3.5-27B layer shape over
  * micro-batches of n tokens, the recurrence against the chunked form (3xTF32,
- * the library's; and one TF32 mma a product) */
+ * the library's; one TF32 mma a product; blocks of 8 warps) */
 static void time_delta_paths(void) {
     const int nk = 16, nv = 48, dk = 128, dv = 128, ch = 2 * nk * dk + nv * dv, NMAX = 32768;
     const lkv_delta_desc d = {nk, nv, dk, dv, ch, 1e-6f};
@@ -336,11 +336,11 @@ static void time_delta_paths(void) {
     cudaMemset(ds, 0, sizeof(float) * (size_t)nv * dk * dv);
     cudaDeviceSynchronize();
     const int ns[] = {16, 64, 128, 512, 4096, NMAX};
-    const int paths[] = {LKV_DELTA_RECURRENCE, LKV_DELTA_CHUNKED, LKV_DELTA_CHUNKED_TF32};
+    const int paths[] = {LKV_DELTA_RECURRENCE, LKV_DELTA_CHUNKED, LKV_DELTA_CHUNKED_TF32, LKV_DELTA_CHUNKED_W8};
     for (int i = 0; i < NELEM(ns); i++) {
         const int n = ns[i], reps = n <= 512 ? 20 : n <= 4096 ? 3 : 1;
-        double us[3];
-        for (int p = 0; p < 3; p++) {
+        double us[4];
+        for (int p = 0; p < 4; p++) {
             lkv_cuda_tuning.delta = paths[p];
             G->delta_rule(gb, dout, dq, db, da, &a, &dt, ds, &d, n < 64 ? n : 64);   /* warm */
             G->sync(gb);
@@ -352,7 +352,8 @@ static void time_delta_paths(void) {
             us[p] = ((t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) * 1e-3) / reps;
         }
         printf("info delta_rule (27B layer: 16/48 heads of 128) n=%d: recurrence %.1f us, chunked 3xTF32 %.1f us "
-               "(%.2fx), chunked TF32 %.1f us (%.2fx)\n", n, us[0], us[1], us[0] / us[1], us[2], us[0] / us[2]);
+               "(%.2fx), chunked TF32 %.1f us (%.2fx), chunked 3xTF32 8 warps %.1f us\n", n, us[0], us[1],
+               us[0] / us[1], us[2], us[0] / us[2], us[3]);
         fflush(stdout);
     }
     lkv_cuda_tuning.delta = LKV_DELTA_AUTO;

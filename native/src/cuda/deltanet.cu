@@ -182,7 +182,7 @@ void lkv_cuda_delta_rule(lkv_bctx *b, float *out, const float *qkv, const float 
     const int path = lkv_cuda_tuning.delta;
     if (path != LKV_DELTA_RECURRENCE && (n >= DR_CHUNKED_MIN || path != LKV_DELTA_AUTO) &&
         lkv_cuda_delta_chunk(b, out, qkv, beta_in, alpha, (const float *)a->dev, (const float *)dt->dev,
-                             state, d, n, path != LKV_DELTA_CHUNKED_TF32))
+                             state, d, n, path == LKV_DELTA_CHUNKED_TF32 ? 1 : path == LKV_DELTA_CHUNKED_W8 ? 2 : 0))
         return;
     int G, bc, tt;
     const size_t smem = sizeof(float) * (size_t)dr_shape(dk, &G, &bc, &tt);

@@ -19,7 +19,7 @@
  * of S and of delta are independent given T, which depends on q, k, g and
  * beta only) and walks the micro-batch's chunks in order with S (dk, BV) in
  * shared memory; the grid is (nv, dv / BV): 96 blocks at the Qwen3.5-27B
- * shape (48 value heads of 128, BV 64). Per chunk: stage q, k (the key head's,
+ * shape (48 value heads of 128, BV 64), 16 warps each. Per chunk: stage q, k (the key head's,
  * l2-normalised there), v, g, beta; K K^T and Q K^T into the masked, decayed
  * A and QK (C, C); T by blocks of 16 (the diagonal blocks by forward
  * substitution, one thread a column, then the blocks below by distance from
@@ -35,7 +35,8 @@
  * lo, a_hi b_hi + a_hi b_lo + a_lo b_hi, f32 accumulation), which costs 3
  * mma per product and leaves errors near f32's (about 1e-6 relative,
  * growing slowly over chunks). lkv_cuda_tuning.delta = 3 drops the split
- * (one TF32 mma, ~1e-3 relative): a timing switch, not a library path.
+ * (one TF32 mma, ~1e-3 relative) and 4 runs blocks of 8 warps: timing
+ * switches, not library paths.
  * exp via expf; beta's sigmoid uses the CPU's exp, as the recurrence does.
  * The recurrence and this form are the same function; they differ by
  * rounding only, not bitwise.
@@ -50,8 +51,7 @@
 
 enum {
     DC_C = 64,                 /* tokens a chunk */
-    DC_WARPS = 8,
-    DC_THREADS = 32 * DC_WARPS,
+    DC_WARPS = 16,             /* the library's block: 16 warps (8: a timing variant) */
     DC_MAX_DK = 128,
     DC_LDC = DC_C + 4,         /* row stride of the (C, C) matrices */
 };
@@ -155,15 +155,16 @@ static __host__ __device__ inline dc_plan dc_plan_of(int dk, int bv) {
 
 // ---------------------------------------------------------------- kernel
 
-/* grid (nv, ceil(dv / BV)), DC_THREADS threads, dc_plan_of(dk, BV).total floats */
-template <int BV, bool SPLIT>
-__global__ void __launch_bounds__(DC_THREADS)
+/* grid (nv, ceil(dv / BV)), 32 W threads, dc_plan_of(dk, BV).total floats */
+template <int BV, bool SPLIT, int W>
+__global__ void __launch_bounds__(32 * W)
 delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
                    const float *__restrict__ beta_in, const float *__restrict__ alpha,
                    const float *__restrict__ a, const float *__restrict__ dt,
                    float *__restrict__ state, int nk, int nv, int dk, int dv, int stride,
                    float eps, int n) {
-    constexpr int NT = BV / 16;                 /* a warp's strip: 16 rows x BV / 2 columns */
+    constexpr int TH = 32 * W, CW = W / 4;      /* CW warps share each 16-row tile */
+    constexpr int NT = BV / (8 * CW);           /* a warp's strip: 16 rows x BV / CW columns */
     extern __shared__ float sm[];
     const dc_plan P = dc_plan_of(dk, BV);
     const int ldk = P.ldk, ldv = P.ldv;
@@ -186,9 +187,9 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
     const float ah = a[h], dth = dt[h];
     float *S0 = state + (size_t)h * dk * dv;
     /* the warp's strip in the (C, BV) products: rows 16 mt.., columns nc.. */
-    const int mt = warp >> 1, nc = (warp & 1) * (BV / 2);
+    const int mt = warp / CW, nc = (warp % CW) * (BV / CW);
 
-    for (int e = tid; e < dk * BV; e += DC_THREADS) {
+    for (int e = tid; e < dk * BV; e += TH) {
         const int i = e / BV, c = e - i * BV;
         Ss[i * ldv + c] = c0 + c < dv ? S0[(size_t)i * dv + c0 + c] : 0.0f;
     }
@@ -196,13 +197,13 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
     for (int t0 = 0; t0 < n; t0 += DC_C) {
         const int L = n - t0 < DC_C ? n - t0 : DC_C;
         // --- stage: q, k of key head kh, v of the block's columns, g, beta; rows past L zero
-        for (int e = tid; e < DC_C * dk; e += DC_THREADS) {
+        for (int e = tid; e < DC_C * dk; e += TH) {
             const int t = e / dk, i = e - t * dk;
             const float *row = qkv + (size_t)(t0 + t) * stride;
             Qs[t * ldk + i] = t < L ? row[(size_t)kh * dk + i] : 0.0f;
             Ks[t * ldk + i] = t < L ? row[(size_t)(nk + kh) * dk + i] : 0.0f;
         }
-        for (int e = tid; e < DC_C * BV; e += DC_THREADS) {
+        for (int e = tid; e < DC_C * BV; e += TH) {
             const int t = e / BV, c = e - t * BV;
             Vs[t * ldv + c] = t < L && c0 + c < dv
                 ? qkv[(size_t)(t0 + t) * stride + (size_t)2 * nk * dk + (size_t)h * dv + c0 + c] : 0.0f;
@@ -214,7 +215,7 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
         }
         __syncthreads();
         /* l2-normalise q (times 1/sqrt(dk)) and k, one warp a row; G by prefix sums */
-        for (int rr = warp; rr < 2 * L; rr += DC_WARPS) {
+        for (int rr = warp; rr < 2 * L; rr += W) {
             float *p = (rr & 1 ? Ks : Qs) + (size_t)(rr >> 1) * ldk;
             float ss = 0.0f;
             for (int i = lane; i < dk; i += 32) ss = fmaf(p[i], p[i], ss);
@@ -232,7 +233,7 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
         if (tid < DC_C) eE[tid] = expf(Gv[DC_C - 1] - Gv[tid]);
 
         // --- A = beta_t K K^T exp(G_t - G_s) (s < t), QK = Q K^T exp(G_t - G_s) (s <= t)
-        for (int task = warp; task < 16; task += DC_WARPS) {
+        for (int task = warp; task < 16; task += W) {
             const int m = task >> 3, rt = (task & 7) >> 1, cg = (task & 1) * 32;
             float *dst = m ? QK : TA;
             float acc[4][4];
@@ -265,7 +266,7 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
 #pragma unroll
             for (int r = 0; r < 16; r++) T1[(b0 + r) * DC_LDC + b0 + j] = x[r];
         }
-        for (int e = tid; e < DC_C * DC_C; e += DC_THREADS) {   /* blocks above the diagonal */
+        for (int e = tid; e < DC_C * DC_C; e += TH) {   /* blocks above the diagonal */
             const int r = e / DC_C, s = e - r * DC_C;
             if ((s >> 4) > (r >> 4)) T1[r * DC_LDC + s] = 0.0f;
         }
@@ -276,7 +277,7 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
             float val[3];
 #pragma unroll
             for (int q = 0; q < 3; q++) {
-                const int e = tid + q * DC_THREADS;
+                const int e = tid + q * TH;
                 if (e >= cnt) break;
                 const int bi = d + (e >> 8), bj = bi - d, r = (e & 255) >> 4, c = e & 15;
                 float x = 0.0f;
@@ -287,7 +288,7 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
             __syncthreads();
 #pragma unroll
             for (int q = 0; q < 3; q++) {
-                const int e = tid + q * DC_THREADS;
+                const int e = tid + q * TH;
                 if (e >= cnt) break;
                 const int bi = d + (e >> 8), bj = bi - d, r = (e & 255) >> 4, c = e & 15;
                 T1[(bi * 16 + r) * DC_LDC + bj * 16 + c] = val[q];
@@ -295,7 +296,7 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
             __syncthreads();
 #pragma unroll
             for (int q = 0; q < 3; q++) {
-                const int e = tid + q * DC_THREADS;
+                const int e = tid + q * TH;
                 if (e >= cnt) break;
                 const int bi = d + (e >> 8), bj = bi - d, r = (e & 255) >> 4, c = e & 15;
                 float x = 0.0f;
@@ -306,7 +307,7 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
             __syncthreads();
 #pragma unroll
             for (int q = 0; q < 3; q++) {
-                const int e = tid + q * DC_THREADS;
+                const int e = tid + q * TH;
                 if (e >= cnt) break;
                 const int bi = d + (e >> 8), bj = bi - d, r = (e & 255) >> 4, c = e & 15;
                 T1[(bi * 16 + r) * DC_LDC + bj * 16 + c] = val[q];
@@ -314,7 +315,7 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
             __syncthreads();
         }
         /* T1 = T diag(beta), T2n = -T diag(beta exp(G)) (into A's place) */
-        for (int e = tid; e < DC_C * DC_C; e += DC_THREADS) {
+        for (int e = tid; e < DC_C * DC_C; e += TH) {
             const int r = e / DC_C, s = e - r * DC_C;
             const float T = T1[r * DC_LDC + s];
             TA[r * DC_LDC + s] = -T * (bt[s] * eG[s]);
@@ -364,14 +365,14 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
         __syncthreads();
 
         // --- S = exp(G_last) S + K^T (exp(G_last - G_s) delta_s)
-        for (int e = tid; e < DC_C * BV; e += DC_THREADS) {
+        for (int e = tid; e < DC_C * BV; e += TH) {
             const int t = e / BV, c = e - t * BV;
             Vs[t * ldv + c] *= eE[t];
         }
         __syncthreads();
         const float eL = eG[DC_C - 1];
-        for (int task = warp; task < (dk / 16) * 2; task += DC_WARPS) {
-            const int rt = task >> 1, cc = (task & 1) * (BV / 2);
+        for (int task = warp; task < (dk / 16) * CW; task += W) {
+            const int rt = task / CW, cc = (task % CW) * (BV / CW);
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
@@ -385,7 +386,7 @@ delta_chunk_kernel(float *__restrict__ out, const float *__restrict__ qkv,
         __syncthreads();   /* the next chunk's staging rewrites q, k, v */
     }
 
-    for (int e = tid; e < dk * BV; e += DC_THREADS) {
+    for (int e = tid; e < dk * BV; e += TH) {
         const int i = e / BV, c = e - i * BV;
         if (c0 + c < dv) S0[(size_t)i * dv + c0 + c] = Ss[i * ldv + c];
     }
@@ -408,37 +409,42 @@ static int dc_smem_optin(int device) {
     return v;
 }
 
-template <int BV, bool SPLIT>
+template <int BV, bool SPLIT, int W>
 static void dc_launch(lkv_bctx *b, float *out, const float *qkv, const float *beta_in, const float *alpha,
                       const float *a, const float *dt, float *state, const lkv_delta_desc *d, int n) {
     static unsigned raised;
     const int smem = (int)sizeof(float) * dc_plan_of(d->head_k_dim, BV).total;
-    lkv_cuda_smem_limit(b, &raised, delta_chunk_kernel<BV, SPLIT>, smem, "delta_rule (chunked): smem");
+    lkv_cuda_smem_limit(b, &raised, delta_chunk_kernel<BV, SPLIT, W>, smem, "delta_rule (chunked): smem");
     const dim3 grid((unsigned)d->n_v_heads, lkv_cdiv(d->head_v_dim, BV));
-    delta_chunk_kernel<BV, SPLIT><<<grid, DC_THREADS, smem, b->stream>>>(
+    delta_chunk_kernel<BV, SPLIT, W><<<grid, 32 * W, smem, b->stream>>>(
         out, qkv, beta_in, alpha, a, dt, state, d->n_k_heads, d->n_v_heads, d->head_k_dim, d->head_v_dim,
         d->stride, d->l2_eps, n);
     LKV_CUDA_LAUNCHED(b, "delta_rule (chunked)");
 }
 
 /* the chunked form for this call, where the shape and the device allow it:
- * 1 when launched, 0 to leave the call to the recurrence. split: 3xTF32
- * (the library's), else one TF32 mma per product (timings only) */
+ * 1 when launched, 0 to leave the call to the recurrence. kind: 0 the
+ * library's (3xTF32, 16 warps); timing variants: 1 one TF32 mma a product,
+ * 2 blocks of 8 warps */
 int lkv_cuda_delta_chunk(lkv_bctx *b, float *out, const float *qkv, const float *beta_in,
                          const float *alpha, const float *a, const float *dt, float *state,
-                         const lkv_delta_desc *d, int n, int split) {
+                         const lkv_delta_desc *d, int n, int kind) {
     const int dk = d->head_k_dim, dv = d->head_v_dim;
     if (dk % 16 || dk > DC_MAX_DK || dv <= 0) return 0;
     const int optin = dc_smem_optin(b->device);
     const bool wide = dv > 32 && (int)sizeof(float) * dc_plan_of(dk, 64).total <= optin;
     if (!wide && (int)sizeof(float) * dc_plan_of(dk, 32).total > optin) return 0;
+#define DC_ARGS b, out, qkv, beta_in, alpha, a, dt, state, d, n
     if (wide) {
-        if (split) dc_launch<64, true>(b, out, qkv, beta_in, alpha, a, dt, state, d, n);
-        else dc_launch<64, false>(b, out, qkv, beta_in, alpha, a, dt, state, d, n);
+        if (kind == 1) dc_launch<64, false, DC_WARPS>(DC_ARGS);
+        else if (kind == 2) dc_launch<64, true, 8>(DC_ARGS);
+        else dc_launch<64, true, DC_WARPS>(DC_ARGS);
     } else {
-        if (split) dc_launch<32, true>(b, out, qkv, beta_in, alpha, a, dt, state, d, n);
-        else dc_launch<32, false>(b, out, qkv, beta_in, alpha, a, dt, state, d, n);
+        if (kind == 1) dc_launch<32, false, DC_WARPS>(DC_ARGS);
+        else if (kind == 2) dc_launch<32, true, 8>(DC_ARGS);
+        else dc_launch<32, true, DC_WARPS>(DC_ARGS);
     }
+#undef DC_ARGS
     return 1;
 }
 #endif

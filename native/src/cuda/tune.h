@@ -51,6 +51,7 @@ enum {
     LKV_DELTA_RECURRENCE,      /* deltanet.cu: token by token */
     LKV_DELTA_CHUNKED,         /* deltanet_chunk.cu: any n, 3xTF32 tensor cores */
     LKV_DELTA_CHUNKED_TF32,    /* the same, one TF32 mma a product (~1e-3 relative; timings) */
+    LKV_DELTA_CHUNKED_W8,      /* the same, 3xTF32, blocks of 8 warps (timings) */
 };
 
 typedef struct lkv_cuda_tune {
