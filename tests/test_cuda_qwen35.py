@@ -5,13 +5,14 @@ Tiny random qwen35 models (tests/tiny_qwen35.py), among them one with
 head_dim 256 and partial rope and one with the 27B's delta-rule head sizes
 (dk = dv = 128):
 - logits teacher-forced (a 150-token prefill in micro-batches of 100 and 50:
-  the first runs the delta rule's chunked form on both backends, chunks of 64
-  from its first token, the second the GPU's recurrence; both cross the KV
-  chunks of 32; then single-token decodes) within mean KL 1e-3 of the CPU,
+  the CPU runs the first in its chunked form, chunks of 64 from its first
+  token, and the GPU its default form for each (cuda/deltanet.cu
+  DR_CHUNKED_ON); both cross the KV chunks of 32; then single-token decodes)
+  within mean KL 1e-3 of the CPU,
   with top-1 agreement reported (one JSON line per case; PYLLAMAKV_REPORT_DIR
   collects them as test_cuda.py does);
-- a prompt in one micro-batch (the chunked form), token by token and in
-  micro-batches of 7 (the recurrence) on CUDA;
+- a prompt in one micro-batch, token by token and in micro-batches of 7 on
+  CUDA;
 - save_state / load_state on CUDA (bit for bit), and a CPU blob continued on
   CUDA;
 - snapshots and truncation to them, prefix reuse in Llama.generate;
@@ -126,9 +127,9 @@ def test_logits_match_the_cpu(tmp_path, shape, wtype, kernels, kv):
 def test_batch_equals_token_by_token(tmp_path, kernels, wtype):
     """One micro-batch of 140, 140 single tokens, and micro-batches of 7 (the
     n <= 8 graph path with several tokens) give the same logits on CUDA: the
-    delta rule runs its chunked form for the first (deltanet_chunk.cu), the
-    recurrence for the others, the same function to f32 rounding; the matmul
-    and attention kernels differ for few and many tokens."""
+    delta rule's forms (the recurrence; with DR_CHUNKED_ON the chunked one for
+    the first) are the same function to f32 rounding; the matmul and attention
+    kernels differ for few and many tokens."""
     path = write_tiny_qwen35(tmp_path / "b.gguf", wtype, seed=5)
     tokens = np.random.default_rng(5).integers(0, N_VOCAB, 140).tolist()
     with N.Model(path, device="cuda") as m:

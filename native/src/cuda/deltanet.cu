@@ -24,10 +24,13 @@
  * shared memory and leave in coalesced rows at the end of the tile. The
  * state is read once at the start and written once at the end of the call.
  *
- * Decode and micro-batches under DR_CHUNKED_MIN tokens run this recurrence
- * (the CPU's decode path); longer ones go to the chunked form of the same
- * function on tensor cores (deltanet_chunk.cu), where it takes the shape
- * (lkv_cuda_tuning.delta forces either, for the harnesses). This one is
+ * Decode runs this recurrence (the CPU's decode path). Prefill micro-batches
+ * of DR_CHUNKED_MIN tokens or more can go to the chunked form of the same
+ * function on tensor cores (deltanet_chunk.cu), where it takes the shape;
+ * DR_CHUNKED_ON keeps that off by default until a device run has checked the
+ * kernel (`test_ops hybrid`) and timed it against this one (the kernel was
+ * written and checked on a host emulator only: tests/cuda/emu_deltanet_chunk.cpp).
+ * lkv_cuda_tuning.delta forces either form, for the harnesses. This one is
  * latency bound per token but runs every (head, column group) in parallel.
  *
  * Rounding: f32 throughout with FMAs (the CPU rounds each product), the
@@ -47,6 +50,7 @@ enum {
     DR_SMEM_FLOATS = 8192,     /* the token tile's budget: 32 KiB */
     DR_MAX_TILE = 64,
     DR_CHUNKED_MIN = 64,       /* micro-batches of this many tokens or more: the chunked form */
+    DR_CHUNKED_ON = 0,         /* 1: the chunked form by default (above); 0: only when forced */
 };
 
 static __device__ __forceinline__ float dr_softplus(float x) {
@@ -180,7 +184,8 @@ void lkv_cuda_delta_rule(lkv_bctx *b, float *out, const float *qkv, const float 
     }
     /* prefill: the chunked form on tensor cores (deltanet_chunk.cu) where it takes the shape */
     const int path = lkv_cuda_tuning.delta;
-    if (path != LKV_DELTA_RECURRENCE && (n >= DR_CHUNKED_MIN || path != LKV_DELTA_AUTO) &&
+    const bool by_default = DR_CHUNKED_ON && n >= DR_CHUNKED_MIN;
+    if (path != LKV_DELTA_RECURRENCE && (path != LKV_DELTA_AUTO || by_default) &&
         lkv_cuda_delta_chunk(b, out, qkv, beta_in, alpha, (const float *)a->dev, (const float *)dt->dev,
                              state, d, n, path == LKV_DELTA_CHUNKED_TF32 ? 1 : path == LKV_DELTA_CHUNKED_W8 ? 2 : 0))
         return;

@@ -1,8 +1,10 @@
 /*
  * cuda/deltanet_chunk.cu: the gated delta rule over a prefill micro-batch in
  * its chunk-parallel (WY / UT) form on tensor cores; deltanet.cu's
- * recurrence keeps decode and short micro-batches, and calls this above
- * DC_MIN_TOKENS tokens.
+ * recurrence keeps decode and short micro-batches, and calls this from
+ * DR_CHUNKED_MIN tokens when DR_CHUNKED_ON (off until a device run has checked
+ * and timed it: so far checked on the host emulator, tests/cuda/
+ * emu_deltanet_chunk.cpp, and compiled for sm_90a / sm_80 only).
  *
  * The math (cpu/deltanet.c's chunked form, tests/test_deltanet_chunked.py's
  * numpy twin). Per value head, chunks of C = 64 tokens from the
