@@ -20,8 +20,9 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .core import native as _native
+from .core.vocab_context import VOCAB_ONLY, VocabOnlyContext
 from .text.chat_handlers import llama_chat_formatter
-from .text.llama_tokenizer import CallableTokenizer, LlamaTokenizer
+from .text.llama_tokenizer import llama_tokenizers
 from .api.llama_cpp_methods import LlamaCppMethods
 from .api.compat import check_extra_kwargs
 from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
@@ -85,6 +86,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                 self._text_setup(file.metadata, chat_format, chat_handler, -1, False)
                 self._n_ctx, self._n_vocab = cfg.n_ctx, self.tokenizer.n_vocab
                 self.metadata, self.draft_model = file.string_metadata, None
+                self._ctx, self._seed = VocabOnlyContext(self.tokenizer, self._n_ctx), cfg.seed
                 return
             hp = _native.model_params(file)
             self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
@@ -142,8 +144,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
     def _text_setup(self, metadata: dict, chat_format, chat_handler, pooling_type,
                     embedding: bool) -> None:
         """The parts that need only the file's metadata (all of a vocab_only Llama)."""
-        self.tokenizer = CallableTokenizer.from_metadata(metadata)
-        self.tokenizer_ = LlamaTokenizer(self)
+        self.tokenizer, self.tokenizer_ = llama_tokenizers(metadata, self._init_kwargs)
         self.embedding = bool(embedding)
         self.cache = None
         self._pooling = embedding_pooling(pooling_type, metadata)
@@ -246,9 +247,8 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                         self.progress_callback)
 
     def _logits_mode(self) -> None:
-        if self._ctx is None:
-            raise RuntimeError("this Llama was created with vocab_only=True: it tokenizes and "
-                               "formats chats, and has no weights to evaluate")
+        if self._ctx is None or isinstance(self._ctx, VocabOnlyContext):
+            raise RuntimeError(VOCAB_ONLY)
         if self.embedding:
             raise RuntimeError("this Llama was created with embedding=True: it computes "
                                "embeddings (embed, create_embedding), not logits")

@@ -13,8 +13,8 @@ import pytest
 from pyllamakv import Llama
 from pyllamakv.core.native_gen import has_generate
 
-from tiny_models import write_tiny_model
-from tiny_qwen35 import write_tiny_qwen35
+from fixtures.tiny_models import write_tiny_model
+from fixtures.tiny_qwen35 import write_tiny_qwen35
 
 pytestmark = pytest.mark.skipif(not has_generate(), reason="the library predates lkv_generate")
 
