@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pyllamakv.core import native as N
-from tiny_qwen35 import write_tiny_qwen35
+from fixtures.tiny_qwen35 import write_tiny_qwen35
 
 
 @pytest.fixture(scope="module")
