@@ -108,6 +108,13 @@ def test_a_given_n_ubatch_is_kept():
     assert u == 512 and split.note == ""
 
 
+def test_several_sequences_have_no_arena_to_lend():
+    """n_seq_max > 1: no phase arena (arena.h), the workspace stays beside the
+    pool, so the quarter-of-free rule keeps the budget's old choice"""
+    split, u = _plan(16384, n_ctx=65536, n_seq_max=2)
+    assert split.note == "" and u == 512, split.describe()
+
+
 def test_streamed_bytes_and_the_model(rng=np.random.default_rng()):
     for _ in range(20):
         n = int(rng.integers(1, 300000))

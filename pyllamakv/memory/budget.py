@@ -224,8 +224,8 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
 
     All resident when the whole cache fits, at the widest micro-batch that
     leaves room for it (ubatch.py's choices on CUDA, cfg.n_ubatch when set);
-    else a bounded pool. On CUDA its prefill workspace is the phase arena, which
-    decode lends back to the KV, so every width whose pool still meets the plan's
+    else a bounded pool. On CUDA with one sequence its prefill workspace is the
+    phase arena, which decode lends back to the KV, so every width whose pool still meets the plan's
     minimum is a candidate and the least modelled prefill time of an n_ctx prompt
     picks one (ubatch.prefill_seconds; the split's note says so); elsewhere the
     widest whose activations take at most a quarter of what the weights and
@@ -275,7 +275,8 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
                 return split_budget(budget, w, ws, rec, resident, 0), u
     free = budget - w - rec
     err: Exception | None = None
-    by_cost = kw["arena"] and len(choices) > 1      # the arena returns to the KV for decode
+    # the arena (one sequence only: arena.h) returns to the KV for decode
+    by_cost = kw["arena"] and n_seq == 1 and len(choices) > 1
     fits: dict[int, BudgetSplit] = {}
     for i, u in enumerate(choices):
         alloc = sum(workspace_allocations(hp, u, streaming=True, row_bytes_k=rbk,
