@@ -111,7 +111,12 @@ def model_params_of(tensors, hparams: dict, device: str, n_threads: int | None =
         d.n_dims = len(t.shape)
         for i, n in enumerate(t.shape[:4]):
             d.ne[i] = n
-        d.data = ffi.from_buffer(t.data) if t.nbytes else ffi.NULL
+        if not t.nbytes:
+            d.data = ffi.NULL
+        elif hasattr(t, "data"):
+            d.data = ffi.from_buffer(t.data)
+        else:   # described, not loaded (a memory plan's question: the core reads no data)
+            d.data = ffi.cast("void *", 4096 + int(t.offset))
         d.nbytes = t.nbytes
     return p, descs, keep
 

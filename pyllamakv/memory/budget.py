@@ -21,7 +21,7 @@ device to the same plan.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.native_plan import memory_plan
 from ..errors import MemoryBudgetError, PoolTooSmallError
@@ -61,6 +61,7 @@ class BudgetSplit:
     recurrent: int
     kv: int                 # device bytes of the KV cache (pool, or all resident planes)
     pool: int | None        # the kv_pool bytes to ask the core for
+    note: str = ""          # how n_ubatch was chosen, where a model chose it (plan_budget)
 
     @property
     def used(self) -> int:
@@ -71,7 +72,7 @@ class BudgetSplit:
         kv = "all resident" if self.pool is None else "pool"
         return (f"device budget {m(self.budget)} MiB: weights {m(self.weights)}, workspace "
                 f"{m(self.workspace)}, recurrent state {m(self.recurrent)}, KV {m(self.kv)} "
-                f"({kv}) MiB")
+                f"({kv}) MiB" + (f"; {self.note}" if self.note else ""))
 
 
 def split_budget(budget: int, weights: int, workspace: int, recurrent: int, resident_kv: int,
@@ -117,16 +118,21 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
                 ) -> tuple[BudgetSplit, int]:
     """(split, n_ubatch) for LlamaConfig cfg with cfg.gpu_memory_mib set.
 
-    All resident at the default micro-batch when the whole cache fits; else a
-    bounded pool, with the widest micro-batch (ubatch.py's choices on CUDA,
-    cfg.n_ubatch when set) whose workspace takes at most a quarter of what the
-    weights and recurrent state leave and whose pool still meets the plan's
-    minimum. weights: device bytes of weights already loaded (None: the core's
-    figure for tensors).
+    All resident when the whole cache fits, at the widest micro-batch that
+    leaves room for it (ubatch.py's choices on CUDA, cfg.n_ubatch when set);
+    else a bounded pool. On CUDA with one sequence its prefill workspace is the
+    phase arena, which decode lends back to the KV, so every width whose pool
+    still meets the plan's minimum is a candidate and the least modelled prefill
+    time of an n_ctx prompt picks one (ubatch.prefill_seconds; the split's note
+    says so); elsewhere the widest whose workspace takes at most a quarter of
+    what the weights and recurrent state leave. Every figure is the core's
+    memory plan. weights: device bytes of weights already loaded (None: the
+    core's figure for tensors).
     """
     from ..config import requested_pool_bytes
-    from .plan import kv_plan, sequences_pool_bytes, share_bytes, whole_cache_bytes
-    from .ubatch import CHOICES, RESIDENT
+    from ..gguf.arch_qwen35 import n_layer_kv
+    from .plan import kv_plan, kv_row_bytes, sequences_pool_bytes, share_bytes, whole_cache_bytes
+    from .ubatch import CHOICES, RESIDENT, cheapest, matmul_flops_per_token, prefill_seconds
     budget = int(cfg.gpu_memory_mib * MIB)
     n_seq = cfg.n_seq_max
     wide_logits = wide_logits or n_seq > 1
@@ -163,18 +169,21 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
         choices = sorted({cap(u) for u in CHOICES + (RESIDENT,)}, reverse=True)
     else:
         choices = [cap(RESIDENT)]
-    if auto:   # all resident, when it fits, at the default micro-batch
-        u = choices[-1] if cfg.n_ubatch is None else choices[0]
-        w, ws, rec, resident = parts(u, None)
-        if budget - w - ws - rec >= resident:
-            return split_budget(budget, w, ws, rec, resident, 0), u
+    if auto:   # all resident, when it fits, at the widest micro-batch that leaves room
+        for u in choices:
+            w, ws, rec, resident = parts(u, None)
+            if budget - w - ws - rec >= resident:
+                return split_budget(budget, w, ws, rec, resident, 0), u
     # the figures that do not depend on the pool's size, with the least pool the plan
     # accepts (a requested pool below it: planned all resident, then refused below)
     probe = min_pool or None
     err: Exception | None = None
+    # the arena (one sequence only, CUDA's default: arena.h) returns to the KV for decode
+    by_cost = device == "cuda" and n_seq == 1 and len(choices) > 1
+    fits: dict[int, BudgetSplit] = {}
     for i, u in enumerate(choices):
         w, ws, rec, _ = parts(u, probe)
-        if i < len(choices) - 1 and ws - MODULE_RESERVE > (budget - w - rec) // 4:
+        if not by_cost and i < len(choices) - 1 and ws - MODULE_RESERVE > (budget - w - rec) // 4:
             continue
         resident = parts(u, None)[3]
         try:
@@ -186,5 +195,17 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
             continue
         if too_small is not None:   # the planner's refusal, where its check used to run
             raise too_small
-        return split, u
-    raise err
+        if not by_cost:
+            return split, u
+        fits[u] = split
+    if not fits:
+        raise err
+    kv_tok = (kv_row_bytes(hp, cfg.type_k) + kv_row_bytes(hp, cfg.type_v)) * n_layer_kv(hp)
+    flops = matmul_flops_per_token(tensors)
+    cost = {u: prefill_seconds(n_ctx, u, flops, n_ctx if s.pool is None else s.pool // kv_tok, kv_tok)
+            for u, s in fits.items()}
+    u = cheapest(cost)
+    note = (f"n_ubatch {u}: the least modelled prefill of {n_ctx} tokens ("
+            + ", ".join(f"{k}: {v:.1f} s" for k, v in sorted(cost.items(), reverse=True))
+            + "); its workspace goes back to the KV for decode")
+    return replace(fits[u], note=note), u
