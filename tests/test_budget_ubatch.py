@@ -37,29 +37,23 @@ HP27 = dict(arch=3, n_vocab=248320, n_embd=5120, n_layer=64, n_head=24, n_head_k
 IQ4_XS = 23
 
 
-def _tensors(hp, bits=4.25):
-    """the 2-D weights of the shape (IQ4_XS-sized), one allocation each"""
-    E, F = hp["n_embd"], hp["n_ff"]
-    nq, nkv = hp["n_head"] * hp["head_dim"], hp["n_head_kv"] * hp["head_dim"]
-    vd = hp["ssm_n_v_heads"] * hp["ssm_head_v_dim"]
-    cd = 2 * hp["ssm_n_k_heads"] * hp["ssm_head_k_dim"] + vd
-    shapes = [("token_embd.weight", (hp["n_vocab"], E)), ("output.weight", (hp["n_vocab"], E))]
-    for i in range(hp["n_layer"]):
-        b = f"blk.{i}."
-        shapes += [(b + "ffn_gate.weight", (F, E)), (b + "ffn_up.weight", (F, E)),
-                   (b + "ffn_down.weight", (E, F))]
-        if (i + 1) % hp["full_attn_interval"] == 0:
-            shapes += [(b + "attn_q.weight", (2 * nq, E)), (b + "attn_k.weight", (nkv, E)),
-                       (b + "attn_v.weight", (nkv, E)), (b + "attn_output.weight", (E, nq))]
-        else:
-            shapes += [(b + "attn_qkv.weight", (cd, E)), (b + "attn_gate.weight", (vd, E)),
-                       (b + "ssm_out.weight", (E, vd))]
+def _tensors(hp):
+    """every tensor of the shape (fixtures/synthetic.py's list for qwen35-27b, whose
+    sizes are HP27's): the matmul weights IQ4_XS, the rest f32; described, not loaded"""
+    from fixtures.synthetic import SHAPES, _qwen35_tensors
+    from gguf.constants import GGML_QUANT_SIZES
+    from gguf import GGMLQuantizationType as GT
+    s = SHAPES["qwen35-27b"]
+    assert (s.n_embd, s.n_layer, s.n_ff, s.n_vocab) == (hp["n_embd"], hp["n_layer"], hp["n_ff"],
+                                                        hp["n_vocab"])
+    block, size = GGML_QUANT_SIZES[GT.IQ4_XS]
     out, off = [], 0
-    for name, shape in shapes:
-        nbytes = int(shape[0] * shape[1] * bits / 8)
-        # the core's ne order: the contiguous dimension first
-        out.append(SimpleNamespace(name=name, shape=shape[::-1], type=IQ4_XS, nbytes=nbytes,
-                                   offset=off))
+    for name, shape, kind in _qwen35_tensors(s):
+        n = int(np.prod(shape))
+        q = kind == "q"
+        nbytes = n // block * size if q else 4 * n
+        out.append(SimpleNamespace(name=name, shape=tuple(shape[::-1]), type=IQ4_XS if q else 0,
+                                   nbytes=nbytes, offset=off))
         off += nbytes
     return out
 
@@ -120,11 +114,13 @@ def test_a_given_n_ubatch_is_kept():
 
 
 @needs_cuda
-def test_several_sequences_have_no_arena_to_lend():
-    """n_seq_max > 1: no phase arena (arena.h), the workspace stays beside the
-    pool, so the quarter-of-free rule keeps the budget's old choice"""
-    split, u = _plan(16384, n_ctx=65536, n_seq_max=2)
-    assert split.note == "" and u == 512, split.describe()
+def test_several_sequences_of_a_hybrid_are_refused_by_the_core():
+    """n_seq_max > 1 for this hybrid: the core holds one sequence per context for
+    models with recurrent state, and its plan says so (before, the budget's own
+    arithmetic planned a context the core would refuse)."""
+    from pyllamakv.errors import UnsupportedError
+    with pytest.raises(UnsupportedError, match="one sequence per context"):
+        _plan(16384, n_ctx=65536, n_seq_max=2)
 
 
 def test_streamed_bytes_and_the_model(rng=np.random.default_rng()):
