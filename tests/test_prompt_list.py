@@ -23,14 +23,14 @@ def reference(path):
 
 @pytest.fixture
 def batch_calls(monkeypatch):
-    """Counts decode_batch calls and the sequences each one held."""
+    """Counts the scheduler's batched steps and the sequences each one held."""
     calls = []
-    real = Context.decode_batch
+    real = Context.decode_batch_logits
 
     def spy(self, tokens, seq_ids, want_logits=None):
-        calls.append(len(set(seq_ids)))
+        calls.append(len(set(seq_ids.tolist())))
         return real(self, tokens, seq_ids, want_logits)
-    monkeypatch.setattr(Context, "decode_batch", spy)
+    monkeypatch.setattr(Context, "decode_batch_logits", spy)
     return calls
 
 

@@ -124,26 +124,29 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         lp.start_after(prompt)
 
     tokens = llm._generate(prompt, sampler)
-    first = next(tokens)                       # prefill, then the first sample
+    first = next(tokens, None)   # prefill, then the first sample (None: cancelled)
     if echo:
         text = IncrementalDecoder(llm.tokenizer).feed(prompt)
-        yield Piece(text, lp.prompt(prompt, llm._hist.scores()))
+        yield Piece(text, lp.prompt(prompt, llm.sequence.scores()))
     reason, hit, token = "length", False, first
     while True:
-        if token in ends or (stopping_criteria is not None
-                             and stop_asked(stopping_criteria, llm._hist)):
+        if token is None or token in ends or (stopping_criteria is not None
+                             and stop_asked(stopping_criteria, llm.sequence)):
             reason = "stop"
             break
         usage.completion_tokens += 1
         raw = decoder.feed(token)
         text, hit = scanner.feed(raw)
-        yield Piece(text, lp.token(token, raw, llm._hist.last_logits()))
+        # (the logits it was sampled from; read only when asked: a prompt list's
+        # sequence has its token's decode queued, which a read would run alone)
+        yield Piece(text, lp.token(token, raw, llm.sequence.last_logits()) if logprobs
+                    is not None else None)
         if hit:
             reason = "stop"
             break
         if usage.completion_tokens >= max_tokens:
             break
-        token = next(tokens)
+        token = next(tokens, None)
     tokens.close()
     tail = ""
     if not hit:   # release what was held back: no stop string came

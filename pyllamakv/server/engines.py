@@ -1,6 +1,8 @@
-"""The slots' engines: a SlotLlama per slot (on a GPU with parallel > 1, sequences
-of one shared context; elsewhere a context each), loaded from the server's
-settings, with the chat template and the budget they share (slots.py runs them).
+"""The slots' engines: a SlotLlama per slot, each a sequence of one shared engine
+(engine/engine.py: one context, one pool, one scheduler whose steps batch the
+slots' work; hybrids and MTP models, whose core holds one sequence per context,
+a context each), loaded from the server's settings, with the chat template and
+the budget they share (slots.py runs them).
 """
 from __future__ import annotations
 
@@ -11,10 +13,10 @@ from ..core.native import GGUFFile, Model, cuda_device_count, model_params
 from ..config import LlamaConfig, choose_device
 from ..default_model import default_model_path
 from ..llama import Llama
-from ..engine.history import common_prefix
-from ..engine.seq_batch import SharedContext
+from ..engine.engine import Engine
+from ..engine.sequence import common_prefix
 from .settings import ServerSettings
-from .slots import Job, JobStopped
+from .slots import Job
 from ..spec.drafters import make_drafter
 from ..text.chat import ChatFormatter
 from ..text.chat_formats import CHAT_FORMATS
@@ -54,9 +56,7 @@ class SlotLlama(Llama):
             for token in inner:
                 if job is not None and job.should_stop():
                     job.stopped_early = True
-                    if not self.tokenizer.eog_ids:
-                        raise JobStopped("stopped between two tokens")
-                    yield min(self.tokenizer.eog_ids)   # completion_pieces ends here
+                    self.sequence.cancel()   # the generation ends before its next token
                     return
                 if job is not None:
                     now = time.perf_counter()
@@ -101,11 +101,11 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
     model = Model(file, device, s.threads_per_slot)
-    # on a GPU one context for all slots, batched steps (weights read once per step); on the
-    # CPU a context each (slots in parallel on their own threads ran faster here); hybrids:
-    # a context each
-    if s.parallel > 1 and device != "cpu" and not model.hparams.get("full_attn_interval"):
-        kw["_context"] = SharedContext(s.parallel).context
+    # one context for all slots, batched steps (weights read once per step); hybrids and
+    # models with an MTP block: a context each (the core holds one such sequence a context)
+    if (s.parallel > 1 and not model.hparams.get("full_attn_interval")
+            and model.n_nextn == 0):
+        kw["_engine"] = Engine(s.parallel, shared=True)
     # every slot is made with a drafter, so that a budget counts the logits rows a
     # verification needs (budget.py): any request may ask for speculation; a model with an
     # MTP block gets contexts that run it (speculative.type "mtp"), a draft GGUF its own

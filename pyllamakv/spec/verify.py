@@ -74,7 +74,7 @@ def _clean(drafts, n_vocab: int, k_max: int) -> list[int]:
 
 def verify(llm: "Llama", tokens: list[int]) -> np.ndarray:
     """Decode tokens after the cache in one pass; their logits, (len, n_vocab)."""
-    return llm._hist.eval_rows(tokens)
+    return llm.sequence.eval_rows(tokens)
 
 
 def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> Iterator[int]:
@@ -88,7 +88,7 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
     while True:
         yield token
         t0 = time.perf_counter()
-        hist = llm._hist
+        hist = llm.sequence
         room = min(llm.n_ctx() - hist.n - 1, llm.config.n_batch - 1)
         history = np.append(hist.input_ids(), np.int32(token))
         drafts = _clean(drafter(history), n_vocab, room) if room > 0 else []
@@ -97,8 +97,8 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
             k = length.choose(len(drafts), match)
             drafts = drafts[:k if k >= getattr(drafter, "n_min", 0) else 0]
         t1 = time.perf_counter()
-        if drafts and llm._ctx.recurrent_bytes:
-            llm._ctx.snapshot()   # hybrids: where truncate_to_row replays from
+        if drafts:
+            hist.snapshot()   # hybrids: where truncate_to_row replays from
         rows = verify(llm, [token] + drafts)
         t2 = time.perf_counter()
         n_base = hist.n - len(drafts)            # cache length with token, no drafts
