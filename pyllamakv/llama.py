@@ -2,10 +2,9 @@
 of its sequences (sequence 0 of its own engine; a server slot's of a shared one).
 
 Generation runs in three named stages: ``_prefill`` (a token list, in n_batch
-slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id).
-``generate`` strings them together and reuses the longest prefix of the new
-tokens that the KV cache already holds; the OpenAI-style requests
-(completion, chat, embeddings: openai_api.py) build on it.
+slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id), or,
+greedy, in the core's loop (greedy_loop.py). ``generate`` reuses the longest cached
+prefix; the OpenAI-style requests (completion, chat, embeddings) build on it.
 
 Threads: a Llama may be shared; its calls are serialised and a stream keeps
 other threads waiting until it ends (guard.py says exactly how). Python's
@@ -33,6 +32,7 @@ from .errors import ClosedError, ParameterError, ParameterTypeError
 from .api.grammar import LlamaGrammar
 from .engine.guard import Guard, guarded
 from .engine.engine import Engine
+from .engine.greedy_loop import greedy_tokens, loop_ok
 from .engine.sequence import common_prefix
 from .hub import hub_file
 from .api.openai_api import OpenAIMethods
@@ -302,7 +302,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
                                                          stopping_criteria))
 
     def _generate(self, tokens: list[int], sampler: Sampler, reset: bool = True,
-                  stopping_criteria=None) -> Iterator[int]:
+                  stopping_criteria=None, limit: int | None = None, ends=()) -> Iterator[int]:
         self._logits_mode()
         self.timings = Timings()
         self._seq.uncancel()   # Sequence.cancel ends the generation running then
@@ -331,6 +331,8 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         self._prefill(tokens)
         if drafter is not None:
             yield from speculative_tokens(self, sampler, drafter)
+        elif loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
+            yield from greedy_tokens(self, sampler, limit, ends)   # (or when cancelled)
         try:
             while not self._seq.cancelled:   # cancel(): ends before the next token
                 token = self._sample(sampler)

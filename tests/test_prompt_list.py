@@ -97,7 +97,7 @@ def test_stopping_criteria_run_one_after_another(path, batch_calls):
     with Llama(path, n_seq_max=3, **KW) as llm:
         out = llm.create_completion(PROMPTS[:3], max_tokens=12, temperature=0,
                                     stopping_criteria=every_seventh)
-    assert batch_calls == []
+    assert max(batch_calls, default=1) == 1     # one sequence a step
     assert [(c["text"], c["finish_reason"]) for c in out["choices"]] == \
         [(r["text"], r["finish_reason"]) for r in ref]
     assert {r["finish_reason"] for r in ref} == {"stop"}

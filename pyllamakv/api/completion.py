@@ -123,7 +123,9 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     if not echo:     # offsets count from the prompt's start, as llama-cpp-python's
         lp.start_after(prompt)
 
-    tokens = llm._generate(prompt, sampler)
+    greedy_ahead = logprobs is None and stopping_criteria is None   # nothing reads the logits
+    tokens = (llm._generate(prompt, sampler, limit=max_tokens, ends=sorted(ends)) if greedy_ahead
+              else llm._generate(prompt, sampler))
     first = next(tokens, None)   # prefill, then the first sample (None: cancelled)
     if echo:
         text = IncrementalDecoder(llm.tokenizer).feed(prompt)

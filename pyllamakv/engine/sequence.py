@@ -49,6 +49,7 @@ class Sequence:
         self._ids = np.zeros(n_ctx, np.int32)                                   # (n_ctx,)
         self._scores = np.zeros((n_ctx if keep_all else 1, ctx.out_width), np.float32)
         self._synced = 0                  # positions whose logits are in _scores
+        self._stale = False               # the core's greedy loop decoded since: copy on read
         self._pending: Work | None = None  # queued by submit, not waited for yet
         self._cancelled = threading.Event()
 
@@ -74,8 +75,17 @@ class Sequence:
                 self._scores[n - len(rows):n] = rows
             elif len(rows):
                 self._scores[0] = rows[-1]
+            self._stale = False
         self._synced = n
         return n
+
+    def _fresh(self) -> None:
+        """The last logits copied, if the core's greedy loop left them there."""
+        if self._stale:
+            rows = self.ctx.logits()
+            if len(rows):
+                self._scores[0] = rows[-1]
+            self._stale = False
 
     def input_ids(self) -> np.ndarray:
         return self._ids[:self.sync()]
@@ -83,10 +93,12 @@ class Sequence:
     def scores(self) -> np.ndarray:
         """(n, width) with keep_all; else (1, width): the last position's."""
         n = self.sync()
+        self._fresh()
         return self._scores[:n] if self.keep_all else self._scores
 
     def last_logits(self) -> np.ndarray:
         n = self.sync()
+        self._fresh()
         return self._scores[n - 1 if self.keep_all else 0]
 
     def prefix(self, n: int) -> np.ndarray:
@@ -98,6 +110,7 @@ class Sequence:
     def _take(self, start: int, k: int, rows: np.ndarray) -> None:
         """The rows a decode of k tokens after start returned: the last ones kept."""
         n = start + k
+        self._stale = False
         if len(rows):
             if self.keep_all:
                 self._scores[n - len(rows):n] = rows
@@ -160,6 +173,33 @@ class Sequence:
         self._take(n, len(tokens), rows)
         return rows
 
+    @property
+    def solo(self) -> bool:
+        """The one sequence of its context: the core's whole-context calls (its
+        greedy loop, greedy_loop.py) are this sequence's."""
+        return self._own_ctx
+
+    def greedy(self, n_max: int, pending: int, ends, bias) -> np.ndarray:
+        """The core's greedy loop (a solo sequence; Context.generate): pending
+        (if >= 0) decoded, then up to n_max ids picked, all but the last decoded;
+        their logits are copied when read. A failure keeps the ids made in .partial."""
+        n0 = self.sync()
+        try:
+            ids = self.ctx.generate(n_max, pending, ends, bias)
+        except BaseException as e:
+            self._generated(n0, pending, getattr(e, "partial", ()))
+            raise
+        self._generated(n0, pending, ids)
+        return ids
+
+    def _generated(self, n0: int, pending: int, ids) -> None:
+        seq = ([pending] if pending >= 0 else []) + [int(t) for t in ids]
+        self._ids[n0:n0 + len(seq)] = seq[:self.n_ctx - n0]
+        n = self._core_n()
+        if n > n0:
+            self._stale = True
+        self._synced = n
+
     # ------------------------------------------------------------ going back
 
     @property
@@ -188,6 +228,7 @@ class Sequence:
         """To n positions; a hybrid whose recurrent state cannot return to n goes
         back to the latest snapshot before it and decodes the tokens between again."""
         self.sync()
+        self._fresh()
         back = self.restore_point(n) if n < self._core_n() else n
         self._cut(back)
         for i in range(back, n, self.n_batch):
@@ -241,6 +282,7 @@ class Sequence:
             elif n:
                 self._scores[0] = scores[-1]
             self._synced = n
+            self._stale = False
         atomic(run)
 
     def kv_stats(self) -> dict[str, Any]:

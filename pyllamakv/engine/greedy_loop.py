@@ -1,0 +1,86 @@
+"""Greedy generation in the core: a generation's decode steps without a
+Python round trip per token (core/native_gen.py, llamakv.h lkv_generate).
+
+Used by ``Llama._generate`` when nothing needs the logits in Python: a greedy
+sampler (temperature <= 0) without penalties, grammar or logits processors,
+no stopping_criteria, no logits_all, no draft model. logit_bias is applied in
+the core, in float64 as the Python sampler does, so the ids are the ones the
+Python path picks, bit for bit. The core returns blocks of tokens (1, 2, 4 ..
+64, at most what ``limit`` leaves), stopping at the end ids; the cache then
+holds every returned token but the last. A consumer that stops inside a block
+(a stop string) gets the cache cut back to what the Python loop would have
+decoded, its last token decoded again for its logits (Sequence.truncate: for
+hybrids a replay from the latest snapshot, so hybrids take blocks of one token,
+which never overshoot); so does a cancel (Sequence.cancel) between two tokens.
+The loop is the core's for sequence 0 of a single-sequence context
+(``Sequence.solo``); the sequences of a shared engine decode through its
+scheduler instead.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+from ..core.native_gen import has_generate
+from .sampling import Sampler
+
+if TYPE_CHECKING:
+    from ..llama import Llama
+
+MAX_BLOCK = 64
+
+
+def loop_ok(llm: "Llama", sampler: Sampler, stopping_criteria=None) -> bool:
+    """Whether the core's greedy loop gives what the Python loop would."""
+    p = sampler.params
+    penalties = p.repeat_last_n != 0 and (p.repeat_penalty != 1.0 or p.presence_penalty != 0.0
+                                          or p.frequency_penalty != 0.0)
+    return (p.temperature <= 0 and not penalties and sampler.constraint is None
+            and not sampler.processors and stopping_criteria is None
+            and not llm.config.logits_all and llm.draft_model is None and llm.sequence.solo
+            and getattr(llm, "greedy_in_core", True) and has_generate())
+
+
+def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
+                  ends: Sequence[int] = ()) -> Iterator[int]:
+    """Token ids as Llama._generate yields them, from the core's loop; returns
+    (without a token) when the logits hold a NaN or no finite value, so that
+    the caller's Python sampler reports it."""
+    hist = llm.sequence
+    ends = sorted({int(t) for t in ends})
+    bias = sampler.params.logit_bias
+    grow = not hist.recurrent
+    pending, block, left = -1, 1, limit
+    while True:
+        n_max = block if grow else 1
+        if left is not None:
+            n_max = max(1, min(n_max, left))
+        n0 = hist.n
+        t0 = time.perf_counter()
+        ids = hist.greedy(n_max, pending, ends, bias)
+        base = n0 + (pending >= 0)
+        llm.timings.add("decode", time.perf_counter() - t0, hist.n - n0)
+        if len(ids) == 0:
+            return
+        for i, t in enumerate(ids.tolist()):
+            if hist.cancelled:
+                _cut(hist, base + i)
+                return
+            try:
+                yield t
+            except GeneratorExit:   # stopped inside the block
+                _cut(hist, base + i)
+                raise
+        pending = int(ids[-1])
+        if left is not None:
+            left -= len(ids)
+        block = min(2 * block, MAX_BLOCK)
+
+
+def _cut(seq, keep: int) -> None:
+    """The cache (and its last logits) as the Python loop leaves it when the
+    generation ends before the token at position keep: decoded up to the one before."""
+    if seq.n > keep:
+        last = int(seq.prefix(keep)[-1])
+        seq.truncate(keep - 1)
+        seq.eval([last])
