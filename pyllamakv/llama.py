@@ -172,16 +172,6 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
     def _is_hybrid(self) -> bool:   # llama-cpp-python's name: recurrent and attention layers
         return bool(self._ctx is not None and self._ctx.recurrent_bytes)
 
-    @property
-    def sequence(self):
-        """The engine's sequence this Llama generates on (engine/sequence.py)."""
-        return self._seq
-
-    @property
-    def engine(self) -> Engine:
-        """The context, its sequences and their scheduler (engine/engine.py)."""
-        return self._engine
-
     _is_recurrent = False           # a model with only recurrent layers: none load here
 
     def n_embd(self) -> int:
@@ -192,7 +182,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         """Keep states by prompt prefix (cache.LlamaRAMCache; None: no cache)."""
         self.cache = cache
 
-    def _from_cache(self, tokens: Sequence[int]) -> None:
+    def load_cached_prefix(self, tokens: Sequence[int]) -> None:
         """Load the cached state that shares more of tokens than the context holds."""
         if self.cache is None:
             return
@@ -298,11 +288,15 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
                                    logit_bias=logit_bias, seed=seed, grammar=grammar,
                                    mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
                                    mirostat_eta=mirostat_eta, logits_processor=logits_processor)
-        return self._guard.stream(lambda: self._generate(tokens, sampler, reset,
+        return self._guard.stream(lambda: self.token_stream(tokens, sampler, reset,
                                                          stopping_criteria))
 
-    def _generate(self, tokens: list[int], sampler: Sampler, reset: bool = True,
-                  stopping_criteria=None, limit: int | None = None, ends=()) -> Iterator[int]:
+    def token_stream(self, tokens: list[int], sampler: Sampler, reset: bool = True,
+                     stopping_criteria=None, limit: int | None = None, ends=(),
+                     ahead: bool = True) -> Iterator[int]:
+        """generate's ids for a Sampler (completion.py's stream). ahead=False: the
+        consumer reads the ids or logits after each token, so the core's greedy
+        loop, which decodes ahead of the consumer, is not used."""
         self._logits_mode()
         self.timings = Timings()
         self._seq.uncancel()   # Sequence.cancel ends the generation running then
@@ -331,7 +325,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         self._prefill(tokens)
         if drafter is not None:
             yield from speculative_tokens(self, sampler, drafter)
-        elif loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
+        elif ahead and loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
             yield from greedy_tokens(self, sampler, limit, ends)   # (or when cancelled)
         try:
             while not self._seq.cancelled:   # cancel(): ends before the next token

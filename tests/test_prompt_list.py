@@ -41,7 +41,7 @@ def test_prompt_list_equals_one_call_per_prompt(path, reference, batch_calls, n_
         assert [c["index"] for c in out["choices"]] == list(range(len(PROMPTS)))
         for got, ref in zip(out["choices"], reference):
             assert (got["text"], got["finish_reason"]) == (ref["text"], ref["finish_reason"])
-        n_prompt = sum(len(llm._prompt_tokens(p)) for p in PROMPTS)
+        n_prompt = sum(len(llm.prompt_tokens(p)) for p in PROMPTS)
         assert out["usage"]["prompt_tokens"] == n_prompt
         assert out["usage"]["completion_tokens"] == 10 * len(PROMPTS)
         if n_seq_max == 1:

@@ -103,7 +103,7 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     stopping_criteria: llama-cpp-python's f(input_ids, logits) -> bool (or a list
     of them), asked for each sampled token before it is emitted, with the ids and
     logits it was sampled after; True ends the completion ("stop") without it."""
-    n_ctx = llm._n_ctx
+    n_ctx = llm.n_ctx()
     if len(prompt) == 0:
         raise ParameterError("the prompt is empty")
     if len(prompt) >= n_ctx:
@@ -124,8 +124,8 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         lp.start_after(prompt)
 
     greedy_ahead = logprobs is None and stopping_criteria is None   # nothing reads the logits
-    tokens = (llm._generate(prompt, sampler, limit=max_tokens, ends=sorted(ends)) if greedy_ahead
-              else llm._generate(prompt, sampler))
+    tokens = (llm.token_stream(prompt, sampler, limit=max_tokens, ends=sorted(ends))
+              if greedy_ahead else llm.token_stream(prompt, sampler, ahead=False))
     first = next(tokens, None)   # prefill, then the first sample (None: cancelled)
     if echo:
         text = IncrementalDecoder(llm.tokenizer).feed(prompt)
@@ -168,5 +168,5 @@ def run_pieces(llm: "Llama", make_pieces: Callable[[], Iterator[Piece]], stream:
         pieces = make_pieces()
         return itertools.chain([next(pieces)], pieces)
     if stream:
-        return llm._guard.stream(lambda: shape_stream(start()))
-    return llm._guard.call(lambda: shape_full(start()))
+        return llm.guard.stream(lambda: shape_stream(start()))
+    return llm.guard.call(lambda: shape_full(start()))

@@ -34,7 +34,7 @@ def is_prompt_list(prompt: Any) -> bool:
 def complete_prompts(llm, prompts: list, c: CompletionConfig, make_sampler: Callable,
                      name: str, stopping_criteria=None):
     """The completion dict (or with c.stream the chunks) of every prompt."""
-    tokens = [llm._prompt_tokens(p) for p in prompts]
+    tokens = [llm.prompt_tokens(p) for p in prompts]
     samplers = [make_sampler() for _ in tokens]
     usages = [Usage() for _ in tokens]
     lp = c.logprobs is not None
@@ -48,7 +48,7 @@ def complete_prompts(llm, prompts: list, c: CompletionConfig, make_sampler: Call
         def start() -> Iterator[dict]:
             chunks = _chunks(llm, groups, tokens, pieces, name, usages, lp)
             return itertools.chain([next(chunks)], chunks)
-        return llm._guard.stream(start)
+        return llm.guard.stream(start)
 
     def full() -> dict:
         out: list[list[Piece]] = [[] for _ in tokens]
@@ -57,7 +57,7 @@ def complete_prompts(llm, prompts: list, c: CompletionConfig, make_sampler: Call
                 out[i].append(piece)
         return _merge([completion_response(iter(out[i]), name, usages[i], lp)
                        for i in range(len(tokens))], usages)
-    return llm._guard.call(full)
+    return llm.guard.call(full)
 
 
 def _groups(llm, n: int, batchable: bool) -> list[range]:
@@ -72,7 +72,7 @@ def _run_group(llm, group: range, tokens: list, make) -> Iterator[tuple[int, Any
     i) gives prompt i's pieces or chunks; one item of each prompt in turn."""
     if len(group) == 1:                  # the Llama's own path: prompt cache, speculation
         i = group[0]
-        llm._from_cache(tokens[i])
+        llm.load_cached_prefix(tokens[i])
         for item in make(llm, i):
             yield i, item
         return

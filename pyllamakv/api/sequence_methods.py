@@ -31,8 +31,28 @@ class SequenceMethods:
         if getattr(state, "seed", None) is not None:
             self._seed = state.seed
 
+    @property
+    def sequence(self):
+        """The engine's sequence this Llama generates on (engine/sequence.py)."""
+        return self._seq
+
+    @property
+    def engine(self):
+        """The context, its sequences and their scheduler (engine/engine.py)."""
+        return self._engine
+
+    @property
+    def guard(self) -> Guard:
+        """The Llama's lock: features run their work under it (guard.py)."""
+        return self._guard
+
+    @property
+    def gguf_file(self):
+        """The model's GGUF file (typed metadata, tensors; gguf/reader.py)."""
+        return self._model.file
+
     @cached_property
-    def _fingerprint(self) -> str:
+    def fingerprint(self) -> str:
         """The model's identity in saved states, computed at the first save or load."""
         return model_fingerprint(self._model.file.metadata, self._model.file.tensors)
 

@@ -1,7 +1,7 @@
 """Greedy generation in the core: a generation's decode steps without a
 Python round trip per token (core/native_gen.py, llamakv.h lkv_generate).
 
-Used by ``Llama._generate`` when nothing needs the logits in Python: a greedy
+Used by ``Llama.token_stream`` when nothing needs the logits in Python: a greedy
 sampler (temperature <= 0) without penalties, grammar or logits processors,
 no stopping_criteria, no logits_all, no draft model. logit_bias is applied in
 the core, in float64 as the Python sampler does, so the ids are the ones the
@@ -43,7 +43,7 @@ def loop_ok(llm: "Llama", sampler: Sampler, stopping_criteria=None) -> bool:
 
 def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
                   ends: Sequence[int] = ()) -> Iterator[int]:
-    """Token ids as Llama._generate yields them, from the core's loop; returns
+    """Token ids as Llama.token_stream yields them, from the core's loop; returns
     (without a token) when the logits hold a NaN or no finite value, so that
     the caller's Python sampler reports it."""
     hist = llm.sequence

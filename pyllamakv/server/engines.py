@@ -42,13 +42,13 @@ class SlotLlama(Llama):
         """The prompt messages render to (llama-server's /apply-template)."""
         return self._chat.format(messages, add_generation_prompt=True).prompt
 
-    def _generate(self, tokens, *args, **kw):
+    def token_stream(self, tokens, *args, **kw):
         # the token stream every completion and chat reads (completion_pieces)
         job = self.job
         if job is not None:
             job.cached_tokens = min(common_prefix(self.input_ids.tolist(), tokens),
                                     max(len(tokens) - 1, 0))
-        inner = super()._generate(tokens, *args, **kw)
+        inner = super().token_stream(tokens, *args, **kw)
         if job is not None:
             job.prompt_tokens += len(tokens)     # a prompt list: each prompt's
         ends = set(self.tokenizer.eog_ids)
@@ -119,8 +119,8 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
             make_drafter(s.draft_model, e) if has_mtp else e.draft_model
         e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
         e.draft_model = None      # a request's fields choose (speculation.drafting)
-        if has_mtp:               # on only for requests that draft with it (Llama._generate)
-            e._ctx.set_mtp(False)
+        if has_mtp:               # on only for requests that draft with it (Llama.token_stream)
+            e.engine.ctx.set_mtp(False)
         check_available(SpecRequest(), e)     # --draft mtp on a model without the block
         if s.chat_template is not None:
             e.use_chat_template(*chat_template_source(s.chat_template))

@@ -47,7 +47,7 @@ def accept_draft(sampler: Sampler, logits: np.ndarray, history: np.ndarray,
     """One step of the rule for a point-mass draft: (kept, token). token is
     the draft when kept, else a draw from p without the draft."""
     ids, probs = sampler.candidates(logits, history)
-    rng = sampler._rng
+    rng = sampler.rng
     hit = ids == draft
     p_draft = float(probs[hit].sum())
     if p_draft > 0.0 and (p_draft >= 1.0 or rng.random() < p_draft):
@@ -84,7 +84,10 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
     stops amid kept drafts, the rest are truncated)."""
     tm, n_vocab = llm.timings, llm.n_vocab()
     length = getattr(drafter, "length", None)   # spec_length.DraftLength: how many drafts pay
-    token = llm._sample(sampler)
+    seq = llm.sequence
+    t0 = time.perf_counter()
+    token = sampler.sample(seq.last_logits(), seq.input_ids())
+    tm.sample_s += time.perf_counter() - t0
     while True:
         yield token
         t0 = time.perf_counter()
