@@ -328,6 +328,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         elif ahead and loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
             yield from greedy_tokens(self, sampler, limit, ends)   # (or when cancelled)
         try:
+            self._seq.scheduler.join(self._seq.id)   # live: steps wait briefly for its tokens
             while not self._seq.cancelled:   # cancel(): ends before the next token
                 token = self._sample(sampler)
                 if stopping_criteria is not None and stop_asked(stopping_criteria, self._seq):
@@ -339,6 +340,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
                     yield token
                     self._decode_one(token)
         finally:
+            self._seq.scheduler.leave(self._seq.id)
             if self._defer:
                 self._seq.drop_pending()
 

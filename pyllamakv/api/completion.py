@@ -54,29 +54,40 @@ class StopScanner:
 
 class LogprobTracker:
     """llama-cpp-python's logprobs lists (tokens, text_offset, token_logprobs,
-    top_logprobs) for the tokens of a completion; inert when n is None."""
+    top_logprobs) for the tokens of a completion; inert when n is None. With ids
+    also token_ids and top_ids ({id: logprob} per token, the ids the text keys
+    of top_logprobs lose: llama-server's n_probs answer, server/native.py)."""
 
-    def __init__(self, tokenizer: Tokenizer, n: int | None) -> None:
-        self.tokenizer, self.n, self.offset = tokenizer, n, 0
+    def __init__(self, tokenizer: Tokenizer, n: int | None, ids: bool = False) -> None:
+        self.tokenizer, self.n, self.offset, self.ids = tokenizer, n, 0, ids
 
     def _text(self, token: int) -> str:
         return self.tokenizer.decode([token]).decode("utf-8", "ignore")
 
     def _lists(self, entries) -> dict:
         out = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+        if self.ids:
+            out.update(token_ids=[], top_ids=[])
         for token, raw_len, logits in entries:
             out["tokens"].append(self._text(token))
             out["text_offset"].append(self.offset)
             self.offset += raw_len
+            if self.ids:
+                out["token_ids"].append(int(token))
             if logits is None:
                 out["token_logprobs"].append(None)
                 out["top_logprobs"].append(None)
+                if self.ids:
+                    out["top_ids"].append(None)
                 continue
             logp = log_softmax(logits)
-            top = {self._text(i): lp for i, lp in top_logprobs(logits, self.n)}
+            best = top_logprobs(logits, self.n)
+            top = {self._text(i): lp for i, lp in best}
             top[self._text(token)] = float(logp[token])
             out["token_logprobs"].append(float(logp[token]))
             out["top_logprobs"].append(top)
+            if self.ids:
+                out["top_ids"].append({int(i): lp for i, lp in best})
         return out
 
     def start_after(self, prompt: Sequence[int]) -> None:
@@ -119,7 +130,7 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     scanner, decoder = StopScanner(stops), IncrementalDecoder(llm.tokenizer)
     ends = set(llm.tokenizer.eog_ids) | set(stop_ids)
-    lp = LogprobTracker(llm.tokenizer, logprobs)
+    lp = LogprobTracker(llm.tokenizer, logprobs, getattr(llm, "logprob_ids", False))
     if not echo:     # offsets count from the prompt's start, as llama-cpp-python's
         lp.start_after(prompt)
 

@@ -11,7 +11,10 @@ Sequences join and leave between steps.
 Whoever waits for work runs steps until its own is done; a thread that finds
 a step running waits for it and then takes the next one, so the work that
 several threads queue while a step runs goes together into the step after
-it (continuous batching). One thread driving several sequences (a prompt
+it (continuous batching). Sequences in a generation are *live* (``join`` /
+``leave``): a step waits up to ``gather_s`` for the live sequences that have
+not queued their next token yet (their threads are sampling it), so that a
+server's slots meet in one step instead of each taking the weights alone. One thread driving several sequences (a prompt
 list) queues their work with ``submit`` and the first ``wait`` runs them in
 shared steps.
 
@@ -25,6 +28,7 @@ A failed step fails every work in it, each sequence back where it was.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Sequence
 
 import numpy as np
@@ -64,6 +68,19 @@ class Scheduler:
         self._running = False
         self.steps = 0                    # steps run, and the tokens they carried
         self.step_tokens = 0
+        self.multi_steps = 0              # steps that carried several sequences
+        self.gather_s = 0.005             # the most a step waits for live sequences' work
+        self._live: set[int] = set()
+
+    def join(self, seq: int) -> None:
+        """seq is generating: steps wait briefly for its work (gather_s)."""
+        with self._cv:
+            self._live.add(int(seq))
+
+    def leave(self, seq: int) -> None:
+        with self._cv:
+            self._live.discard(int(seq))
+            self._cv.notify_all()
         self.last_alone: int | None = None   # the last step's one sequence (None: several)
 
     def submit(self, seq: int, tokens: Sequence[int], n_rows: int, start: int) -> Work:
@@ -74,6 +91,7 @@ class Scheduler:
         work = Work(int(seq), arr, int(n_rows), int(start))
         with self._cv:
             self._queue.append(work)
+            self._cv.notify_all()
         return work
 
     def wait(self, work: Work) -> np.ndarray:
@@ -84,6 +102,8 @@ class Scheduler:
                 if self._running:
                     self._cv.wait()
                     continue
+                if self._gather():
+                    continue              # a step started (or ended) meanwhile: look again
                 self._running = True
                 step = self._take()
                 self._cv.release()
@@ -108,6 +128,21 @@ class Scheduler:
             if work in self._queue and work.sent == 0:
                 self._queue.remove(work)
                 work.done = True
+
+    def _gather(self) -> bool:
+        """(Holding the lock) wait up to gather_s while a live sequence has no
+        queued work; True if another thread ran a step meanwhile."""
+        deadline = None
+        while len(self._live) > 1 and not self._live <= {w.seq for w in self._queue}:
+            now = time.monotonic()
+            deadline = deadline or now + self.gather_s
+            if now >= deadline:
+                break
+            steps = self.steps
+            self._cv.wait(deadline - now)
+            if self._running or self.steps != steps:
+                return True
+        return False
 
     # ------------------------------------------------------------ steps
 
@@ -144,6 +179,7 @@ class Scheduler:
         self.steps += 1
         self.step_tokens += len(want)
         self.last_alone = step[0][0].seq if len(step) == 1 else None
+        self.multi_steps += len(step) > 1
         k = 0
         for w, a, e in step:
             n = sum(1 for i in range(a, e) if w.wants(i, self.logits_all))

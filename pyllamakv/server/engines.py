@@ -28,6 +28,7 @@ class SlotLlama(Llama):
 
     job: Job | None = None
     sampled_logprobs = True     # logprobs of sampled tokens without logits_all (completion.py)
+    logprob_ids = True          # and their ids (n_probs: native.py; shapes.py drops them)
 
     def use_chat_template(self, template: str, source: str) -> None:
         """Chat through template (jinja source) instead of the model's (--chat-template)."""
