@@ -1,6 +1,7 @@
 """Greedy outputs of concurrent server requests equal the sequential ones: the
-default model (slots are sequences of one shared engine whose scheduler puts
-their work into shared steps) and a tiny hybrid (qwen35: a context per slot).
+default model and a tiny hybrid (qwen35: a recurrent state per sequence), the
+slots sequences of one shared engine whose scheduler puts their work into
+shared steps.
 Fresh random prompts each run; the sequential answers come from the same
 server, one request at a time."""
 from __future__ import annotations
@@ -80,6 +81,7 @@ def test_concurrent_equals_sequential_hybrid(tmp_path):
     rng = np.random.default_rng()
     server, pool = _serve(str(path), 2, n_ctx=128)
     try:
+        assert len({id(s.engine.engine) for s in pool.slots}) == 1, "one shared engine"
         n_vocab = pool.slots[0].engine.n_vocab()
         prompts = [rng.integers(0, n_vocab, int(rng.integers(2, 40))).tolist() for _ in range(4)]
         want = [_complete(server.url, p, 10) for p in prompts]

@@ -209,7 +209,8 @@ typedef struct lkv_context_params {
                                 (n_embd floats) instead of its logits (n_vocab floats) */
     int32_t n_state_snapshots; /* hybrid models: recurrent-state snapshots kept for prefix
                                   reuse (default 2; 0: none) */
-    int32_t n_seq_max;       /* sequences the context holds (default 1; hybrid models: 1).
+    int32_t n_seq_max;       /* sequences the context holds (default 1; hybrid models on
+                                CUDA: 1; on the CPU each sequence has its own recurrent state).
                                 Each has n_ctx positions, its own chunk grid and host
                                 store; kv_pool_bytes is one pool shared by all of them */
     int32_t phase_arena;     /* the phase arena (native/src/arena.h): -1 (default) where the
@@ -293,6 +294,11 @@ int32_t lkv_context_restore_point(const lkv_context *c, int32_t n);
  * snapshot (replacing the oldest when all slots are used), so that a later
  * truncate can return here. A no-op for other models or with 0 slots. */
 lkv_status lkv_context_snapshot(lkv_context *c);
+/* The same two for sequence seq (0: the calls above; another: no MTP block). A
+ * snapshot of an id outside [0, n_seq_max) is LKV_ERR_INVALID_ARG; its restore
+ * point is 0. */
+int32_t lkv_context_seq_restore_point(const lkv_context *c, int32_t seq, int32_t n);
+lkv_status lkv_context_seq_snapshot(lkv_context *c, int32_t seq);
 /* MTP drafts (a context made with mtp = 1): `token` is the token the caller
  * chose for position n_tokens; the model's MTP block, fed the trunk's final
  * hidden state at n_tokens - 1, drafts the token after it, then, fed its own

@@ -145,8 +145,11 @@ static lkv_status mixer_attention(lkv_context *c, const lkv_layer_weights *L, co
 }
 
 /* the Gated DeltaNet mixer: c->o (n, n_embd) from h, through this layer's
- * recurrent state: qkv -> conv + silu -> delta rule -> gated norm -> ssm_out */
-static void mixer_delta(lkv_context *c, const lkv_layer_weights *L, int n) {
+ * recurrent state: qkv -> conv + silu -> delta rule -> gated norm -> ssm_out;
+ * the conv and the delta rule run per sequence (each run of the micro-batch
+ * through its own sequence's state), the projections on all rows at once */
+static void mixer_delta(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub) {
+    const int n = ub->n;
     const lkv_backend *be = c->be;
     const lkv_model_params *hp = &c->model->hp;
     const lkv_delta_desc *d = &c->delta;
@@ -156,10 +159,18 @@ static void mixer_delta(lkv_context *c, const lkv_layer_weights *L, int n) {
     float *ba[2] = {c->rs_beta, c->rs_alpha};
     const lkv_weight *wba[2] = {&L->ssm_beta, &L->ssm_alpha};
     be->matmul(c->b, ba, c->h, wba, 2, n);
-    be->ssm_conv(c->b, c->rs_conv, c->rs_qkv, lkv_recur_conv(c->rs, L->rs_layer), &L->ssm_conv,
-                 n, d->stride);
-    be->delta_rule(c->b, c->rs_out, c->rs_conv, c->rs_beta, c->rs_alpha, &L->ssm_a, &L->ssm_dt,
-                   lkv_recur_delta(c->rs, L->rs_layer), d, n);
+    const size_t CD = (size_t)d->stride, VD = (size_t)d->n_v_heads * d->head_v_dim,
+                 nv = (size_t)d->n_v_heads;
+    for (int32_t g = 0; g < ub->n_groups; g++) {
+        const lkv_group *gr = &ub->groups[g];
+        lkv_recur *rs = c->rs_seq ? c->rs_seq[gr->seq] : c->rs;
+        const size_t r = (size_t)gr->row0;
+        be->ssm_conv(c->b, c->rs_conv + r * CD, c->rs_qkv + r * CD,
+                     lkv_recur_conv(rs, L->rs_layer), &L->ssm_conv, gr->n, d->stride);
+        be->delta_rule(c->b, c->rs_out + r * VD, c->rs_conv + r * CD, c->rs_beta + r * nv,
+                       c->rs_alpha + r * nv, &L->ssm_a, &L->ssm_dt,
+                       lkv_recur_delta(rs, L->rs_layer), d, gr->n);
+    }
     be->rmsnorm_gated(c->b, c->rs_out, c->rs_out, &L->ssm_norm, c->rs_z, n * d->n_v_heads,
                       d->head_v_dim, hp->rms_eps);
     float *o1[1] = {c->o};
@@ -194,7 +205,7 @@ lkv_status lkv_forward_block(lkv_context *c, const lkv_layer_weights *L, const l
         return LKV_OK;
     }
     if (L->kv_layer >= 0) LKV_TRY(mixer_attention(c, L, ub, own));
-    else mixer_delta(c, L, n);
+    else mixer_delta(c, L, ub);
     add_norm(c, c->o, &L->ffn_norm, n);
 
     const bool gemma = c->model->arch->gemma;

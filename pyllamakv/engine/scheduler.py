@@ -63,6 +63,10 @@ class Scheduler:
     def __init__(self, ctx, n_batch: int) -> None:
         self.ctx, self.n_batch = ctx, int(n_batch)
         self.logits_all = bool(getattr(ctx, "logits_all", False))
+        # hybrids: the conv and delta-rule ops' bits depend on how a sequence's tokens fall
+        # into micro-batches, so work of several tokens (a prompt, a verification) runs in
+        # a step of its own, split as it would be alone; single tokens share steps
+        self.recurrent = bool(getattr(ctx, "recurrent_bytes", 0))
         self._cv = threading.Condition()
         self._queue: list[Work] = []
         self._running = False
@@ -150,11 +154,17 @@ class Scheduler:
         """(work, first, end) pieces of one step, n_batch tokens in all at most;
         one piece per sequence (the core wants each sequence's tokens contiguous)."""
         room, step, seen = self.n_batch, [], set()
+        if self.recurrent and self._queue and len(self._queue[0].tokens) > 1:
+            w = self._queue[0]
+            k = min(room, len(w.tokens) - w.sent)
+            w.sent += k
+            return [(w, w.sent - k, w.sent)]
         for work in self._queue:
             if room == 0:
                 break
-            if work.seq in seen:          # its earlier work goes first
-                continue
+            if work.seq in seen or (self.recurrent and len(work.tokens) > 1):
+                seen.add(work.seq)        # its earlier work goes first; a hybrid's long work
+                continue                  # runs alone (above)
             seen.add(work.seq)
             k = min(room, len(work.tokens) - work.sent)
             step.append((work, work.sent, work.sent + k))

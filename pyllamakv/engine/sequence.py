@@ -205,18 +205,21 @@ class Sequence:
     @property
     def recurrent(self) -> bool:
         """A hybrid's sequence: recurrent state that truncate cannot cut back."""
-        return bool(self._own_ctx and self.ctx.recurrent_bytes)
+        return bool(self.ctx.recurrent_bytes)
 
     def restore_point(self, n: int) -> int:
         """The largest position <= n that truncate reaches without a replay."""
         if self._own_ctx:
             return self.ctx.restore_point(n)
-        return max(0, min(int(n), self._core_n()))
+        return self.ctx.seq_restore_point(self.id, max(0, int(n)))
 
     def snapshot(self) -> None:
         """Hybrids: keep the recurrent state here so a later truncate can return to it."""
         if self.recurrent:
-            self.ctx.snapshot()
+            if self._own_ctx:
+                self.ctx.snapshot()
+            else:
+                self.ctx.seq_snapshot(self.id)
 
     def _cut(self, n: int) -> None:
         if self._own_ctx:

@@ -1,7 +1,7 @@
 """The slots' engines: a SlotLlama per slot, each a sequence of one shared engine
 (engine/engine.py: one context, one pool, one scheduler whose steps batch the
-slots' work; hybrids and MTP models, whose core holds one sequence per context,
-a context each), loaded from the server's settings, with the chat template and
+slots' work; hybrids on CUDA and models with an MTP block, whose core holds one
+such sequence per context there, a context each), loaded from the server's settings, with the chat template and
 the budget they share (slots.py runs them).
 """
 from __future__ import annotations
@@ -102,9 +102,10 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
     model = Model(file, device, s.threads_per_slot)
-    # one context for all slots, batched steps (weights read once per step); hybrids and
-    # models with an MTP block: a context each (the core holds one such sequence a context)
-    if (s.parallel > 1 and not model.hparams.get("full_attn_interval")
+    # one context for all slots, batched steps (weights read once per step), hybrids too on
+    # the CPU (a recurrent state per sequence); hybrids on CUDA and models with an MTP block:
+    # a context each (the core holds one such sequence a context there)
+    if (s.parallel > 1 and (device == "cpu" or not model.hparams.get("full_attn_interval"))
             and model.n_nextn == 0):
         kw["_engine"] = Engine(s.parallel, shared=True)
     # every slot is made with a drafter, so that a budget counts the logits rows a

@@ -9,8 +9,8 @@ one choice of a request (fanout.py): a function run on a slot's engine that
 yields items (a response dict, or stream chunks); the items reach the event
 loop through the job's asyncio queue. Free slots take waiting jobs first come, first served; a queue
 that is full refuses new ones (QueueFull, which the app answers with 503).
-Hybrid models and models with an MTP block keep a context per slot (their core
-holds one such sequence a context).
+Hybrid models on CUDA and models with an MTP block keep a context per slot (the
+core holds one such sequence a context there); on the CPU hybrids share too.
 
 Stopping early: a job is cancelled (its client went away) or runs past its
 deadline. Its slot's sequence is cancelled (Sequence.cancel; engines.py:
