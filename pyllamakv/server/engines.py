@@ -1,8 +1,8 @@
 """The slots' engines: a SlotLlama per slot, each a sequence of one shared engine
 (engine/engine.py: one context, one pool, one scheduler whose steps batch the
 slots' work; hybrids on CUDA and models with an MTP block, whose core holds one
-such sequence per context there, a context each), loaded from the server's settings, with the chat template and
-the budget they share (slots.py runs them).
+such sequence per context there, a context each), loaded from the server's
+settings, with the chat template and the budget they share (slots.py runs them).
 """
 from __future__ import annotations
 
