@@ -14,20 +14,41 @@ alternate engine and server so that a busy machine slows both alike.
 from __future__ import annotations
 
 import argparse
+import socket
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from _server import InProcess  # noqa: E402
 
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):",
            "The three primary colors are", "Water boils at", "My favourite fruit is",
            "In 1969, humans", "The quick brown fox"]
+
+
+class Served:
+    """The app on uvicorn in a thread, on a free local port."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning",
+                                                     access_log=False))
+        threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                         daemon=True).start()
+        for _ in range(600):
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("the server did not come up")
+
+    def stop(self) -> None:
+        self._server.should_exit = True
 
 
 def engine_round(llm, prompts, n) -> tuple[int, float]:
@@ -76,7 +97,7 @@ def main() -> None:
     settings = ServerSettings(path, parallel=a.b, n_ctx=a.n_ctx, n_threads=per_slot,
                               queue_size=a.b)
     pool = SlotPool(load_engines(settings), settings.queue_size)
-    server = InProcess(create_app(settings, pool))
+    server = Served(create_app(settings, pool))
     sched = pool.slots[0].engine.engine.scheduler
     esched = llm.engine.scheduler
     eng, srv = [], []

@@ -36,6 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent / "tests"))   # tests/fixtures
 
 
 def _child(path: str, depth: int, gen: int) -> None:
@@ -79,7 +80,7 @@ def llama_decode(bench: str, path: Path, depth: int, reps: int, timeout: float) 
 
 
 def main() -> None:
-    import synthetic_model as sm
+    from fixtures import synthetic as sm
     from gguf import GGMLQuantizationType as T
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="llama3-8b", choices=sorted(sm.SHAPES))

@@ -20,8 +20,9 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .core import native as _native
+from .core.vocab_context import VOCAB_ONLY, VocabOnlyContext
 from .text.chat_handlers import llama_chat_formatter
-from .text.llama_tokenizer import CallableTokenizer, LlamaTokenizer
+from .text.llama_tokenizer import llama_tokenizers
 from .api.llama_cpp_methods import LlamaCppMethods
 from .api.sequence_methods import SequenceMethods
 from .api.compat import check_extra_kwargs
@@ -86,6 +87,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
                 self._text_setup(file.metadata, chat_format, chat_handler, -1, False)
                 self._n_ctx, self._n_vocab = cfg.n_ctx, self.tokenizer.n_vocab
                 self.metadata, self.draft_model = file.string_metadata, None
+                self._ctx, self._seed = VocabOnlyContext(self.tokenizer, self._n_ctx), cfg.seed
                 return
             hp = _native.model_params(file)
             self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
@@ -130,8 +132,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
     def _text_setup(self, metadata: dict, chat_format, chat_handler, pooling_type,
                     embedding: bool) -> None:
         """The parts that need only the file's metadata (all of a vocab_only Llama)."""
-        self.tokenizer = CallableTokenizer.from_metadata(metadata)
-        self.tokenizer_ = LlamaTokenizer(self)
+        self.tokenizer, self.tokenizer_ = llama_tokenizers(metadata, self._init_kwargs)
         self.embedding = bool(embedding)
         self.cache = None
         self._pooling = embedding_pooling(pooling_type, metadata)
@@ -231,9 +232,8 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
                         self.progress_callback)
 
     def _logits_mode(self) -> None:
-        if self._ctx is None:
-            raise RuntimeError("this Llama was created with vocab_only=True: it tokenizes and "
-                               "formats chats, and has no weights to evaluate")
+        if self._ctx is None or isinstance(self._ctx, VocabOnlyContext):
+            raise RuntimeError(VOCAB_ONLY)
         if self.embedding:
             raise RuntimeError("this Llama was created with embedding=True: it computes "
                                "embeddings (embed, create_embedding), not logits")
@@ -292,11 +292,9 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
                                                          stopping_criteria))
 
     def token_stream(self, tokens: list[int], sampler: Sampler, reset: bool = True,
-                     stopping_criteria=None, limit: int | None = None, ends=(),
-                     ahead: bool = True) -> Iterator[int]:
-        """generate's ids for a Sampler (completion.py's stream). ahead=False: the
-        consumer reads the ids or logits after each token, so the core's greedy
-        loop, which decodes ahead of the consumer, is not used."""
+                     stopping_criteria=None, limit: int | None = None,
+                     ends=None) -> Iterator[int]:
+        """generate's ids for a Sampler (completion.py's stream; ends: greedy_loop.py)."""
         self._logits_mode()
         self.timings = Timings()
         self._seq.uncancel()   # Sequence.cancel ends the generation running then
@@ -325,8 +323,8 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         self._prefill(tokens)
         if drafter is not None:
             yield from speculative_tokens(self, sampler, drafter)
-        elif ahead and loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
-            yield from greedy_tokens(self, sampler, limit, ends)   # (or when cancelled)
+        elif loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
+            yield from greedy_tokens(self, sampler, limit, ends)   # ends given: run ahead
         try:
             self._seq.scheduler.join(self._seq.id)   # live: steps wait briefly for its tokens
             while not self._seq.cancelled:   # cancel(): ends before the next token
@@ -356,6 +354,8 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         def free() -> None:
             if getattr(self, "_seq", None) is not None:
                 self._engine.release(self._seq)
+            elif self._ctx is not None:    # vocab_only's stand-in
+                self._ctx.close()
             if self._model is not None:
                 self._model.close()
         guard.close(free)

@@ -13,8 +13,8 @@ import pytest
 from pyllamakv import Llama
 from pyllamakv.core.native_gen import has_generate
 
-from tiny_models import write_tiny_model
-from tiny_qwen35 import write_tiny_qwen35
+from fixtures.tiny_models import write_tiny_model
+from fixtures.tiny_qwen35 import write_tiny_qwen35
 
 pytestmark = pytest.mark.skipif(not has_generate(), reason="the library predates lkv_generate")
 
@@ -98,18 +98,42 @@ def test_stop_ids_end_in_the_core(tiny):
     assert ctx.n_tokens == 4 + len(got) - 1
 
 
-def test_generate_blocks_and_close(tiny):
-    """Llama.generate (no limit: blocks grow to 64) closed after k tokens holds k - 1 of them."""
+def test_generate_between_tokens(tiny):
+    """Llama.generate takes one token per core call: the logits and ids read
+    between two tokens are the Python loop's."""
+    seen = {}
     for ahead in (True, False):
         tiny.greedy_in_core = ahead
         tiny.reset()
         gen = tiny.generate([1, 50, 60, 70], temp=0)
-        seq = [next(gen) for _ in range(20)]
+        rows = []
+        for _ in range(9):
+            t = next(gen)
+            rows.append((t, tiny.n_tokens, tiny.scores[-1].copy()))
         gen.close()
-        if ahead:
-            core = (seq, tiny.n_tokens, tiny.input_ids.tolist())
-    assert core == (seq, tiny.n_tokens, tiny.input_ids.tolist())
-    assert tiny.n_tokens == 4 + 19
+        seen[ahead] = (rows, tiny.n_tokens, tiny.input_ids.tolist())
+    (a, na, ia), (b, nb, ib) = seen[True], seen[False]
+    assert [r[:2] for r in a] == [r[:2] for r in b] and (na, ia) == (nb, ib)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x[2], y[2])
+
+
+def test_blocks_closed_inside(tiny):
+    """The blocks completion_pieces asks for (ends given, no limit: 1, 2, 4 .. 64),
+    closed after k tokens, hold k - 1 of them, with the logits of the last."""
+    from pyllamakv.engine.sampling import Sampler, SamplingParams
+    for k in (1, 2, 3, 6, 20, 70):
+        got = {}
+        for ahead in (True, False):
+            tiny.greedy_in_core = ahead
+            tiny.reset()
+            gen = tiny.token_stream([1, 50, 60, 70], Sampler(SamplingParams(temperature=0), tiny.n_vocab()),
+                                 ends=())
+            seq = [next(gen) for _ in range(k)]
+            gen.close()
+            got[ahead] = (seq, tiny.n_tokens, tiny.input_ids.tolist(), tiny.scores[-1].copy())
+        assert got[True][:3] == got[False][:3] and got[True][1] == 4 + k - 1
+        np.testing.assert_array_equal(got[True][3], got[False][3])
 
 
 def test_hybrid(hybrid):

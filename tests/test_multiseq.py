@@ -14,7 +14,7 @@ from pyllamakv.core.native import Context, Model, row_bytes
 from pyllamakv.core.native_seqs import pool_shares
 from pyllamakv.engine.scheduler import Scheduler
 from multiseq_script import compare, context_factory, make_script, run_alone, run_batched
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 from _smollm2 import require_model_path
 
 CHUNK, N_CTX, N_BATCH = 16, 160, 64
@@ -218,7 +218,7 @@ def test_bad_sequence_arguments(tiny):
 
 def test_hybrid_holds_several_sequences_on_the_cpu(tmp_path):
     """(Their behaviour: tests/test_qwen35_multiseq.py; on CUDA the core refuses them.)"""
-    from tiny_qwen35 import write_tiny_qwen35
+    from fixtures.tiny_qwen35 import write_tiny_qwen35
     with Model(write_tiny_qwen35(tmp_path / "q35.gguf")) as m:
         with Context(m, n_ctx=64, n_seq_max=2) as c:
             assert c.recurrent_bytes > 0 and c.seq_n_tokens(1) == 0

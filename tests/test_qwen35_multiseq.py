@@ -10,7 +10,7 @@ import pytest
 
 from pyllamakv import Llama, errors
 from pyllamakv.core.native import Context, Model
-from tiny_qwen35 import write_tiny_qwen35
+from fixtures.tiny_qwen35 import write_tiny_qwen35
 
 KW = dict(n_ctx=96, n_batch=64, n_ubatch=8, n_threads=2)
 

@@ -76,7 +76,7 @@ def test_concurrent_equals_sequential_default_model():
 
 
 def test_concurrent_equals_sequential_hybrid(tmp_path):
-    from tiny_qwen35 import write_tiny_qwen35
+    from fixtures.tiny_qwen35 import write_tiny_qwen35
     path = write_tiny_qwen35(tmp_path / "q35.gguf")
     rng = np.random.default_rng()
     server, pool = _serve(str(path), 2, n_ctx=128)

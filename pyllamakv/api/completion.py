@@ -18,7 +18,8 @@ from ..errors import ContextFullError, ParameterError
 from .response import Piece, Usage
 from ..engine.processors import stop_asked
 from ..engine.sampling import Sampler, log_softmax, top_logprobs
-from ..text.tokenizer import IncrementalDecoder, Tokenizer
+from ..text.tokenizer import Tokenizer
+from ..text.llama_tokenizer import incremental_decoder
 
 if TYPE_CHECKING:
     from ..llama import Llama
@@ -128,7 +129,7 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
     usage.prompt_tokens, usage.completion_tokens = len(prompt), 0
     stops = [stop] if isinstance(stop, str) else list(stop or [])
-    scanner, decoder = StopScanner(stops), IncrementalDecoder(llm.tokenizer)
+    scanner, decoder = StopScanner(stops), incremental_decoder(llm.tokenizer)
     ends = set(llm.tokenizer.eog_ids) | set(stop_ids)
     lp = LogprobTracker(llm.tokenizer, logprobs, getattr(llm, "logprob_ids", False))
     if not echo:     # offsets count from the prompt's start, as llama-cpp-python's
@@ -136,10 +137,10 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
 
     greedy_ahead = logprobs is None and stopping_criteria is None   # nothing reads the logits
     tokens = (llm.token_stream(prompt, sampler, limit=max_tokens, ends=sorted(ends))
-              if greedy_ahead else llm.token_stream(prompt, sampler, ahead=False))
+              if greedy_ahead else llm.token_stream(prompt, sampler))
     first = next(tokens, None)   # prefill, then the first sample (None: cancelled)
     if echo:
-        text = IncrementalDecoder(llm.tokenizer).feed(prompt)
+        text = incremental_decoder(llm.tokenizer).feed(prompt)
         yield Piece(text, lp.prompt(prompt, llm.sequence.scores()))
     reason, hit, token = "length", False, first
     while True:

@@ -232,6 +232,11 @@ class Context(SequencesMixin, MTPMixin, GenerateMixin):
         return self._ptr
 
     @property
+    def ctx(self):
+        """The core's context handle, None once closed (llama-cpp-python's LlamaContext.ctx)."""
+        return self._ptr
+
+    @property
     def n_tokens(self) -> int:
         return self._guard.call(self._n_tokens)
 

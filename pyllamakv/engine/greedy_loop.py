@@ -1,7 +1,7 @@
 """Greedy generation in the core: a generation's decode steps without a
 Python round trip per token (core/native_gen.py, llamakv.h lkv_generate).
 
-Used by ``Llama.token_stream`` when nothing needs the logits in Python: a greedy
+Used by ``Llama.token_stream`` when nothing changes the logits in Python: a greedy
 sampler (temperature <= 0) without penalties, grammar or logits processors,
 no stopping_criteria, no logits_all, no draft model. logit_bias is applied in
 the core, in float64 as the Python sampler does, so the ids are the ones the
@@ -42,14 +42,17 @@ def loop_ok(llm: "Llama", sampler: Sampler, stopping_criteria=None) -> bool:
 
 
 def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
-                  ends: Sequence[int] = ()) -> Iterator[int]:
+                  ends: Sequence[int] | None = None) -> Iterator[int]:
     """Token ids as Llama.token_stream yields them, from the core's loop; returns
     (without a token) when the logits hold a NaN or no finite value, so that
-    the caller's Python sampler reports it."""
+    the caller's Python sampler reports it. ends None: one token per call, so
+    that between two tokens the logits and the cache are the Python loop's (a
+    consumer may read them); given (completion_pieces, which reads neither):
+    blocks, ending at those ids or after limit tokens."""
     hist = llm.sequence
-    ends = sorted({int(t) for t in ends})
+    grow = ends is not None and not hist.recurrent
+    ends = sorted({int(t) for t in ends or ()})
     bias = sampler.params.logit_bias
-    grow = not hist.recurrent
     pending, block, left = -1, 1, limit
     while True:
         n_max = block if grow else 1
