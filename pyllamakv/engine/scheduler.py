@@ -75,6 +75,7 @@ class Scheduler:
         self.multi_steps = 0              # steps that carried several sequences
         self.gather_s = 0.005             # the most a step waits for live sequences' work
         self._live: set[int] = set()
+        self.last_alone: int | None = None   # the last step's one sequence (None: several)
 
     def join(self, seq: int) -> None:
         """seq is generating: steps wait briefly for its work (gather_s)."""
@@ -85,7 +86,6 @@ class Scheduler:
         with self._cv:
             self._live.discard(int(seq))
             self._cv.notify_all()
-        self.last_alone: int | None = None   # the last step's one sequence (None: several)
 
     def submit(self, seq: int, tokens: Sequence[int], n_rows: int, start: int) -> Work:
         """Queues work; nothing runs until someone waits."""
