@@ -1190,6 +1190,99 @@ static void test_attention(void) {
         }
 }
 
+/* gemma3's ops (cuda/gemma.cu) and sliding-window attention against the CPU
+ * backend: geglu within one f16 bit of the gelu (CUDA's tanhf), scale and
+ * softcap's products the CPU's; a window through attn.cu (the chooser's only
+ * pick for d->window > 0), decode and prefill, windows below, across and
+ * above the chunk size, over chunks wholly before the window: the CPU's bits
+ * (the sequential and the split kernels both, forced) */
+static void test_gemma(void) {
+    const size_t N = 7 * 640;
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N), *hc = malloc(sizeof(float) * N);
+    float *hg = malloc(sizeof(float) * N);
+    fill(x, N, 6.f); fill(y, N, 2.f);
+    x[0] = -12.f; x[1] = 11.f; x[2] = 10.f; x[3] = -10.f;   /* gelu's cut-offs */
+    float *dx = dup_dev(x, sizeof(float) * N), *dy = dup_dev(y, sizeof(float) * N), *dout = dev_buf(sizeof(float) * N);
+    G->geglu(gb, dout, dx, dy, N); get(hg, dout, sizeof(float) * N);
+    C->geglu(cb, hc, x, y, N);
+    size_t far = 0;
+    for (size_t i = 0; i < N; i++)   /* one f16 bit of gelu (2^-10 relative), times up */
+        far += fabsf(hg[i] - hc[i]) > fabsf(hc[i]) * 1.0e-3f + 1e-30f;
+    check(far == 0, "geglu: %zu of %zu values differ from the CPU by more than an f16 bit (%zu differ at all)",
+          far, N, n_diff(hg, hc, N));
+    cudaMemcpy(dout, dx, sizeof(float) * N, cudaMemcpyDeviceToDevice); cudaDeviceSynchronize();
+    memcpy(hc, x, sizeof(float) * N);
+    G->scale(gb, dout, 25.3f, N); get(hg, dout, sizeof(float) * N);
+    C->scale(cb, hc, 25.3f, N);
+    check(n_diff(hg, hc, N) == 0, "scale bit-exact");
+    G->softcap(gb, dout, 30.f, N); get(hg, dout, sizeof(float) * N);
+    C->softcap(cb, hc, 30.f, N);
+    check(rel_err_f(hg, hc, N) < 1e-6, "softcap: rel err %.2e against the CPU", rel_err_f(hg, hc, N));
+    free(x); free(y); free(hc); free(hg); cudaFree(dx); cudaFree(dy); cudaFree(dout);
+
+    static const struct { int nh, nkv, hd, chunk, n_ctx, n_q, window; } cases[] = {
+        {4, 1, 256, 64, 300, 1, 24},  {4, 1, 256, 64, 300, 40, 24}, {4, 1, 256, 64, 700, 1, 512},
+        {4, 1, 256, 64, 700, 96, 200}, {8, 2, 128, 32, 500, 8, 40}, {8, 2, 128, 32, 130, 130, 33},
+    };
+    static const int types[][2] = {{LKV_TYPE_F16, LKV_TYPE_F16}, {LKV_TYPE_Q8_0, LKV_TYPE_Q8_0},
+                                   {LKV_TYPE_Q8_0, LKV_TYPE_Q4_0}, {LKV_TYPE_F32, LKV_TYPE_F32}};
+    for (int ci = 0; ci < NELEM(cases); ci++)
+        for (int ti = 0; ti < NELEM(types); ti++) {
+            const int tk = types[ti][0], tv = types[ti][1];
+            const int nh = cases[ci].nh, nkv = cases[ci].nkv, hd = cases[ci].hd, chunk = cases[ci].chunk;
+            const int n_ctx = cases[ci].n_ctx, n_q = cases[ci].n_q, q_pos0 = n_ctx - n_q;
+            const lkv_traits *TK = lkv_type_traits(tk), *TV = lkv_type_traits(tv);
+            const size_t rbk = lkv_type_row_bytes(TK, nkv * hd), rbv = lkv_type_row_bytes(TV, nkv * hd);
+            const size_t E = (size_t)nkv * hd, QN = (size_t)n_q * nh * hd;
+            float *kf = malloc(sizeof(float) * n_ctx * E), *vf = malloc(sizeof(float) * n_ctx * E);
+            uint8_t *kq = malloc(rbk * n_ctx), *vq = malloc(rbv * n_ctx);
+            fill(kf, n_ctx * E, 2.f); fill(vf, n_ctx * E, 1.f);
+            for (int r = 0; r < n_ctx; r++) {
+                TK->from_float(kf + r * E, kq + r * rbk, E);
+                TV->from_float(vf + r * E, vq + r * rbv, E);
+            }
+            float *q = malloc(sizeof(float) * QN), *og = malloc(sizeof(float) * QN), *oc = malloc(sizeof(float) * QN);
+            fill(q, QN, 1.f);
+            uint8_t *dk = dup_dev(kq, rbk * n_ctx), *dv = dup_dev(vq, rbv * n_ctx);
+            float *dq = dup_dev(q, sizeof(float) * QN), *dout2 = dev_buf(sizeof(float) * QN);
+            void *dst = dev_buf(G->attn_state_bytes(n_q, nh, hd)), *cst = malloc(C->attn_state_bytes(n_q, nh, hd));
+            const int n_chunks = (n_ctx + chunk - 1) / chunk;
+            lkv_attn_desc d = {n_q, q_pos0, nh, nkv, hd, tk, tv, chunk, 0, n_chunks, 1.f / sqrtf(hd), 1, {{0}}};
+            d.window = cases[ci].window;
+            lkv_attn_desc dc = d;
+            d.segs[0] = (lkv_kv_seg){0, n_ctx, dk, dv};
+            dc.segs[0] = (lkv_kv_seg){0, n_ctx, kq, vq};
+            C->attn_reset(cb, cst, n_q, nh, hd);
+            C->attn_accum(cb, cst, q, &dc);
+            C->attn_finish(cb, oc, cst, n_q, nh, hd);
+            int same = 1;
+            /* the chooser's pick, then the forced tunings (each must give exact's bits) */
+            static const int forced[3] = {0, LKV_ATT_RING, LKV_ATT_MMA};
+            for (int f = 0; f < 3; f++) {
+                lkv_cuda_tuning.attn = forced[f];
+                G->attn_reset(gb, dst, n_q, nh, hd);
+                G->attn_accum(gb, dst, dq, &d);
+                G->attn_finish(gb, dout2, dst, n_q, nh, hd);
+                get(og, dout2, sizeof(float) * QN);
+                same &= memcmp(og, oc, sizeof(float) * QN) == 0;
+            }
+            lkv_cuda_tuning.attn = 0;
+            /* the window really masks: the same call without it differs */
+            lkv_attn_desc dn = dc;
+            dn.window = 0;
+            float *on = malloc(sizeof(float) * QN);
+            C->attn_reset(cb, cst, n_q, nh, hd);
+            C->attn_accum(cb, cst, q, &dn);
+            C->attn_finish(cb, on, cst, n_q, nh, hd);
+            const int masks = d.window >= n_ctx || memcmp(on, oc, sizeof(float) * QN) != 0;
+            check(same && masks, "sliding-window attention nh=%d nkv=%d hd=%d chunk=%d ctx=%d nq=%d window=%d "
+                  "k=%s v=%s: the CPU's bits: %s (rel err %.2e), masks: %s", nh, nkv, hd, chunk, n_ctx, n_q,
+                  d.window, TK->name, TV->name, same ? "yes" : "NO", rel_err_f(og, oc, QN), masks ? "yes" : "NO");
+            free(kf); free(vf); free(kq); free(vq); free(q); free(og); free(oc); free(on); free(cst);
+            cudaFree(dk); cudaFree(dv); cudaFree(dq); cudaFree(dout2); cudaFree(dst);
+        }
+}
+
 // ---------------------------------------------------------------- whole models through the API
 
 typedef struct { char name[64]; int type; int64_t ne0, ne1; void *data; size_t bytes; } tens;
@@ -1499,6 +1592,7 @@ int main(int argc, char **argv) {
     if (!*only || strstr(only, "mm") || strstr(only, "mvq")) test_matvec_mvq();
     if (!*only || strstr(only, "mm")) test_matmul();
     if (!*only || strstr(only, "attn")) test_attention();
+    if (!*only || strstr(only, "gemma")) test_gemma();
     if (!*only || strstr(only, "graph")) test_graph();
     if (!*only || strstr(only, "rope")) test_rope_store();
     if (!*only || strstr(only, "rope")) test_rope_groups();

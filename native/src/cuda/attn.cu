@@ -51,6 +51,12 @@
  * pm[g], pl[g] hold m and l; the dim-owner threads (tid < hdT) hold the
  * normalised o for dims tid + k*128 in acc[g][k].
  */
+/* the first position query qpos sees: past a sliding window's start (d.window
+ * > 0: positions > qpos - window), else 0 */
+static __device__ __forceinline__ int attn_window_lo(const lkv_attn_desc &d, int qpos) {
+    return d.window > 0 ? max(0, qpos - d.window + 1) : 0;
+}
+
 template <int TK, int TV, int GM = GMAX>
 static __device__ __forceinline__ void chunk_partial(
     const lkv_attn_desc &d, const attn_geom &ge, const attn_dyn &dy, int delta, int c, int qpos, int kh,
@@ -58,11 +64,12 @@ static __device__ __forceinline__ void chunk_partial(
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int C = d.chunk, p0 = c * C, hd = d.head_dim;
     const int n_valid = max(0, min(C, qpos - p0 + 1));
+    const int lo = attn_window_lo(d, qpos);
 
-    // -- where each row lives (NULL: in no segment)
+    // -- where each row lives (NULL: in no segment, or before a sliding window)
     for (int r = tid; r < n_valid; r += ATT_THREADS) {
-        const uint8_t *kr, *vr;
-        attn_locate(d, dy, delta, p0 + r, ge.rbk, ge.rbv, kr, vr);
+        const uint8_t *kr = nullptr, *vr = nullptr;
+        if (p0 + r >= lo) attn_locate(d, dy, delta, p0 + r, ge.rbk, ge.rbv, kr, vr);
         sp.kptr[r] = kr;
         sp.vptr[r] = vr;
     }
@@ -272,7 +279,8 @@ attn_seq_kernel(float *st, const float *q, const __grid_constant__ lkv_attn_desc
         run_l[tid] = fin.out ? 0.f : sp[1];
     }
     const int c_end = min(d.chunk_hi, qpos / d.chunk + 1);
-    for (int c = d.chunk_lo; c < c_end; c++) {
+    /* chunks wholly before a sliding window are skipped, as the CPU does */
+    for (int c = max(d.chunk_lo, attn_window_lo(d, qpos) / d.chunk); c < c_end; c++) {
         chunk_partial<TK, TV, GM>(d, ge, dy, delta, c, qpos, kh, G, p, acc);
         if (tid < G) fw[tid] = attn_fold_w(run_m[tid], run_l[tid], p.pm[tid], p.pl[tid]);
         __syncthreads();
@@ -328,7 +336,8 @@ attn_split_kernel(float *ws, const float *q, const __grid_constant__ lkv_attn_de
     const int c = c_first + x;
     attn_smem_ptrs p = carve(sm, G, d.chunk, d.head_dim);
     float acc[GMAX][2];
-    if (c * d.chunk > qpos) {   /* past the query: empty partial */
+    /* past the query, or wholly before its sliding window: empty partial */
+    if (c * d.chunk > qpos || (c + 1) * d.chunk <= attn_window_lo(d, qpos)) {
         for (int g = 0; g < G; g++)
             if (tid == 0) ws[(((size_t)qi * d.n_head + h0 + g) * nc + x) * (hd + 2)] = -INFINITY;
         return;

@@ -436,4 +436,7 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* phase_arena */ 1,
     /* attn_rows */ lkv_cuda_attn_rows,
     /* rope_store_rows */ lkv_cuda_rope_store_rows,
+    /* geglu */ lkv_cuda_geglu,
+    /* scale */ lkv_cuda_scale,
+    /* softcap */ lkv_cuda_softcap,
 };

@@ -29,7 +29,9 @@
  * rows launch (attn_kv.cuh) where a one-row call would take ring or ring2,
  * with the same bits; anything else goes back to the caller's calls per
  * sequence. "fast" (gpu_kernels
- * = 1) is the default; "exact" keeps prefill bit-identical with the CPU. All
+ * = 1) is the default; "exact" keeps prefill bit-identical with the CPU. A
+ * sliding-window layer's call (d->window > 0, gemma3's local layers) always
+ * takes exact, the one kernel that masks the rows before the window. All
  * architectures built for run all four (attn_mma.cu guards its own
  * architecture-specific paths).
  */
@@ -57,6 +59,7 @@ static const unsigned char AT_TABLE[AC_CLASSES][2][2] = {
 };
 
 static int at_choose(const lkv_bctx *b, const lkv_attn_desc *d) {
+    if (d->window > 0) return LKV_ATT_EXACT;   /* only attn.cu masks a sliding window */
     const int forced = lkv_cuda_tuning.attn;
     if (forced > LKV_ATT_TABLE && forced < LKV_ATT_KERNELS) return forced;
     return AT_TABLE[at_class(d)][d->n_q > MV_MAX_TOK][b->fast ? 0 : 1];

@@ -254,6 +254,10 @@ void lkv_cuda_swiglu(lkv_bctx *b, float *out, const float *gate, const float *up
 int lkv_cuda_matmul_swiglu(lkv_bctx *b, float *out, const float *x, const lkv_weight *wg,
                            const lkv_weight *wu, int n);
 void lkv_cuda_add(lkv_bctx *b, float *x, const float *y, int64_t n);
+/* gemma.cu: gemma3's elementwise ops */
+void lkv_cuda_geglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
+void lkv_cuda_scale(lkv_bctx *b, float *x, float s, int64_t n);
+void lkv_cuda_softcap(lkv_bctx *b, float *x, float cap, int64_t n);
 void lkv_cuda_to_type(lkv_bctx *b, void *dst, int32_t type, const float *src, int n_rows,
                       int n_elems);
 size_t lkv_cuda_attn_state_bytes(int n_q, int n_head, int head_dim);
