@@ -23,6 +23,7 @@ from tiny_models import _add_vocab, write_weights
 from tiny_qwen35 import Qwen35Config
 from tiny_qwen35 import gguf_tensors as qwen35_gguf_tensors
 from tiny_qwen35 import hf_weights as qwen35_hf_weights
+from tiny_qwen35 import nextn_tensors as qwen35_nextn_tensors
 
 from synthetic_model import qwen35_metadata  # noqa: E402   (on the path tiny_qwen35 sets)
 
@@ -202,3 +203,31 @@ def write_qwen35moe(path, cfg: Qwen35MoeConfig, tensors, wtype: T = T.F32,
     write_weights(w, tensors, wtype, keep_f32=_f32_names(experts_only, "ssm_conv1d",
                                                          "ffn_gate_inp"))
     return Path(path)
+
+
+def qwen35moe_nextn_tensors(cfg: Qwen35MoeConfig, rng) -> dict[str, np.ndarray]:
+    """Random MTP blocks blk.{n_layer + i}: qwen35's, their FFN routed experts and a shared one."""
+    g = {k: v for k, v in qwen35_nextn_tensors(cfg, rng).items()
+         if not any(f".{n}.weight" in k for n in ("ffn_gate", "ffn_up", "ffn_down"))}
+    for i in range(cfg.n_nextn):
+        p = f"mtp.{i}."
+        g.update(_moe_gguf(cfg, _moe_hf(cfg, rng, p, True), p, f"blk.{cfg.n_layer + i}.", True))
+    return {k: np.ascontiguousarray(v, np.float32) for k, v in g.items()}
+
+
+def write_tiny_qwen3moe(path, wtype: T = T.Q8_0, seed: int | None = None, **kw) -> Path:
+    """A random qwen3moe model at path; kw override Qwen3MoeConfig's fields."""
+    cfg = Qwen3MoeConfig(**kw)
+    rng = np.random.default_rng(seed)
+    return write_qwen3moe(path, cfg, qwen3moe_gguf_tensors(cfg, qwen3moe_hf_weights(cfg, rng)),
+                          wtype)
+
+
+def write_tiny_qwen35moe(path, wtype: T = T.Q8_0, seed: int | None = None, **kw) -> Path:
+    """A random qwen35moe model at path (MTP blocks with n_nextn); kw override
+    Qwen35MoeConfig's fields."""
+    cfg = Qwen35MoeConfig(**kw)
+    rng = np.random.default_rng(seed)
+    tensors = qwen35moe_gguf_tensors(cfg, qwen35moe_hf_weights(cfg, rng))
+    tensors.update(qwen35moe_nextn_tensors(cfg, rng))
+    return write_qwen35moe(path, cfg, tensors, wtype)

