@@ -25,7 +25,8 @@ from .text.chat_handlers import llama_chat_formatter
 from .text.llama_tokenizer import CallableTokenizer, LlamaTokenizer
 from .api.llama_cpp_methods import LlamaCppMethods
 from .api.compat import check_extra_kwargs
-from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
+from .config import (LlamaConfig, choose_device, cpu_moe_layers, requested_pool_bytes,
+                     tokens_arg)
 from .default_model import default_model_path
 from .api.embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
@@ -60,7 +61,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                  gpu_kernels: str = "fast", embedding: bool = False,
                  pooling_type: int | str = -1, draft_model=None,
                  gpu_memory_mib: float | None = None, n_seq_max: int = 1,
-                 progress_callback: ProgressCallback | None = None,
+                 n_cpu_moe: int | None = None, progress_callback: ProgressCallback | None = None,
                  vocab_only: bool = False, chat_handler=None,
                  _model: "_native.Model | None" = None, _context=None, **llama_cpp_kwargs):
         self._init_kwargs = {k: v for k, v in locals().items() if k not in (
@@ -71,7 +72,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
                                         type_v, kv_pool_mib, seed, logits_all, n_gpu_layers,
-                                        gpu_kernels, gpu_memory_mib, n_seq_max)
+                                        gpu_kernels, gpu_memory_mib, n_seq_max, n_cpu_moe)
         n_threads = cfg.n_threads
         check_extra_kwargs("Llama", llama_cpp_kwargs)
         self.model_path = str(model_path) if model_path is not None else default_model_path()
@@ -90,6 +91,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
             self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
         else:   # a context of its own over a loaded model (the server's slots share one)
             file, hp, self.device = _model.file, _model.hparams, _model.device
+        self.n_cpu_moe = cpu_moe_layers(cfg, hp, self.device)   # the experts' layers on the CPU
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
         self._n_vocab = hp.get("n_vocab")
         # gpu_memory_mib: every part's share, checked before the weights load (budget.py)

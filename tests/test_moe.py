@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
 from pyllamakv import Llama
+from pyllamakv.commands.cli import main
+from pyllamakv.config import LlamaConfig, cpu_moe_layers
+from pyllamakv.errors import ParameterError, ParameterTypeError, UnsupportedError
+from pyllamakv.server.settings import ServerSettings
 from pyllamakv.core.native import Context, Model, row_bytes
 from pyllamakv.gguf.arch_moe import moe_lines
 from pyllamakv.gguf.reader import GGUFError
@@ -120,3 +125,35 @@ def test_bad_experts_are_refused_by_name(tmp_path):
             "blk.0.ffn_gate_exps.weight")))
     with Model(_write(tmp_path, Qwen3MoeConfig(**small))) as m:   # and a good one loads
         assert m.hparams["n_expert"] == 8
+
+
+@pytest.fixture(scope="module")
+def qwen3moe_path(tmp_path_factory):
+    return write_tiny_qwen3moe(tmp_path_factory.mktemp("ncmoe") / "m.gguf", T.Q8_0, n_layer=2)
+
+
+def test_n_cpu_moe_is_checked_and_recorded(qwen3moe_path):
+    kw = dict(n_ctx=64, n_threads=2, device="cpu")
+    with Llama(str(qwen3moe_path), n_cpu_moe=1, **kw) as llm:
+        assert llm.config.n_cpu_moe == 1
+        assert llm.n_cpu_moe == 2          # the CPU backend: every layer's experts on the host
+        assert len(llm.create_completion("w1 w2", max_tokens=3)["choices"][0]["text"]) >= 0
+    for bad, err in [(-1, ParameterError), (1.5, ParameterTypeError), ("all", ParameterTypeError)]:
+        with pytest.raises(err, match="n_cpu_moe"):
+            Llama(str(qwen3moe_path), n_cpu_moe=bad, **kw)
+    with pytest.raises(UnsupportedError, match="n_cpu_moe=4: mixture-of-experts models run "
+                                               "on the CPU backend only"):
+        cpu_moe_layers(LlamaConfig(n_cpu_moe=4), {"n_expert": 8, "n_layer": 2}, "cuda")
+    assert cpu_moe_layers(LlamaConfig(n_cpu_moe=4), {"n_layer": 2}, "cuda") == 0   # dense
+
+
+def test_n_cpu_moe_on_the_command_line(qwen3moe_path):
+    r = CliRunner().invoke(main, ["generate", "-m", str(qwen3moe_path), "--ctx", "64",
+                                  "--device", "cpu", "--n-cpu-moe", "99", "-n", "2", "w1"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["generate", "-m", str(qwen3moe_path), "--n-cpu-moe", "-2",
+                                  "w1"])
+    assert r.exit_code == 2 and "n_cpu_moe" in r.output
+    with pytest.raises(ParameterError, match="n_cpu_moe"):
+        ServerSettings(n_cpu_moe=-3)
+    assert ServerSettings(n_cpu_moe=3).n_cpu_moe == 3

@@ -92,7 +92,7 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     path = s.model or default_model_path()
     kw: dict[str, Any] = dict(n_ctx=s.n_ctx, n_threads=s.threads_per_slot, device=s.device,
                               type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib,
-                              n_gpu_layers=s.n_gpu_layers)
+                              n_gpu_layers=s.n_gpu_layers, n_cpu_moe=s.n_cpu_moe)
     file = GGUFFile(path)
     if s.embedding:
         return [_embedding_engine(s, path, file, kw) for _ in range(s.parallel)]
