@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType as T
 
 from pyllamakv import Llama
 from pyllamakv.commands.cli import main
+from pyllamakv.commands.info import describe
 from pyllamakv.config import LlamaConfig, cpu_moe_layers
 from pyllamakv.errors import ParameterError, ParameterTypeError, UnsupportedError
 from pyllamakv.server.settings import ServerSettings
@@ -42,6 +43,10 @@ def test_hparams_and_info_lines(tiny):
     assert hp["n_ff_shexp"] == (96 if shared else 0)
     line = moe_lines(hp)[0]
     assert "2 of 8 per token" in line and ("shared expert of 96" in line) == shared
+    lines = describe(str(tiny.file.path))
+    assert line in lines
+    cls = "Qwen3_5MoeForCausalLM" if shared else "Qwen3MoeForCausalLM"
+    assert [x for x in lines if x.startswith("Checked:") and cls in x]
 
 
 def test_batch_equals_token_by_token(tiny):

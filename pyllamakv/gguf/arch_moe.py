@@ -23,6 +23,13 @@ from typing import Any
 from .reader import GGUFError, GGUFFile
 
 MOE_ARCHS = ("qwen3moe", "qwen35moe")
+# what each was checked against (info and the README say so)
+CHECKED = {
+    "qwen3moe": "tiny random models against HF transformers' Qwen3MoeForCausalLM "
+                "(tests/test_moe_hf.py); no real file, no llama.cpp logits yet",
+    "qwen35moe": "tiny random models against HF transformers' Qwen3_5MoeForCausalLM "
+                 "(tests/test_moe_hf.py); no real file, no llama.cpp logits yet",
+}
 MAX_EXPERTS, MAX_USED = 1024, 64   # the core's LKV_MOE_MAX_EXPERTS / LKV_MOE_MAX_USED
 
 
@@ -68,8 +75,8 @@ def moe_params(f: GGUFFile, hp: dict[str, Any]) -> dict[str, Any]:
                 n_ff=max(n_ff, n_ff_exp, n_ff_shexp))   # the core's buffers: the widest FFN
 
 
-def moe_lines(hparams: dict[str, Any]) -> list[str]:
-    """``info``'s lines on a mixture-of-experts model (none for other models)."""
+def moe_lines(hparams: dict[str, Any], arch: str = "") -> list[str]:
+    """``info``'s lines on a mixture-of-experts model of arch (none for other models)."""
     if not hparams.get("n_expert"):
         return []
     shared = (f"; a shared expert of {hparams['n_ff_shexp']} behind a sigmoid gate"
@@ -77,4 +84,5 @@ def moe_lines(hparams: dict[str, Any]) -> list[str]:
     norm = "renormalised" if hparams.get("expert_weights_norm") else "not renormalised"
     return [f"Experts:       {hparams['n_expert_used']} of {hparams['n_expert']} per token "
             f"(softmax router, top-k weights {norm}), expert FFN {hparams['n_ff_exp']}"
-            f"{shared}; every layer; all in host memory (CPU backend)"]
+            f"{shared}; every layer; all in host memory (CPU backend only so far)"] + (
+        [f"Checked:       {CHECKED[arch]}"] if arch in CHECKED else [])
