@@ -128,8 +128,15 @@ def test_bad_experts_are_refused_by_name(tmp_path):
     with pytest.raises(Exception, match="missing tensor 'blk.0.ffn_gate_exps.weight'"):
         Model(_write(tmp_path, Qwen3MoeConfig(**small), lambda t: t.pop(
             "blk.0.ffn_gate_exps.weight")))
-    with Model(_write(tmp_path, Qwen3MoeConfig(**small))) as m:   # and a good one loads
+    good = _write(tmp_path, Qwen3MoeConfig(**small))
+    with Model(good) as m:   # and a good one loads
         assert m.hparams["n_expert"] == 8
+    # an architecture still unsupported is named beside the supported list
+    other = tmp_path / "other.gguf"
+    other.write_bytes(good.read_bytes().replace(b"qwen3moe", b"qwen4moe", 1))
+    with pytest.raises(GGUFError, match=r"unsupported architecture 'qwen4moe'; supported: .*"
+                                        r"qwen35moe, qwen3moe"):
+        Model(other)
 
 
 @pytest.fixture(scope="module")
