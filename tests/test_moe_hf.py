@@ -114,11 +114,12 @@ def _limits(wtype, experts_only):
 
 
 @pytest.mark.parametrize("wtype,experts_only", CASES, ids=IDS)
-@pytest.mark.parametrize("norm", [None, False], ids=["renorm", "no-renorm"])
-def test_qwen3moe_logits_agree_with_transformers(tmp_path, wtype, experts_only, norm):
-    if norm is False and wtype != T.F32:
-        pytest.skip("the no-renorm router is checked in f32")
-    cfg = Qwen3MoeConfig(norm=norm)
+@pytest.mark.parametrize("norm,fused", [(None, False), (False, False), (None, True)],
+                         ids=["renorm", "no-renorm", "fused-gate-up"])
+def test_qwen3moe_logits_agree_with_transformers(tmp_path, wtype, experts_only, norm, fused):
+    if (norm is False or fused) and wtype not in (T.F32, T.Q4_0):
+        pytest.skip("the no-renorm router and the fused gate_up are checked in f32 and q4_0")
+    cfg = Qwen3MoeConfig(norm=norm, fused=fused)
     rng = np.random.default_rng()
     weights = _as_stored(qwen3moe_hf_weights(cfg, rng), wtype, experts_only)
     path = write_qwen3moe(tmp_path / "m.gguf", cfg, qwen3moe_gguf_tensors(cfg, weights), wtype,
@@ -126,13 +127,17 @@ def test_qwen3moe_logits_agree_with_transformers(tmp_path, wtype, experts_only, 
     tokens = rng.integers(0, cfg.n_vocab, 150).tolist()
     with torch.no_grad():
         want = _hf_qwen3moe(cfg, weights)(torch.tensor([tokens])).logits[0].double().numpy()
-    _compare(f"qwen3moe {wtype.name} experts_only={experts_only} norm={norm}", path, want,
+    _compare(f"qwen3moe {wtype.name} experts_only={experts_only} norm={norm} fused={fused}",
+             path, want,
              tokens, _limits(wtype, experts_only))
 
 
 @pytest.mark.parametrize("wtype,experts_only", CASES, ids=IDS)
-def test_qwen35moe_logits_agree_with_transformers(tmp_path, wtype, experts_only):
-    cfg = Qwen35MoeConfig()
+@pytest.mark.parametrize("fused", [False, True], ids=["", "fused-gate-up"])
+def test_qwen35moe_logits_agree_with_transformers(tmp_path, wtype, experts_only, fused):
+    if fused and wtype != T.F32:
+        pytest.skip("the fused gate_up is checked in f32")
+    cfg = Qwen35MoeConfig(fused=fused)
     rng = np.random.default_rng()
     weights = _as_stored(qwen35moe_hf_weights(cfg, rng), wtype, experts_only)
     path = write_qwen35moe(tmp_path / "m.gguf", cfg, qwen35moe_gguf_tensors(cfg, weights), wtype,
@@ -140,5 +145,6 @@ def test_qwen35moe_logits_agree_with_transformers(tmp_path, wtype, experts_only)
     tokens = rng.integers(0, cfg.n_vocab, 150).tolist()   # crosses the delta-rule chunks of 64
     with torch.no_grad():
         want = _hf_qwen35moe(cfg, weights)(torch.tensor([tokens])).logits[0].double().numpy()
-    _compare(f"qwen35moe {wtype.name} experts_only={experts_only}", path, want, tokens,
+    _compare(f"qwen35moe {wtype.name} experts_only={experts_only} fused={fused}", path, want,
+             tokens,
              _limits(wtype, experts_only))

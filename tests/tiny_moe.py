@@ -6,7 +6,7 @@ the experts stacked as ``mlp.experts.gate_up_proj`` (X, 2 Fe, E) and
 ``mlp.experts.down_proj`` (X, E, Fe), qwen35moe's ``mlp.shared_expert.*`` and
 ``mlp.shared_expert_gate``), turned into GGUF tensors the way llama.cpp's
 converter does (the fused gate_up split into ``ffn_gate_exps`` and
-``ffn_up_exps``, the router ``ffn_gate_inp``, the shared gate a vector
+``ffn_up_exps``, or kept as ``ffn_gate_up_exps`` with ``fused``, the router ``ffn_gate_inp``, the shared gate a vector
 ``ffn_gate_inp_shexp``), and written with gguf.GGUFWriter. The router stays
 f32 in every file, as llama.cpp's quantizer leaves it.
 """
@@ -41,6 +41,7 @@ class Qwen3MoeConfig:
     n_used: int = 2
     n_ff_exp: int = 64
     norm: bool | None = None   # expert_weights_norm; None: the key is absent (llama.cpp: True)
+    fused: bool = False        # ffn_gate_up_exps (the converter's --fuse-gate-up-exps)
     rope_base: float = 1e6
     eps: float = 1e-6
 
@@ -53,6 +54,7 @@ class Qwen35MoeConfig(Qwen35Config):
     n_used: int = 2
     n_ff_exp: int = 64
     n_ff_shexp: int = 96
+    fused: bool = False        # ffn_gate_up_exps (the converter's --fuse-gate-up-exps)
 
 
 def _mat(rng, *shape, scale=None):
@@ -79,8 +81,11 @@ def _moe_gguf(cfg, w, p: str, b: str, shared: bool) -> dict[str, np.ndarray]:
     F = cfg.n_ff_exp
     gu = w[p + "mlp.experts.gate_up_proj"]
     g = {b + "ffn_gate_inp.weight": w[p + "mlp.gate.weight"],
-         b + "ffn_gate_exps.weight": gu[:, :F], b + "ffn_up_exps.weight": gu[:, F:],
          b + "ffn_down_exps.weight": w[p + "mlp.experts.down_proj"]}
+    if cfg.fused:   # per expert its gate rows, then its up rows: HF's own layout
+        g[b + "ffn_gate_up_exps.weight"] = gu
+    else:
+        g[b + "ffn_gate_exps.weight"], g[b + "ffn_up_exps.weight"] = gu[:, :F], gu[:, F:]
     if shared:
         for hf, gg in (("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"),
                        ("down_proj", "ffn_down_shexp")):

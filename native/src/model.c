@@ -116,10 +116,14 @@ static lkv_status bind_moe(const tensor_set *ts, const lkv_model_params *hp,
     const int64_t E = hp->n_embd, X = hp->n_expert, Fe = hp->n_ff_exp, Fs = hp->n_ff_shexp;
 #define N(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix), nm)
     LKV_TRY(bind(ts, N("ffn_gate_inp.weight"), &L->moe_router, E, X, false));
-    LKV_TRY(bind3(ts, N("ffn_gate_exps.weight"), &L->exp_gate, E, Fe, X));
-    LKV_TRY(bind3(ts, N("ffn_up_exps.weight"), &L->exp_up, E, Fe, X));
+    if (find(ts, N("ffn_gate_up_exps.weight"))) {   /* fused gate and up (llama.cpp reads both) */
+        LKV_TRY(bind3(ts, nm, &L->exp_gate_up, E, 2 * Fe, X));
+    } else {
+        LKV_TRY(bind3(ts, N("ffn_gate_exps.weight"), &L->exp_gate, E, Fe, X));
+        LKV_TRY(bind3(ts, N("ffn_up_exps.weight"), &L->exp_up, E, Fe, X));
+    }
     LKV_TRY(bind3(ts, N("ffn_down_exps.weight"), &L->exp_down, Fe, E, X));
-    if (L->exp_gate.type != L->exp_up.type)
+    if (!L->exp_gate_up.data && L->exp_gate.type != L->exp_up.type)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "blk.%d: ffn_gate_exps is %s but ffn_up_exps is %s; "
                         "the experts' gate and up must have one type", il,
                         lkv_type_traits(L->exp_gate.type)->name,
@@ -305,6 +309,7 @@ void lkv_model_foreach_weight(struct lkv_model *m, void (*fn)(lkv_weight *w, voi
                             &L->w_down, &L->attn_post_norm, &L->ffn_post_norm, &L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha,
                             &L->ssm_conv, &L->ssm_a, &L->ssm_dt, &L->ssm_norm, &L->ssm_out,
                             &L->moe_router, &L->exp_gate, &L->exp_up, &L->exp_down,
+                            &L->exp_gate_up,
                             &L->sh_gate_inp, &L->sh_gate, &L->sh_up, &L->sh_down};
         for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) fn(ws[k], ud);
     }

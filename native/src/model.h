@@ -78,6 +78,9 @@ typedef struct lkv_layer_weights {
     lkv_weight moe_router;           /* (X, n_embd) ffn_gate_inp: the router's logits */
     lkv_weight exp_gate, exp_up;     /* (X*Fe, n_embd) ffn_gate_exps, ffn_up_exps */
     lkv_weight exp_down;             /* (X*n_embd, Fe) ffn_down_exps */
+    lkv_weight exp_gate_up;          /* (X*2*Fe, n_embd) ffn_gate_up_exps, in files with the two
+                                        fused (then exp_gate, exp_up absent): expert e's gate
+                                        rows, then its up rows */
     lkv_weight sh_gate_inp;          /* (1, n_embd) ffn_gate_inp_shexp: the shared expert's gate */
     lkv_weight sh_gate, sh_up;       /* (Fs, n_embd) ffn_gate_shexp, ffn_up_shexp */
     lkv_weight sh_down;              /* (n_embd, Fs) ffn_down_shexp */

@@ -73,11 +73,11 @@ void lkv_moe_free(lkv_context *c, lkv_moe *t) {
 
 // ------------------------------------------------------------------ forward
 
-/* matrix e of n_mat stacked in w (model.h: the experts' 3-D tensors) */
-static lkv_weight expert(const lkv_weight *w, int e, int n_mat) {
+/* rows [row0, row0 + n) of w as a weight of their own (an expert of a 3-D tensor, model.h) */
+static lkv_weight rows_of(const lkv_weight *w, int64_t row0, int64_t n) {
     lkv_weight v = *w;
-    v.rows = w->rows / n_mat;
-    const size_t off = (size_t)e * (size_t)v.rows * w->row_bytes;
+    v.rows = n;
+    const size_t off = (size_t)row0 * w->row_bytes;
     v.data = (const char *)w->data + off;
     if (w->dev) v.dev = (char *)w->dev + off;
     return v;
@@ -136,8 +136,12 @@ lkv_status lkv_moe_ffn(lkv_context *c, const lkv_layer_weights *L, int n) {
     for (int e = 0; e < X; e++) {
         const int s = t->start[e], m = t->start[e + 1] - s;
         if (!m) continue;
-        const lkv_weight g = expert(&L->exp_gate, e, X), u = expert(&L->exp_up, e, X),
-                         d = expert(&L->exp_down, e, X);
+        const int64_t F = hp->n_ff_exp;
+        const lkv_weight d = rows_of(&L->exp_down, (int64_t)e * E, E);
+        const lkv_weight g = L->exp_gate_up.data ? rows_of(&L->exp_gate_up, 2 * e * F, F)
+                                                 : rows_of(&L->exp_gate, e * F, F);
+        const lkv_weight u = L->exp_gate_up.data ? rows_of(&L->exp_gate_up, (2 * e + 1) * F, F)
+                                                 : rows_of(&L->exp_up, e * F, F);
         be->gather_rows(c->b, t->xe, c->h, t->rows + s, m, E);
         swiglu_ffn(c, t->ye, t->xe, &g, &u, &d, m);
         be->scatter_add_rows(c->b, c->o, t->ye, t->rows + s, t->w + s, m, E);
