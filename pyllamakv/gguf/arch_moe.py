@@ -3,7 +3,8 @@
 
 Every layer's FFN is routed experts: ``ffn_gate_inp`` (the router, one row per
 expert) and the experts stacked in 3-D tensors ``ffn_gate_exps`` /
-``ffn_up_exps`` ([n_embd, n_ff_exp, n_expert]) and ``ffn_down_exps``
+``ffn_up_exps`` ([n_embd, n_ff_exp, n_expert]; or the two fused as
+``ffn_gate_up_exps``, [n_embd, 2 n_ff_exp, n_expert]) and ``ffn_down_exps``
 ([n_ff_exp, n_embd, n_expert]); ``qwen35moe`` (the qwen35 hybrid layout) adds
 a shared expert (``ffn_{gate,up,down}_shexp``) scaled by the sigmoid of
 ``ffn_gate_inp_shexp``. The router is a softmax, its top ``expert_used_count``
