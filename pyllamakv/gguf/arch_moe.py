@@ -27,9 +27,11 @@ MOE_ARCHS = ("qwen3moe", "qwen35moe")
 # what each was checked against (info and the README say so)
 CHECKED = {
     "qwen3moe": "tiny random models against HF transformers' Qwen3MoeForCausalLM "
-                "(tests/test_moe_hf.py); no real file, no llama.cpp logits yet",
+                "(tests/test_moe_hf.py) and llama.cpp (tests/test_moe_golden.py); no real "
+                "file yet",
     "qwen35moe": "tiny random models against HF transformers' Qwen3_5MoeForCausalLM "
-                 "(tests/test_moe_hf.py); no real file, no llama.cpp logits yet",
+                 "(tests/test_moe_hf.py) and llama.cpp (tests/test_moe_golden.py); no real "
+                 "file yet",
 }
 MAX_EXPERTS, MAX_USED = 1024, 64   # the core's LKV_MOE_MAX_EXPERTS / LKV_MOE_MAX_USED
 
