@@ -119,16 +119,13 @@ def check_n_cpu_moe(n: Any) -> int | None:
 def cpu_moe_layers(cfg: LlamaConfig, hp: dict, device: str) -> int:
     """The layers whose experts are in host memory and run on the CPU: 0 for a model
     without experts (n_cpu_moe has nothing to place), every layer on the CPU backend
-    (all its weights are host memory, whatever n_cpu_moe says). The CUDA backend has
-    no expert layers yet: an MoE model there is refused, naming the way out."""
+    (all its weights are host memory; the first n_cpu_moe take the core's host-expert
+    path, with the same bits), else n_cpu_moe's first layers (None: none)."""
     if not hp.get("n_expert"):
         return 0
     if device == "cpu":
         return hp["n_layer"]
-    n = "" if cfg.n_cpu_moe is None else f"n_cpu_moe={cfg.n_cpu_moe}: "
-    raise UnsupportedError(f"{n}mixture-of-experts models run on the CPU backend only so far "
-                           "(the CUDA backend has no expert layers yet, nor the split that "
-                           "keeps some layers' experts in host memory); use device='cpu'")
+    return min(cfg.n_cpu_moe or 0, hp["n_layer"])
 
 
 @dataclass(slots=True)

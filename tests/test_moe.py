@@ -15,7 +15,7 @@ from pyllamakv import Llama
 from pyllamakv.commands.cli import main
 from pyllamakv.commands.info import describe
 from pyllamakv.config import LlamaConfig, cpu_moe_layers
-from pyllamakv.errors import ParameterError, ParameterTypeError, UnsupportedError
+from pyllamakv.errors import ParameterError, ParameterTypeError
 from pyllamakv.server.settings import ServerSettings
 from pyllamakv.core.native import Context, Model, row_bytes
 from pyllamakv.gguf.arch_moe import moe_lines
@@ -153,10 +153,33 @@ def test_n_cpu_moe_is_checked_and_recorded(qwen3moe_path):
     for bad, err in [(-1, ParameterError), (1.5, ParameterTypeError), ("all", ParameterTypeError)]:
         with pytest.raises(err, match="n_cpu_moe"):
             Llama(str(qwen3moe_path), n_cpu_moe=bad, **kw)
-    with pytest.raises(UnsupportedError, match="n_cpu_moe=4: mixture-of-experts models run "
-                                               "on the CPU backend only"):
-        cpu_moe_layers(LlamaConfig(n_cpu_moe=4), {"n_expert": 8, "n_layer": 2}, "cuda")
+    moe = {"n_expert": 8, "n_layer": 3}
+    assert cpu_moe_layers(LlamaConfig(n_cpu_moe=4), moe, "cuda") == 3
+    assert cpu_moe_layers(LlamaConfig(n_cpu_moe=1), moe, "cuda") == 1
+    assert cpu_moe_layers(LlamaConfig(), moe, "cuda") == 0
     assert cpu_moe_layers(LlamaConfig(n_cpu_moe=4), {"n_layer": 2}, "cuda") == 0   # dense
+
+
+@pytest.mark.parametrize("n_cpu_moe", [1, 2, 9])
+def test_host_experts_give_the_same_bits(tiny, n_cpu_moe):
+    """The core's host-expert path (n_cpu_moe layers: h and the picks down to the host, the
+    routed experts on a CPU context, the sum back up, the shared expert meanwhile on the
+    backend) against the backend path: on the CPU backend the same kernels, so the same
+    bits, prefill and decode."""
+    rng = np.random.default_rng()
+    tokens = rng.integers(0, 320, 50).tolist()
+    kw = dict(n_ctx=64, n_batch=64, n_ubatch=16, n_threads=2, logits_all=True)
+
+    def run(model):
+        with Context(model, **kw) as c:
+            c.decode(tokens[:45])
+            out = [c.logits()]
+            for t in tokens[45:]:
+                c.decode([t])
+                out.append(c.logits())
+            return np.concatenate(out)
+    with Model(tiny.file, "cpu", 2, n_cpu_moe) as split:
+        assert np.array_equal(run(split), run(tiny))
 
 
 def test_n_cpu_moe_on_the_command_line(qwen3moe_path):

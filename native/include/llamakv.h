@@ -171,6 +171,10 @@ typedef struct lkv_model_params {
     int32_t n_ff_shexp;          /* the shared expert's FFN width (<= n_ff); 0: none */
     int32_t expert_weights_norm; /* 1: the top k router probabilities renormalised to sum 1 */
     float expert_weights_scale;  /* the routing weights' factor; 0 means 1 */
+    int32_t n_cpu_moe;           /* the first n_cpu_moe layers keep their routed experts in host
+                                    memory (not copied to a device), computed on the CPU while
+                                    the device runs the rest (llama.cpp's --n-cpu-moe; >= n_layer:
+                                    all); 0: every expert where the other weights are */
 } lkv_model_params;
 
 /* One tensor, as laid out in the GGUF file. ne[0] is the contiguous

@@ -247,18 +247,19 @@ struct lkv_backend {
     void (*softcap)(lkv_bctx *b, float *x, float cap, int64_t n);
 
     /* ---- mixture of experts (moe.c; optional: a backend without moe_topk cannot load
-     * MoE models). Index and weight arrays named host_* are in host memory. ---- */
+     * MoE models) ---- */
     /* per row r of logits (n, n_expert): ids (n, k) the k experts of the largest softmax
      * probabilities (largest first, ties to the lower id), wts (n, k) their probabilities,
      * renormalised to sum 1 when norm, times scale */
     void (*moe_topk)(lkv_bctx *b, int32_t *ids, float *wts, const float *logits, int n,
                      int n_expert, int k, int norm, float scale);
-    /* out (n, dim): row i = x row host_rows[i] */
-    void (*gather_rows)(lkv_bctx *b, float *out, const float *x, const int32_t *host_rows,
-                        int n, int dim);
-    /* out row host_rows[i] += host_w[i] * y row i, for i < n in order (dim wide rows) */
-    void (*scatter_add_rows)(lkv_bctx *b, float *out, const float *y, const int32_t *host_rows,
-                             const float *host_w, int n, int dim);
+    /* out (n, dim): row i = x row rows[i] (rows (n,) in backend memory) */
+    void (*gather_rows)(lkv_bctx *b, float *out, const float *x, const int32_t *rows, int n,
+                        int dim);
+    /* out row rows[i] += w[i] * y row i, i < n, dim wide rows; rows (n,) distinct, rows and
+     * w (n,) in backend memory */
+    void (*scatter_add_rows)(lkv_bctx *b, float *out, const float *y, const int32_t *rows,
+                             const float *w, int n, int dim);
     /* x (n) = 0 */
     void (*zero)(lkv_bctx *b, float *x, int64_t n);
 };

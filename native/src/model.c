@@ -246,6 +246,8 @@ static lkv_status check_moe(const lkv_model_params *p, const lkv_arch_traits *a)
         return lkv_fail(LKV_ERR_INVALID_ARG, "n_ff_shexp %d must be %s", p->n_ff_shexp,
                         a->shared_expert ? "in [1, n_ff]" : "0 (this architecture has no shared "
                         "expert)");
+    if (p->n_cpu_moe < 0)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_cpu_moe must be >= 0 (got %d)", p->n_cpu_moe);
     if (p->expert_weights_norm != 0 && p->expert_weights_norm != 1)
         return lkv_fail(LKV_ERR_INVALID_ARG, "expert_weights_norm must be 0 or 1 (got %d)",
                         p->expert_weights_norm);
@@ -295,6 +297,11 @@ static lkv_status check_params(const lkv_model_params *p) {
 
 static void add_bytes(lkv_weight *w, void *ud) {
     if (w->data) *(int64_t *)ud += (int64_t)(w->row_bytes * w->rows);
+}
+
+/* the bytes a device backend leaves in host memory (n_cpu_moe's experts) */
+static void add_host_bytes(lkv_weight *w, void *ud) {
+    if (w->data && w->host) *(int64_t *)ud += (int64_t)(w->row_bytes * w->rows);
 }
 
 void lkv_model_foreach_weight(struct lkv_model *m, void (*fn)(lkv_weight *w, void *ud), void *ud) {
@@ -371,10 +378,15 @@ lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *ten
         L->kv_layer = attn ? m->n_layer_kv++ : -1;
         L->swa = attn && is_swa(p, i);
         L->rs_layer = attn ? -1 : m->n_layer_rs++;
+        if (i < p->n_cpu_moe)   /* its routed experts stay in host memory (moe.h) */
+            L->exp_gate.host = L->exp_up.host = L->exp_down.host = L->exp_gate_up.host = true;
     }
     for (int i = 0; i < p->n_nextn; i++)
         if ((st = bind_nextn(&ts, p, m->arch, i, &m->nextn[i]))) goto fail;
     lkv_model_foreach_weight(m, add_bytes, &m->weight_bytes);
+    int64_t host_bytes = 0;   /* on a device backend, not held on the device */
+    if (p->device != LKV_DEVICE_CPU) lkv_model_foreach_weight(m, add_host_bytes, &host_bytes);
+    m->weight_bytes -= host_bytes;
     m->be = be;
     if ((st = be->model_init(m))) { m->be = NULL; goto fail; }
     *out = m;

@@ -28,6 +28,8 @@ typedef struct lkv_weight {
     size_t row_bytes;    /* bytes of one row in `type` */
     const void *data;    /* host bytes, rows * row_bytes; NULL if absent */
     void *dev;           /* backend copy (device backends), else NULL */
+    bool host;           /* kept in host memory even on a device backend (n_cpu_moe's experts):
+                            no dev copy; computed by the CPU */
 } lkv_weight;
 
 /* What distinguishes one architecture from another inside the one forward. */

@@ -14,6 +14,14 @@
  * form the groups. Every output element is the backend's matmul of one row,
  * and a row's contributions are added in expert order, so a batch gives the
  * same bits as its rows one at a time.
+ *
+ * Host experts (n_cpu_moe: the layer's expert weights marked host, model.h):
+ * the router, the shared expert and everything else run on the backend; h
+ * comes to the host with the picks, the routed experts run there on the CPU
+ * backend's ops (a CPU context of its own beside a device backend's), the
+ * backend computing the shared expert meanwhile, and their sum goes back up
+ * as the start of o. On the CPU backend itself the same path runs with its
+ * own context (the bits of the other path: the same kernels).
  */
 #ifndef LKV_MOE_H
 #define LKV_MOE_H

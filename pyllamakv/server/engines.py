@@ -100,7 +100,7 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
         kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel)
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
-    model = Model(file, device, s.threads_per_slot)
+    model = Model(file, device, s.threads_per_slot, s.n_cpu_moe)
     # on a GPU one context for all slots, batched steps (weights read once per step); on the
     # CPU a context each (slots in parallel on their own threads ran faster here); hybrids:
     # a context each

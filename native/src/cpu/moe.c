@@ -44,19 +44,19 @@ void lkv_cpu_moe_topk(lkv_bctx *b, int32_t *ids, float *wts, const float *logits
     }
 }
 
-void lkv_cpu_gather_rows(lkv_bctx *b, float *out, const float *x, const int32_t *host_rows, int n,
+void lkv_cpu_gather_rows(lkv_bctx *b, float *out, const float *x, const int32_t *rows, int n,
                          int dim) {
     (void)b;
     for (int i = 0; i < n; i++)
-        memcpy(out + (size_t)i * dim, x + (size_t)host_rows[i] * dim, sizeof(float) * dim);
+        memcpy(out + (size_t)i * dim, x + (size_t)rows[i] * dim, sizeof(float) * dim);
 }
 
-void lkv_cpu_scatter_add_rows(lkv_bctx *b, float *out, const float *y, const int32_t *host_rows,
-                              const float *host_w, int n, int dim) {
+void lkv_cpu_scatter_add_rows(lkv_bctx *b, float *out, const float *y, const int32_t *rows,
+                              const float *wts, int n, int dim) {
     (void)b;
     for (int i = 0; i < n; i++) {
-        float *o = out + (size_t)host_rows[i] * dim;
-        const float *yi = y + (size_t)i * dim, w = host_w[i];
+        float *o = out + (size_t)rows[i] * dim;
+        const float *yi = y + (size_t)i * dim, w = wts[i];
         for (int k = 0; k < dim; k++) o[k] += w * yi[k];
     }
 }
