@@ -16,9 +16,10 @@ from pyllamakv.commands.cli import main
 from pyllamakv.commands.info import describe
 from pyllamakv.config import LlamaConfig, cpu_moe_layers
 from pyllamakv.errors import ParameterError, ParameterTypeError
+from pyllamakv.memory.budget import granule, plan_budget, workspace_bytes
 from pyllamakv.server.settings import ServerSettings
 from pyllamakv.core.native import Context, Model, row_bytes
-from pyllamakv.gguf.arch_moe import moe_lines
+from pyllamakv.gguf.arch_moe import host_expert, moe_lines
 from pyllamakv.gguf.reader import GGUFError
 from tiny_moe import (Qwen3MoeConfig, qwen3moe_gguf_tensors, qwen3moe_hf_weights,
                       write_qwen3moe, write_tiny_qwen3moe, write_tiny_qwen35moe)
@@ -192,3 +193,18 @@ def test_n_cpu_moe_on_the_command_line(qwen3moe_path):
     with pytest.raises(ParameterError, match="n_cpu_moe"):
         ServerSettings(n_cpu_moe=-3)
     assert ServerSettings(n_cpu_moe=3).n_cpu_moe == 3
+
+
+def test_budget_leaves_host_experts_out(tiny):
+    """gpu_memory_mib on a device: the experts of n_cpu_moe's layers stay in host memory, so
+    the weights' share is smaller by exactly their allocations; moe.c's buffers are counted."""
+    hp, tensors = tiny.hparams, tiny.file.tensors
+    cfg = lambda n: LlamaConfig(n_ctx=256, gpu_memory_mib=1024, n_cpu_moe=n)   # noqa: E731
+    all_dev = plan_budget(cfg(None), hp, tensors, 256, "cuda")[0]
+    split = plan_budget(cfg(2), hp, tensors, 256, "cuda")[0]
+    experts = [t for t in tensors if host_expert(t.name, 2, hp["n_layer"])]
+    assert len(experts) == 6 and {t.name.split(".")[1] for t in experts} == {"0", "1"}
+    assert all_dev.weights - split.weights == sum(granule(t.nbytes) for t in experts)
+    assert plan_budget(cfg(2), hp, tensors, 256, "cpu")[0].weights == all_dev.weights
+    dense = {k: v for k, v in hp.items() if k != "n_expert"}
+    assert workspace_bytes(hp, 64) > workspace_bytes(dense, 64)

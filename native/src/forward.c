@@ -263,6 +263,7 @@ static void output_head(lkv_context *c, const lkv_ubatch *ub) {
 static int graph_key(const lkv_context *c, const lkv_ubatch *ub, uint64_t *key) {
     const int32_t n = ub->n, logit_lo = n - ub->n_want;
     if (!c->be->step_begin || ub->n_groups != 1 || n > 8 || ub->n_want == 0) return 0;
+    if (c->model->arch->moe) return 0;   /* moe.c syncs mid-step (the picks go to the host) */
     const lkv_group *g = &ub->groups[0];
     if (lkv_kv_streaming(lkv_kvset_seq(c->kvs, g->seq))) return 0;
     for (int32_t r = logit_lo; r < n; r++)

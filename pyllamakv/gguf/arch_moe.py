@@ -78,6 +78,19 @@ def moe_params(f: GGUFFile, hp: dict[str, Any]) -> dict[str, Any]:
                 n_ff=max(n_ff, n_ff_exp, n_ff_shexp))   # the core's buffers: the widest FFN
 
 
+_EXPERTS = ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+            "ffn_gate_up_exps.weight")
+
+
+def host_expert(name: str, n_cpu_moe: int, n_layer: int) -> bool:
+    """Whether tensor `name` is a routed expert tensor of one of the first n_cpu_moe
+    trunk layers (of n_layer), which the core keeps in host memory (not on a device;
+    an MTP block's experts go with the other weights)."""
+    parts = name.split(".", 2)
+    return (len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit()
+            and int(parts[1]) < min(n_cpu_moe, n_layer) and parts[2] in _EXPERTS)
+
+
 def moe_lines(hparams: dict[str, Any], arch: str = "") -> list[str]:
     """``info``'s lines on a mixture-of-experts model of arch (none for other models)."""
     if not hparams.get("n_expert"):

@@ -3,7 +3,8 @@
  * router's top k, and moving token rows to and from an expert's batch.
  *
  * moe_topk: per token, softmax over the router logits (in f32, max
- * subtracted), then the k largest probabilities by selection (ties go to the
+ * subtracted, ggml's exp (cpu/expf.h) and a sum in double, as llama.cpp's
+ * soft_max; cuda/moe.cu computes the same), then the k largest probabilities by selection (ties go to the
  * lower expert id, as a stable descending sort gives), optionally divided by
  * their sum (llama.cpp's and HF's norm_topk_prob), then scaled. k and
  * n_expert are small (8 of 128..512): a partial selection is cheap next to
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
+#include "cpu/expf.h"
 
 void lkv_cpu_moe_topk(lkv_bctx *b, int32_t *ids, float *wts, const float *logits, int n,
                       int n_expert, int k, int norm, float scale) {
@@ -25,7 +27,7 @@ void lkv_cpu_moe_topk(lkv_bctx *b, int32_t *ids, float *wts, const float *logits
         float mx = l[0];
         for (int e = 1; e < n_expert; e++) mx = l[e] > mx ? l[e] : mx;
         double sum = 0.0;
-        for (int e = 0; e < n_expert; e++) sum += (p[e] = expf(l[e] - mx));
+        for (int e = 0; e < n_expert; e++) sum += (p[e] = ggml_like_expf(l[e] - mx));
         const float inv = (float)(1.0 / sum);
         for (int e = 0; e < n_expert; e++) p[e] *= inv;
         float picked = 0.0f;
