@@ -208,3 +208,23 @@ def test_budget_leaves_host_experts_out(tiny):
     assert plan_budget(cfg(2), hp, tensors, 256, "cpu")[0].weights == all_dev.weights
     dense = {k: v for k, v in hp.items() if k != "n_expert"}
     assert workspace_bytes(hp, 64) > workspace_bytes(dense, 64)
+
+
+def test_sequences_in_one_batch(qwen3moe_path):
+    """Several sequences' rows in one micro-batch (continuous batching) route each row on its
+    own: each sequence's logits as if it ran alone."""
+    rng = np.random.default_rng()
+    a, b = rng.integers(0, 320, 30).tolist(), rng.integers(0, 320, 20).tolist()
+    kw = dict(n_ctx=64, n_batch=64, n_ubatch=64, n_threads=2)
+    with Model(qwen3moe_path) as m:
+        alone = []
+        for s in (a, b):
+            with Context(m, **kw) as c:
+                c.decode(s[:-1])
+                c.decode(s[-1:])
+                alone.append(c.logits()[-1])
+        with Context(m, n_seq_max=2, **kw) as c:
+            c.decode_batch(a[:-1] + b[:-1], [0] * (len(a) - 1) + [1] * (len(b) - 1))
+            c.decode_batch([a[-1], b[-1]], [0, 1])
+            both = c.logits()
+        assert np.array_equal(both[0], alone[0]) and np.array_equal(both[1], alone[1])
