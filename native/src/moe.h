@@ -20,8 +20,8 @@
  * comes to the host with the picks, the routed experts run there on the CPU
  * backend's ops (a CPU context of its own beside a device backend's), the
  * backend computing the shared expert meanwhile, and their sum goes back up
- * as the start of o. On the CPU backend itself the same path runs with its
- * own context (the bits of the other path: the same kernels).
+ * as the start of o. On the CPU backend itself the same path runs on the
+ * context's own CPU state (the bits of the other path: the same kernels).
  */
 #ifndef LKV_MOE_H
 #define LKV_MOE_H

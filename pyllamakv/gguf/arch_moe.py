@@ -100,5 +100,5 @@ def moe_lines(hparams: dict[str, Any], arch: str = "") -> list[str]:
     norm = "renormalised" if hparams.get("expert_weights_norm") else "not renormalised"
     return [f"Experts:       {hparams['n_expert_used']} of {hparams['n_expert']} per token "
             f"(softmax router, top-k weights {norm}), expert FFN {hparams['n_ff_exp']}"
-            f"{shared}; every layer; all in host memory (CPU backend only so far)"] + (
+            f"{shared}; every layer"] + (
         [f"Checked:       {CHECKED[arch]}"] if arch in CHECKED else [])
