@@ -22,11 +22,14 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import random
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from fixtures.stats import paired  # noqa: E402  (tests/fixtures/stats.py)
 
 PROMPT = "The history of the Roman Empire is long and"
 
@@ -110,30 +113,6 @@ class LlamaBench:
 
     def close(self):
         pass
-
-
-def median_ci(r, level=0.95, draws=2000, seed=0):
-    """a bootstrap interval for the median of the samples r: the rounds drawn
-    again with replacement `draws` times (a fixed seed: the same rounds give
-    the same interval), the medians' central `level` share"""
-    rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(r, k=len(r))) for _ in range(draws))
-    cut = int(draws * (1 - level) / 2)
-    return meds[cut], meds[draws - 1 - cut]
-
-
-def paired(rates):
-    """each engine's 2t / 1t ratio per round (the two measured a few seconds
-    apart, so drifting load cancels): median and quartiles over the rounds,
-    and a 95% bootstrap interval for the median"""
-    out = []
-    for k in rates:
-        if k.endswith(" 1t") and k[:-3] + " 2t" in rates:
-            r = sorted(b / a for a, b in zip(rates[k], rates[k[:-3] + " 2t"]))
-            q = statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
-            lo, hi = median_ci(r)
-            out.append(f"{k[:-3]} {q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f}; median's 95% CI {lo:.3f}-{hi:.3f})")
-    return ", ".join(out)
 
 
 def main():

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests"))   # tests/fixtures
 
 from pyllamakv.core.native import Context, Model, cuda_device_count  # noqa: E402
 
@@ -71,7 +72,7 @@ def main() -> None:
     device = a.device if a.device != "auto" else ("cuda" if cuda_device_count() else "cpu")
     path = a.model
     if path is None:
-        import synthetic_model
+        from fixtures import synthetic as synthetic_model
         from gguf import GGMLQuantizationType as T
         path = str(out / f"synthetic-{a.shape}-{a.weight_type}-mtp.gguf")
         if not Path(path).exists():

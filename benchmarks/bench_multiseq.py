@@ -28,7 +28,7 @@ Beside it: llama-batched-bench's decode t/s for the same file where known
 q4_0 weights and q8_0 K/V at P = 4096, n = 64), or from --ref: llama-batched-bench's output
 saved as it printed it (markdown or --output-format jsonl), a CSV (columns b
 or pl, prompt or pp, decode_tps or speed_tg), or numbers "1=245.0,4=584.2"
-(every depth of this run); benchmarks/batched_bench_ref.py.
+(every depth of this run); tests/fixtures/batched_ref.py.
 """
 from __future__ import annotations
 
@@ -41,18 +41,16 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests"))   # tests/fixtures
 
-from batched_bench_ref import load_refs, ref_for  # noqa: E402
+from fixtures.batched_ref import load_refs, ref_for  # noqa: E402
+from fixtures.multiseq_fill import Deadline, check_deadline as _check, fill  # noqa: E402
 from pyllamakv.core.native import Context, Model, cuda_device_count  # noqa: E402
 
 MIB = 1 << 20
 FIELDS = ["model", "device", "type_k", "type_v", "prompt", "pool_mib", "b", "n", "fill",
           "fill_s", "prefill_tps", "decode_s", "decode_tps", "per_seq_tps", "streamed_mib_step",
           "ref_tps", "ratio", "ref_source", "in_turn_tps", "x_in_turn", "status"]
-
-
-class Deadline(Exception):
-    """--deadline passed."""
 
 
 def _ints(text: str, name: str) -> list[int]:
@@ -82,35 +80,6 @@ def _pools(text: str) -> list[float | None]:
 
 
 # ---------------------------------------------------------------- one row
-
-def _check(deadline: float | None) -> None:
-    if deadline is not None and time.monotonic() >= deadline:
-        raise Deadline()
-
-
-def _prefill(ctx: Context, seq: int, toks: np.ndarray, n_batch: int, deadline) -> None:
-    for i in range(0, len(toks), n_batch):
-        _check(deadline)
-        part = toks[i:i + n_batch].tolist()
-        ctx.decode_batch(part, [seq] * len(part), [False] * (len(part) - 1) + [True])
-
-
-def fill(ctx: Context, b: int, toks: np.ndarray, how: str, n_batch: int, deadline) -> float:
-    """Every sequence holds the prompt; returns sequence 0's prefill seconds."""
-    t0 = time.perf_counter()
-    _prefill(ctx, 0, toks, n_batch, deadline)
-    t_first = time.perf_counter() - t0
-    blob = ctx.seq_state_get(0) if how == "state" and b > 1 else None
-    for s in range(1, b):
-        _check(deadline)
-        if how == "prefill":
-            _prefill(ctx, s, toks, n_batch, deadline)
-        elif how == "copy":
-            ctx.seq_copy(0, s, len(toks))
-        else:
-            ctx.seq_state_set(s, blob)
-    return t_first
-
 
 def _timed(step, warmup: int, n: int, deadline) -> tuple[int, float]:
     """warmup untimed calls of step(i), then n timed ones (fewer at the deadline):
@@ -203,7 +172,7 @@ def _model_path(a, out: Path) -> tuple[str, tuple | None]:
         if a.model is not None:
             return a.model, None
         a.shape = "llama3-8b"
-    import synthetic_model
+    from fixtures import synthetic as synthetic_model
     from gguf import GGMLQuantizationType as T
     if a.shape not in synthetic_model.SHAPES:
         raise SystemExit(f"--shape: one of {', '.join(sorted(synthetic_model.SHAPES))}")

@@ -1,4 +1,4 @@
-"""Speculative acceptance on realistic chat tasks (benchmarks/spec_tasks.py).
+"""Speculative acceptance on realistic chat tasks (tests/fixtures/spec_tasks.py).
 
     python benchmarks/bench_spec_accept.py --lookup 3:4,3:8,5:10 --accept-csv spec-out/accept.csv
     python benchmarks/bench_spec_accept.py --lookup 2:10 --self-repeat on,off --mtp 3 \\
@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +46,11 @@ from typing import Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests"))   # tests/fixtures
 
-import spec_tasks  # noqa: E402
+from fixtures import spec_tasks  # noqa: E402
+from fixtures.spec_bench import (Recorder, class_summary, greedy, ngram_draft,  # noqa: E402
+                                 prompt_tokens)
 
 ACCEPT_FIELDS = ["task", "kind", "setting", "max_draft", "tokens", "passes", "drafted",
                  "accepted", "acceptance", "tokens_per_pass", "accepted_per_pass",
@@ -56,52 +58,6 @@ ACCEPT_FIELDS = ["task", "kind", "setting", "max_draft", "tokens", "passes", "dr
 
 
 # ---------------------------------------------------------------- drafters
-
-def ngram_draft(ids: np.ndarray, src: np.ndarray, max_n: int, min_n: int, k: int) -> np.ndarray:
-    """Prompt lookup over a source: the earliest occurrence in src of the
-    context's last n-gram (n = max_n down to min_n) with a token after it, and
-    up to k tokens of src from there. src = ids is PromptLookupDecoding(max_n,
-    k, min_n); src = ids[:n_prompt] matches and drafts inside the prompt only."""
-    for n in range(min(max_n, ids.size - 1, src.size - 1), min_n - 1, -1):
-        windows = np.lib.stride_tricks.sliding_window_view(src[:-1], n)
-        hits = np.nonzero(np.all(windows == ids[-n:], axis=1))[0]
-        if hits.size:
-            s = int(hits[0]) + n
-            return src[s:s + k].astype(np.intc)
-    return np.zeros(0, np.intc)
-
-
-class Recorder:
-    """Wraps a drafter: counts the passes by their draft length k (one call per
-    verification pass in spec_decode.speculative_tokens)."""
-
-    def __init__(self, base: Callable):
-        self.base, self.k_counts, self.n_prompt = base, Counter(), 0
-
-    @property
-    def length(self):              # an adaptive drafter's DraftLength (spec_decode.py reads it)
-        return getattr(self.base, "length", None)
-
-    @property
-    def last_match(self):
-        return getattr(self.base, "last_match", None)
-
-    @property
-    def uses_mtp(self) -> bool:    # Llama runs the MTP block only for such a drafter (spec_mtp.py)
-        return bool(getattr(self.base, "uses_mtp", False))
-
-    def start(self, n_prompt: int) -> None:
-        self.k_counts, self.n_prompt = Counter(), n_prompt
-
-    def __call__(self, input_ids, /, **kw) -> np.ndarray:
-        d = np.asarray(self.base(input_ids, **kw)).reshape(-1)
-        if self.length is None:    # adaptive: the passes' k are the DraftLength's choices
-            self.k_counts[d.size] += 1
-        return d
-
-    def passes(self) -> Counter:
-        return self.length.k_counts if self.length is not None else self.k_counts
-
 
 @dataclass(slots=True)
 class Setting:
@@ -197,29 +153,6 @@ def parse_settings(a, target: str, prices: list[tuple[str, dict]]) -> list[Setti
 
 # ---------------------------------------------------------------- one greedy run
 
-def prompt_tokens(llm, task) -> tuple[list[int], set[int]]:
-    chat = llm._chat.format(spec_tasks.messages(task), add_generation_prompt=True)
-    toks = llm.tokenizer.encode(chat.prompt.encode(), add_bos=not chat.added_special,
-                                special=True)
-    return toks, set(llm.tokenizer.eog_ids) | set(chat.stop_token_ids)
-
-
-def greedy(llm, tokens: list[int], ends: set[int], n_gen: int) -> tuple[list[int], float]:
-    """Greedy ids up to an end token or n_gen, and the decode rate (t/s, prefill out)."""
-    out = []
-    t0 = time.perf_counter()
-    g = llm.generate(tokens, temp=0.0)
-    for t in g:
-        if t in ends:
-            break
-        out.append(t)
-        if len(out) == n_gen:
-            break
-    g.close()
-    dt = time.perf_counter() - t0 - llm.timings.prefill_s
-    return out, len(out) / dt if dt > 0 else 0.0
-
-
 def run(a) -> list[dict]:
     from pyllamakv import Llama
     from pyllamakv.default_model import default_model_path
@@ -289,33 +222,6 @@ def _first_diff(a: list[int], b: list[int]) -> int:
 
 
 # ---------------------------------------------------------------- per class
-
-def class_summary(rows: list[dict]) -> list[dict]:
-    """Per (task class, setting): the tasks' sums, and rates over them."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["kind"], r["setting"]), []).append(r)
-    out = []
-    for (kind, setting), rs in groups.items():
-        s = {f: sum(int(r[f]) for r in rs) for f in ("tokens", "passes", "drafted", "accepted")}
-        plain_s = sum(int(r["tokens"]) / float(r["plain_tps"]) for r in rs)
-        spec_s = sum(int(r["tokens"]) / float(r["spec_tps"]) for r in rs)
-        k_counts = Counter()
-        for r in rs:
-            k_counts.update(parse_k_counts(r["k_counts"]))
-        out.append(dict(kind=kind, setting=setting, max_draft=int(rs[0]["max_draft"]),
-                        tasks=len(rs), **s, k_counts=k_counts,
-                        acceptance=s["accepted"] / max(s["drafted"], 1),
-                        tokens_per_pass=(s["passes"] + s["accepted"]) / max(s["passes"], 1),
-                        accepted_per_pass=s["accepted"] / max(s["passes"], 1),
-                        plain_tps=s["tokens"] / plain_s, spec_tps=s["tokens"] / spec_s,
-                        identical=all(str(r["identical"]) == "True" for r in rs)))
-    return out
-
-
-def parse_k_counts(text: str) -> Counter:
-    return Counter({int(k): int(c) for k, c in (p.split(":") for p in text.split())})
-
 
 def print_summary(summary: list[dict]) -> None:
     w = max(28, *(len(s["setting"]) for s in summary))

@@ -38,7 +38,9 @@ from types import SimpleNamespace
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests"))   # tests/fixtures
 
+from fixtures.spec_bench import pass_cost  # noqa: E402
 from pyllamakv.core.native import Context, Model, cuda_device_count  # noqa: E402
 
 VERIFY_FIELDS = ["model", "device", "depth", "pool_mib", "k", "pass_ms", "ratio_to_step",
@@ -112,17 +114,6 @@ def verify(a) -> None:
 
 def _cost_curve(rows: list[dict]) -> dict[int, float]:
     return {int(r["k"]): float(r["ratio_to_step"]) for r in rows}
-
-
-def pass_cost(cost: dict[int, float], k_counts) -> float:
-    """Mean cost of the passes relative to one step, each pass priced at the
-    measured cost of its own draft length k."""
-    missing = sorted(k for k in k_counts if k not in cost)
-    if missing:
-        raise SystemExit(f"the verify CSV has no cost for k = {missing}; measure with "
-                         f"--max-k {max(missing)} or more")
-    n = sum(k_counts.values())
-    return sum(c * cost[k] for k, c in k_counts.items()) / n
 
 
 EFFECTIVE_FIELDS = ["device", "depth", "pool_mib", "kind", "setting", "tokens_per_pass",

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests"))   # tests/fixtures
 
 from pyllamakv.core.native import Context, Model, cuda_device_count  # noqa: E402
 from pyllamakv.memory.plan import auto_pool_bytes, kv_bytes_per_token, kv_plan  # noqa: E402
@@ -75,7 +76,7 @@ def model_file(a: argparse.Namespace, out: Path) -> str:
     if a.model:
         return a.model
     from gguf import GGMLQuantizationType as T
-    import synthetic_model
+    from fixtures import synthetic as synthetic_model
     path = out / f"synthetic-{a.shape}-{a.weight_type}.gguf"
     if not path.exists():
         print(f"writing {path} ...", file=sys.stderr, flush=True)

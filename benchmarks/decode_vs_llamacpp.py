@@ -6,7 +6,8 @@ synthetic model of a real shape (default llama3-8b):
   pyllamakv  create_completion of --gen greedy tokens after a prompt of DEPTH random token
              ids, q8_0 K and V, the default CUDA kernels; decode t/s from llm.timings
              (the method of ../shared/tools/decode_rate.py), in a child process so that
-             its GPU memory is free before llama.cpp runs
+             its GPU memory is free before llama.cpp runs; "wall": the completion's
+             tokens after the first over its wall-clock time after the prefill
   llama.cpp  llama-bench -m FILE -ngl 99 -fa 1 -ctk q8_0 -ctv q8_0 -p 0 -n 64 -d DEPTH
              (tg64 at that depth), avg_ts of its repetitions (-r, default 3)
 
@@ -35,6 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent / "tests"))   # tests/fixtures
 
 
 def _child(path: str, depth: int, gen: int) -> None:
@@ -49,7 +51,9 @@ def _child(path: str, depth: int, gen: int) -> None:
     r = llm.create_completion(toks, max_tokens=gen, temperature=0, logit_bias={}, stop=[])
     wall = time.perf_counter() - t0
     t = llm.timings
+    ct = r["usage"]["completion_tokens"]
     print(json.dumps({"decode_ts": t.decode_tokens / max(t.decode_s, 1e-9), "decode_tokens": t.decode_tokens,
+                      "wall_ts": (ct - 1) / max(wall - t.prefill_s, 1e-9),
                       "prefill_s": t.prefill_s, "sample_s": t.sample_s, "wall_s": wall,
                       "completion_tokens": r["usage"]["completion_tokens"]}), flush=True)
     llm.close()
@@ -76,7 +80,7 @@ def llama_decode(bench: str, path: Path, depth: int, reps: int, timeout: float) 
 
 
 def main() -> None:
-    import synthetic_model as sm
+    from fixtures import synthetic as sm
     from gguf import GGMLQuantizationType as T
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="llama3-8b", choices=sorted(sm.SHAPES))
@@ -119,7 +123,7 @@ def main() -> None:
 
     def show(r: dict) -> None:
         print(f"{r['type']:<12}{r['gib']:>6.2f}{r['depth']:>7}{r['pyllamakv_ts']:>11.1f}{r['llamacpp_ts']:>11.1f}"
-              f"{r['ratio']:>7.2f}  {r['notes']}", flush=True)
+              f"{r['ratio']:>7.2f}{r['pyllamakv_wall_ts']:>9.1f}  {r['notes']}", flush=True)
 
     def measure_llama(r: dict, path: Path) -> None:
         try:
@@ -147,7 +151,8 @@ def main() -> None:
             if not a.keep:
                 path.unlink(missing_ok=True)
 
-    print(f"{'type':<12}{'GiB':>6}{'depth':>7}{'pyllamakv':>11}{'llama.cpp':>11}{'ratio':>7}  notes", flush=True)
+    print(f"{'type':<12}{'GiB':>6}{'depth':>7}{'pyllamakv':>11}{'llama.cpp':>11}{'ratio':>7}{'wall':>9}  notes",
+          flush=True)
     for name in names:
         if left() < 30:
             print(f"{name:<12} skipped: deadline", flush=True)
@@ -165,10 +170,12 @@ def main() -> None:
         waiting = False
         for depth in depths:
             r = {"type": name, "gib": round(gib, 3), "depth": depth, "pyllamakv_ts": float("nan"),
-                 "llamacpp_ts": float("nan"), "ratio": float("nan"), "notes": f"file {made:.0f}s"}
+                 "llamacpp_ts": float("nan"), "ratio": float("nan"), "pyllamakv_wall_ts": float("nan"),
+                 "notes": f"file {made:.0f}s"}
             try:
                 o = pyllamakv_decode(path, depth, a.gen, timeout=max(30.0, min(600.0, left())))
                 r["pyllamakv_ts"] = round(o["decode_ts"], 2)
+                r["pyllamakv_wall_ts"] = round(o["wall_ts"], 2)
                 if o["completion_tokens"] != a.gen:
                     r["notes"] += f"; {o['completion_tokens']} tokens"
             except Exception as e:   # noqa: BLE001

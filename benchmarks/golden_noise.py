@@ -26,39 +26,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType as T
-from gguf import GGUFReader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_golden import GOLDEN, golden_scores  # noqa: E402
-
-LEGACY = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
-
-
-def block_scales(path):
-    """file offsets of the f16 scale of every legacy-type block in blk.*"""
-    from gguf.constants import GGML_QUANT_SIZES
-    offs = []
-    for t in GGUFReader(path).tensors:
-        if t.name.startswith("blk.") and t.tensor_type in LEGACY:
-            _, type_size = GGML_QUANT_SIZES[t.tensor_type]
-            offs.append(t.data_offset + type_size * np.arange(t.n_bytes // type_size, dtype=np.int64))
-    if not offs:
-        raise SystemExit(f"{path}: no blk.* tensor of a legacy block type ({', '.join(x.name for x in LEGACY)})")
-    return np.concatenate(offs)
-
-
-def flip_last_bit(path, offs, word=np.uint16):
-    """xor the last mantissa bit of the float at each offset, f16 (word uint16)
-    or f32 (uint32); a second call puts them back"""
-    size = np.dtype(word).itemsize
-    with open(path, "r+b") as f:
-        for off in offs:
-            f.seek(int(off))
-            v = np.frombuffer(f.read(size), word)[0] ^ word(1)
-            f.seek(int(off))
-            f.write(word(v).tobytes())
-
+from fixtures.golden import GOLDEN, golden_scores  # noqa: E402
+from fixtures.noise import block_scales, flip_last_bit  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser()

@@ -24,42 +24,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import test_cuda as tc  # noqa: E402
-from golden_noise import flip_last_bit  # noqa: E402
-
-
-def norm_offsets(path) -> np.ndarray:
-    """file offsets of every f32 element of the blocks' norm weights"""
-    offs = [t.data_offset + 4 * np.arange(t.n_elements, dtype=np.int64)
-            for t in GGUFReader(str(path)).tensors
-            if t.name.startswith("blk.") and t.name.endswith("norm.weight") and t.tensor_type == 0]
-    if not offs:
-        raise SystemExit(f"{path}: no f32 norm weights in blk.*")
-    return np.concatenate(offs)
-
-
-def toggle_last_bit(path, offs) -> None:
-    """the last mantissa bit of the f32 at each offset (a second call puts them back)"""
-    flip_last_bit(path, offs, np.uint32)
-
-
-def case_floor(path, tokens, kv, draws: int, fraction: float, rng) -> tuple[np.ndarray, list[float]]:
-    """the CPU's logits on the file as it is, and the mean KL of each draw against them"""
-    base = tc.engine_logits(path, tokens, kv, kv, "cpu")
-    offs = norm_offsets(path)
-    kls = []
-    for _ in range(draws):
-        picks = offs[rng.random(offs.size) < fraction]
-        toggle_last_bit(path, picks)
-        try:
-            got = tc.engine_logits(path, tokens, kv, kv, "cpu")
-        finally:
-            toggle_last_bit(path, picks)
-        kls.append(float(tc.kl_rows(base, got).mean()))
-    return base, kls
+from fixtures import gpu_cases as tc  # noqa: E402
+from fixtures.noise import case_floor  # noqa: E402
 
 
 def main():
@@ -77,7 +45,7 @@ def main():
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for arch, wt in cases:
-            path, toks, kv = tc._tiny_case(Path(tmp), arch, wt)
+            path, toks, kv = tc.tiny_case(Path(tmp), arch, wt)
             base, kls = case_floor(path, toks, kv, a.draws, a.fraction, rng)
             line = dict(arch=arch, wtype=wt, kv=kv, floor_mean=float(np.mean(kls)),
                         floor_max=float(np.max(kls)), draws_over_1e3=int(sum(k > 1e-3 for k in kls)))

@@ -1,10 +1,9 @@
 """Llama: llama-cpp-python's interface over one Model and one Context.
 
 Generation runs in three named stages: ``_prefill`` (a token list, in n_batch
-slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id).
-``generate`` strings them together and reuses the longest prefix of the new
-tokens that the KV cache already holds; the OpenAI-style requests
-(completion, chat, embeddings: openai_api.py) build on it.
+slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id), or,
+greedy, in the core's loop (greedy_loop.py). ``generate`` reuses the longest cached
+prefix; the OpenAI-style requests (completion, chat, embeddings) build on it.
 
 Threads: a Llama may be shared; its calls are serialised and a stream keeps
 other threads waiting until it ends (guard.py says exactly how). Python's
@@ -21,8 +20,9 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .core import native as _native
+from .core.vocab_context import VOCAB_ONLY, VocabOnlyContext
 from .text.chat_handlers import llama_chat_formatter
-from .text.llama_tokenizer import CallableTokenizer, LlamaTokenizer
+from .text.llama_tokenizer import llama_tokenizers
 from .api.llama_cpp_methods import LlamaCppMethods
 from .api.compat import check_extra_kwargs
 from .config import (LlamaConfig, choose_device, cpu_moe_layers, requested_pool_bytes,
@@ -32,6 +32,7 @@ from .api.embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
 from .api.grammar import LlamaGrammar
 from .engine.guard import Guard, guarded
+from .engine.greedy_loop import greedy_tokens, loop_ok
 from .engine.history import History
 from .hub import hub_file
 from .engine.lanes import load_seq_state, reset_lanes, save_seq_state, seq_kv_stats
@@ -86,6 +87,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                 self._text_setup(file.metadata, chat_format, chat_handler, -1, False)
                 self._n_ctx, self._n_vocab = cfg.n_ctx, self.tokenizer.n_vocab
                 self.metadata, self.draft_model = file.string_metadata, None
+                self._ctx, self._seed = VocabOnlyContext(self.tokenizer, self._n_ctx), cfg.seed
                 return
             hp = _native.model_params(file)
             self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
@@ -144,8 +146,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
     def _text_setup(self, metadata: dict, chat_format, chat_handler, pooling_type,
                     embedding: bool) -> None:
         """The parts that need only the file's metadata (all of a vocab_only Llama)."""
-        self.tokenizer = CallableTokenizer.from_metadata(metadata)
-        self.tokenizer_ = LlamaTokenizer(self)
+        self.tokenizer, self.tokenizer_ = llama_tokenizers(metadata, self._init_kwargs)
         self.embedding = bool(embedding)
         self.cache = None
         self._pooling = embedding_pooling(pooling_type, metadata)
@@ -248,9 +249,8 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                         self.progress_callback)
 
     def _logits_mode(self) -> None:
-        if self._ctx is None:
-            raise RuntimeError("this Llama was created with vocab_only=True: it tokenizes and "
-                               "formats chats, and has no weights to evaluate")
+        if self._ctx is None or isinstance(self._ctx, VocabOnlyContext):
+            raise RuntimeError(VOCAB_ONLY)
         if self.embedding:
             raise RuntimeError("this Llama was created with embedding=True: it computes "
                                "embeddings (embed, create_embedding), not logits")
@@ -308,7 +308,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                                                          stopping_criteria))
 
     def _generate(self, tokens: list[int], sampler: Sampler, reset: bool = True,
-                  stopping_criteria=None) -> Iterator[int]:
+                  stopping_criteria=None, limit: int | None = None, ends=None) -> Iterator[int]:
         self._logits_mode()
         self.timings = Timings()
         # spec_decode.py; a grammar, mirostat or logits processors keep state per
@@ -336,6 +336,8 @@ class Llama(LlamaCppMethods, OpenAIMethods):
         self._prefill(tokens)
         if drafter is not None:
             yield from speculative_tokens(self, sampler, drafter)
+        elif loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
+            yield from greedy_tokens(self, sampler, limit, ends)   # ends given: run ahead
         while True:
             token = self._sample(sampler)
             if stopping_criteria is not None and stop_asked(stopping_criteria, self._hist):

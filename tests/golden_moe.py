@@ -47,7 +47,7 @@ def write_case(name: str, path: Path) -> Path:
     """The case's model at path (the same bits on every run)."""
     sys.path.insert(0, str(HERE))
     from gguf import GGMLQuantizationType as T
-    from tiny_moe import write_tiny_qwen3moe, write_tiny_qwen35moe
+    from fixtures.tiny_moe import write_tiny_qwen3moe, write_tiny_qwen35moe
     arch, wtype, seed, kw = CASES[name]
     write = write_tiny_qwen3moe if arch == "qwen3moe" else write_tiny_qwen35moe
     return write(path, T[wtype], seed=seed, n_vocab=N_VOCAB, **kw)

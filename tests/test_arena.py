@@ -17,7 +17,7 @@ from pyllamakv import errors
 from pyllamakv.core.ffi import ffi, lib
 from pyllamakv.core.native import Context, Model
 from arena_script import DECODE_ROWS, check_stats, row_sizes, run
-from tiny_models import tiny_model_fixture
+from fixtures.tiny_models import tiny_model_fixture
 
 CHUNK = 16
 
@@ -153,7 +153,7 @@ def test_budget_counts_the_arena_once(tiny):
 def test_arena_on_a_hybrid(tmp_path):
     """qwen35: the gate and DeltaNet rows are in the arena too; only the
     full-attention layers have KV chunks."""
-    from tiny_qwen35 import write_tiny_qwen35
+    from fixtures.tiny_qwen35 import write_tiny_qwen35
     with Model(write_tiny_qwen35(tmp_path / "q35.gguf", T.Q8_0, seed=4)) as m:
         tokens = np.random.default_rng().integers(0, 320, 420).tolist()
         ref, _ = run(m, tokens, None, None, n_threads=2, truncate=False)

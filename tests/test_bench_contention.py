@@ -1,16 +1,13 @@
-"""benchmarks/bench_contention.py's statistics: the per-round 2t / 1t ratios,
-their quartiles and the bootstrap interval for their median (the figure that
-says whether 2 threads are slower than 1 under load)."""
+"""benchmarks/bench_contention.py's statistics (tests/fixtures/stats.py): the
+per-round 2t / 1t ratios, their quartiles and the bootstrap interval for their
+median (the figure that says whether 2 threads are slower than 1 under load)."""
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import bench_contention as bc  # noqa: E402
+from fixtures import stats as bc
 
 
 def test_interval_holds_the_median_and_narrows_with_rounds():

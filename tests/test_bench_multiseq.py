@@ -1,21 +1,24 @@
 """benchmarks/bench_multiseq.py on the CPU with a tiny synthetic shape: the three
-ways of filling the sequences leave the same caches (the state and copy fills
-stand in for prefilling every sequence), a smoke run writes its CSV with the
-reference and in-turn columns, and --deadline stops cleanly."""
+ways of filling the sequences (tests/fixtures/multiseq_fill.py) leave the same
+caches (the state and copy fills stand in for prefilling every sequence); run
+as a script, a smoke run writes its CSV with the reference and in-turn
+columns, and --deadline stops cleanly."""
 from __future__ import annotations
 
 import csv
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import batched_bench_ref as ref  # noqa: E402
-import bench_multiseq as bm  # noqa: E402
-import synthetic_model as sm  # noqa: E402
-from pyllamakv.core.native import Context, Model  # noqa: E402
+from fixtures import batched_ref as ref
+from fixtures import synthetic as sm
+from fixtures.multiseq_fill import fill
+from pyllamakv.core.native import Context, Model
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_multiseq.py"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,7 @@ def test_fills_leave_equal_caches(path):
         for how in ("prefill", "copy", "state"):
             with Context(m, n_ctx=p + 4, n_batch=64, n_ubatch=32, n_threads=2, type_k="q8_0",
                          type_v="q8_0", n_seq_max=b) as c:
-                bm.fill(c, b, toks, how, 64, None)
+                fill(c, b, toks, how, 64, None)
                 assert [c.seq_n_tokens(s) for s in range(b)] == [p] * b
                 blobs[how] = [c.seq_state_get(s) for s in range(b)]
     first = blobs["prefill"][0]
@@ -42,13 +45,9 @@ def test_fills_leave_equal_caches(path):
 
 
 def _run(tmp_path, *args):
-    argv = ["bench_multiseq.py", "--threads", "2", "--out", str(tmp_path), *args]
-    old = sys.argv
-    sys.argv = argv
-    try:
-        bm.main()
-    finally:
-        sys.argv = old
+    """The benchmark run as a script; its CSV's rows."""
+    subprocess.run([sys.executable, str(SCRIPT), "--threads", "2", "--out", str(tmp_path), *args],
+                   check=True, capture_output=True, text=True, timeout=600)
     with (tmp_path / "multiseq.csv").open() as f:
         return list(csv.DictReader(f))
 

@@ -90,7 +90,7 @@ def test_weights_are_counted_once_per_copy():
 
 
 def test_recurrent_state_matches_the_core(tmp_path):
-    from tiny_qwen35 import write_tiny_qwen35
+    from fixtures.tiny_qwen35 import write_tiny_qwen35
     from pyllamakv import Llama
     p = write_tiny_qwen35(tmp_path / "q35.gguf", seed=1)
     with Llama(str(p), n_ctx=64, device="cpu", n_threads=1) as llm:

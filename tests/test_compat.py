@@ -31,10 +31,12 @@ def test_tuning_arguments_warn_once(path):
 def test_unsupported_features_raise(path):
     from pyllamakv import Llama
     from pyllamakv.api.compat import UnsupportedFeature
-    for kw in (dict(lora_path="x.gguf"), dict(kv_overrides={"a": 1}), dict(tokenizer=object())):
+    for kw in (dict(lora_path="x.gguf"), dict(kv_overrides={"a": 1})):
         with pytest.raises(UnsupportedFeature, match=next(iter(kw))):
             Llama(path, n_ctx=64, **kw)
     Llama(path, n_ctx=64, lora_path=None, lora_base=None, rpc_servers=None).close()
+    with pytest.raises(TypeError, match="tokenizer must have"):   # (test_hf_tokenizer.py)
+        Llama(path, n_ctx=64, tokenizer=object())
     with pytest.raises(TypeError, match="no_such_option"):
         Llama(path, n_ctx=64, no_such_option=1)
 

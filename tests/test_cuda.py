@@ -8,7 +8,7 @@ legacy weight types (q4_0 ... iq4_nl) and every KV type.
 
 - Tiny random models written as GGUF files, every architecture x every weight
   type (KV types rotate through the list; k-quants made from Gaussian weights
-  by tests/kquant_blocks.py): default kernels against issue 15's target of
+  by tests/fixtures/kquant_blocks.py): default kernels against issue 15's target of
   mean KL 1e-3 from the CPU, asserted at 2e-3 where the prefill GEMM's
   products are the CPU's (integer codes, or float weights), top-1 where it
   rounds them to f16 (test below); exact kernels bit-identical where they are
@@ -37,16 +37,13 @@ import numpy as np
 import pytest
 
 from pyllamakv.core import native as N
-import kquant_blocks
+from fixtures.gpu_cases import (ARCHS, WEIGHT_TYPES, clear_top1, engine_logits, kl_rows,
+                                tiny_case, write_tiny_model)
 import stream_script
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]
 
-WEIGHT_TYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
-                "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl"]
-KV_TYPES = ["f16", "q8_0", "q4_0", "f32", "bf16", "q4_1", "q5_0", "q5_1", "iq4_nl"]
-ARCHS = ["llama", "qwen2", "qwen3"]
 # weight types whose GPU matmuls are the CPU's bit for bit (mvx.cu, mmx.cu)
 EXACT_WEIGHT_TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"]
 # KV types the tensor-core prefill attention reads (attn_mma.cuh): it rounds P
@@ -55,95 +52,7 @@ MMA_KV_TYPES = ["f16", "bf16", "q8_0", "q4_0"]
 
 
 # ---------------------------------------------------------------- tiny GGUF models
-
-def _weight_bytes(rng, type_name: str, rows: int, cols: int, scale: float) -> np.ndarray:
-    """rows x cols random weights in `type_name`, as the GGUF byte layout."""
-    from pyllamakv.core.ffi import ffi, lib
-    x = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
-    if type_name in kquant_blocks.BYTES:    # the library writes no k-quants
-        return kquant_blocks.quantize(x, type_name)
-    tid = N.type_id(type_name)
-    out = np.empty(rows * N.row_bytes(tid, cols), np.uint8)
-    st = lib.lkv_quantize(tid, ffi.from_buffer("float[]", x), ffi.from_buffer(out), rows * cols)
-    assert st == 0, f"no quantizer for {type_name}"
-    return out
-
-
-def write_tiny_model(path, arch: str, wtype: str, seed: int = 0) -> None:
-    import gguf
-    rng = np.random.default_rng(seed)
-    E, NH, NKV, HD, FF, V, NL = 256, 4, 2, 64, 512, 320, 2
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(NL)
-    w.add_embedding_length(E)
-    w.add_feed_forward_length(FF)
-    w.add_head_count(NH)
-    w.add_head_count_kv(NKV)
-    w.add_key_length(HD)
-    w.add_value_length(HD)
-    w.add_context_length(4096)
-    w.add_rope_dimension_count(HD)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(10000.0)
-    w.add_vocab_size(V)
-    qt = getattr(gguf.GGMLQuantizationType, wtype.upper())
-
-    def mat(name, rows, cols, scale=None):
-        scale = 1.0 / np.sqrt(cols) if scale is None else scale
-        data = _weight_bytes(rng, wtype, rows, cols, scale)
-        w.add_tensor(name, data, raw_shape=(rows, N.row_bytes(wtype, cols)), raw_dtype=qt)
-
-    def vec(name, n, around_one=True):
-        v = (1 + 0.1 * rng.standard_normal(n)) if around_one else 0.3 * rng.standard_normal(n)
-        w.add_tensor(name, v.astype(np.float32))
-
-    mat("token_embd.weight", V, E, 0.5)
-    vec("output_norm.weight", E)
-    if arch != "qwen2":                       # qwen2 ties the output to the embedding
-        mat("output.weight", V, E, 4.0 / np.sqrt(E))
-    for i in range(NL):
-        p = f"blk.{i}."
-        vec(p + "attn_norm.weight", E)
-        mat(p + "attn_q.weight", NH * HD, E)
-        mat(p + "attn_k.weight", NKV * HD, E)
-        mat(p + "attn_v.weight", NKV * HD, E)
-        mat(p + "attn_output.weight", E, NH * HD)
-        if arch == "qwen2":
-            for t, n in (("q", NH * HD), ("k", NKV * HD), ("v", NKV * HD)):
-                vec(p + f"attn_{t}.bias", n, around_one=False)
-        if arch == "qwen3":
-            vec(p + "attn_q_norm.weight", HD)
-            vec(p + "attn_k_norm.weight", HD)
-        vec(p + "ffn_norm.weight", E)
-        mat(p + "ffn_gate.weight", FF, E)
-        mat(p + "ffn_up.weight", FF, E)
-        mat(p + "ffn_down.weight", E, FF)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
-def engine_logits(path, tokens, type_k="f16", type_v="f16", device="cpu", chunks=(64, 1),
-                  gpu_kernels="fast") -> np.ndarray:
-    """Logits of every token on one device, fed as a prefill of chunks[0]
-    tokens at a time (the first two thirds) followed by chunks[1]-token
-    decodes."""
-    m = N.Model(str(path), device=device)
-    # micro-batches of 48 and 16: the prefill GEMM and mvx's slices of 8
-    c = N.Context(m, n_ctx=512, n_batch=64, n_ubatch=48, type_k=type_k, type_v=type_v,
-                  kv_chunk=64, logits_all=True, gpu_kernels=gpu_kernels)
-    try:
-        rows, pos, n_pre = [], 0, len(tokens) * 2 // 3
-        while pos < len(tokens):
-            step = min(chunks[0], n_pre - pos) if pos < n_pre else chunks[1]
-            c.decode(tokens[pos:pos + step])
-            rows.append(c.logits())
-            pos += step
-        return np.concatenate(rows)
-    finally:
-        del c, m
-
+# (written and run by tests/fixtures/gpu_cases.py)
 
 def teacher_forced(path, tokens, type_k="f16", type_v="f16", chunks=(64, 1), gpu_kernels="fast"):
     """engine_logits on the CPU and on the GPU."""
@@ -155,41 +64,11 @@ def agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(np.mean(a.argmax(1) == b.argmax(1))), float(np.max(np.abs(a - b)))
 
 
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    x = x - x.max(1, keepdims=True)
-    return x - np.log(np.exp(x).sum(1, keepdims=True))
-
-
-def kl_rows(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
-    """KL(softmax(ref) || softmax(got)) per row, in nats."""
-    lp, lq = _log_softmax(ref), _log_softmax(got)
-    return np.sum(np.exp(lp) * (lp - lq), axis=1)
-
-
-def clear_top1(ref: np.ndarray, got: np.ndarray, margin: float = 1.0) -> tuple[float, int]:
-    """top-1 agreement over the rows where ref's top logit leads its second by >= margin."""
-    top2 = np.sort(ref, axis=1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] >= margin
-    if not clear.any():
-        return 1.0, 0
-    return float(np.mean(ref[clear].argmax(1) == got[clear].argmax(1))), int(clear.sum())
-
-
 def _ref_top1(path, tokens, logits) -> float:
     """top-1 agreement of `logits` with the float64 numpy forward (exact KV)."""
     from reference import reference_logits
     ref = reference_logits(path, tokens)
     return float(np.mean(ref.argmax(1) == logits.argmax(1)))
-
-
-def _tiny_case(tmp_path, arch, wtype):
-    i = ARCHS.index(arch) * len(WEIGHT_TYPES) + WEIGHT_TYPES.index(wtype)
-    kv = KV_TYPES[i % len(KV_TYPES)]
-    path = tmp_path / f"{arch}-{wtype}.gguf"
-    write_tiny_model(path, arch, wtype, seed=i)
-    toks = [int(t) for t in np.random.default_rng(i).integers(0, 320, 96)]
-    return path, toks, kv
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -211,7 +90,7 @@ def test_tiny_models_match_the_cpu(tmp_path, arch, wtype):
     benchmarks/tiny_noise.py measures each case's floor: the CPU against
     itself with its norm weights moved by an ulp (up to 3e-3 in some cases;
     docs/performance.md)."""
-    path, toks, kv = _tiny_case(tmp_path, arch, wtype)
+    path, toks, kv = tiny_case(tmp_path, arch, wtype)
     cpu, gpu = teacher_forced(path, toks, kv, kv)
     assert np.all(np.isfinite(gpu))
     kl = kl_rows(cpu, gpu)
@@ -233,7 +112,7 @@ def test_tiny_models_exact_kernels_are_the_cpu(tmp_path, arch, wtype):
     """gpu_kernels="exact": the legacy weight types run on kernels that do the
     CPU's operations in the CPU's order, so with any KV type the logits are the
     CPU's bit for bit (prefill micro-batches and single-token decodes)."""
-    path, toks, kv = _tiny_case(tmp_path, arch, wtype)
+    path, toks, kv = tiny_case(tmp_path, arch, wtype)
     cpu, gpu = teacher_forced(path, toks, kv, kv, gpu_kernels="exact")
     same = int(np.sum(np.all(cpu == gpu, axis=1)))
     assert same == len(cpu), f"{len(cpu) - same} logit rows differ from the CPU's"

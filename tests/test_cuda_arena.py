@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType as T
 
 from pyllamakv.core import native as N
 from arena_script import check_stats, row_sizes, run
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 from _smollm2 import model_path
 
 pytestmark = [pytest.mark.gpu,
@@ -65,7 +65,7 @@ def test_tiny_model(tmp_path, kv):
 
 def test_hybrid(tmp_path):
     from pyllamakv.errors import UnsupportedError
-    from tiny_qwen35 import write_tiny_qwen35
+    from fixtures.tiny_qwen35 import write_tiny_qwen35
     try:
         m = N.Model(write_tiny_qwen35(tmp_path / "q35.gguf", T.Q8_0, seed=4, head_dim=64),
                     device="cuda")

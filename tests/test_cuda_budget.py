@@ -57,7 +57,7 @@ def default_path():
 @pytest.fixture(scope="module")
 def hybrid_path(tmp_path_factory):
     from gguf import GGMLQuantizationType as T
-    from tiny_qwen35 import write_tiny_qwen35
+    from fixtures.tiny_qwen35 import write_tiny_qwen35
     return str(write_tiny_qwen35(tmp_path_factory.mktemp("q35") / "q35.gguf", T.Q8_0, seed=3,
                                  head_dim=64))
 
@@ -130,11 +130,8 @@ def test_weights_over_budget_on_the_gpu(nvml, default_path):
 
 @pytest.fixture(scope="module")
 def mid_path(tmp_path_factory):
-    """A 1.2B-parameter llama shape (synthetic_model.py, Q4_0): weights of real sizes."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import synthetic_model as sm
+    """A 1.2B-parameter llama shape (fixtures/synthetic.py, Q4_0): weights of real sizes."""
+    from fixtures import synthetic as sm
     shape = sm.Shape(16, 2048, 8192, 16, 8, 32000, 10000.0)
     return str(sm.write(shape, tmp_path_factory.mktemp("mid") / "mid.gguf"))
 

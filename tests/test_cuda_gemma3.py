@@ -23,9 +23,9 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from pyllamakv.core import native as N
-from test_cuda import clear_top1, engine_logits, kl_rows
+from fixtures.gpu_cases import clear_top1, engine_logits, kl_rows
 from test_gemma3_golden import DATA, KL_MAX, TOP1_MIN, _model_path, _score
-from tiny_gemma3 import write_tiny_gemma3
+from fixtures.tiny_gemma3 import write_tiny_gemma3
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]

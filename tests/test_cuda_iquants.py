@@ -2,7 +2,7 @@
 iq1_m, iq4_xs) on the CUDA backend against the CPU backend (skipped without
 a GPU).
 
-Tiny random models (tests/tiny_models.py: random codes, finite f16 scales)
+Tiny random models (tests/fixtures/tiny_models.py: random codes, finite f16 scales)
 with every tensor in one i-quant type, every architecture, teacher-forced on
 both backends: a prefill (micro-batches of 32 tokens: the GEMMs, mmq.cu for
 iq4_xs, gemm_f16.cu for the others), one call of 5 tokens and single-token
@@ -34,9 +34,9 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from pyllamakv.core import native as N
-from test_cuda import clear_top1, kl_rows
+from fixtures.gpu_cases import clear_top1, kl_rows
 from test_quant import rng_for, why
-from tiny_models import ARCHS, write_tiny_model
+from fixtures.tiny_models import ARCHS, write_tiny_model
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]

@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType as T
 
 from pyllamakv.core import native as N
 from test_cuda import clear_top1, engine_logits, kl_rows
-from tiny_moe import write_tiny_qwen3moe, write_tiny_qwen35moe
+from fixtures.tiny_moe import write_tiny_qwen3moe, write_tiny_qwen35moe
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]

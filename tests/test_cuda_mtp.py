@@ -15,8 +15,9 @@ from gguf import GGMLQuantizationType as T
 
 from pyllamakv import Llama
 from pyllamakv.core import native as N
-from test_cuda import _report, kl_rows
-from tiny_qwen35 import write_tiny_qwen35
+from fixtures.gpu_cases import kl_rows
+from test_cuda import _report
+from fixtures.tiny_qwen35 import write_tiny_qwen35
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]

@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as T
 from pyllamakv.core import native as N
 from pyllamakv.core.native import Model, row_bytes
 from multiseq_script import compare, context_factory, make_script, run_alone, run_batched
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 from _smollm2 import model_path
 
 pytestmark = [pytest.mark.gpu,

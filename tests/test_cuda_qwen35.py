@@ -1,7 +1,7 @@
 """The qwen35 hybrid (Gated DeltaNet + gated full attention) on the CUDA
 backend, against the CPU backend (skipped without a CUDA device).
 
-Tiny random qwen35 models (tests/tiny_qwen35.py), among them one with
+Tiny random qwen35 models (tests/fixtures/tiny_qwen35.py), among them one with
 head_dim 256 and partial rope and one with the 27B's delta-rule head sizes
 (dk = dv = 128):
 - logits teacher-forced (prefill micro-batches of 48, which cross the CPU's
@@ -28,8 +28,9 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from pyllamakv.core import native as N
-from test_cuda import _report, clear_top1, kl_rows
-from tiny_qwen35 import write_tiny_qwen35
+from fixtures.gpu_cases import clear_top1, kl_rows
+from test_cuda import _report
+from fixtures.tiny_qwen35 import write_tiny_qwen35
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]

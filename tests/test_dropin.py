@@ -188,6 +188,12 @@ def test_vocab_only_tokenizes_without_weights(path, llm):
     assert v.n_vocab() == llm.n_vocab() and v.token_eos() == llm.token_eos()
     with pytest.raises(RuntimeError, match="vocab_only"):
         v.eval([1, 2])
+    # llama-cpp-python's shape: a vocab_only Llama owns a context handle until closed
+    assert v._ctx.ctx is not None and llm._ctx.ctx is not None
+    with pytest.raises(RuntimeError, match="vocab_only"):
+        v.create_completion("Hi", max_tokens=1)
+    v.close()
+    assert v._ctx.ctx is None
     assert llm.tokenizer().detokenize(llm.tokenize(text.encode())) == text.encode()
 
 

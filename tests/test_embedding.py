@@ -4,7 +4,7 @@ import pytest
 
 from _smollm2 import require_model_path
 from reference import reference_hidden
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 
 
 @pytest.fixture(scope="module")

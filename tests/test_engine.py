@@ -9,7 +9,7 @@ from gguf import GGMLQuantizationType as T
 
 from pyllamakv.core.native import Context, Model
 from reference import reference_logits
-from tiny_models import ARCHS, write_tiny_model
+from fixtures.tiny_models import ARCHS, write_tiny_model
 
 WEIGHT_TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K,
                 T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL]

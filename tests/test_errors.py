@@ -13,7 +13,7 @@ from pyllamakv import errors
 from pyllamakv.core.ffi import CDEF, declared_functions, lib
 from pyllamakv.core.native import Context, Model
 from pyllamakv.gguf.reader import GGUFError
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 
 
 @pytest.fixture(scope="module")

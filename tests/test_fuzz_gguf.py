@@ -21,8 +21,8 @@ from pyllamakv import errors
 from pyllamakv.core.native import Context, Model
 from pyllamakv.gguf.reader import GGUFError, GGUFFile
 from pyllamakv.text.tokenizer import Tokenizer
-import gguf_craft as gc
-from tiny_models import write_tiny_model
+from fixtures import gguf_craft as gc
+from fixtures.tiny_models import write_tiny_model
 
 PROJECT_ERRORS = (GGUFError, errors.LlamaKVError)
 TOKENS = [1, 40, 7, 300]

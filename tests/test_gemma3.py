@@ -11,7 +11,7 @@ import pytest
 
 from pyllamakv.core.native import Context, Model, row_bytes
 from pyllamakv.gguf.arch_gemma3 import swa_layers, swa_lines
-from tiny_gemma3 import write_tiny_gemma3
+from fixtures.tiny_gemma3 import write_tiny_gemma3
 from gguf import GGMLQuantizationType as T
 
 CHUNK = 16
@@ -150,7 +150,7 @@ def test_ring_refuses_what_it_no_longer_holds(tiny):
 def test_refusals_name_the_problem(tmp_path):
     from gguf import GGUFReader
     from pyllamakv.gguf.reader import GGUFError
-    from tiny_gemma3 import Gemma3Config, gguf_tensors, hf_weights, write_gguf
+    from fixtures.tiny_gemma3 import Gemma3Config, gguf_tensors, hf_weights, write_gguf
     cfg = Gemma3Config(n_layer=2)
     tensors = gguf_tensors(cfg, hf_weights(cfg, np.random.default_rng()))
     path = write_gguf(tmp_path / "g.gguf", cfg, tensors)

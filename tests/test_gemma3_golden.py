@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pyllamakv.core.native import Context, Model
-from test_golden import score
+from fixtures.golden import score
 
 # measured here (AVX2 CPU, both engines): top-1 0.9673, mean KL 0.0061 over 397 positions,
 # the same with a 1 MiB pool; HF transformers in f32 scores about 0.96 / 0.003 against

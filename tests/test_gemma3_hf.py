@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 gemma3 = pytest.importorskip("transformers.models.gemma3")
 
 from pyllamakv.core.native import Context, Model  # noqa: E402
-from tiny_gemma3 import Gemma3Config, gguf_tensors, hf_weights, write_gguf  # noqa: E402
+from fixtures.tiny_gemma3 import Gemma3Config, gguf_tensors, hf_weights, write_gguf  # noqa: E402
 
 
 def _hf_model(cfg: Gemma3Config, weights: dict[str, np.ndarray]):

@@ -20,9 +20,9 @@ from pyllamakv.gguf.types import F16_SCALE_FIELDS, TENSOR_TYPES
 from pyllamakv.gguf.hparams import model_params
 from pyllamakv.text.tokenizer import Tokenizer
 from pyllamakv.gguf.weight_check import check_finite, nonfinite
-import gguf_craft as gc
+from fixtures import gguf_craft as gc
 from _smollm2 import require_model_path
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from gguf.constants import GGML_QUANT_SIZES
 import pyllamakv
 from pyllamakv.gguf.reader import GGUFError, GGUFFile
 from pyllamakv.gguf.types import TENSOR_TYPES
-import gguf_craft as gc
-from tiny_models import write_tiny_model
+from fixtures import gguf_craft as gc
+from fixtures.tiny_models import write_tiny_model
 
 
 @pytest.fixture(scope="module")

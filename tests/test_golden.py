@@ -7,51 +7,12 @@ flash attention off) evaluating prompt + greedy tokens in one batch; the CPU
 backend follows that arithmetic, so the expected result is agreement 1.0 and
 KL ~0 (the AVX-512 build of llama.cpp, no AMX, scores about 0.93 / 0.0025)."""
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from _smollm2 import require_model_path
-from pyllamakv.core.native import Context, Model
-
-GOLDEN = Path(os.environ.get("PYLLAMAKV_GOLDEN_DIR")
-              or Path(__file__).resolve().parents[1].parent / "shared" / "golden")
-
-
-def score(logits, entry, first: int | None = None):
-    """(agreements, KLs) over the golden positions of one prompt; the first
-    position's logits row is first (default: the prompt's last token)."""
-    n0 = len(entry["prompt_tokens"]) - 1 if first is None else first
-    agree, kls = [], []
-    for i, pos in enumerate(entry["positions"]):
-        row = logits[n0 + i].astype(np.float64)
-        ids = np.asarray(pos["ids"])
-        lp = np.asarray(pos["logp"], np.float64)
-        agree.append(int(row.argmax()) == int(ids[0]))
-        p = np.exp(lp - lp.max())
-        p /= p.sum()
-        q = row[ids]
-        q = np.exp(q - q.max())
-        q /= q.sum()
-        kls.append(float(np.sum(p * (np.log(p) - np.log(q)))))
-    return agree, kls
-
-
-def golden_scores(path, golden, device: str = "cpu", **ctx) -> tuple[list, list]:
-    """(agreements, KLs) over every golden position of the model at `path`
-    (ctx: further Context arguments, e.g. gpu_kernels)"""
-    agree, kls = [], []
-    with Model(str(path), device=device) as m:
-        for entry in golden.values():
-            tokens = entry["prompt_tokens"] + entry["greedy"]
-            with Context(m, n_ctx=512, logits_all=True, n_threads=2, **ctx) as c:
-                c.decode(tokens)
-                a, k = score(c.logits(), entry)
-            agree += a
-            kls += k
-    return agree, kls
+from fixtures.golden import GOLDEN, golden_scores
 
 
 def golden_agreement(device: str = "cpu") -> tuple[float, float, int]:

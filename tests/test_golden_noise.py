@@ -18,11 +18,11 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 
 from _smollm2 import require_model_path
-from test_golden import GOLDEN
+from fixtures.golden import GOLDEN
+
+from fixtures import noise as gn
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "golden_noise.py"
-sys.path.insert(0, str(SCRIPT.parent))
-import golden_noise as gn  # noqa: E402
 
 
 def test_scale_offsets_are_block_scales():

@@ -106,3 +106,67 @@ def test_bad_schema_and_response_format(llm):
                                    response_format={"type": "yaml"})
     # the model still works afterwards
     assert llm("Hi", max_tokens=2)["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+# ---------------------------------------------------------------- GBNF as llama.cpp reads it
+
+# the shape of llama.cpp's grammars/arithmetic.gbnf: every token ends in an open
+# whitespace rule that also takes "\n", and a line ends with "\n"
+LINES_GBNF = r"""
+root ::= (sum "=" sp num "\n")+
+sum  ::= num ([-+] num)*
+num  ::= [0-9]+ sp
+sp   ::= [ \t\n]*
+"""
+
+
+def _feed(grammar: LlamaGrammar, text: str):
+    """Feeds text's tokens through a constraint; the index of the first refused one."""
+    path = require_model_path()
+    from pyllamakv.api.grammar import GrammarConstraint
+    from pyllamakv.gguf.reader import GGUFFile
+    from pyllamakv.text.tokenizer import Tokenizer
+    tok = Tokenizer.from_metadata(GGUFFile(path).metadata)
+    c = GrammarConstraint(grammar, tok, tok.n_vocab)
+    for i, t in enumerate(tok.encode(text, add_bos=False)):
+        if not c.allowed()[t]:
+            return i, c
+        c.accept(t)
+    return None, c
+
+
+def _lines(rng, n: int) -> str:
+    sp = lambda: "".join(rng.choice([" ", "\t", "\n"]) for _ in range(rng.integers(0, 3)))
+    out = []
+    for _ in range(n):
+        terms = [str(rng.integers(0, 1000)) + sp() for _ in range(rng.integers(1, 4))]
+        ops = [str(rng.choice(["+", "-"])) for _ in terms[1:]]
+        out.append(terms[0] + "".join(o + t for o, t in zip(ops, terms[1:]))
+                   + "=" + sp() + str(rng.integers(0, 3000)) + sp() + "\n")
+    return "".join(out)
+
+
+def test_gbnf_open_whitespace_before_a_newline_ends_the_line():
+    """llguidance alone makes ``num`` one greedy lexeme that eats the newline the
+    line needs, so no second line could start; read as llama.cpp reads it
+    (api/gbnf.py), every line of a random text of several passes."""
+    rng = np.random.default_rng()
+    g = LlamaGrammar.from_string(LINES_GBNF)
+    for _ in range(5):
+        text = _lines(rng, int(rng.integers(2, 5)))
+        refused, c = _feed(g, text)
+        assert refused is None, (text, refused)
+    refused, _ = _feed(g, "12+3=15\n4*5=20\n")      # "*" is not in the grammar
+    assert refused is not None
+
+
+def test_gbnf_json_grammar_keeps_its_lexemes():
+    """A JSON string before its trailing whitespace stays one lexeme (gbnf.py):
+    the converted grammar still takes JSON, and the string head is a terminal."""
+    from pyllamakv.api.gbnf import gbnf_to_lark
+    from pyllamakv.llama_grammar import JSON_GBNF
+    lark = gbnf_to_lark(JSON_GBNF)
+    assert "STRING_HEAD:" in lark, lark
+    value = {"k": [1, -2.5e3, "s \\\" t", None, True], "n": {"x": "y"}}
+    refused, c = _feed(LlamaGrammar.from_string(JSON_GBNF), json.dumps(value, indent=1))
+    assert refused is None

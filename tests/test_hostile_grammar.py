@@ -15,7 +15,7 @@ import pytest
 llguidance = pytest.importorskip("llguidance")
 
 from pyllamakv.api.grammar import GrammarError, LlamaGrammar  # noqa: E402
-import gguf_craft as gc  # noqa: E402
+from fixtures import gguf_craft as gc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,7 @@ import pytest
 import pyllamakv
 from gguf import GGMLQuantizationType as T
 
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -36,7 +36,7 @@ def test_model_file_changed_while_loaded(tmp_path, change):
     code = f"""
         import os, numpy as np
         from gguf import GGMLQuantizationType as T
-        from tiny_models import write_tiny_model
+        from fixtures.tiny_models import write_tiny_model
         from pyllamakv import Llama
         from pyllamakv.errors import ModelFileChangedError
         path = write_tiny_model("m.gguf", "llama", T.F32, vocab=True, n_vocab=320, n_embd=64,
@@ -81,8 +81,8 @@ def test_model_file_replaced_by_rename_goes_on(tmp_path):
 def test_iq1_m_nan_block_scale_is_refused_at_load(tmp_path, bad):
     """Old code: IQ1_M was not checked; a NaN scale gave all-zero logits and
     greedy emitted token 0 without an error."""
-    import gguf_craft as gc
-    from tiny_models import set_block_scales
+    from fixtures import gguf_craft as gc
+    from fixtures.tiny_models import set_block_scales
     from pyllamakv.core.native import Model
     from pyllamakv.gguf.reader import GGUFError, GGUFFile
     path = write_tiny_model(tmp_path / "m.gguf", "llama", T.IQ1_M, n_vocab=320, n_embd=256,

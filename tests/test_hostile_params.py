@@ -60,8 +60,8 @@ def test_a_drafter_returning_strings_is_a_project_error():
     ("ssm.group_count", V.BOOL, True),
 ])
 def test_qwen35_metadata_of_the_wrong_type_names_the_key(tmp_path, key, vtype, value):
-    import gguf_craft as gc
-    from tiny_qwen35 import write_tiny_qwen35
+    from fixtures import gguf_craft as gc
+    from fixtures.tiny_qwen35 import write_tiny_qwen35
     from pyllamakv.core.native import model_params
     spec = gc.read_spec(write_tiny_qwen35(tmp_path / "q.gguf", seed=1))
     spec.set(f"qwen35.{key}", vtype, value)

@@ -17,10 +17,10 @@ need_server_deps()
 
 import httpx  # noqa: E402
 
-import gguf_craft as gc  # noqa: E402
+from fixtures import gguf_craft as gc  # noqa: E402
 from pyllamakv.server import ServerSettings, create_app  # noqa: E402
 from pyllamakv.server.slots import SlotPool  # noqa: E402
-from tiny_models import write_tiny_model  # noqa: E402
+from fixtures.tiny_models import write_tiny_model  # noqa: E402
 
 
 class Panic(BaseException):

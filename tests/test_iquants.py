@@ -22,7 +22,7 @@ from pyllamakv.core.ffi import ffi, last_error, lib
 from reference import reference_logits
 from test_quant import (c_dequantize, c_vec_dot, q8_reference, random_f16, random_floats, rng_for,
                         why)
-from tiny_models import set_block_scales, write_tiny_model
+from fixtures.tiny_models import set_block_scales, write_tiny_model
 
 IQ_TYPES = [T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS]
 ids = lambda t: t.name  # noqa: E731

@@ -17,7 +17,7 @@ from pyllamakv.core.ffi import ffi, lib
 from pyllamakv.core.native import Context, Model
 from test_iquants import IQ_TYPES, random_iq_blocks
 from test_quant import WEIGHT_TYPES, c_vec_dot, random_blocks, random_floats, rng_for, why
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 
 LEVELS = {0: "portable", 1: "avx2", 2: "avx512-vnni"}
 

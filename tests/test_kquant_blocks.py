@@ -1,4 +1,4 @@
-"""tests/kquant_blocks.py: the k-quant blocks it writes from weights decode,
+"""tests/fixtures/kquant_blocks.py: the k-quant blocks it writes from weights decode,
 through gguf.quants and through the library alike, to the weights within the
 error of the type (a wrong byte layout decodes to noise: relative error ~1.4)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import quants
 
-import kquant_blocks as kb
+from fixtures import kquant_blocks as kb
 from test_quant import c_dequantize
 
 # relative RMS error of the plain rule on Gaussian weights, with room

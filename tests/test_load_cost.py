@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gguf import GGUFValueType as V
 
-import gguf_craft as gc
+from fixtures import gguf_craft as gc
 from pyllamakv.text import bpe_model
 from pyllamakv.gguf.reader import GGUFFile
 from pyllamakv.text.tokenizer import Tokenizer

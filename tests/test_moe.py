@@ -21,7 +21,7 @@ from pyllamakv.server.settings import ServerSettings
 from pyllamakv.core.native import Context, Model, row_bytes
 from pyllamakv.gguf.arch_moe import host_expert, moe_lines
 from pyllamakv.gguf.reader import GGUFError
-from tiny_moe import (Qwen3MoeConfig, qwen3moe_gguf_tensors, qwen3moe_hf_weights,
+from fixtures.tiny_moe import (Qwen3MoeConfig, qwen3moe_gguf_tensors, qwen3moe_hf_weights,
                       write_qwen3moe, write_tiny_qwen3moe, write_tiny_qwen35moe)
 
 CHUNK = 16

@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as T  # noqa: E402
 from gguf import quants  # noqa: E402
 
 from pyllamakv.core.native import Context, Model  # noqa: E402
-from tiny_moe import (Qwen3MoeConfig, Qwen35MoeConfig, qwen3moe_gguf_tensors,  # noqa: E402
+from fixtures.tiny_moe import (Qwen3MoeConfig, Qwen35MoeConfig, qwen3moe_gguf_tensors,  # noqa: E402
                       qwen3moe_hf_weights, qwen35moe_gguf_tensors, qwen35moe_hf_weights,
                       write_qwen3moe, write_qwen35moe)
 

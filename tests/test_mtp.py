@@ -11,7 +11,7 @@ from pyllamakv import Llama
 from pyllamakv.core.native import Context, Model
 from pyllamakv.errors import UnsupportedError
 from reference_mtp import reference_mtp_draft
-from tiny_qwen35 import write_tiny_qwen35
+from fixtures.tiny_qwen35 import write_tiny_qwen35
 
 N_VOCAB = 320
 # f32 weights and KV: plain float arithmetic against the float64 reference

@@ -1,5 +1,5 @@
 """The MTP block's switch (lkv_context_set_mtp, native/src/mtp.h) on tiny random
-qwen35 models with an MTP block (tests/tiny_qwen35.py, as test_mtp.py):
+qwen35 models with an MTP block (tests/fixtures/tiny_qwen35.py, as test_mtp.py):
 switched off it computes nothing; switched on behind, the restore point is
 one where it is in sync, and after truncating there and decoding the rest
 again its drafts are bit for bit those of a context that had it on all along;
@@ -15,7 +15,7 @@ from pyllamakv import Llama
 from pyllamakv.core.native import Context, Model, cuda_device_count
 from pyllamakv.errors import UnsupportedError
 from test_mtp import _greedy
-from tiny_qwen35 import write_tiny_qwen35
+from fixtures.tiny_qwen35 import write_tiny_qwen35
 
 N_VOCAB = 320
 DEVICES = ["cpu", pytest.param("cuda", marks=[

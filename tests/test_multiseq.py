@@ -14,7 +14,7 @@ from pyllamakv.core.native import Context, Model, row_bytes
 from pyllamakv.core.native_seqs import pool_shares
 from pyllamakv.engine.batch import Batch
 from multiseq_script import compare, context_factory, make_script, run_alone, run_batched
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 from _smollm2 import require_model_path
 
 CHUNK, N_CTX, N_BATCH = 16, 160, 64
@@ -215,7 +215,7 @@ def test_bad_sequence_arguments(tiny):
 
 
 def test_hybrid_refuses_several_sequences(tmp_path):
-    from tiny_qwen35 import write_tiny_qwen35
+    from fixtures.tiny_qwen35 import write_tiny_qwen35
     with Model(write_tiny_qwen35(tmp_path / "q35.gguf")) as m:
         with pytest.raises(errors.UnsupportedError, match="one sequence per context"):
             Context(m, n_ctx=64, n_seq_max=2)

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 
 from pyllamakv import errors
 

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 from pyllamakv import Llama
 from pyllamakv.memory import plan
 from pyllamakv.errors import PoolTooSmallError

@@ -14,7 +14,7 @@ from pyllamakv.core.native import Context, Model
 from pyllamakv.errors import InvalidArgumentError, ShapeError
 from pyllamakv.gguf.reader import GGUFError
 from reference_qwen35 import reference_logits_qwen35
-from tiny_qwen35 import Qwen35Config, gguf_tensors, hf_weights, write_gguf, write_tiny_qwen35
+from fixtures.tiny_qwen35 import Qwen35Config, gguf_tensors, hf_weights, write_gguf, write_tiny_qwen35
 
 N_VOCAB = 320
 # Relative error bounds (max |engine - reference| / max |reference|). f32 is
@@ -200,7 +200,7 @@ def test_any_pool_is_bit_identical(tiny, rng):
 def test_mtp_blocks_load_and_leave_the_trunk_alone(tmp_path, rng):
     cfg = Qwen35Config(n_nextn=1)
     tensors = gguf_tensors(cfg, hf_weights(cfg, np.random.default_rng(7)))
-    from tiny_qwen35 import nextn_tensors
+    from fixtures.tiny_qwen35 import nextn_tensors
     plain = write_gguf(tmp_path / "plain.gguf", Qwen35Config(), tensors)
     mtp = write_gguf(tmp_path / "mtp.gguf", cfg, {**tensors, **nextn_tensors(cfg, rng)})
     tokens = rng.integers(0, N_VOCAB, 50).tolist()

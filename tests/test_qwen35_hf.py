@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 qwen3_5 = pytest.importorskip("transformers.models.qwen3_5")
 
 from pyllamakv.core.native import Context, Model  # noqa: E402
-from tiny_qwen35 import Qwen35Config, gguf_tensors, hf_weights, write_gguf  # noqa: E402
+from fixtures.tiny_qwen35 import Qwen35Config, gguf_tensors, hf_weights, write_gguf  # noqa: E402
 
 
 def _hf_model(cfg: Qwen35Config, weights: dict[str, np.ndarray]):

@@ -9,7 +9,7 @@ import pytest
 
 from pyllamakv import Llama, errors
 from pyllamakv.core.native import Context, row_bytes
-from tiny_models import tiny_model_fixture
+from fixtures.tiny_models import tiny_model_fixture
 from _smollm2 import model_path, require_model_path
 
 CHUNK, N_CTX = 16, 96

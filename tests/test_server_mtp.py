@@ -1,5 +1,5 @@
 """speculative.type "mtp" per request: a tiny random qwen35 GGUF with an MTP (nextn)
-block behind the server (tests/tiny_qwen35.py), through the openai client.
+block behind the server (tests/fixtures/tiny_qwen35.py), through the openai client.
 
 Greedy output with the MTP drafter is the plain greedy output (spec_decode.py's
 exactness), /metrics counts its drafts like the other drafters', and a slot
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from _server import InProcess, need_server_deps, openai_client
-from tiny_qwen35 import write_tiny_qwen35
+from fixtures.tiny_qwen35 import write_tiny_qwen35
 
 need_server_deps()
 openai = pytest.importorskip("openai")

@@ -1,24 +1,22 @@
-"""benchmarks/bench_spec_accept.py and spec_tasks.py: speculative greedy equals
+"""The speculative benchmarks' measuring parts (tests/fixtures/spec_bench.py, as
+benchmarks/bench_spec_accept.py and bench_speculative.py use them) and their
+tasks (fixtures/spec_tasks.py): speculative greedy equals
 plain greedy on a code-edit task with the lookup drafter (default model), the
 benchmark's n-gram drafter (prompt only, minimum n-gram) against a plain-loop
 reference, the pass counting, and the cost model of bench_speculative.py
 effective."""
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from _smollm2 import require_model_path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import bench_spec_accept as acc  # noqa: E402
-import bench_speculative as bs  # noqa: E402
-import spec_tasks  # noqa: E402
-
-from pyllamakv import Llama  # noqa: E402
-from pyllamakv.spec.drafters import PromptLookupDecoding  # noqa: E402
+from fixtures import spec_bench as acc
+from fixtures import spec_bench as bs
+from fixtures import spec_tasks
+from pyllamakv import Llama
+from pyllamakv.spec.drafters import PromptLookupDecoding
 
 
 def test_lookup_greedy_equals_plain_on_a_code_edit_task():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from _smollm2 import require_model_path
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 
 from pyllamakv import Llama
 from pyllamakv.spec import verify as spec_decode

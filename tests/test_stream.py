@@ -12,7 +12,7 @@ from pyllamakv import errors
 from pyllamakv.core.ffi import ffi, lib
 from pyllamakv.core.native import Context, Model, row_bytes
 import stream_script
-from tiny_models import tiny_model_fixture
+from fixtures.tiny_models import tiny_model_fixture
 from _smollm2 import model_path
 
 CHUNK = 16

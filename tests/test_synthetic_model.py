@@ -1,5 +1,7 @@
-"""benchmarks/synthetic_model.py: the files it writes load, carry the metadata
+"""The synthetic writer (tests/fixtures/synthetic.py, benchmarks/synthetic_model.py's
+command line): the files it writes load, carry the metadata
 llama.cpp's loader needs, and the qwen35-27b shape is the published one."""
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,8 +11,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader
 from gguf import quants
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import synthetic_model as sm  # noqa: E402
+from fixtures import synthetic as sm
 
 TINY_LLAMA = sm.Shape(2, 256, 512, 4, 2, 512, 10000.0)
 
@@ -113,3 +114,14 @@ def test_unsupported_type_is_refused(tmp_path):
         sm.write(TINY_LLAMA, tmp_path / "x.gguf", T.Q8_1)
     with pytest.raises(ValueError, match="q9_k_m"):
         sm.write(TINY_LLAMA, tmp_path / "x.gguf", "q9_k_m")
+
+
+def test_command_line_writes_a_file(tmp_path):
+    """benchmarks/synthetic_model.py, run as the GPU machine runs it."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "synthetic_model.py"
+    out = tmp_path / "tiny.gguf"
+    subprocess.run([sys.executable, str(script), "llama-tiny", str(out), "--type", "q8_0"],
+                   check=True, capture_output=True, timeout=300)
+    f, r = fields(out)
+    assert "llama.block_count" in f
+    assert {t.tensor_type for t in r.tensors if t.name.endswith("attn_q.weight")} == {T.Q8_0}

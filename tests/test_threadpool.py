@@ -14,7 +14,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from pyllamakv.core.native import Context, Model
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 
 
 def _run(m, tokens, steps, n_threads):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiny_models import write_tiny_model
+from fixtures.tiny_models import write_tiny_model
 
 from pyllamakv import errors
 

@@ -1,23 +1,21 @@
-"""benchmarks/tiny_noise.py on the CPU: the offsets are the f32 elements of
-the blocks' norm weights, a toggle moves each by one ulp and a second puts
-the file back, and a draw that toggles them all moves the logits of a case
-whose 8-bit codes sit near their steps while the unchanged file scores 0."""
+"""The noise floor of benchmarks/tiny_noise.py (tests/fixtures/noise.py) on the
+CPU: the offsets are the f32 elements of the blocks' norm weights, a toggle
+moves each by one ulp and a second puts the file back, and a draw that toggles
+them all moves the logits of a case whose 8-bit codes sit near their steps
+while the unchanged file scores 0."""
 from __future__ import annotations
 
 import hashlib
-import sys
-from pathlib import Path
 
 import numpy as np
 from gguf import GGUFReader
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "tiny_noise.py"
-sys.path.insert(0, str(SCRIPT.parent))
-import tiny_noise as tn  # noqa: E402
+from fixtures import gpu_cases
+from fixtures import noise as tn
 
 
 def _case(tmp_path, arch="qwen3", wtype="q4_1"):
-    return tn.tc._tiny_case(tmp_path, arch, wtype)
+    return gpu_cases.tiny_case(tmp_path, arch, wtype)
 
 
 def test_offsets_are_norm_weights_and_toggles_undo(tmp_path):
@@ -48,5 +46,5 @@ def test_floor_moves_and_the_file_is_restored(tmp_path):
     assert np.all(np.isfinite(base)) and base.shape == (len(toks), 320)
     # every norm weight toggled: the same change twice, and it moves this case
     assert kls[0] == kls[1] > 0
-    again = tn.tc.engine_logits(path, toks, kv, kv, "cpu")
+    again = gpu_cases.engine_logits(path, toks, kv, kv, "cpu")
     assert np.array_equal(again, base)

@@ -10,6 +10,7 @@ pytest.importorskip("llguidance")
 
 from pyllamakv.api.response import Piece  # noqa: E402
 from pyllamakv.api.tool_stream import ToolStream, tool_chat_chunks  # noqa: E402
+from pyllamakv.api.tool_stream_json import JsonToolStream  # noqa: E402
 from pyllamakv.api.tools import parse_tool_calls, plan_tools  # noqa: E402
 from test_tools import LLAMA3_LIKE, MISTRAL_LIKE, QWEN_LIKE, TIME, WEATHER  # noqa: E402
 
@@ -28,6 +29,19 @@ REPLIES = [
     (MISTRAL_LIKE, None, '[TOOL_CALLS][{"name": "get_weather", "arguments": '
                          '{"city": "Kyiv", "unit": "C"}}]'),
     (MISTRAL_LIKE, None, 'Just words.'),
+    # the JSON families token by token (tool_stream_json.py)
+    (LLAMA3_LIKE, None, ' {"name": "get_time", "parameters": {"tz": "UTC"}}  Done.\n'),
+    (LLAMA3_LIKE, None, '{"parameters": {"tz": "UTC"}, "name": "get_time"}'),
+    (LLAMA3_LIKE, None, '<b>bold</b> and {"name": "x"}'),
+    (LLAMA3_LIKE, None, '<|python_tag|>not json'),
+    (LLAMA3_LIKE, "required", '{"name": "get_weather", "parameters": {"city": "A\\"b", '
+                              '"unit": "C"}}'),
+    (MISTRAL_LIKE, None, '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Rome", '
+                         '"unit": "C"}}, {"name": "get_time", "arguments": {"tz": "CET"}, '
+                         '"id": "abc123def"}]'),
+    (MISTRAL_LIKE, None, '[TOOL_CALLS]get_time[ARGS]{"tz": "EST"} then words'),
+    (MISTRAL_LIKE, None, '[1, 2] is a list'),
+    (MISTRAL_LIKE, "required", '[{"name": "get_time", "arguments": {"tz": "JST"}}]'),
 ]
 
 
@@ -135,3 +149,46 @@ def test_partial_tag_is_held_back():
     ts = ToolStream(plan)
     assert ts.feed("hello <tool_") == [{"content": "hello"}]   # " <tool_" may open a call
     assert ts.feed("kit>") == [{"content": " <tool_kit>"}]
+
+
+JSON_CALLS = [
+    (LLAMA3_LIKE, '<|python_tag|>{"name": "get_weather", "parameters": %s}'),
+    (LLAMA3_LIKE, '{"name": "get_weather", "parameters": %s}'),
+    (MISTRAL_LIKE, '[TOOL_CALLS][{"name": "get_weather", "arguments": %s}]'),
+    (MISTRAL_LIKE, '[TOOL_CALLS]get_weather[ARGS]%s'),
+]
+
+
+@pytest.mark.parametrize("tpl,shape", JSON_CALLS)
+def test_json_family_call_streams_token_by_token(tpl, shape):
+    """llama3 and mistral: the name goes out once known, the arguments piece by
+    piece before the call's JSON has closed; put together, the whole call's."""
+    plan = plan_tools(tpl, [WEATHER, TIME])
+    assert plan.family in ("llama3", "mistral")
+    args = {"city": random.choice(["Oslo", "Lima", "Kyiv", "Quito"]),
+            "unit": random.choice("CF")}
+    text = shape % json.dumps(args)
+    close = text.rindex(args["unit"])       # before the arguments' last value
+    ts = ToolStream(plan) if plan.family == "hermes" else JsonToolStream(plan)
+    deltas = []
+    for ch in text[:close]:
+        deltas += ts.feed(ch)
+    (early,) = merge_calls(deltas)
+    assert early["function"]["name"] == "get_weather"
+    n_arg_deltas = sum(1 for d in deltas if d.get("tool_calls", [{}])[0].get("function", {})
+                       .get("arguments"))
+    assert n_arg_deltas > 5
+    for ch in text[close:]:
+        deltas += ts.feed(ch)
+    deltas += ts.finish()
+    (call,) = merge_calls(deltas)
+    assert json.loads(call["function"]["arguments"]) == args
+    assert not any("content" in d for d in deltas)
+
+
+def test_json_family_content_streams_at_once():
+    plan = plan_tools(LLAMA3_LIKE, [WEATHER])
+    ts = JsonToolStream(plan)
+    assert ts.feed("<") == []                    # may be <|python_tag|>
+    assert ts.feed("b>Hi ") == [{"content": "<b>Hi"}]
+    assert ts.feed("there") == [{"content": " there"}]

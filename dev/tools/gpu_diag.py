@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
-from test_cuda import write_tiny_model  # noqa: E402
+from fixtures.gpu_cases import write_tiny_model  # noqa: E402
 from pyllamakv.core import native as N  # noqa: E402
 
 

@@ -9,7 +9,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
-from test_golden import GOLDEN, _model_path, score  # noqa: E402
+from fixtures.golden import GOLDEN, score  # noqa: E402
+from pyllamakv.default_model import default_model_path as _model_path  # noqa: E402
 from pyllamakv.core.native import Context, Model  # noqa: E402
 
 golden = json.loads((GOLDEN / "smollm2_teacher_forced.json").read_text())

@@ -341,6 +341,32 @@ lkv_status lkv_context_mtp_draft(lkv_context *c, int32_t token, int32_t n_draft,
  * speculates is a context of its own. */
 lkv_status lkv_context_set_mtp(lkv_context *c, int32_t on);
 
+/* Greedy generation in the library (lkv_generate). */
+typedef struct lkv_generate_params {
+    int32_t n_max;           /* most tokens to return, >= 1 (default 1) */
+    const int32_t *stop_ids; /* n_stop ids that end the generation: returned, not decoded */
+    int32_t n_stop;
+    const int32_t *bias_ids; /* logit bias: bias[j] added to the logit of bias_ids[j] (distinct */
+    const double *bias;      /* ids, bias finite or -inf, which bans the id) before the pick */
+    int32_t n_bias;
+} lkv_generate_params;
+void lkv_generate_params_init(lkv_generate_params *p);
+/* Greedy decoding of sequence 0 without a return per token. With token >= 0,
+ * decodes it first (at position n_tokens); then, repeatedly: picks the next
+ * token from the last decode's logits (the largest (double)logit + bias, the
+ * lowest id among equal ones), appends it to out, stops after n_max tokens, a
+ * stop id or a full context, else decodes it. So the cache ends holding every
+ * returned token but the last (which the next call passes as token), and the
+ * logits are the last decode's, as after lkv_decode. With token < 0 the first
+ * pick reads the logits of the previous decode. A NaN logit or no finite
+ * largest value ends the call without a token for that step (the caller's own
+ * sampler can then report it). On GPUs the pick runs on the device and only
+ * the id comes back. *n_out tokens go to out (room for n_max), also on
+ * failure (LKV_ERR_ABORTED by lkv_context_set_abort between tokens, or a
+ * decode's error), where the cache holds those decoded before it. */
+lkv_status lkv_generate(lkv_context *c, int32_t token, const lkv_generate_params *p, int32_t *out,
+                        int32_t *n_out);
+
 typedef struct lkv_mtp_stats {
     int32_t on;              /* the switch (lkv_context_set_mtp) */
     int32_t n_rows;          /* K/V rows the block holds: positions [0, n_rows) */

@@ -238,6 +238,20 @@ API lkv_status lkv_context_mtp_draft(lkv_context *c, int32_t token, int32_t n_dr
     return lkv_context_draft_mtp(c, token, n_draft, drafts, logits_out, n_out);
 }
 
+API void lkv_generate_params_init(lkv_generate_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->n_max = 1;
+}
+
+API lkv_status lkv_generate(lkv_context *c, int32_t token, const lkv_generate_params *p, int32_t *out,
+                            int32_t *n_out) {
+    lkv_clear_error();
+    if (n_out) *n_out = 0;
+    if (!c || !p || !out || !n_out) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_generate: NULL argument");
+    return lkv_context_generate(c, token, p, out, n_out);
+}
+
 API lkv_status lkv_context_set_mtp(lkv_context *c, int32_t on) {
     lkv_clear_error();
     if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_set_mtp: NULL context");

@@ -246,6 +246,16 @@ struct lkv_backend {
     /* x (n) = cap * tanh(x / cap) */
     void (*softcap)(lkv_bctx *b, float *x, float cap, int64_t n);
 
+    /* ---- sampling on the device (optional: NULL makes decode.c's loop download
+     * the logits and pick on the host, the same rule) ---- */
+    /* *out = the greedy pick over logits (n, in backend memory): the index of the
+     * largest (double)logits[i] + bias (bias[j] added at bias_ids[j], j < n_bias,
+     * both arrays in backend memory, ids distinct), the lowest index among equal
+     * ones; -1 when a value is NaN or the largest is not finite. Waits for the
+     * result; returns LKV_ERR_DEVICE as sync does. */
+    lkv_status (*pick_greedy)(lkv_bctx *b, const float *logits, int32_t n, const int32_t *bias_ids,
+                              const double *bias, int32_t n_bias, int32_t *out);
+
     /* ---- mixture of experts (moe.c; optional: a backend without moe_topk cannot load
      * MoE models) ---- */
     /* per row r of logits (n, n_expert): ids (n, k) the k experts of the largest softmax

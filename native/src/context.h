@@ -61,6 +61,8 @@ struct lkv_context {
     float *logits;           /* host (logit_rows_host, n_vocab) */
     int32_t logit_rows_host; /* logits_all ? n_batch : 1, n_batch once logits_wide exists */
     int32_t n_logit_rows;    /* rows valid after the last decode */
+    bool logits_stay;        /* generate.c: decodes leave their logits row in logits_dev
+                                (not copied to `logits`, which the loop refills at its end) */
     int32_t out_width;       /* floats per output row: n_vocab, or n_embd with embeddings */
 
     lkv_attn_desc geo;       /* head geometry for attention */
@@ -87,7 +89,7 @@ typedef struct lkv_ubatch {
 float *lkv_logits_dev(const struct lkv_context *c, int32_t nl);
 
 /* Runs one micro-batch; the logits of the wanted rows go, packed in row
- * order, to host `logits_out`. */
+ * order, to host `logits_out` (NULL: they stay in backend memory). */
 lkv_status lkv_forward(struct lkv_context *c, const lkv_ubatch *ub, float *logits_out);
 
 /* One decoder block (forward.c): see there. */

@@ -124,7 +124,7 @@ static lkv_status run(lkv_context *c, const int32_t *tokens, const int32_t *seqs
         for (int32_t r = 0; r < nu; r++) ub.n_want += ub.want[r] != 0;
         lkv_status st = lkv_context_check_abort(c);
         if (!st) st = lkv_ws_phase(c, nu);   /* prefill or decode buffers (arena.h) */
-        if (!st) st = lkv_forward(c, &ub, c->logits + (size_t)kept * W);
+        if (!st) st = lkv_forward(c, &ub, c->logits_stay ? NULL : c->logits + (size_t)kept * W);
         if (st) {
             if (st == LKV_ERR_DEVICE) c->dead = true;
             roll_back(c);

@@ -273,7 +273,10 @@ static int graph_key(const lkv_context *c, const lkv_ubatch *ub, uint64_t *key) 
     return 1;
 }
 
+/* logits_out NULL: the rows stay in backend memory (generate.c picks there; a
+ * device error surfaces at its next wait) */
 static lkv_status download_logits(lkv_context *c, int32_t nl, float *logits_out) {
+    if (!logits_out) return LKV_OK;
     if (nl > 0)
         c->be->download(c->b, logits_out, lkv_logits_dev(c, nl),
                         sizeof(float) * (size_t)nl * c->out_width);

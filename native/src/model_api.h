@@ -22,6 +22,8 @@ lkv_status lkv_context_set_length(lkv_context *c, int32_t n);
 lkv_status lkv_context_draft_mtp(lkv_context *c, int32_t token, int32_t n_draft, int32_t *drafts,
                                  float *logits_out, int32_t *n_out);
 lkv_status lkv_context_switch_mtp(lkv_context *c, int32_t on);
+lkv_status lkv_context_generate(lkv_context *c, int32_t token, const lkv_generate_params *p,
+                                int32_t *out, int32_t *n_out);
 lkv_status lkv_context_get_mtp_stats(const lkv_context *c, lkv_mtp_stats *out);
 lkv_status lkv_context_seq_set_length(lkv_context *c, int32_t seq, int32_t n);
 lkv_status lkv_context_copy_seq(lkv_context *c, int32_t src, int32_t dst, int32_t n);

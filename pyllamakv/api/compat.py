@@ -10,7 +10,9 @@ routinely. Each one here is sorted into what it means for this engine:
   The default value (None, False, 0, ...) is accepted silently; any other
   raises UnsupportedFeature naming the argument.
 
-An argument in neither table is a TypeError, as for any Python function.
+``TAKEN``: constructor arguments Llama handles itself, past its signature
+(``tokenizer``: text.llama_tokenizer). An argument in none of these is a TypeError, as for any
+Python function.
 """
 from __future__ import annotations
 
@@ -35,15 +37,15 @@ TUNING: dict[str, Any] = {
 }
 UNSUPPORTED: dict[str, Any] = {
     "lora_base": None, "lora_path": None, "lora_scale": 1.0, "rpc_servers": None,
-    "kv_overrides": None, "tokenizer": None,
+    "kv_overrides": None,
     "spm_infill": False, "rope_freq_base": 0.0, "rope_freq_scale": 0.0,
     "chat_template_kwargs": None,
 }
+TAKEN = frozenset({"tokenizer"})
 _WHY = {
     "lora_path": "LoRA adapters are not implemented", "lora_base": "LoRA adapters are not "
     "implemented", "rpc_servers": "RPC offload is not implemented",
     "kv_overrides": "metadata overrides are not implemented",
-    "tokenizer": "only the GGUF's own tokenizer is used",
     "rope_freq_base": "rope overrides are not implemented",
     "rope_freq_scale": "rope overrides are not implemented",
 }
@@ -60,6 +62,8 @@ def _same(a: Any, b: Any) -> bool:
 def check_extra_kwargs(where: str, kwargs: dict[str, Any]) -> None:
     """Sort llama-cpp-python's extra keyword arguments of ``where`` (as above)."""
     for name, value in kwargs.items():
+        if name in TAKEN and where == "Llama":
+            continue
         if name in TUNING:
             if not _same(value, TUNING[name]) and name not in _warned:
                 _warned.add(name)

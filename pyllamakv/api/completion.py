@@ -18,7 +18,8 @@ from ..errors import ContextFullError, ParameterError
 from .response import Piece, Usage
 from ..engine.processors import stop_asked
 from ..engine.sampling import Sampler, log_softmax, top_logprobs
-from ..text.tokenizer import IncrementalDecoder, Tokenizer
+from ..text.tokenizer import Tokenizer
+from ..text.llama_tokenizer import incremental_decoder
 
 if TYPE_CHECKING:
     from ..llama import Llama
@@ -117,16 +118,18 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
     usage.prompt_tokens, usage.completion_tokens = len(prompt), 0
     stops = [stop] if isinstance(stop, str) else list(stop or [])
-    scanner, decoder = StopScanner(stops), IncrementalDecoder(llm.tokenizer)
+    scanner, decoder = StopScanner(stops), incremental_decoder(llm.tokenizer)
     ends = set(llm.tokenizer.eog_ids) | set(stop_ids)
     lp = LogprobTracker(llm.tokenizer, logprobs)
     if not echo:     # offsets count from the prompt's start, as llama-cpp-python's
         lp.start_after(prompt)
 
-    tokens = llm._generate(prompt, sampler)
+    greedy_ahead = logprobs is None and stopping_criteria is None   # nothing reads the logits
+    tokens = (llm._generate(prompt, sampler, limit=max_tokens, ends=sorted(ends)) if greedy_ahead
+              else llm._generate(prompt, sampler))
     first = next(tokens)                       # prefill, then the first sample
     if echo:
-        text = IncrementalDecoder(llm.tokenizer).feed(prompt)
+        text = incremental_decoder(llm.tokenizer).feed(prompt)
         yield Piece(text, lp.prompt(prompt, llm._hist.scores()))
     reason, hit, token = "length", False, first
     while True:
@@ -137,7 +140,7 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         usage.completion_tokens += 1
         raw = decoder.feed(token)
         text, hit = scanner.feed(raw)
-        yield Piece(text, lp.token(token, raw, llm._hist.last_logits()))
+        yield Piece(text, lp.token(token, raw, llm._hist.last_logits()) if logprobs is not None else None)
         if hit:
             reason = "stop"
             break

@@ -77,8 +77,15 @@ class LlamaGrammar:
         if not isinstance(grammar, str) or not grammar.strip():
             raise GrammarError("the grammar must be a non-empty string")
         check_grammar_text(grammar, "GBNF grammar")
-        return cls(_call("the GBNF grammar does not parse", _llguidance().grammar_from,
-                         "grammar", grammar), "GBNF grammar")
+        llg = _llguidance()
+        from .gbnf import gbnf_to_lark, is_lark_syntax   # (imports llguidance)
+        if not is_lark_syntax(grammar):   # GBNF, read as llama.cpp reads it (gbnf.py)
+            try:
+                grammar = gbnf_to_lark(grammar)
+            except Exception as e:   # llguidance's GBNF parser raises plain Exception
+                raise GrammarError(f"the GBNF grammar does not parse: {e}") from e
+        return cls(_call("the GBNF grammar does not parse", llg.grammar_from, "lark", grammar),
+                   "GBNF grammar")
 
     @classmethod
     def from_file(cls, file: str | Path, verbose: bool = True) -> "LlamaGrammar":

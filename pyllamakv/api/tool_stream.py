@@ -20,11 +20,7 @@ How soon text goes out depends on the family (tools.py):
   the reply ends). The arguments are the model's text (json.loads of their
   concatenation is the parsed call's). A block whose JSON breaks after its name
   went out stays a call, with the arguments it had;
-- ``llama3``: a call can only open the reply (JSON, or ``<|python_tag|>``): a
-  reply that starts otherwise streams as content at once, one that may be a
-  call is parsed when it ends;
-- ``mistral``: a call can stand anywhere (``name[ARGS]{...}``): the reply is
-  parsed when it ends.
+- ``llama3`` and ``mistral``: tool_stream_json.py.
 """
 from __future__ import annotations
 
@@ -34,10 +30,10 @@ import uuid
 from typing import Iterator
 
 from .response import _new_id
-from .tools import _ARGS_KEY, _call, _json_prefix, parse_tool_calls
+from .tool_stream_json import JsonToolStream
+from .tools import _ARGS_KEY, _call, _json_prefix
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-_LLAMA3_STARTS = ("{", "[", "<")
 _HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 _HELD = re.compile(r"\s*\}?\s*$")     # what may be the end of the block's object
 
@@ -51,7 +47,8 @@ def _partial_tail(text: str, tag: str) -> int:
 
 
 class ToolStream:
-    """Feed it the reply's text piece by piece; it returns the deltas to send."""
+    """Feed it the reply's text piece by piece; it returns the deltas to send
+    (the hermes family's; the others: JsonToolStream)."""
 
     def __init__(self, plan):
         self.plan = plan
@@ -60,7 +57,6 @@ class ToolStream:
         self.pos = 0
         self.held = ""            # content whitespace not yet sent
         self.n_calls = 0
-        self.mode = "scan" if plan.family == "hermes" else "decide"
         self.open_args: int | None = None   # buf index where the open call's arguments start
         self.sent = ""                       # the open call's arguments sent so far
 
@@ -129,22 +125,8 @@ class ToolStream:
 
     def feed(self, text: str) -> list[dict]:
         self.buf += text
-        if self.mode == "decide":          # llama3 / mistral: content, or parse at the end
-            s = self.buf.lstrip()
-            if not s:
-                return []
-            if self.plan.family == "llama3" and not s.startswith(_LLAMA3_STARTS):
-                self.mode = "content"
-            else:
-                self.mode = "whole"
-        if self.mode == "whole":
-            return []
-        if self.mode == "content":
-            out = self._content(self.buf[self.pos:])
-            self.pos = len(self.buf)
-            return out
         out: list[dict] = []
-        while True:                        # hermes
+        while True:
             i = self.buf.find(_OPEN, self.pos)
             if i < 0:
                 end = len(self.buf) - _partial_tail(self.buf[self.pos:], _OPEN)
@@ -161,13 +143,8 @@ class ToolStream:
 
     def finish(self) -> list[dict]:
         """The deltas left when the reply has ended."""
-        if self.mode in ("decide", "whole"):
-            content, calls = parse_tool_calls(self.buf, self.plan)
-            out = self._calls(calls)
-            return ([{"content": content}] if content else []) + out if calls else \
-                ([{"content": self.buf}] if self.buf else [])
         rest = self.buf[self.pos:]
-        if self.mode == "scan" and rest.startswith(_OPEN):
+        if rest.startswith(_OPEN):
             out = self._hermes_block(rest[len(_OPEN):], closed=False)
         else:
             out = self._content(rest)
@@ -185,7 +162,7 @@ def tool_chat_chunks(pieces: Iterator, plan, model: str) -> Iterator[dict]:
         return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
 
-    ts = ToolStream(plan)
+    ts = ToolStream(plan) if plan.family == "hermes" else JsonToolStream(plan)
     yield chunk({"role": "assistant"})
     for p in pieces:
         if p.text:

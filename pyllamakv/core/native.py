@@ -27,6 +27,7 @@ from ..errors import ClosedError, ParameterError, ParameterTypeError
 from ..gguf.reader import GGUFError, GGUFFile  # noqa: F401  (GGUFError re-exported)
 from ..checks import check_gpu_kernels
 from ..engine.guard import Guard, abortable
+from .native_gen import GenerateMixin
 from .native_mtp import MTPMixin
 from .native_seqs import SequencesMixin
 from ..gguf.hparams import ARCHS, model_params  # noqa: F401  (re-exported)
@@ -175,7 +176,7 @@ class Model:
 
 # ---------------------------------------------------------------- context
 
-class Context(SequencesMixin, MTPMixin):
+class Context(SequencesMixin, MTPMixin, GenerateMixin):
     """A KV cache and the buffers to decode into it, over one Model; with
     n_seq_max > 1, that many sequences (each n_ctx positions, its own cache)
     sharing one KV pool (the sequence calls are in _native_seqs.py; the calls
@@ -229,6 +230,11 @@ class Context(SequencesMixin, MTPMixin):
     def ptr(self):
         if self._ptr is None:
             raise ClosedError("the context is closed")
+        return self._ptr
+
+    @property
+    def ctx(self):
+        """The core's context handle, None once closed (llama-cpp-python's LlamaContext.ctx)."""
         return self._ptr
 
     @property

@@ -35,6 +35,7 @@ class History:
         self._ids = np.zeros(n_ctx, np.int32)                                  # (n_ctx,)
         self._scores = np.zeros((n_ctx if logits_all else 1, n_vocab), np.float32)
         self._synced = 0            # positions whose logits are in _scores
+        self._stale = False         # the core's loop (greedy_loop.py) decoded since: copy on read
 
     @property
     def n(self) -> int:
@@ -49,18 +50,40 @@ class History:
                 self._scores[n - len(rows):n] = rows
             elif len(rows):
                 self._scores[0] = rows[-1]
+            self._stale = False
         self._synced = n
         return n
+
+    def _fresh(self) -> None:
+        """The last logits copied, if the core's loop left them there."""
+        if self._stale:
+            rows = self.ctx.logits()
+            if len(rows):
+                self._scores[0] = rows[-1]
+            self._stale = False
+
+    def generated(self, n0: int, pending: int, ids: Sequence[int]) -> None:
+        """The core's loop (greedy_loop.py) ran from n0 positions: it decoded
+        pending (if >= 0) and then the ids it returned but the last; their
+        logits are copied when read."""
+        seq = ([pending] if pending >= 0 else []) + [int(t) for t in ids]
+        self._ids[n0:n0 + len(seq)] = seq[:self.n_ctx - n0]
+        n = self.ctx.n_tokens
+        if n > n0:
+            self._stale = True
+        self._synced = n
 
     def input_ids(self) -> np.ndarray:
         return self._ids[:self.sync()]
 
     def scores(self) -> np.ndarray:
         n = self.sync()
+        self._fresh()
         return self._scores[:n] if self.logits_all else self._scores
 
     def last_logits(self) -> np.ndarray:
         n = self.sync()
+        self._fresh()
         return self._scores[n - 1 if self.logits_all else 0]
 
     def eval(self, tokens: Sequence[int], progress=None) -> None:
@@ -120,6 +143,7 @@ class History:
         back to the latest snapshot before it and decodes the tokens between
         again (the speculative rollback: spec_decode.py snapshots before verifying)."""
         self.sync()
+        self._fresh()
         back = self.ctx.restore_point(n) if n < self.ctx.n_tokens else n
         self.ctx.truncate(back)
         for i in range(back, n, self.n_batch):
@@ -138,6 +162,7 @@ class History:
             elif n:
                 self._scores[0] = scores[-1]
             self._synced = n
+            self._stale = False
         atomic(run)
 
     def adopt(self, ids: np.ndarray, last: np.ndarray) -> None:
@@ -148,3 +173,4 @@ class History:
         if n:
             self._scores[0] = last
         self._synced = n
+        self._stale = False

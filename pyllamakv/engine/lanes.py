@@ -190,7 +190,7 @@ class Lane:
         self.pending = list(prompt[self.keep:])
         self.begun = True
 
-    def _generate(self, prompt: list[int], sampler: Sampler) -> Iterator[int]:
+    def _generate(self, prompt: list[int], sampler: Sampler, **_hints) -> Iterator[int]:
         if not self.begun:
             self.begin(prompt)
         try:

@@ -13,9 +13,10 @@ comes out as it would in the whole text.
 from __future__ import annotations
 
 import abc
+import codecs
 from typing import Any, Sequence
 
-from .tokenizer import Tokenizer
+from .tokenizer import IncrementalDecoder, Tokenizer
 
 
 class BaseLlamaTokenizer(abc.ABC):
@@ -122,3 +123,79 @@ class CallableTokenizer(Tokenizer):
 
     def __call__(self) -> LlamaTokenizer:
         return LlamaTokenizer(self)
+
+
+# ---------------------------------------------------------------- Llama(tokenizer=...)
+
+class TextOverride:
+    """The Llama's vocabulary (special tokens, end-of-generation ids, pieces for
+    grammars: everything but text) with a llama-cpp-python tokenizer object
+    (``Llama(tokenizer=LlamaHFTokenizer...)``) turning text into ids and back, as
+    llama-cpp-python's Llama does through its ``tokenizer_``. A chat prompt is
+    tokenized whole (``special=True``): the split that keeps users' text from
+    becoming control tokens (text.literal) is the GGUF tokenizer's, not the
+    given one's."""
+
+    def __init__(self, base: Tokenizer, text: BaseLlamaTokenizer) -> None:
+        if not (callable(getattr(text, "tokenize", None))
+                and callable(getattr(text, "detokenize", None))):
+            raise TypeError("tokenizer must have llama-cpp-python's tokenize(text, add_bos, "
+                            f"special) and detokenize(tokens, ...): {type(text).__name__}")
+        self._base, self.text_tokenizer = base, text
+
+    def __getattr__(self, name: str):
+        return getattr(self._base, name)
+
+    def __call__(self) -> BaseLlamaTokenizer:
+        return self.text_tokenizer
+
+    def encode(self, text: str | bytes, add_bos: bool = True, special: bool = False,
+               max_tokens: int | None = None) -> list[int]:
+        if max_tokens is not None:
+            self._base.check_length(text, max_tokens)
+        data = text.encode("utf-8", "replace") if isinstance(text, str) else bytes(text)
+        return [int(t) for t in self.text_tokenizer.tokenize(data, add_bos, special)]
+
+    def encode_segments(self, segments, add_bos: bool = True,
+                        max_tokens: int | None = None) -> list[int]:
+        return self.encode("".join(t for t, _ in segments), add_bos, True, max_tokens)
+
+    def decode(self, ids: Sequence[int], special: bool = False) -> bytes:
+        return self.text_tokenizer.detokenize(list(ids), special=special)
+
+
+class SuffixDecoder:
+    """IncrementalDecoder's interface over detokenize(ids, prev_tokens=...): each
+    piece is the text the ids add after those before them (a tokenizer whose
+    pieces depend on what precedes them decodes as in the whole text)."""
+
+    def __init__(self, text: BaseLlamaTokenizer, special: bool = False) -> None:
+        self._text, self._special, self._ids = text, special, []
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def feed(self, ids: int | Sequence[int]) -> str:
+        ids = [ids] if isinstance(ids, int) else [int(i) for i in ids]
+        raw = self._text.detokenize(ids, prev_tokens=self._ids or None, special=self._special)
+        self._ids += ids
+        return self._utf8.decode(raw)
+
+    def flush(self) -> str:
+        return self._utf8.decode(b"", final=True)
+
+
+def incremental_decoder(tokenizer, special: bool = False):
+    """The streaming decoder of a Llama's tokenizer (TextOverride's, or the GGUF's)."""
+    if isinstance(tokenizer, TextOverride):
+        return SuffixDecoder(tokenizer.text_tokenizer, special)
+    return IncrementalDecoder(tokenizer, special)
+
+
+def llama_tokenizers(metadata: dict, kwargs: dict):
+    """(llm.tokenizer, llm.tokenizer_) of a Llama made with kwargs from a file with
+    metadata: the GGUF's vocabulary, with kwargs' ``tokenizer`` (llama-cpp-python's
+    ``Llama(tokenizer=...)``) for text when there is one."""
+    base = CallableTokenizer.from_metadata(metadata)
+    given = kwargs.get("tokenizer")
+    if given is None:
+        return base, LlamaTokenizer(base)
+    return TextOverride(base, given), given

@@ -1577,6 +1577,59 @@ static void test_rope_groups(void) {
     rope_groups_case(40, 1, 4);
 }
 
+// ---------------------------------------------------------------- sampling (sample.cu)
+
+/* the host sampler's greedy rule (engine/sampling.py; generate.c's pick_host) */
+static int32_t pick_ref(const float *x, int32_t n, const int32_t *ids, const double *bias, int32_t nb) {
+    int32_t best = -1;
+    double bv = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        double v = (double)x[i];
+        for (int32_t j = 0; j < nb; j++)
+            if (ids[j] == i) { v += bias[j]; break; }
+        if (isnan(v)) return -1;
+        if (v > bv) { bv = v; best = i; }
+    }
+    return best >= 0 && isfinite(bv) ? best : -1;
+}
+
+static void test_pick(void) {
+    static const int sizes[] = {1, 31, 1000, 32000, 128256, 248320};
+    int bad = 0, cases = 0;
+    for (int si = 0; si < NELEM(sizes); si++)
+        for (int kind = 0; kind < 8; kind++) {
+            const int n = sizes[si];
+            float *x = malloc(sizeof(float) * n);
+            fill(x, n, 8.f);
+            int32_t ids[6];
+            double bias[6];
+            int nb = 0;
+            int m = 0;
+            for (int i = 1; i < n; i++) if (x[i] > x[m]) m = i;
+            if (kind == 1 && n > 2) x[n - 1] = x[m];                 /* a tie after the first largest */
+            if (kind == 2 && n > 2) { x[n / 2] = x[m]; x[m] = x[n / 2]; ids[nb] = m; bias[nb++] = 0.0; }
+            if (kind == 3) { ids[nb] = m; bias[nb++] = -INFINITY; if (n > 5) { ids[nb] = 3; bias[nb++] = 0.5; } }
+            if (kind == 4 && n > 7) { ids[nb] = n - 2; bias[nb++] = 1e-7; x[n - 2] = x[m]; }   /* f32 tie broken in f64 */
+            if (kind == 5) x[n / 3] = NAN;
+            if (kind == 6) for (int i = 0; i < n; i++) x[i] = -INFINITY;
+            if (kind == 7) x[n - 1] = INFINITY;
+            float *dx = dup_dev(x, sizeof(float) * n);
+            int32_t *dids = nb ? dup_dev(ids, sizeof ids) : NULL;
+            double *dbias = nb ? dup_dev(bias, sizeof bias) : NULL;
+            int32_t got = -7;
+            const lkv_status st = G->pick_greedy(gb, dx, n, dids, dbias, nb, &got);
+            const int32_t want = pick_ref(x, n, ids, bias, nb);
+            cases++;
+            if (st != LKV_OK || got != want) {
+                bad++;
+                printf("  pick n=%d kind %d: got %d, want %d (status %d)\n", n, kind, got, want, (int)st);
+            }
+            free(x); cudaFree(dx); if (dids) cudaFree(dids); if (dbias) cudaFree(dbias);
+        }
+    check(bad == 0, "pick_greedy: %d of %d cases (ties, bias, bans, NaN, -inf, +inf) differ from the host rule",
+          bad, cases);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : "";
     /* n_ff: the widest matmul input tested */
@@ -1593,6 +1646,7 @@ int main(int argc, char **argv) {
     if (!*only || strstr(only, "mm")) test_matmul();
     if (!*only || strstr(only, "attn")) test_attention();
     if (!*only || strstr(only, "gemma")) test_gemma();
+    if (!*only || strstr(only, "pick")) test_pick();
     if (!*only || strstr(only, "graph")) test_graph();
     if (!*only || strstr(only, "rope")) test_rope_store();
     if (!*only || strstr(only, "rope")) test_rope_groups();

@@ -155,6 +155,8 @@ static void cuda_ctx_free(lkv_bctx *b) {
     if (b->graph_exec) cudaGraphExecDestroy(b->graph_exec);
     lkv_cuda_rope_release(b);
     if (b->d_pos) cudaFree(b->d_pos);
+    if (b->pick_d) cudaFree(b->pick_d);
+    if (b->pick_h) cudaFreeHost(b->pick_h);
     if (b->h_pos) cudaFreeHost(b->h_pos);
     if (b->attn_ws) cudaFree(b->attn_ws);
     if (b->xq) cudaFree(b->xq);
@@ -439,6 +441,7 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* geglu */ lkv_cuda_geglu,
     /* scale */ lkv_cuda_scale,
     /* softcap */ lkv_cuda_softcap,
+    /* pick_greedy */ lkv_cuda_pick_greedy,
     /* moe_topk */ lkv_cuda_moe_topk,
     /* gather_rows */ lkv_cuda_gather_rows,
     /* scatter_add_rows */ lkv_cuda_scatter_add_rows,

@@ -113,6 +113,9 @@ struct lkv_bctx {
     /* KV streaming (copier.cu): a copy stream and two rings of events; ticket
      * t of a queue lives in slot t % LKV_CUDA_EVENTS of its ring */
     struct lkv_cuda_copier *copier;
+
+    /* sample.cu: the greedy pick's result (device, pinned host), made at first use */
+    int32_t *pick_d, *pick_h;
 };
 
 lkv_status lkv_cuda_copier_init(lkv_bctx *b);
@@ -258,6 +261,8 @@ void lkv_cuda_add(lkv_bctx *b, float *x, const float *y, int64_t n);
 void lkv_cuda_geglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
 void lkv_cuda_scale(lkv_bctx *b, float *x, float s, int64_t n);
 void lkv_cuda_softcap(lkv_bctx *b, float *x, float cap, int64_t n);
+lkv_status lkv_cuda_pick_greedy(lkv_bctx *b, const float *logits, int32_t n, const int32_t *bias_ids,
+                                const double *bias, int32_t n_bias, int32_t *out);
 void lkv_cuda_to_type(lkv_bctx *b, void *dst, int32_t type, const float *src, int n_rows,
                       int n_elems);
 size_t lkv_cuda_attn_state_bytes(int n_q, int n_head, int head_dim);

@@ -1,0 +1,83 @@
+"""Greedy generation in the core: a generation's decode steps without a
+Python round trip per token (core/native_gen.py, llamakv.h lkv_generate).
+
+Used by ``Llama._generate`` when nothing changes the logits in Python: a greedy
+sampler (temperature <= 0) without penalties, grammar or logits processors,
+no stopping_criteria, no logits_all, no draft model. logit_bias is applied in
+the core, in float64 as the Python sampler does, so the ids are the ones the
+Python path picks, bit for bit. The core returns blocks of tokens (1, 2, 4 ..
+64, at most what ``limit`` leaves), stopping at the end ids; the cache then
+holds every returned token but the last. A consumer that stops inside a block
+(a stop string) gets the cache cut back to what the Python loop would have
+decoded, its last token decoded again for its logits (History.truncate: for
+hybrids a replay from the latest snapshot, so hybrids take blocks of one token,
+which never overshoot).
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+from ..core.native_gen import has_generate
+from .sampling import Sampler
+
+if TYPE_CHECKING:
+    from ..llama import Llama
+
+MAX_BLOCK = 64
+
+
+def loop_ok(llm: "Llama", sampler: Sampler, stopping_criteria=None) -> bool:
+    """Whether the core's greedy loop gives what the Python loop would."""
+    p = sampler.params
+    penalties = p.repeat_last_n != 0 and (p.repeat_penalty != 1.0 or p.presence_penalty != 0.0
+                                          or p.frequency_penalty != 0.0)
+    return (p.temperature <= 0 and not penalties and sampler.constraint is None
+            and not sampler.processors and stopping_criteria is None
+            and not llm.config.logits_all and llm.draft_model is None
+            and getattr(llm, "greedy_in_core", True) and has_generate())
+
+
+def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
+                  ends: Sequence[int] | None = None) -> Iterator[int]:
+    """Token ids as Llama._generate yields them, from the core's loop; returns
+    (without a token) when the logits hold a NaN or no finite value, so that
+    the caller's Python sampler reports it. ends None: one token per call, so
+    that between two tokens the logits and the cache are the Python loop's (a
+    consumer may read them); given (completion_pieces, which reads neither):
+    blocks, ending at those ids or after limit tokens."""
+    hist, ctx = llm._hist, llm._ctx
+    grow = ends is not None and not ctx.recurrent_bytes
+    ends = sorted({int(t) for t in ends or ()})
+    bias = sampler.params.logit_bias
+    pending, block, left = -1, 1, limit
+    while True:
+        n_max = block if grow else 1
+        if left is not None:
+            n_max = max(1, min(n_max, left))
+        n0 = hist.n
+        t0 = time.perf_counter()
+        try:
+            ids = ctx.generate(n_max, pending, ends, bias)
+        except BaseException as e:
+            hist.generated(n0, pending, getattr(e, "partial", ()))
+            raise
+        hist.generated(n0, pending, ids)
+        base = n0 + (pending >= 0)
+        llm.timings.add("decode", time.perf_counter() - t0, hist.n - n0)
+        if len(ids) == 0:
+            return
+        for i, t in enumerate(ids.tolist()):
+            try:
+                yield t
+            except GeneratorExit:   # stopped inside the block: the cache (and its last logits)
+                keep = base + i     # as the Python loop leaves it: decoded up to the token before
+                if hist.n > keep:
+                    last = int(hist.prefix(keep)[-1])
+                    hist.truncate(keep - 1)
+                    hist.eval([last])
+                raise
+        pending = int(ids[-1])
+        if left is not None:
+            left -= len(ids)
+        block = min(2 * block, MAX_BLOCK)
