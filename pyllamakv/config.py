@@ -82,6 +82,17 @@ class LlamaConfig:
     def random_seed(self) -> bool:
         return self.seed in (-1, 0xFFFFFFFF)
 
+    def cpu_moe_layers(self, hp: dict, device: str) -> int:
+        """The layers whose experts are in host memory and run on the CPU: 0 for a model
+        without experts (n_cpu_moe has nothing to place), every layer on the CPU backend
+        (all its weights are host memory; the first n_cpu_moe take the core's host-expert
+        path, with the same bits), else n_cpu_moe's first layers (None: none)."""
+        if not hp.get("n_expert"):
+            return 0
+        if device == "cpu":
+            return hp["n_layer"]
+        return min(self.n_cpu_moe or 0, hp["n_layer"])
+
 
 # The checks of single parameters that other entry points take before a Llama
 # exists (the command line's flags, _native.Context): the one place for each.
@@ -114,18 +125,6 @@ def check_n_cpu_moe(n: Any) -> int | None:
     if n is not None:
         check_int("n_cpu_moe", n, 0)
     return n
-
-
-def cpu_moe_layers(cfg: LlamaConfig, hp: dict, device: str) -> int:
-    """The layers whose experts are in host memory and run on the CPU: 0 for a model
-    without experts (n_cpu_moe has nothing to place), every layer on the CPU backend
-    (all its weights are host memory; the first n_cpu_moe take the core's host-expert
-    path, with the same bits), else n_cpu_moe's first layers (None: none)."""
-    if not hp.get("n_expert"):
-        return 0
-    if device == "cpu":
-        return hp["n_layer"]
-    return min(cfg.n_cpu_moe or 0, hp["n_layer"])
 
 
 @dataclass(slots=True)

@@ -25,8 +25,7 @@ from .text.chat_handlers import llama_chat_formatter
 from .text.llama_tokenizer import llama_tokenizers
 from .api.llama_cpp_methods import LlamaCppMethods
 from .api.compat import check_extra_kwargs
-from .config import (LlamaConfig, choose_device, cpu_moe_layers, requested_pool_bytes,
-                     tokens_arg)
+from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
 from .default_model import default_model_path
 from .api.embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
@@ -93,9 +92,8 @@ class Llama(LlamaCppMethods, OpenAIMethods):
             self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
         else:   # a context of its own over a loaded model (the server's slots share one)
             file, hp, self.device = _model.file, _model.hparams, _model.device
-        self.n_cpu_moe = cpu_moe_layers(cfg, hp, self.device)   # the experts' layers on the CPU
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
-        self._n_vocab = hp.get("n_vocab")
+        self._n_vocab, self.n_cpu_moe = hp.get("n_vocab"), cfg.cpu_moe_layers(hp, self.device)
         # gpu_memory_mib: every part's share, checked before the weights load (budget.py)
         budget = None if cfg.gpu_memory_mib is None else plan_budget(
             cfg, hp, file.tensors, self._n_ctx, self.device, embeddings=embedding,

@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as T
 from pyllamakv import Llama
 from pyllamakv.commands.cli import main
 from pyllamakv.commands.info import describe
-from pyllamakv.config import LlamaConfig, cpu_moe_layers
+from pyllamakv.config import LlamaConfig
 from pyllamakv.errors import ParameterError, ParameterTypeError
 from pyllamakv.memory.budget import granule, plan_budget, workspace_bytes
 from pyllamakv.server.settings import ServerSettings
@@ -155,10 +155,10 @@ def test_n_cpu_moe_is_checked_and_recorded(qwen3moe_path):
         with pytest.raises(err, match="n_cpu_moe"):
             Llama(str(qwen3moe_path), n_cpu_moe=bad, **kw)
     moe = {"n_expert": 8, "n_layer": 3}
-    assert cpu_moe_layers(LlamaConfig(n_cpu_moe=4), moe, "cuda") == 3
-    assert cpu_moe_layers(LlamaConfig(n_cpu_moe=1), moe, "cuda") == 1
-    assert cpu_moe_layers(LlamaConfig(), moe, "cuda") == 0
-    assert cpu_moe_layers(LlamaConfig(n_cpu_moe=4), {"n_layer": 2}, "cuda") == 0   # dense
+    assert LlamaConfig(n_cpu_moe=4).cpu_moe_layers(moe, "cuda") == 3
+    assert LlamaConfig(n_cpu_moe=1).cpu_moe_layers(moe, "cuda") == 1
+    assert LlamaConfig().cpu_moe_layers(moe, "cuda") == 0
+    assert LlamaConfig(n_cpu_moe=4).cpu_moe_layers({"n_layer": 2}, "cuda") == 0   # dense
 
 
 @pytest.mark.parametrize("n_cpu_moe", [1, 2, 9])
