@@ -4,10 +4,13 @@ backend, against the CPU backend (skipped without a CUDA device).
 Tiny random qwen35 models (tests/fixtures/tiny_qwen35.py), among them one with
 head_dim 256 and partial rope and one with the 27B's delta-rule head sizes
 (dk = dv = 128):
-- logits teacher-forced (prefill micro-batches of 48, which cross the CPU's
-  delta-rule chunks of 64 and the KV chunks of 32, then single-token decodes)
-  within mean KL 1e-3 of the CPU, with top-1 agreement reported (one JSON
-  line per case; PYLLAMAKV_REPORT_DIR collects them as test_cuda.py does);
+- logits teacher-forced (a 150-token prefill in micro-batches of 100 and 50:
+  the CPU runs the first in its chunked form, chunks of 64 from its first
+  token, and the GPU its default form for each (cuda/deltanet.cu
+  DR_CHUNKED_ON); both cross the KV chunks of 32; then single-token decodes)
+  within mean KL 1e-3 of the CPU,
+  with top-1 agreement reported (one JSON line per case; PYLLAMAKV_REPORT_DIR
+  collects them as test_cuda.py does);
 - a prompt in one micro-batch, token by token and in micro-batches of 7 on
   CUDA;
 - save_state / load_state on CUDA (bit for bit), and a CPU blob continued on
@@ -91,7 +94,7 @@ CASES = [("tiny", T.F32, "fast"), ("tiny", T.Q8_0, "fast"), ("tiny", T.Q8_0, "ex
                          ids=[f"{s}-{w.name}-{k}" for s, w, k in CASES])
 @pytest.mark.parametrize("kv", ["f16", "q8_0"])
 def test_logits_match_the_cpu(tmp_path, shape, wtype, kernels, kv):
-    """170 tokens: a 150-token prefill in micro-batches of 48, then 20
+    """170 tokens: a 150-token prefill in micro-batches of 100 and 50, then 20
     single-token decodes (the graph path), against the CPU backend."""
     seed = int(np.random.SeedSequence().entropy % 2**31)   # fresh weights per run; reported
     kw = dict(SHAPES[shape])
@@ -102,8 +105,9 @@ def test_logits_match_the_cpu(tmp_path, shape, wtype, kernels, kv):
         kw["n_layer"] = min(kw.get("n_layer", 8), 4)
     path = write_tiny_qwen35(tmp_path / "m.gguf", wtype, seed=seed, **kw)
     tokens = np.random.default_rng(seed).integers(0, N_VOCAB, 170).tolist()
-    cpu = _teacher_forced(path, tokens, "cpu", 150, type_k=kv, type_v=kv)
-    gpu = _teacher_forced(path, tokens, "cuda", 150, type_k=kv, type_v=kv, gpu_kernels=kernels)
+    cpu = _teacher_forced(path, tokens, "cpu", 150, type_k=kv, type_v=kv, n_ubatch=100)
+    gpu = _teacher_forced(path, tokens, "cuda", 150, type_k=kv, type_v=kv, gpu_kernels=kernels,
+                          n_ubatch=100)
     assert np.all(np.isfinite(gpu)), "non-finite logits on CUDA"
     kl = kl_rows(cpu, gpu)
     top1 = float(np.mean(cpu.argmax(1) == gpu.argmax(1)))
@@ -124,8 +128,9 @@ def test_logits_match_the_cpu(tmp_path, shape, wtype, kernels, kv):
 def test_batch_equals_token_by_token(tmp_path, kernels, wtype):
     """One micro-batch of 140, 140 single tokens, and micro-batches of 7 (the
     n <= 8 graph path with several tokens) give the same logits on CUDA: the
-    delta rule runs the same recurrence for all three; what differs is the
-    matmul and attention kernels for few and many tokens."""
+    delta rule's forms (the recurrence; with DR_CHUNKED_ON the chunked one for
+    the first) are the same function to f32 rounding; the matmul and attention
+    kernels differ for few and many tokens."""
     path = write_tiny_qwen35(tmp_path / "b.gguf", wtype, seed=5)
     tokens = np.random.default_rng(5).integers(0, N_VOCAB, 140).tolist()
     with N.Model(path, device="cuda") as m:

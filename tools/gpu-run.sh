@@ -41,6 +41,7 @@
 #            decode at depth 512 (BENCH_PICK=${PROF_PICK:-0,5,7}), then benchmarks/decode_profile.py on
 #            the synthetic llama3-8b file (native call / eval / sampler / create_completion per token;
 #            torch.profiler's kernel table for the first type), and once more with LKV_CUDA_GRAPH=0
+#            (PROF_NOGRAPH=0: not)
 #   spec     benchmarks/bench_speculative.py verify: one pass over [token + k drafts],
 #            k = 0..15, against one step (synthetic 8B shape, q8_0 KV, SPEC_DEPTHS default
 #            32768,131072, pools 1024,4096 MiB), then effective: the acceptance measured on
@@ -153,9 +154,6 @@ if [[ $STAGES == *mvq* ]]; then
 fi
 
 if [[ $STAGES == *profile* ]]; then
-    stamp "test_ops pick; tests/test_greedy_loop.py on cuda"
-    timeout "$(cap 60)" $B/native/test_ops pick 2>&1 | grep -E "pick|FAIL|passed" | head -20
-    PYLLAMAKV_TEST_DEVICE=cuda timeout "$(cap 120)" python3 -m pytest -q -p no:cacheprovider tests/test_greedy_loop.py 2>&1 | tail -4
     first=1
     for tp in ${PROF_TYPES:-q4_k:12 q4_0:2}; do
         nm=${tp%%:*}; id=${tp##*:}; mkdir -p /tmp/syn; G=/tmp/syn/llama3-8b-$nm.gguf
@@ -166,9 +164,13 @@ if [[ $STAGES == *profile* ]]; then
         [ -f $G ] || timeout "$(cap 150)" python3 benchmarks/synthetic_model.py llama3-8b $G --type $nm > /dev/null 2>&1
         TP=""; (( first )) && TP=--torch-prof; first=0
         timeout "$(cap 150)" python3 benchmarks/decode_profile.py $G --tag "$nm graph" $TP 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
-        LKV_CUDA_GRAPH=0 timeout "$(cap 120)" python3 benchmarks/decode_profile.py $G --tag "$nm nograph" 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
+        [[ ${PROF_NOGRAPH:-1} == 1 ]] && LKV_CUDA_GRAPH=0 timeout "$(cap 120)" python3 benchmarks/decode_profile.py $G \
+            --tag "$nm nograph" 2>&1 | tee -a "$OUT/profile.log" | grep -v Warning
         [[ $STAGES == *decode* ]] || rm -f $G   # the decode stage reads the same file
     done
+    stamp "tests/test_greedy_loop.py on cuda; test_ops pick"
+    PYLLAMAKV_TEST_DEVICE=cuda timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_greedy_loop.py 2>&1 | tail -4
+    timeout "$(cap 60)" $B/native/test_ops pick 2>&1 | grep -E "pick|FAIL|passed" | head -20
 fi
 
 if [[ $STAGES == *decode* ]]; then

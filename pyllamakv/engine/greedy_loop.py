@@ -6,7 +6,8 @@ sampler (temperature <= 0) without penalties, grammar or logits processors,
 no stopping_criteria, no logits_all, no draft model. logit_bias is applied in
 the core, in float64 as the Python sampler does, so the ids are the ones the
 Python path picks, bit for bit. The core returns blocks of tokens (1, 2, 4 ..
-64, at most what ``limit`` leaves), stopping at the end ids; the cache then
+64, at most what ``limit`` leaves and what takes about BLOCK_S, so that a stream
+still gets its tokens in small bursts), stopping at the end ids; the cache then
 holds every returned token but the last. A consumer that stops inside a block
 (a stop string) gets the cache cut back to what the Python loop would have
 decoded, its last token decoded again for its logits (History.truncate: for
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from ..llama import Llama
 
 MAX_BLOCK = 64
+BLOCK_S = 0.05   # a block takes about this long at most: a stream's tokens come at least this often
 
 
 def loop_ok(llm: "Llama", sampler: Sampler, stopping_criteria=None) -> bool:
@@ -35,7 +37,8 @@ def loop_ok(llm: "Llama", sampler: Sampler, stopping_criteria=None) -> bool:
     return (p.temperature <= 0 and not penalties and sampler.constraint is None
             and not sampler.processors and stopping_criteria is None
             and not llm.config.logits_all and llm.draft_model is None
-            and getattr(llm, "greedy_in_core", True) and has_generate())
+            and getattr(llm, "greedy_in_core", True) and has_generate()
+            and callable(getattr(llm._ctx, "generate", None)))   # not a shared context's view
 
 
 def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
@@ -64,7 +67,8 @@ def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
             raise
         hist.generated(n0, pending, ids)
         base = n0 + (pending >= 0)
-        llm.timings.add("decode", time.perf_counter() - t0, hist.n - n0)
+        dt, stepped = time.perf_counter() - t0, hist.n - n0
+        llm.timings.add("decode", dt, stepped)
         if len(ids) == 0:
             return
         for i, t in enumerate(ids.tolist()):
@@ -80,4 +84,5 @@ def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
         pending = int(ids[-1])
         if left is not None:
             left -= len(ids)
-        block = min(2 * block, MAX_BLOCK)
+        fit = int(BLOCK_S * stepped / dt) if stepped and dt > 0 else MAX_BLOCK
+        block = max(1, min(2 * block, MAX_BLOCK, fit))

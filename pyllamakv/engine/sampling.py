@@ -150,7 +150,7 @@ class Sampler:
         if self.constraint is not None:
             self.constraint.apply(x)
         top = x.max()
-        if not math.isfinite(top) or np.isnan(x).any():
+        if not math.isfinite(top):   # (the max of an array holding a NaN is NaN: one pass suffices)
             raise InvalidArgumentError(
                 "no token can be sampled: the logits after penalties, logit_bias and grammar "
                 + ("contain NaN" if np.isnan(x).any() else "are all -inf"))

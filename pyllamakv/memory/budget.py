@@ -30,7 +30,7 @@ On the CPU the same accounting holds the emulated device to the same plan.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.native import type_id
 from ..gguf.arch_qwen35 import n_layer_kv, recurrent_bytes
@@ -169,6 +169,7 @@ class BudgetSplit:
     recurrent: int
     kv: int                 # device bytes of the KV cache (pool, or all resident planes)
     pool: int | None        # the kv_pool bytes to ask the core for
+    note: str = ""          # how n_ubatch was chosen, where a model chose it (plan_budget)
 
     @property
     def used(self) -> int:
@@ -179,7 +180,7 @@ class BudgetSplit:
         kv = "all resident" if self.pool is None else "pool"
         return (f"device budget {m(self.budget)} MiB: weights {m(self.weights)}, workspace "
                 f"{m(self.workspace)}, recurrent state {m(self.recurrent)}, KV {m(self.kv)} "
-                f"({kv}) MiB")
+                f"({kv}) MiB" + (f"; {self.note}" if self.note else ""))
 
 
 def split_budget(budget: int, weights: int, workspace: int, recurrent: int, resident_kv: int,
@@ -225,15 +226,19 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
                 ) -> tuple[BudgetSplit, int]:
     """(split, n_ubatch) for LlamaConfig cfg with cfg.gpu_memory_mib set.
 
-    All resident at the default micro-batch when the whole cache fits; else a
-    bounded pool, with the widest micro-batch (ubatch.py's choices on CUDA,
-    cfg.n_ubatch when set) whose activations take at most a quarter of what the
-    weights and recurrent state leave and whose pool still meets the plan's
-    minimum. weights: device bytes of weights already loaded (None: from tensors).
+    All resident when the whole cache fits, at the widest micro-batch that
+    leaves room for it (ubatch.py's choices on CUDA, cfg.n_ubatch when set);
+    else a bounded pool. On CUDA with one sequence its prefill workspace is the
+    phase arena, which decode lends back to the KV, so every width whose pool still meets the plan's
+    minimum is a candidate and the least modelled prefill time of an n_ctx prompt
+    picks one (ubatch.prefill_seconds; the split's note says so); elsewhere the
+    widest whose activations take at most a quarter of what the weights and
+    recurrent state leave. weights: device bytes of weights already loaded (None:
+    from tensors).
     """
     from ..config import requested_pool_bytes
     from .plan import kv_plan, kv_row_bytes, sequences_pool_bytes, share_bytes, whole_cache_bytes
-    from .ubatch import CHOICES, RESIDENT
+    from .ubatch import CHOICES, RESIDENT, cheapest, matmul_flops_per_token, prefill_seconds
     budget = int(cfg.gpu_memory_mib * MIB)
     if device != "cpu" and cfg.n_cpu_moe:   # those layers' experts stay in host memory
         from ..gguf.arch_moe import host_expert
@@ -270,17 +275,20 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
         choices = sorted({cap(u) for u in CHOICES + (RESIDENT,)}, reverse=True)
     else:
         choices = [cap(RESIDENT)]
-    if auto:   # all resident, when it fits, at the default micro-batch
-        u = choices[-1] if cfg.n_ubatch is None else choices[0]
-        ws = workspace_bytes(hp, u, **kw)
-        if budget - w - ws - rec >= resident:
-            return split_budget(budget, w, ws, rec, resident, 0), u
+    if auto:   # all resident, when it fits, at the widest micro-batch that leaves room
+        for u in choices:
+            ws = workspace_bytes(hp, u, **kw)
+            if budget - w - ws - rec >= resident:
+                return split_budget(budget, w, ws, rec, resident, 0), u
     free = budget - w - rec
     err: Exception | None = None
+    # the arena (one sequence only: arena.h) returns to the KV for decode
+    by_cost = kw["arena"] and n_seq == 1 and len(choices) > 1
+    fits: dict[int, BudgetSplit] = {}
     for i, u in enumerate(choices):
         alloc = sum(workspace_allocations(hp, u, streaming=True, row_bytes_k=rbk,
                                           row_bytes_v=rbv, **kw))
-        if i < len(choices) - 1 and alloc > free // 4:
+        if not by_cost and i < len(choices) - 1 and alloc > free // 4:
             continue
         ws = workspace_bytes(hp, u, streaming=True, row_bytes_k=rbk, row_bytes_v=rbv, **kw)
         try:
@@ -292,5 +300,17 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
             continue
         if too_small is not None:   # the planner's refusal, where its check used to run
             raise too_small
-        return split, u
-    raise err
+        if not by_cost:
+            return split, u
+        fits[u] = split
+    if not fits:
+        raise err
+    kv_tok = (rbk + rbv) * n_layer_kv(hp)
+    flops = matmul_flops_per_token(tensors)
+    cost = {u: prefill_seconds(n_ctx, u, flops, n_ctx if s.pool is None else s.pool // kv_tok, kv_tok)
+            for u, s in fits.items()}
+    u = cheapest(cost)
+    note = (f"n_ubatch {u}: the least modelled prefill of {n_ctx} tokens ("
+            + ", ".join(f"{k}: {v:.1f} s" for k, v in sorted(cost.items(), reverse=True))
+            + "); its workspace goes back to the KV for decode")
+    return replace(fits[u], note=note), u

@@ -54,3 +54,64 @@ def chosen_ubatch(hp: dict, device: str, n_batch: int, pool: int | None) -> int:
         from .plan import cuda_free_bytes
         free = cuda_free_bytes()
     return choose_ubatch(hp, device, n_batch, pool, free)
+
+
+# ---------------------------------------------------------------- inside a budget, with the phase arena
+
+# With a bounded pool on CUDA the prefill workspace is the phase arena (arena.h),
+# which decode lends to the KV: a wider micro-batch takes memory from the pool
+# only while a prompt is read (the host store holds every KV row, so the pool's
+# resident chunks are not needed then), and decode gets it back. The budget's
+# n_ubatch is then the one with the least modelled prefill time for a prompt
+# filling the context: compute per token, which falls as micro-batches widen,
+# plus the KV that each micro-batch streams across PCIe from beyond the
+# resident prefix the narrower pool keeps. The constants are measured figures:
+PCIE_BYTES_PER_S = 50e9   # host -> device copies of 32-64 MiB: 54-55 GB/s on the H100 / H200
+                          # hosts (docs/performance-history.md), taken a little under
+PREFILL_FLOPS = 200e12    # matmul rate of a prefill at n_ubatch 4096: Qwen3.5-27B-shaped
+                          # IQ4_XS, 32K prompt in 8.26 s all resident (H100, 2026-12-07, issue 42)
+# per-token compute of a micro-batch against 4096's: 2048 from the 8B shape on an
+# H200 (32K prompt 1.810 s vs 1.747 s, 2026-12-03), 512 from the 27B shape on an
+# H100 (32K prompt 12.75 s inside 16 GiB vs 8.26 s at 4096: an upper bound, as
+# that run may also have streamed), 1024 between them (geometric mean: not measured)
+REL_COMPUTE = {4096: 1.0, 2048: 1.036, 1024: 1.263, 512: 1.54}
+
+
+def rel_compute(u: int) -> float:
+    """REL_COMPUTE for u, or that of the nearest listed width below it (the widest below 512)"""
+    below = [k for k in REL_COMPUTE if k <= u]
+    return REL_COMPUTE[max(below)] if below else max(REL_COMPUTE.values()) * 512 / max(u, 1)
+
+
+def matmul_flops_per_token(tensors) -> float:
+    """2 x the elements of the 2-D weights a prompt token multiplies (not the token
+    embedding, a lookup, nor the output head, run only for the rows whose logits
+    are asked for: forward.c output_head)"""
+    n = 0
+    for t in tensors:
+        if len(t.shape) == 2 and not t.name.startswith(("token_embd", "output.")):
+            n += int(t.shape[0]) * int(t.shape[1])
+    return 2.0 * n
+
+
+def streamed_bytes(n_tokens: int, u: int, resident_tokens: int, kv_bytes_per_token: int) -> int:
+    """KV bytes a prompt of n_tokens brings across in micro-batches of u when the
+    first resident_tokens positions of every attention layer stay resident:
+    micro-batch j attends positions [0, j u) before its own, and each is read once
+    per micro-batch (kv/stream.c)"""
+    total = 0
+    for j in range(-(-n_tokens // u)):
+        total += max(0, j * u - resident_tokens)
+    return total * kv_bytes_per_token
+
+
+def prefill_seconds(n_tokens: int, u: int, flops_per_token: float, resident_tokens: int,
+                    kv_bytes_per_token: int) -> float:
+    """The modelled prefill time (above) of n_tokens in micro-batches of u"""
+    compute = n_tokens * rel_compute(u) * flops_per_token / PREFILL_FLOPS
+    return compute + streamed_bytes(n_tokens, u, resident_tokens, kv_bytes_per_token) / PCIE_BYTES_PER_S
+
+
+def cheapest(costs: dict[int, float]) -> int:
+    """The micro-batch of least cost; the wider one of a tie"""
+    return min(costs, key=lambda u: (costs[u], -u))

@@ -35,107 +35,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <ucontext.h>
 #include <vector>
 
-#include "cpu/expf.h"
+#include "emu_fibers.h"
 
-// ---------------------------------------------------------------- the CUDA surface the kernel uses
-
-#define __global__
-#define __launch_bounds__(x)
-#define __device__
-#define __forceinline__ inline
-#define __shared__
-#define lkv_expf_cpu ggml_like_expf
-
-struct emu_dim3 { unsigned x, y, z; };
-static emu_dim3 threadIdx, blockIdx, gridDim;
 float sm[1 << 14];                       /* the kernel's `extern __shared__ float sm[]` */
-
-enum { N_THREADS = 128, STACK = 1 << 16 };
-enum wait_kind { RUN, SHFL, SYNC, DONE };
-
-static ucontext_t sched_ctx, fib_ctx[N_THREADS];
-static wait_kind state[N_THREADS];
-static int cur;
-static float shfl_buf[N_THREADS];
-
-static void yield_as(wait_kind w) {
-    state[cur] = w;
-    swapcontext(&fib_ctx[cur], &sched_ctx);
-    threadIdx.x = (unsigned)cur;         /* the scheduler ran other fibers meanwhile */
-}
-
-static void __syncthreads() { yield_as(SYNC); }
-
-static float __shfl_xor_sync(unsigned, float v, int o) {
-    const int t = cur;
-    shfl_buf[t] = v;
-    yield_as(SHFL);                      /* every lane has published */
-    const float r = shfl_buf[t ^ o];
-    yield_as(SHFL);                      /* every lane has read */
-    return r;
-}
-
-static float lkv_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 #define LKV_DELTA_EMU 1
 #include "cuda/deltanet.cu"
-
-// ---------------------------------------------------------------- the block scheduler
-
-static void (*body)(void);
-static void fiber_main(void) {
-    body();
-    state[cur] = DONE;
-    swapcontext(&fib_ctx[cur], &sched_ctx);
-}
-
-/* runs body() as N_THREADS threads of block (bx, by); false on a deadlock */
-static bool run_block(void (*fn)(void), unsigned bx, unsigned by) {
-    static std::vector<char> stacks((size_t)N_THREADS * STACK);
-    body = fn;
-    for (int t = 0; t < N_THREADS; t++) {
-        getcontext(&fib_ctx[t]);
-        fib_ctx[t].uc_stack.ss_sp = &stacks[(size_t)t * STACK];
-        fib_ctx[t].uc_stack.ss_size = STACK;
-        fib_ctx[t].uc_link = &sched_ctx;
-        makecontext(&fib_ctx[t], fiber_main, 0);
-        state[t] = RUN;
-    }
-    blockIdx = {bx, by, 0};
-    for (;;) {
-        bool ran = false;
-        for (int t = 0; t < N_THREADS; t++) {
-            if (state[t] != RUN) continue;
-            cur = t;
-            threadIdx = {(unsigned)t, 0, 0};
-            swapcontext(&sched_ctx, &fib_ctx[t]);
-            ran = true;
-        }
-        int done = 0, sync = 0;
-        for (int t = 0; t < N_THREADS; t++) done += state[t] == DONE, sync += state[t] == SYNC;
-        if (done == N_THREADS) return true;
-        bool released = false;
-        for (int w = 0; w < N_THREADS / 32; w++) {
-            int sh = 0;
-            for (int l = 0; l < 32; l++) sh += state[32 * w + l] == SHFL;
-            if (sh == 32) {
-                for (int l = 0; l < 32; l++) state[32 * w + l] = RUN;
-                released = true;
-            }
-        }
-        if (!released && sync + done == N_THREADS && sync > 0) {
-            for (int t = 0; t < N_THREADS; t++) if (state[t] == SYNC) state[t] = RUN;
-            released = true;
-        }
-        if (!released && !ran) return false;
-    }
-}
 
 // ---------------------------------------------------------------- cases
 

@@ -9,11 +9,19 @@
  * - rmsnorm_gated, ssm_conv: the CPU's arithmetic (its exp, its order), held
  *   to 1e-6 relative with the count of differing values printed.
  * - delta_rule: n = 1, 5, 64, 65, 150 tokens (the CPU runs n > 1 in chunks of
- *   64, the GPU the recurrence), several head shapes (GQA 1x3, 2x3, 1x1, key
+ *   64, the GPU the recurrence under 64 tokens, else the chunked form where
+ *   the shape allows), several head shapes (GQA 1x3, 2x3, 1x1, key
  *   heads of 48 .. 512, value columns not a multiple of the block's): the
  *   outputs and the state after the call within 1e-4 relative of the CPU; and
  *   the GPU token by token against the GPU in one call.
- * Then "info" lines (timings at the Qwen3.5-27B layer shape, no checks).
+ * - the chunked form (deltanet_chunk.cu, forced through lkv_cuda_tuning.delta)
+ *   over two micro-batches crossing chunk boundaries against the CPU's
+ *   recurrence (one token a call) and the GPU's, within 1e-4 relative: the
+ *   outputs, the state between the calls (a snapshot) and after; the second
+ *   call again from the snapshot: the same bits.
+ * Then "info" lines (timings at the Qwen3.5-27B layer shape, no checks): the
+ * conv and the delta rule per step, and the delta rule's recurrence against
+ * its chunked form at n = 16 .. 32768.
  */
 
 /* a CPU context whose delta-rule scratch fits (dk, dv) (ctx_init sizes it
@@ -232,9 +240,132 @@ static void time_hybrid(void) {
     cudaFree(da); cudaFree(dcs); cudaFree(ds); cudaFree(dout);
 }
 
+/* the chunked form (deltanet_chunk.cu, forced) over two micro-batches of n1 and n2
+ * tokens against the CPU's recurrence (one token a call) and the GPU's: outputs,
+ * the state between the two (a snapshot) and after; then from the snapshot
+ * again: the second micro-batch's bits once more */
+static void test_hybrid_delta_chunked(int nk, int nv, int dk, int dv, int n1, int n2) {
+    lkv_bctx *cpu = hybrid_cpu_ctx(dk, dv);
+    if (!cpu) { check(0, "delta_rule: CPU context for dk=%d dv=%d: %s", dk, dv, lkv_last_error()); return; }
+    const int n = n1 + n2;
+    const lkv_delta_desc d = {nk, nv, dk, dv, 2 * nk * dk + nv * dv, 1e-6f};
+    float *ah = malloc(sizeof(float) * nv), *dth = malloc(sizeof(float) * nv);
+    for (int h = 0; h < nv; h++) {
+        ah[h] = -expf(logf(0.02f) + (rndf() + 1.f) * 0.5f * (logf(2.f) - logf(0.02f)));
+        dth[h] = -1.f + 2.f * rndf();
+    }
+    lkv_weight a = f32_vec(ah, nv), dt = f32_vec(dth, nv);
+    const size_t SN = (size_t)nv * dk * dv, QN = (size_t)n * d.stride, ON = (size_t)n * nv * dv, BN = (size_t)n * nv;
+    float *qkv = malloc(sizeof(float) * QN), *bi = malloc(sizeof(float) * BN), *al = malloc(sizeof(float) * BN);
+    float *st = malloc(sizeof(float) * SN), *st0 = malloc(sizeof(float) * SN), *cs1 = malloc(sizeof(float) * SN);
+    float *gs1 = malloc(sizeof(float) * SN), *gst = malloc(sizeof(float) * SN), *rst = malloc(sizeof(float) * SN);
+    float *co = malloc(sizeof(float) * ON), *go = malloc(sizeof(float) * ON), *ro = malloc(sizeof(float) * ON);
+    float *again = malloc(sizeof(float) * ON);
+    delta_inputs(qkv, bi, al, n, d.stride, nv);
+    fill(st, SN, 0.5f);
+    memcpy(st0, st, sizeof(float) * SN);
+    for (int t = 0; t < n; t++) {   /* the CPU's recurrence: one token a call */
+        C->delta_rule(cpu, co + (size_t)t * nv * dv, qkv + (size_t)t * d.stride, bi + (size_t)t * nv,
+                      al + (size_t)t * nv, &a, &dt, st, &d, 1);
+        if (t == n1 - 1) memcpy(cs1, st, sizeof(float) * SN);
+    }
+    float *dq = dup_dev(qkv, sizeof(float) * QN), *db = dup_dev(bi, sizeof(float) * BN);
+    float *da = dup_dev(al, sizeof(float) * BN), *ds = dup_dev(st0, sizeof(float) * SN);
+    float *dout = dev_buf(sizeof(float) * ON);
+    float *q2 = dq + (size_t)n1 * d.stride, *b2 = db + (size_t)n1 * nv, *a2 = da + (size_t)n1 * nv;
+    float *o2 = dout + (size_t)n1 * nv * dv;
+    for (int path = LKV_DELTA_CHUNKED; path >= LKV_DELTA_RECURRENCE; path--) {
+        lkv_cuda_tuning.delta = path;
+        cudaMemcpy(ds, st0, sizeof(float) * SN, cudaMemcpyHostToDevice);
+        cudaDeviceSynchronize();
+        G->delta_rule(gb, dout, dq, db, da, &a, &dt, ds, &d, n1);
+        get(gs1, ds, sizeof(float) * SN);
+        G->delta_rule(gb, o2, q2, b2, a2, &a, &dt, ds, &d, n2);
+        get(path == LKV_DELTA_CHUNKED ? go : ro, dout, sizeof(float) * ON);
+        get(path == LKV_DELTA_CHUNKED ? gst : rst, ds, sizeof(float) * SN);
+        if (path != LKV_DELTA_CHUNKED) break;
+        const double eo = rel_err_f(go, co, ON), e1 = rel_err_f(gs1, cs1, SN), es = rel_err_f(gst, st, SN);
+        check(eo < 1e-4 && e1 < 1e-4 && es < 1e-4, "delta_rule chunked nk=%d nv=%d dk=%d dv=%d n=%d+%d vs the "
+              "CPU recurrence: out rel err %.2e, state at %d %.2e, at %d %.2e", nk, nv, dk, dv, n1, n2, eo, n1,
+              e1, n, es);
+        /* from the snapshot at n1 again */
+        cudaMemcpy(ds, gs1, sizeof(float) * SN, cudaMemcpyHostToDevice);
+        cudaDeviceSynchronize();
+        G->delta_rule(gb, o2, q2, b2, a2, &a, &dt, ds, &d, n2);
+        get(again, dout, sizeof(float) * ON);
+        get(rst, ds, sizeof(float) * SN);
+        const size_t O2 = (size_t)n2 * nv * dv, off = (size_t)n1 * nv * dv;
+        check(n_diff(again + off, go + off, O2) == 0 && n_diff(rst, gst, SN) == 0, "delta_rule chunked nk=%d "
+              "nv=%d dk=%d dv=%d: %d tokens from the snapshot at %d again: %zu outputs, %zu state values differ",
+              nk, nv, dk, dv, n2, n1, n_diff(again + off, go + off, O2), n_diff(rst, gst, SN));
+    }
+    const double ro_e = rel_err_f(go, ro, ON), rs_e = rel_err_f(gst, rst, SN);
+    check(ro_e < 1e-4 && rs_e < 1e-4, "delta_rule chunked vs the GPU recurrence nk=%d nv=%d dk=%d dv=%d n=%d+%d: "
+          "out rel err %.2e, state %.2e", nk, nv, dk, dv, n1, n2, ro_e, rs_e);
+    lkv_cuda_tuning.delta = LKV_DELTA_AUTO;
+    free(ah); free(dth); free(qkv); free(bi); free(al); free(st); free(st0); free(cs1); free(gs1); free(gst);
+    free(rst); free(co); free(go); free(ro); free(again);
+    cudaFree(a.dev); cudaFree(dt.dev); cudaFree(dq); cudaFree(db); cudaFree(da); cudaFree(ds); cudaFree(dout);
+    C->ctx_free(cpu);
+}
+
+static void test_hybrid_delta_chunks(void) {
+    test_hybrid_delta_chunked(2, 4, 32, 32, 64, 65);       /* the tiny model's heads; a chunk, a chunk + 1 */
+    test_hybrid_delta_chunked(1, 3, 48, 40, 100, 37);      /* GQA 1x3; columns not a multiple of 32 */
+    test_hybrid_delta_chunked(4, 8, 64, 96, 129, 200);     /* dv 96: column blocks of 64, the 2nd half-filled */
+    test_hybrid_delta_chunked(16, 48, 128, 128, 300, 157); /* Qwen3.5-27B's layer */
+    test_hybrid_delta_chunked(2, 6, 128, 128, 1500, 1);    /* many chunks; then a decode step */
+    test_hybrid_delta_chunked(1, 2, 16, 24, 9, 3);         /* short calls through the chunked kernel */
+}
+
+/* figures, not checks: the delta rule at the Qwen3.5-27B layer shape over
+ * micro-batches of n tokens, the recurrence against the chunked form (3xTF32,
+ * the library's; one TF32 mma a product; blocks of 8 warps) */
+static void time_delta_paths(void) {
+    const int nk = 16, nv = 48, dk = 128, dv = 128, ch = 2 * nk * dk + nv * dv, NMAX = 32768;
+    const lkv_delta_desc d = {nk, nv, dk, dv, ch, 1e-6f};
+    float ah[48], dth[48];
+    for (int h = 0; h < nv; h++) { ah[h] = -0.5f - 0.5f * rndf(); dth[h] = rndf(); }
+    lkv_weight a = f32_vec(ah, nv), dt = f32_vec(dth, nv);
+    const size_t QN = (size_t)NMAX * ch;
+    float *h = malloc(sizeof(float) * QN);
+    fill(h, QN, 1.f);
+    float *dq = dup_dev(h, sizeof(float) * QN), *db = dup_dev(h, sizeof(float) * (size_t)NMAX * nv);
+    float *da = dup_dev(h + (size_t)NMAX * nv, sizeof(float) * (size_t)NMAX * nv);
+    float *ds = dev_buf(sizeof(float) * (size_t)nv * dk * dv), *dout = dev_buf(sizeof(float) * (size_t)NMAX * nv * dv);
+    cudaMemset(ds, 0, sizeof(float) * (size_t)nv * dk * dv);
+    cudaDeviceSynchronize();
+    const int ns[] = {16, 64, 128, 512, 4096, NMAX};
+    const int paths[] = {LKV_DELTA_RECURRENCE, LKV_DELTA_CHUNKED, LKV_DELTA_CHUNKED_TF32, LKV_DELTA_CHUNKED_W8};
+    for (int i = 0; i < NELEM(ns); i++) {
+        const int n = ns[i], reps = n <= 512 ? 20 : n <= 4096 ? 3 : 1;
+        double us[4];
+        for (int p = 0; p < 4; p++) {
+            lkv_cuda_tuning.delta = paths[p];
+            G->delta_rule(gb, dout, dq, db, da, &a, &dt, ds, &d, n < 64 ? n : 64);   /* warm */
+            G->sync(gb);
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (int r = 0; r < reps; r++) G->delta_rule(gb, dout, dq, db, da, &a, &dt, ds, &d, n);
+            G->sync(gb);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            us[p] = ((t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) * 1e-3) / reps;
+        }
+        printf("info delta_rule (27B layer: 16/48 heads of 128) n=%d: recurrence %.1f us, chunked 3xTF32 %.1f us "
+               "(%.2fx), chunked TF32 %.1f us (%.2fx), chunked 3xTF32 8 warps %.1f us\n", n, us[0], us[1],
+               us[0] / us[1], us[2], us[0] / us[2], us[3]);
+        fflush(stdout);
+    }
+    lkv_cuda_tuning.delta = LKV_DELTA_AUTO;
+    free(h);
+    cudaFree(a.dev); cudaFree(dt.dev); cudaFree(dq); cudaFree(db); cudaFree(da); cudaFree(ds); cudaFree(dout);
+}
+
 static void test_hybrid(void) {
     test_hybrid_gating();
     test_hybrid_conv();
     test_hybrid_delta();
+    test_hybrid_delta_chunks();
     time_hybrid();
+    time_delta_paths();
 }

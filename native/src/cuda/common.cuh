@@ -283,6 +283,9 @@ void lkv_cuda_ssm_conv(lkv_bctx *b, float *out, const float *x, float *state, co
 void lkv_cuda_delta_rule(lkv_bctx *b, float *out, const float *qkv, const float *beta_in,
                          const float *alpha, const lkv_weight *a, const lkv_weight *dt,
                          float *state, const lkv_delta_desc *d, int n);
+int lkv_cuda_delta_chunk(lkv_bctx *b, float *out, const float *qkv, const float *beta_in,
+                         const float *alpha, const float *a, const float *dt, float *state,
+                         const lkv_delta_desc *d, int n, int kind);
 void lkv_cuda_attn_setup(void);   /* raises kernels' shared-memory limits once */
 /* mixture of experts (moe.cu) */
 void lkv_cuda_moe_topk(lkv_bctx *b, int32_t *ids, float *wts, const float *logits, int n,

@@ -24,11 +24,14 @@
  * shared memory and leave in coalesced rows at the end of the tile. The
  * state is read once at the start and written once at the end of the call.
  *
- * Prefill and decode run the same recurrence (the CPU's decode path; its
- * prefill is the chunked form of the same function), so a prompt in one
- * micro-batch and token by token give the same delta-rule values here. A
- * chunked form would move prefill onto tensor cores; this one is latency
- * bound per token but runs every (head, column group) in parallel.
+ * Decode runs this recurrence (the CPU's decode path). Prefill micro-batches
+ * of DR_CHUNKED_MIN tokens or more can go to the chunked form of the same
+ * function on tensor cores (deltanet_chunk.cu), where it takes the shape;
+ * DR_CHUNKED_ON keeps that off by default until a device run has checked the
+ * kernel (`test_ops hybrid`) and timed it against this one (the kernel was
+ * written and checked on a host emulator only: tests/cuda/emu_deltanet_chunk.cpp).
+ * lkv_cuda_tuning.delta forces either form, for the harnesses. This one is
+ * latency bound per token but runs every (head, column group) in parallel.
  *
  * Rounding: f32 throughout with FMAs (the CPU rounds each product), the
  * shuffle tree in place of the CPU's sequential sums, CUDA's expf / log1pf:
@@ -46,6 +49,8 @@ enum {
     DR_ROWS = 16,              /* state rows per lane (R) */
     DR_SMEM_FLOATS = 8192,     /* the token tile's budget: 32 KiB */
     DR_MAX_TILE = 64,
+    DR_CHUNKED_MIN = 64,       /* micro-batches of this many tokens or more: the chunked form */
+    DR_CHUNKED_ON = 0,         /* 1: the chunked form by default (above); 0: only when forced */
 };
 
 static __device__ __forceinline__ float dr_softplus(float x) {
@@ -177,6 +182,13 @@ void lkv_cuda_delta_rule(lkv_bctx *b, float *out, const float *qkv, const float 
                       "<= 512");
         return;
     }
+    /* prefill: the chunked form on tensor cores (deltanet_chunk.cu) where it takes the shape */
+    const int path = lkv_cuda_tuning.delta;
+    const bool by_default = DR_CHUNKED_ON && n >= DR_CHUNKED_MIN;
+    if (path != LKV_DELTA_RECURRENCE && (path != LKV_DELTA_AUTO || by_default) &&
+        lkv_cuda_delta_chunk(b, out, qkv, beta_in, alpha, (const float *)a->dev, (const float *)dt->dev,
+                             state, d, n, path == LKV_DELTA_CHUNKED_TF32 ? 1 : path == LKV_DELTA_CHUNKED_W8 ? 2 : 0))
+        return;
     int G, bc, tt;
     const size_t smem = sizeof(float) * (size_t)dr_shape(dk, &G, &bc, &tt);
     const dim3 grid((unsigned)nv, lkv_cdiv(dv, bc));

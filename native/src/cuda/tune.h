@@ -45,6 +45,15 @@ enum {
     LKV_ATT_KERNELS
 };
 
+/* the delta rule of the hybrids' Gated DeltaNet layers (deltanet.cu) */
+enum {
+    LKV_DELTA_AUTO = 0,        /* the recurrence for decode and short micro-batches, else chunked */
+    LKV_DELTA_RECURRENCE,      /* deltanet.cu: token by token */
+    LKV_DELTA_CHUNKED,         /* deltanet_chunk.cu: any n, 3xTF32 tensor cores */
+    LKV_DELTA_CHUNKED_TF32,    /* the same, one TF32 mma a product (~1e-3 relative; timings) */
+    LKV_DELTA_CHUNKED_W8,      /* the same, 3xTF32, blocks of 8 warps (timings) */
+};
+
 typedef struct lkv_cuda_tune {
     int gen;         /* bumped by whoever changes a field */
     int matmul;      /* LKV_MM_*: used wherever it takes the call, else the table's */
@@ -57,6 +66,7 @@ typedef struct lkv_cuda_tune {
     int no_pdl;      /* programmatic dependent launch off (pdl.cuh) */
     int no_fuse;     /* the fused prefill ops off (matmul_swiglu, attn_whole) */
     int mvq_q8;      /* mvq.cu reads the q8_0-format codes a norm / swiglu left (no q8_K pass) */
+    int delta;       /* LKV_DELTA_*: the delta rule's form (deltanet.cu) */
 } lkv_cuda_tune;
 
 extern lkv_cuda_tune lkv_cuda_tuning;
