@@ -8,7 +8,8 @@
  * (double)logit + bias, the first of equal ones; NaN, or no finite largest
  * value, ends the loop without a token (the caller's sampler then reports it).
  * Backends without pick_greedy (the CPU) have each step's row copied to the
- * host logits and picked here, by the same rule.
+ * host logits and picked here, by the same rule; so does CUDA until its pick
+ * kernel has run on a GPU (unverified.h).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "context.h"
 #include "error.h"
 #include "model_api.h"
+#include "unverified.h"
 
 /* the greedy rule over a host row */
 static int32_t pick_host(const float *x, int32_t n, const int32_t *ids, const double *bias, int32_t nb) {
@@ -51,9 +53,12 @@ static lkv_status step(lkv_context *c, int32_t token) {
     return st;
 }
 
+/* the backend's pick where it has one that has run on a GPU (unverified.h) */
+static bool dev_pick(const lkv_context *c) { return c->be->pick_greedy && lkv_unverified_on(); }
+
 static lkv_status pick_dev(lkv_context *c, const lkv_generate_params *p, const dev_bias *db, int32_t *tok) {
     const int32_t V = c->model->hp.n_vocab;
-    if (c->be->pick_greedy)
+    if (dev_pick(c))
         return c->be->pick_greedy(c->b, c->logits_dev, V, db->ids, db->bias, db->ids ? p->n_bias : 0, tok);
     c->be->download(c->b, c->logits, c->logits_dev, sizeof(float) * (size_t)V);
     LKV_TRY(c->be->sync(c->b));
@@ -86,7 +91,7 @@ lkv_status lkv_context_generate(lkv_context *c, int32_t token, const lkv_generat
     if (token >= V) return lkv_fail(LKV_ERR_INVALID_ARG, "generate: token %d is outside [0, %d)", token, V);
 
     dev_bias db = {NULL, NULL};
-    if (p->n_bias > 0 && c->be->pick_greedy) {
+    if (p->n_bias > 0 && dev_pick(c)) {
         db.ids = c->be->alloc(c->b, sizeof(int32_t) * (size_t)p->n_bias);
         db.bias = c->be->alloc(c->b, sizeof(double) * (size_t)p->n_bias);
         if (!db.ids || !db.bias) {

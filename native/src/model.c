@@ -11,6 +11,7 @@
 #include "error.h"
 #include "model_api.h"
 #include "quant/types.h"
+#include "unverified.h"
 
 // ------------------------------------------------------------------ architectures
 
@@ -342,14 +343,23 @@ lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *ten
     if (ARCHS[p->arch].hybrid && !be->delta_rule)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "the %s backend has no Gated DeltaNet layers yet, so "
                         "it cannot run %s models; use device='cpu'", be->name, ARCHS[p->arch].name);
-    if ((ARCHS[p->arch].gemma || p->swa_window > 0 || p->logit_softcap > 0.0f) && !be->geglu)
+    const bool gemma_ops = ARCHS[p->arch].gemma || p->swa_window > 0 || p->logit_softcap > 0.0f;
+    if (gemma_ops && !be->geglu)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "the %s backend has no GeGLU, sliding-window "
                         "attention or logit softcapping yet, so it cannot run %s models; use "
                         "device='cpu'", be->name, ARCHS[p->arch].name);
+    if (gemma_ops && be != &lkv_backend_cpu && !lkv_unverified_on())
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "%s models on the %s backend: its kernels are built "
+                        "but have not yet run on a GPU; use device='cpu', or set %s=1 to try them",
+                        ARCHS[p->arch].name, be->name, LKV_UNVERIFIED_ENV);
     if (ARCHS[p->arch].moe && !be->moe_topk)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "the %s backend has no mixture-of-experts layers "
                         "yet, so it cannot run %s models; use device='cpu'", be->name,
                         ARCHS[p->arch].name);
+    if (ARCHS[p->arch].moe && be != &lkv_backend_cpu && !lkv_unverified_on())   /* cuda/moe.cu */
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "%s models on the %s backend: its mixture-of-experts "
+                        "ops are built but have not yet run on a GPU; use device='cpu', or set "
+                        "%s=1 to try them", ARCHS[p->arch].name, be->name, LKV_UNVERIFIED_ENV);
     lkv_model *m = calloc(1, sizeof *m);
     if (!m) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the model");
     m->layers = calloc((size_t)p->n_layer, sizeof *m->layers);
