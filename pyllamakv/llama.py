@@ -61,7 +61,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
                  gpu_kernels: str = "fast", embedding: bool = False,
                  pooling_type: int | str = -1, draft_model=None,
                  gpu_memory_mib: float | None = None, n_seq_max: int = 1,
-                 progress_callback: ProgressCallback | None = None,
+                 n_cpu_moe: int | None = None, progress_callback: ProgressCallback | None = None,
                  vocab_only: bool = False, chat_handler=None,
                  _model: "_native.Model | None" = None, _engine: Engine | None = None,
                  **llama_cpp_kwargs):
@@ -73,7 +73,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
                                         type_v, kv_pool_mib, seed, logits_all, n_gpu_layers,
-                                        gpu_kernels, gpu_memory_mib, n_seq_max)
+                                        gpu_kernels, gpu_memory_mib, n_seq_max, n_cpu_moe)
         n_threads = cfg.n_threads
         check_extra_kwargs("Llama", llama_cpp_kwargs)
         self.model_path = str(model_path) if model_path is not None else default_model_path()
@@ -94,7 +94,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         else:   # a context of its own over a loaded model (the server's slots share one)
             file, hp, self.device = _model.file, _model.hparams, _model.device
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
-        self._n_vocab = hp.get("n_vocab")
+        self._n_vocab, self.n_cpu_moe = hp.get("n_vocab"), cfg.cpu_moe_layers(hp, self.device)
         # gpu_memory_mib: every part's share, checked before the weights load (budget.py)
         budget = None if cfg.gpu_memory_mib is None else plan_budget(
             cfg, hp, file.tensors, self._n_ctx, self.device, embeddings=embedding,
@@ -102,7 +102,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
             mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)
         self.memory = None if budget is None else budget[0]   # budget.BudgetSplit
         if _model is None:
-            _model = _native.Model(file, self.device, n_threads)
+            _model = _native.Model(file, self.device, n_threads, cfg.n_cpu_moe)
         self._model = _model
         progress("load", 2, 4)
         self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file

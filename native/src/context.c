@@ -12,6 +12,7 @@
 #include "context.h"
 #include "error.h"
 #include "model_api.h"
+#include "moe.h"
 #include "mtp.h"
 #include "quant/types.h"
 
@@ -146,6 +147,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
         }
     }
     if (!st && p.mtp) st = lkv_mtp_create(c, &c->mtp);
+    if (!st) st = lkv_moe_create(c, &c->moe);
     if (st) { lkv_context_destroy(c); return st; }
 
     c->geo = (lkv_attn_desc){
@@ -167,6 +169,7 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
 void lkv_context_destroy(lkv_context *c) {
     if (!c) return;
     lkv_mtp_free(c, c->mtp);
+    lkv_moe_free(c, c->moe);
     lkv_kvset_free(c->kvs);
     free(c->kv_local);
     free(c->seq_len);

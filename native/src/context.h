@@ -57,6 +57,7 @@ struct lkv_context {
     lkv_delta_desc delta;
 
     struct lkv_mtp *mtp;     /* the MTP block's cache and inputs (mtp.h), NULL unless p.mtp */
+    struct lkv_moe *moe;     /* the experts' routing buffers (moe.h), NULL without experts */
 
     float *logits;           /* host (logit_rows_host, n_vocab) */
     int32_t logit_rows_host; /* logits_all ? n_batch : 1, n_batch once logits_wide exists */

@@ -95,7 +95,7 @@ class Model:
     """Weights of one GGUF file on one device."""
 
     def __init__(self, path: str | os.PathLike | GGUFFile, device: str = "cpu",
-                 n_threads: int | None = None):
+                 n_threads: int | None = None, n_cpu_moe: int | None = None):
         self._ptr = None
         self._guard = Guard("model")
         self._contexts: weakref.WeakSet = weakref.WeakSet()
@@ -109,6 +109,7 @@ class Model:
             setattr(p, name, value)
         p.device = {"cpu": DEVICE_CPU, "cuda": DEVICE_CUDA}[device]
         p.n_threads = _int32("n_threads", n_threads or 0)
+        p.n_cpu_moe = _int32("n_cpu_moe", n_cpu_moe or 0)   # MoE: experts kept on the host
         ts = self.file.tensors
         descs = ffi.new("lkv_tensor_desc[]", max(len(ts), 1))
         self._keep = []

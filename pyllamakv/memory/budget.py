@@ -107,6 +107,10 @@ def workspace_allocations(hp: dict, n_ubatch: int, *, logits_all: bool = False,
     if mtp:                                                 # mtp.c: hid, emb, cat, chain, saved
         E = hp["n_embd"]
         a += [f * (U + 1) * E, f * U * E, f * U * 2 * E, f * E, f * 4 * E]
+    if hp.get("n_expert"):   # moe.c: router logits, picks, an expert's rows in and out, groups
+        X, K, E = hp["n_expert"], hp["n_expert_used"], hp["n_embd"]
+        a += [f * U * X, f * U * K, f * U * K, f * U * E, f * U * E, f * U, f * U * K,
+              f * U * K, f * U, f * U]
     if streaming:                                           # each layer's micro-batch K and V
         a += [row_bytes_k * U, row_bytes_v * U] * n_layer_kv(hp)
     # cuda_ctx_init: tokens, position, attention workspace, rope table, 8-bit activations
@@ -236,6 +240,9 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     from .plan import kv_plan, kv_row_bytes, sequences_pool_bytes, share_bytes, whole_cache_bytes
     from .ubatch import CHOICES, RESIDENT, cheapest, matmul_flops_per_token, prefill_seconds
     budget = int(cfg.gpu_memory_mib * MIB)
+    if device != "cpu" and cfg.n_cpu_moe:   # those layers' experts stay in host memory
+        from ..gguf.arch_moe import host_expert
+        tensors = [t for t in tensors if not host_expert(t.name, cfg.n_cpu_moe, hp["n_layer"])]
     w = weight_device_bytes(tensors) if weights is None else weights
     rbk, rbv = kv_row_bytes(hp, cfg.type_k), kv_row_bytes(hp, cfg.type_v)
     n_seq = cfg.n_seq_max

@@ -93,7 +93,7 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     path = s.model or default_model_path()
     kw: dict[str, Any] = dict(n_ctx=s.n_ctx, n_threads=s.threads_per_slot, device=s.device,
                               type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib,
-                              n_gpu_layers=s.n_gpu_layers)
+                              n_gpu_layers=s.n_gpu_layers, n_cpu_moe=s.n_cpu_moe)
     file = GGUFFile(path)
     if s.embedding:
         return [_embedding_engine(s, path, file, kw) for _ in range(s.parallel)]
@@ -101,7 +101,7 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
         kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel)
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
-    model = Model(file, device, s.threads_per_slot)
+    model = Model(file, device, s.threads_per_slot, s.n_cpu_moe)
     # one context for all slots, batched steps (weights read once per step), hybrids too on
     # the CPU (a recurrent state per sequence); hybrids on CUDA and models with an MTP block:
     # a context each (the core holds one such sequence a context there)
