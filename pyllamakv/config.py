@@ -44,6 +44,7 @@ class LlamaConfig:
     gpu_kernels: str = "fast"         # CUDA: "fast" (the fastest kernels) | "exact" (the CPU's bits)
     gpu_memory_mib: float | None = None   # device memory for everything (budget.py); None: no bound
     n_seq_max: int = 1                # sequences in the context (a prompt list runs them at once)
+    n_cpu_moe: int | None = None      # llama.cpp's: layers whose experts stay in host memory
 
     def __post_init__(self) -> None:
         check_int("n_ctx", self.n_ctx, 0)
@@ -67,6 +68,7 @@ class LlamaConfig:
         check_gpu_kernels(self.gpu_kernels)
         check_kv_pool_mib(self.kv_pool_mib)
         check_gpu_memory_mib(self.gpu_memory_mib)
+        check_n_cpu_moe(self.n_cpu_moe)
         from .core.native import type_id   # the core's table of KV types (loads the library)
         for name in ("type_k", "type_v"):
             try:
@@ -79,6 +81,17 @@ class LlamaConfig:
     @property
     def random_seed(self) -> bool:
         return self.seed in (-1, 0xFFFFFFFF)
+
+    def cpu_moe_layers(self, hp: dict, device: str) -> int:
+        """The layers whose experts are in host memory and run on the CPU: 0 for a model
+        without experts (n_cpu_moe has nothing to place), every layer on the CPU backend
+        (all its weights are host memory; the first n_cpu_moe take the core's host-expert
+        path, with the same bits), else n_cpu_moe's first layers (None: none)."""
+        if not hp.get("n_expert"):
+            return 0
+        if device == "cpu":
+            return hp["n_layer"]
+        return min(self.n_cpu_moe or 0, hp["n_layer"])
 
 
 # The checks of single parameters that other entry points take before a Llama
@@ -104,6 +117,14 @@ def check_gpu_memory_mib(g: Any) -> float | None:
     if g is not None:
         check_real("gpu_memory_mib", g, 0.0, MAX_POOL_MIB, lo_open=True)
     return g
+
+
+def check_n_cpu_moe(n: Any) -> int | None:
+    """n_cpu_moe (llama.cpp's --n-cpu-moe): None, or the number of layers (>= 0; more
+    than the model has: all) whose experts stay in host memory, computed on the CPU."""
+    if n is not None:
+        check_int("n_cpu_moe", n, 0)
+    return n
 
 
 @dataclass(slots=True)

@@ -1,4 +1,5 @@
-"""Llama: llama-cpp-python's interface over one Model and one Context.
+"""Llama: llama-cpp-python's interface over an engine (engine/engine.py) and one
+of its sequences (sequence 0 of its own engine; a server slot's of a shared one).
 
 Generation runs in three named stages: ``_prefill`` (a token list, in n_batch
 slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id), or,
@@ -7,14 +8,13 @@ prefix; the OpenAI-style requests (completion, chat, embeddings) build on it.
 
 Threads: a Llama may be shared; its calls are serialised and a stream keeps
 other threads waiting until it ends (guard.py says exactly how). Python's
-token bookkeeping is read from the C context (history.py), so an interrupt
+token bookkeeping is read from the C context (sequence.py), so an interrupt
 anywhere leaves the two in agreement.
 """
 from __future__ import annotations
 
 import random
 import time
-from functools import cached_property
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -24,31 +24,31 @@ from .core.vocab_context import VOCAB_ONLY, VocabOnlyContext
 from .text.chat_handlers import llama_chat_formatter
 from .text.llama_tokenizer import llama_tokenizers
 from .api.llama_cpp_methods import LlamaCppMethods
+from .api.sequence_methods import SequenceMethods
 from .api.compat import check_extra_kwargs
-from .config import LlamaConfig, choose_device, requested_pool_bytes, tokens_arg
+from .config import LlamaConfig, choose_device, tokens_arg
 from .default_model import default_model_path
 from .api.embedding import pooling_type as embedding_pooling
 from .errors import ClosedError, ParameterError, ParameterTypeError
 from .api.grammar import LlamaGrammar
 from .engine.guard import Guard, guarded
+from .engine.engine import Engine
 from .engine.greedy_loop import greedy_tokens, loop_ok
-from .engine.history import History
+from .engine.sequence import common_prefix
 from .hub import hub_file
-from .engine.lanes import load_seq_state, reset_lanes, save_seq_state, seq_kv_stats
 from .api.openai_api import OpenAIMethods
-from .memory.plan import auto_pool_bytes, kv_plan, whole_cache_bytes
 from .progress import ProgressCallback, report_load
 from .engine.processors import stop_asked
 from .engine.sampling import Sampler
 from .spec.verify import speculative_tokens
 from .spec.mtp import uses_mtp, wants_mtp
 from .spec.drafters import make_drafter
-from .engine.state import LlamaState, Timings, model_fingerprint
-from .memory.ubatch import chosen_ubatch
+from .engine.state import Timings
+from .memory.sizes import pool_and_ubatch
 from .memory.budget import plan_budget
 
 
-class Llama(LlamaCppMethods, OpenAIMethods):
+class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
     """A GGUF model ready to generate. ``model_path=None``: the default model."""
 
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 512, n_batch: int = 512,
@@ -61,18 +61,19 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                  gpu_kernels: str = "fast", embedding: bool = False,
                  pooling_type: int | str = -1, draft_model=None,
                  gpu_memory_mib: float | None = None, n_seq_max: int = 1,
-                 progress_callback: ProgressCallback | None = None,
+                 n_cpu_moe: int | None = None, progress_callback: ProgressCallback | None = None,
                  vocab_only: bool = False, chat_handler=None,
-                 _model: "_native.Model | None" = None, _context=None, **llama_cpp_kwargs):
+                 _model: "_native.Model | None" = None, _engine: Engine | None = None,
+                 **llama_cpp_kwargs):
         self._init_kwargs = {k: v for k, v in locals().items() if k not in (
-            "self", "_model", "_context", "progress_callback", "llama_cpp_kwargs")}
+            "self", "_model", "_engine", "progress_callback", "llama_cpp_kwargs")}
         self._init_kwargs.update(llama_cpp_kwargs)
         self._ctx = self._model = None
         self._guard = Guard("Llama")
         self.verbose = bool(verbose)
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
                                         type_v, kv_pool_mib, seed, logits_all, n_gpu_layers,
-                                        gpu_kernels, gpu_memory_mib, n_seq_max)
+                                        gpu_kernels, gpu_memory_mib, n_seq_max, n_cpu_moe)
         n_threads = cfg.n_threads
         check_extra_kwargs("Llama", llama_cpp_kwargs)
         self.model_path = str(model_path) if model_path is not None else default_model_path()
@@ -93,7 +94,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
         else:   # a context of its own over a loaded model (the server's slots share one)
             file, hp, self.device = _model.file, _model.hparams, _model.device
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
-        self._n_vocab = hp.get("n_vocab")
+        self._n_vocab, self.n_cpu_moe = hp.get("n_vocab"), cfg.cpu_moe_layers(hp, self.device)
         # gpu_memory_mib: every part's share, checked before the weights load (budget.py)
         budget = None if cfg.gpu_memory_mib is None else plan_budget(
             cfg, hp, file.tensors, self._n_ctx, self.device, embeddings=embedding,
@@ -101,39 +102,26 @@ class Llama(LlamaCppMethods, OpenAIMethods):
             mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)
         self.memory = None if budget is None else budget[0]   # budget.BudgetSplit
         if _model is None:
-            _model = _native.Model(file, self.device, n_threads)
+            _model = _native.Model(file, self.device, n_threads, cfg.n_cpu_moe)
         self._model = _model
         progress("load", 2, 4)
         self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file
-        n_ubatch = cfg.n_ubatch or 512   # unset: chosen below, once the pool is known (ubatch.py)
-        if budget is not None:
-            n_ubatch, kv_pool_bytes = budget[1], self.memory.pool
-        else:   # the one planner call: the core refuses a pool below its minimum, by name
-            plan = kv_plan(hp, self._n_ctx, type_k=type_k, type_v=type_v,
-                           pool_bytes=requested_pool_bytes(cfg), n_ubatch=min(n_ubatch, n_batch))
-            if cfg.kv_pool_mib == "auto":
-                kv_pool_bytes = auto_pool_bytes(hp, self._n_ctx, self.device, full=plan,
-                                                n_seq=cfg.n_seq_max)
-            else:   # above the whole cache (of every sequence): clamped to it, with a warning
-                whole = whole_cache_bytes(plan)
-                kv_pool_bytes = requested_pool_bytes(cfg, whole and whole * cfg.n_seq_max)
-        if cfg.n_ubatch is None and self.memory is None:
-            n_ubatch = chosen_ubatch(file.tensors, hp, self.device, cfg, self._n_ctx, kv_pool_bytes)
+        kv_pool_bytes, n_ubatch = pool_and_ubatch(cfg, hp, self._n_ctx, self.device, n_batch,
+                                                  type_k, type_v, budget, file.tensors)
         self.kv_pool_bytes = kv_pool_bytes   # None: all resident (the one spelling past the config)
-        # _context: a factory taking Context's arguments (seq_batch.SharedContext.context)
-        self._ctx = (_context or _native.Context)(
-            self._model, n_ctx=self._n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
-            n_threads=n_threads, type_k=type_k, type_v=type_v,
+        # _engine: an engine to take a sequence of (the server's slots share one)
+        self._engine = _engine or Engine(cfg.n_seq_max)
+        self._seq = self._engine.open(
+            self._model, keep_all=cfg.logits_all, n_ctx=self._n_ctx, n_batch=n_batch,
+            n_ubatch=min(n_ubatch, n_batch), n_threads=n_threads, type_k=type_k, type_v=type_v,
             logits_all=cfg.logits_all or embedding, kv_pool_bytes=kv_pool_bytes,
             gpu_kernels=cfg.gpu_kernels, embeddings=embedding,
-            mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0,   # spec_mtp.py
-            **({"n_seq_max": cfg.n_seq_max} if cfg.n_seq_max > 1 else {}))
+            mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)   # spec_mtp.py
+        self._ctx = self._engine.ctx
+        self._defer = False     # a prompt list's sequence: decodes wait for a shared step
         progress("load", 3, 4)
         self._text_setup(file.metadata, chat_format, chat_handler, pooling_type, embedding)
         self._n_vocab = self._model.n_vocab
-        # with embedding=True the rows a decode gives are hidden states (n_embd wide)
-        self._hist = History(self._ctx, self._n_ctx, self._ctx.out_width, cfg.n_batch,
-                             cfg.logits_all)
         self._seed = random.SystemRandom().randint(0, 2**32 - 1) if cfg.random_seed else cfg.seed
         self.timings = Timings()
         self.draft_model = make_drafter(draft_model, self)   # speculative.py; None: off
@@ -195,32 +183,29 @@ class Llama(LlamaCppMethods, OpenAIMethods):
         """Keep states by prompt prefix (cache.LlamaRAMCache; None: no cache)."""
         self.cache = cache
 
-    def _from_cache(self, tokens: Sequence[int]) -> None:
+    def load_cached_prefix(self, tokens: Sequence[int]) -> None:
         """Load the cached state that shares more of tokens than the context holds."""
         if self.cache is None:
             return
         state, n = self.cache.lookup(tokens)
-        held = self.input_ids
-        m = min(len(held), len(tokens))
-        diff = np.nonzero(held[:m] != np.asarray(tokens[:m], np.int32))[0]
-        if state is not None and n > (int(diff[0]) if diff.size else m):
+        if state is not None and n > common_prefix(self.input_ids, tokens):
             self.load_state(state)
 
     @property
     @guarded
     def n_tokens(self) -> int:
-        return self._hist.n
+        return self._seq.n
 
     @property
     @guarded
     def input_ids(self) -> np.ndarray:
-        return self._hist.input_ids()
+        return self._seq.input_ids()
 
     @property
     @guarded
     def scores(self) -> np.ndarray:
         """Logits (n_tokens, n_vocab) with logits_all; else (1, n_vocab): the last token's."""
-        return self._hist.scores()
+        return self._seq.scores()
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
         self._open()
@@ -243,7 +228,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
     def eval(self, tokens: Sequence[int]) -> None:
         """Run tokens through the model after those already in the cache."""
         self._logits_mode()
-        self._hist.eval(tokens_arg("tokens", tokens, self._n_vocab),
+        self._seq.eval(tokens_arg("tokens", tokens, self._n_vocab),
                         self.progress_callback)
 
     def _logits_mode(self) -> None:
@@ -255,7 +240,7 @@ class Llama(LlamaCppMethods, OpenAIMethods):
 
     def _prefill(self, tokens: Sequence[int], stage: str = "prefill") -> None:
         t0 = time.perf_counter()
-        self._hist.eval(tokens, self.progress_callback if stage == "prefill" else None)
+        self._seq.eval(tokens, self.progress_callback if stage == "prefill" else None)
         self.timings.add(stage, time.perf_counter() - t0, len(tokens))
 
     def _decode_one(self, token: int) -> None:
@@ -263,15 +248,16 @@ class Llama(LlamaCppMethods, OpenAIMethods):
 
     def _sample(self, sampler: Sampler) -> int:
         t0 = time.perf_counter()
-        token = sampler.sample(self._hist.last_logits(), self._hist.input_ids())
+        token = sampler.sample(self._seq.last_logits(), self._seq.input_ids())
         self.timings.sample_s += time.perf_counter() - t0
         return token
 
     @guarded
     def reset(self) -> None:
-        """Forget every token (the KV cache is cleared, every sequence's)."""
-        self._hist.truncate(0)
-        reset_lanes(self)
+        """Forget every token (the KV cache is cleared, every sequence's; of a
+        shared engine, this Llama's)."""
+        for seq in [self._seq] + ([] if self._engine.shared else self._engine.others(self._seq)):
+            seq.reset()
 
     # ------------------------------------------------------------ generation
 
@@ -302,16 +288,19 @@ class Llama(LlamaCppMethods, OpenAIMethods):
                                    logit_bias=logit_bias, seed=seed, grammar=grammar,
                                    mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
                                    mirostat_eta=mirostat_eta, logits_processor=logits_processor)
-        return self._guard.stream(lambda: self._generate(tokens, sampler, reset,
+        return self._guard.stream(lambda: self.token_stream(tokens, sampler, reset,
                                                          stopping_criteria))
 
-    def _generate(self, tokens: list[int], sampler: Sampler, reset: bool = True,
-                  stopping_criteria=None, limit: int | None = None, ends=None) -> Iterator[int]:
+    def token_stream(self, tokens: list[int], sampler: Sampler, reset: bool = True,
+                     stopping_criteria=None, limit: int | None = None,
+                     ends=None) -> Iterator[int]:
+        """generate's ids for a Sampler (completion.py's stream; ends: greedy_loop.py)."""
         self._logits_mode()
         self.timings = Timings()
+        self._seq.uncancel()   # Sequence.cancel ends the generation running then
         # spec_decode.py; a grammar, mirostat or logits processors keep state per
         # sampled token, which verification does not advance: plain decoding then
-        # (a hybrid drops rejected rows by a snapshot and a replay: history.py)
+        # (a hybrid drops rejected rows by a snapshot and a replay: sequence.py)
         drafter = self.draft_model if (
             not self.config.logits_all and sampler.constraint is None
             and sampler.mirostat is None and not sampler.processors) else None
@@ -322,54 +311,36 @@ class Llama(LlamaCppMethods, OpenAIMethods):
         if reset:
             if not tokens:
                 raise ParameterError("generate needs at least one token")
-            tokens = self._hist.keep_prefix(tokens)
-        if not tokens and self._hist.n == 0:
+            tokens = self._seq.keep_prefix(tokens)
+        if not tokens and self._seq.n == 0:
             raise ParameterError("generate needs at least one token")
-        if self._ctx.recurrent_bytes and len(tokens) > 1:
+        if self._seq.recurrent and len(tokens) > 1:
             # hybrids: a snapshot before the prompt's last token, where the next
             # prompt sharing this one (or this one again) can start
             self._prefill(tokens[:-1])
-            self._ctx.snapshot()
+            self._seq.snapshot()
             tokens = tokens[-1:]
         self._prefill(tokens)
         if drafter is not None:
             yield from speculative_tokens(self, sampler, drafter)
         elif loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
             yield from greedy_tokens(self, sampler, limit, ends)   # ends given: run ahead
-        while True:
-            token = self._sample(sampler)
-            if stopping_criteria is not None and stop_asked(stopping_criteria, self._hist):
-                return
-            yield token
-            self._decode_one(token)
-
-    # ------------------------------------------------------------ state
-
-    @guarded
-    def save_state(self, seq_id: int | None = None) -> LlamaState:
-        """The context (seq_id: that sequence, lanes.py) as a LlamaState whose blob
-        names this model and geometry."""
-        state = save_seq_state(self, seq_id)
-        state.seed = self._seed
-        return state
-
-    @guarded
-    def load_state(self, state: LlamaState, seq_id: int | None = None) -> None:
-        """Replace the context (seq_id: that sequence) with a saved one; every check
-        runs first (StateError)."""
-        load_seq_state(self, state, seq_id)
-        if getattr(state, "seed", None) is not None:
-            self._seed = state.seed
-
-    @cached_property
-    def _fingerprint(self) -> str:
-        """The model's identity in saved states, computed at the first save or load."""
-        return model_fingerprint(self._model.file.metadata, self._model.file.tensors)
-
-    @guarded
-    def kv_stats(self, seq_id: int | None = None) -> dict:
-        """The KV cache's residency and streaming counters (see Context.kv_stats)."""
-        return seq_kv_stats(self, seq_id)
+        try:
+            self._seq.scheduler.join(self._seq.id)   # live: steps wait briefly for its tokens
+            while not self._seq.cancelled:   # cancel(): ends before the next token
+                token = self._sample(sampler)
+                if stopping_criteria is not None and stop_asked(stopping_criteria, self._seq):
+                    return
+                if self._defer:     # queued before it is yielded: the next step, any
+                    self._seq.submit([token])   # sequence's, decodes it (prompt_list.py)
+                    yield token
+                else:
+                    yield token
+                    self._decode_one(token)
+        finally:
+            self._seq.scheduler.leave(self._seq.id)
+            if self._defer:
+                self._seq.drop_pending()
 
     # ------------------------------------------------------------ lifetime
 
@@ -381,9 +352,12 @@ class Llama(LlamaCppMethods, OpenAIMethods):
             return
 
         def free() -> None:
-            for h in (self._ctx, self._model):
-                if h is not None:
-                    h.close()
+            if getattr(self, "_seq", None) is not None:
+                self._engine.release(self._seq)
+            elif self._ctx is not None:    # vocab_only's stand-in
+                self._ctx.close()
+            if self._model is not None:
+                self._model.close()
         guard.close(free)
 
     def __enter__(self) -> "Llama":

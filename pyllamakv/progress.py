@@ -51,7 +51,7 @@ def report_load(llm, seconds: float) -> None:
     pool = llm.kv_pool_bytes
     kv = "all resident" if pool is None else f"{pool / (1 << 20):.1f} MiB"
     print(f"pyllamakv: loaded {llm.model_path} on {llm.device} in {seconds:.1f} s "
-          f"(n_ctx={llm._n_ctx}, kv pool={kv}, n_ubatch={llm._ctx.n_ubatch}"
+          f"(n_ctx={llm.n_ctx()}, kv pool={kv}, n_ubatch={llm.engine.ctx.n_ubatch}"
           f"{'' if llm.config.n_ubatch else ' (chosen)'})", file=sys.stderr)
     if llm.memory is not None:
         print(f"pyllamakv: {llm.memory.describe()}", file=sys.stderr)

@@ -134,7 +134,7 @@ def test_blocks_closed_inside(tiny):
         for ahead in (True, False):
             tiny.greedy_in_core = ahead
             tiny.reset()
-            gen = tiny._generate([1, 50, 60, 70], Sampler(SamplingParams(temperature=0), tiny.n_vocab()),
+            gen = tiny.token_stream([1, 50, 60, 70], Sampler(SamplingParams(temperature=0), tiny.n_vocab()),
                                  ends=())
             seq = [next(gen) for _ in range(k)]
             gen.close()

@@ -47,6 +47,7 @@ response_fields, post-sampling probabilities, backend sampling), and the
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -152,7 +153,10 @@ def test_llama_server_suite(tmp_path_factory):
     exe.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{HERE / 'llama_server_shim.py'}' "
                    '"$@"\n')
     exe.chmod(0o755)
-    env = dict(os.environ, LLAMA_SERVER_BIN_PATH=str(exe), LLAMA_CACHE=str(work),
+    with socket.socket() as sock:   # the suite's servers listen on 8080 unless PORT says: a
+        sock.bind(("127.0.0.1", 0))  # free port, so that two runs on one machine do not meet
+        port = str(sock.getsockname()[1])
+    env = dict(os.environ, LLAMA_SERVER_BIN_PATH=str(exe), LLAMA_CACHE=str(work), PORT=port,
                LLAMA_SUITE_SKIP=json.dumps(sorted(NOT_APPLICABLE)),
                PYTHONPATH=os.pathsep.join([str(suite), str(HERE)] + [
                    p for p in [os.environ.get("PYTHONPATH")] if p]))

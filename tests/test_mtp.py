@@ -146,7 +146,7 @@ def test_draft_model_mtp_greedy_equals_plain_greedy(path):
 def test_hybrid_speculation_rolls_back_partly_kept_drafts(path):
     # a drafter that knows plain greedy's answer and spoils every third guess:
     # drafts kept, rejected after one or two kept (the snapshot-and-replay
-    # rollback of a hybrid's recurrent state, history.py), all kept
+    # rollback of a hybrid's recurrent state, sequence.py), all kept
     rng = np.random.default_rng()
     prompt = rng.integers(3, N_VOCAB, 10).tolist()
     kw = dict(n_ctx=128, n_batch=32, n_threads=2, type_k="f32", type_v="f32")

@@ -1,6 +1,7 @@
-"""Llamas sharing one context (seq_batch.py): concurrent greedy completions from
-several threads give the texts each gives alone, and the decode calls really
-merge into shared steps; a bad call fails alone; the views close the context."""
+"""Llamas sharing one engine (engine/engine.py: the server's slots): concurrent
+greedy completions from several threads give the texts each gives alone, and
+the decode calls really merge into shared steps (engine/scheduler.py); a bad
+call fails alone; the last Llama closed frees the context."""
 from __future__ import annotations
 
 import threading
@@ -12,7 +13,7 @@ import pytest
 from pyllamakv import errors
 from pyllamakv.core.native import Model
 from pyllamakv.llama import Llama
-from pyllamakv.engine.seq_batch import SharedContext
+from pyllamakv.engine.engine import Engine
 from _smollm2 import require_model_path
 
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def add(a, b):"]
@@ -34,19 +35,26 @@ def test_concurrent_equals_alone(model):
     alone = _llama(path, m)
     want = [alone.create_completion(p, max_tokens=10, temperature=0)["choices"][0]["text"]
             for p in PROMPTS]
-    alone._ctx.close()
-    shared = SharedContext(len(PROMPTS))
-    slots = [_llama(path, m, _context=shared.context, kv_pool_mib=1) for _ in PROMPTS]
+    alone.engine.close()
+    shared = Engine(len(PROMPTS), shared=True)
+    slots = [_llama(path, m, _engine=shared, kv_pool_mib=1) for _ in PROMPTS]
     steps = []
     real = shared.ctx.decode_batch_logits
+    queued = []
+    real_submit = shared.scheduler.submit
+
+    def submit(*a):
+        queued.append(a[0])
+        return real_submit(*a)
 
     def counting(toks, seqs, want_logits=None):
         if not steps:   # hold the first step until every slot's prompt waits: the next one
             deadline = time.monotonic() + 60   # must then take the other three together
-            while len(shared.batcher._pending) < len(PROMPTS) and time.monotonic() < deadline:
+            while len(queued) < len(PROMPTS) and time.monotonic() < deadline:
                 time.sleep(0.01)
-        steps.append(len(set(seqs)))
+        steps.append(len(set(seqs.tolist())))
         return real(toks, seqs, want_logits)
+    shared.scheduler.submit = submit
     shared.ctx.decode_batch_logits = counting
     got = [None] * len(PROMPTS)
     barrier = threading.Barrier(len(PROMPTS))
@@ -66,33 +74,37 @@ def test_concurrent_equals_alone(model):
     stats = slots[0].kv_stats()
     assert stats["streaming"] == 1 and stats["pool_bytes"] > 0
     with pytest.raises(errors.ContextFullError):
-        slots[1]._ctx.decode(list(range(200)))
+        slots[1].sequence.eval(list(range(200)))
     with pytest.raises(errors.ParameterError):
-        slots[1]._ctx.decode([m.n_vocab])
+        slots[1].sequence.eval([m.n_vocab])
     assert slots[2].create_completion(PROMPTS[2], max_tokens=10,
                                       temperature=0)["choices"][0]["text"] == want[2]
     for s in slots:
-        s._ctx.close()
-    assert shared.ctx._ptr is None   # the last view closed the context
+        s.close()
+    with pytest.raises(errors.ClosedError):   # the last Llama closed the context
+        shared.ctx.n_tokens
 
 
-def test_shared_context_bounds(model):
+def test_shared_engine_bounds(model):
     path, m = model
-    shared = SharedContext(1)
-    shared.context(m, n_ctx=32, n_threads=1)
+    one = Engine(1, shared=True)
+    one.open(m, n_ctx=32, n_threads=1)
     with pytest.raises(errors.ParameterError, match="all given"):
-        shared.context(m, n_ctx=32, n_threads=1)
+        one.open(m, n_ctx=32, n_threads=1)
     with pytest.raises(errors.ParameterError):
-        SharedContext(0)
+        Engine(0)
     rng = np.random.default_rng()
-    shared2 = SharedContext(2)
-    a, b = shared2.context(m, n_ctx=64, n_threads=1), shared2.context(m, n_ctx=64, n_threads=1)
+    two = Engine(2, shared=True)
+    a, b = two.open(m, n_ctx=64, n_threads=1), two.open(m, n_ctx=64, n_threads=1)
     toks = rng.integers(0, m.n_vocab, 20).tolist()
-    a.decode(toks, n_logits=3)
-    b.decode(toks[:5])
-    assert a.logits().shape == (3, m.n_vocab) and b.logits().shape == (1, m.n_vocab)
-    assert np.array_equal(a.logits()[0], a.logits()[0]) and (a.n_tokens, b.n_tokens) == (20, 5)
+    rows = a.eval_rows(toks[:3])
+    a.eval(toks[3:])
+    b.eval(toks[:5])
+    assert rows.shape == (3, m.n_vocab) and b.last_logits().shape == (m.n_vocab,)
+    assert (a.n, b.n) == (20, 5) and list(a.input_ids()) == toks
     a.truncate(4)
-    assert a.n_tokens == 4 and b.n_tokens == 5
-    a.close()
-    b.close()
+    assert a.n == 4 and b.n == 5
+    two.release(a)
+    two.release(b)
+    with pytest.raises(errors.ClosedError):
+        two.ctx.n_tokens

@@ -5,6 +5,7 @@ loaded model, called directly with the same parameters, must give the same
 text (greedy, or sampled with the same seed).
 """
 import concurrent.futures as cf
+import json
 import time
 
 import pytest
@@ -305,7 +306,9 @@ def test_bad_chat_requests_get_400(served, client):
     for body in ({"messages": []}, {"messages": [{"role": "wizard", "content": "x"}]},
                  {"messages": "hello"}, {"messages": [{"role": "user", "content": "x"}],
                                          "presence_penalty": 9},
-                 {"messages": [{"role": "user", "content": "word " * 700}]}):
+                 {"messages": [{"role": "user", "content": "word " * 700}]},
+                 {"messages": [{"role": "user", "content": "x"}, {"role": "assistant",
+                               "content": "a"}, {"role": "assistant", "content": "b"}]}):
         r = httpx.post(url, json=body, timeout=60)
         assert r.status_code == 400, (body, r.text)
         assert r.json()["error"]["message"]
@@ -313,6 +316,30 @@ def test_bad_chat_requests_get_400(served, client):
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
                                        temperature=5)
     assert e.value.status_code == 400
+
+
+def test_native_n_probs_carry_token_ids(served, ref):
+    """/completion's n_probs: each token and each alternative with its id, the id's
+    text and bytes; the OpenAI answer of the same request carries no ids."""
+    url = served[0].url
+    body = {"prompt": PROMPTS[3], "n_probs": 5, "temperature": 0, "n_predict": 4}
+    for stream in (False, True):
+        r = httpx.post(url + "/completion", json=dict(body, stream=stream), timeout=60)
+        events = [json.loads(x[6:]) for x in r.text.splitlines() if x.startswith("data: ")] \
+            if stream else [r.json()]
+        probs = [p for e in events for p in e.get("completion_probabilities", [])]
+        assert len(probs) == 4
+        for p in probs:
+            assert ref.detokenize([p["id"]]).decode() == p["token"]
+            assert len(p["top_logprobs"]) == 5
+            assert p["id"] == p["top_logprobs"][0]["id"]          # greedy: the likeliest
+            for alt in p["top_logprobs"]:
+                assert bytes(alt["bytes"]) == ref.detokenize([alt["id"]], special=True)
+                assert alt["logprob"] <= 0.0
+    r = httpx.post(url + "/v1/completions", json={"prompt": PROMPTS[3], "logprobs": 2,
+                                                  "max_tokens": 2, "temperature": 0})
+    assert set(r.json()["choices"][0]["logprobs"]) == {"tokens", "text_offset",
+                                                       "token_logprobs", "top_logprobs"}
 
 
 NO_END = {"0": -100, "2": -100, "4": -100}   # SmolLM2's end tokens: never sampled

@@ -255,9 +255,9 @@ def _wrong_rule(sampler, logits, history, draft):
     the draft (the draft then comes out too often)."""
     ids, probs = sampler.candidates(logits, history)
     p_draft = float(probs[ids == draft].sum())
-    if sampler._rng.random() < p_draft:
+    if sampler.rng.random() < p_draft:
         return True, draft
-    return False, spec_decode._draw(sampler._rng, ids, probs)
+    return False, spec_decode._draw(sampler.rng, ids, probs)
 
 
 def test_sampled_tokens_keep_the_target_distribution(tiny, monkeypatch):

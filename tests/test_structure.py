@@ -1,9 +1,16 @@
-"""The package's shape: no import circles between its modules, and every module
-under 400 lines. The import graph is read from the source with ast: every
+"""The package's shape: no import circles between its modules, every module
+under 400 lines, and no module reaching into another's private attributes. The import graph is read from the source with ast: every
 ``import`` / ``from ... import`` of a pyllamakv module, at the top or inside a
 function, except those under ``if TYPE_CHECKING:`` (annotations only).
 
-Run ``python tests/test_structure.py`` to print the graph's circles, if any."""
+A *reach* is ``x._name`` (not a dunder) where x is not ``self``, ``cls`` or
+``super()``, in a module that does not itself define ``_name`` (a def, a
+class, or an assignment to it): ``llm._ctx`` in api/completion.py reads a
+private attribute that llama.py owns. A feature asks the object's public
+surface instead (``llm.sequence``, ``llm.engine``, ``llm.guard``...).
+
+Run ``python tests/test_structure.py`` to print the graph's circles and the
+reaches, if any."""
 from __future__ import annotations
 
 import ast
@@ -79,6 +86,53 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def own_privates(tree: ast.AST) -> set[str]:
+    """The private names a module defines: defs, classes, assigned names and attributes."""
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+            out.add(n.attr)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+    return {x for x in out if x.startswith("_")}
+
+
+def private_reaches(source: str) -> list[str]:
+    """``x._name`` of source that reach into another module's private attributes."""
+    tree = ast.parse(source)
+    own = own_privates(tree)
+    out = []
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.Attribute) and n.attr.startswith("_")
+                and not n.attr.startswith("__") and n.attr not in own):
+            continue
+        v = n.value
+        if isinstance(v, ast.Name) and v.id in ("self", "cls"):
+            continue
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super":
+            continue
+        out.append(f"{n.lineno}: {ast.unparse(n)}")
+    return out
+
+
+def all_reaches() -> dict[str, list[str]]:
+    found = {str(p.relative_to(PKG.parent)): private_reaches(p.read_text())
+             for p in sorted(PKG.rglob("*.py"))}
+    return {k: v for k, v in found.items() if v}
+
+
+def test_reaches_are_found():
+    src = ("class A:\n    def f(self, llm):\n        self._own = 1\n"
+           "        return llm._ctx, llm._own, self._x, super()._g(), llm.__class__\n")
+    assert private_reaches(src) == ["4: llm._ctx"]
+
+
+def test_no_private_reaches():
+    assert all_reaches() == {}
+
+
 def test_graph_sees_imports():
     g = import_graph()
     assert "pyllamakv.core.ffi" in g["pyllamakv.core.native"]
@@ -103,3 +157,6 @@ def test_modules_are_small():
 if __name__ == "__main__":
     for c in circles(import_graph()):
         print(" -> ".join(c))
+    for path, reaches in all_reaches().items():
+        for r in reaches:
+            print(f"{path}:{r}")

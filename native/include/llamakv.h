@@ -122,9 +122,13 @@ typedef enum lkv_arch {
     LKV_ARCH_QWEN3 = 2,   /* per-head q/k rms norms, neox rope */
     LKV_ARCH_QWEN35 = 3,  /* hybrid (Qwen3.5): Gated DeltaNet layers; layer i is gated full
                              attention when (i + 1) % full_attn_interval == 0 */
-    LKV_ARCH_GEMMA3 = 4   /* embeddings scaled by sqrt(n_embd), q/k rms norms, norms after
+    LKV_ARCH_GEMMA3 = 4,  /* embeddings scaled by sqrt(n_embd), q/k rms norms, norms after
                              attention and FFN too, GeGLU (tanh gelu), neox rope; sliding-window
                              local layers beside global ones (swa_* below) */
+    LKV_ARCH_QWEN3MOE = 5, /* qwen3 attention; every layer's FFN a mixture of experts (n_expert
+                             below): softmax router, top n_expert_used, routed SwiGLU experts */
+    LKV_ARCH_QWEN35MOE = 6 /* the qwen35 hybrid layout; every layer's FFN routed experts plus a
+                             shared expert scaled by sigmoid(its gate) */
 } lkv_arch;
 
 typedef struct lkv_model_params {
@@ -135,7 +139,7 @@ typedef struct lkv_model_params {
     int32_t n_head;
     int32_t n_head_kv;
     int32_t head_dim;        /* key/value length per head */
-    int32_t n_ff;
+    int32_t n_ff;            /* FFN width (MoE models: at least n_ff_exp and n_ff_shexp) */
     int32_t n_ctx_train;
     int32_t rope_dim;        /* rotated dims per head (<= head_dim) */
     float rms_eps;
@@ -160,6 +164,17 @@ typedef struct lkv_model_params {
     float rope_freq_base_swa;    /* local layers' rope base (their rope scale is 1); 0: as
                                     rope_freq_base and rope_freq_scale */
     float logit_softcap;         /* > 0: logits = softcap * tanh(logits / softcap); 0: none */
+    /* appended in ABI 8 (mixture of experts: qwen3moe, qwen35moe); 0 elsewhere */
+    int32_t n_expert;            /* routed experts per layer (ffn_*_exps: (.., .., n_expert)) */
+    int32_t n_expert_used;       /* experts each token goes to (top k of the router) */
+    int32_t n_ff_exp;            /* a routed expert's FFN width (<= n_ff) */
+    int32_t n_ff_shexp;          /* the shared expert's FFN width (<= n_ff); 0: none */
+    int32_t expert_weights_norm; /* 1: the top k router probabilities renormalised to sum 1 */
+    float expert_weights_scale;  /* the routing weights' factor; 0 means 1 */
+    int32_t n_cpu_moe;           /* the first n_cpu_moe layers keep their routed experts in host
+                                    memory (not copied to a device), computed on the CPU while
+                                    the device runs the rest (llama.cpp's --n-cpu-moe; >= n_layer:
+                                    all); 0: every expert where the other weights are */
 } lkv_model_params;
 
 /* One tensor, as laid out in the GGUF file. ne[0] is the contiguous
@@ -209,7 +224,8 @@ typedef struct lkv_context_params {
                                 (n_embd floats) instead of its logits (n_vocab floats) */
     int32_t n_state_snapshots; /* hybrid models: recurrent-state snapshots kept for prefix
                                   reuse (default 2; 0: none) */
-    int32_t n_seq_max;       /* sequences the context holds (default 1; hybrid models: 1).
+    int32_t n_seq_max;       /* sequences the context holds (default 1; hybrid models on
+                                CUDA: 1; on the CPU each sequence has its own recurrent state).
                                 Each has n_ctx positions, its own chunk grid and host
                                 store; kv_pool_bytes is one pool shared by all of them */
     int32_t phase_arena;     /* the phase arena (native/src/arena.h): -1 (default) where the
@@ -293,6 +309,11 @@ int32_t lkv_context_restore_point(const lkv_context *c, int32_t n);
  * snapshot (replacing the oldest when all slots are used), so that a later
  * truncate can return here. A no-op for other models or with 0 slots. */
 lkv_status lkv_context_snapshot(lkv_context *c);
+/* The same two for sequence seq (0: the calls above; another: no MTP block). A
+ * snapshot of an id outside [0, n_seq_max) is LKV_ERR_INVALID_ARG; its restore
+ * point is 0. */
+int32_t lkv_context_seq_restore_point(const lkv_context *c, int32_t seq, int32_t n);
+lkv_status lkv_context_seq_snapshot(lkv_context *c, int32_t seq);
 /* MTP drafts (a context made with mtp = 1): `token` is the token the caller
  * chose for position n_tokens; the model's MTP block, fed the trunk's final
  * hidden state at n_tokens - 1, drafts the token after it, then, fed its own
@@ -504,7 +525,7 @@ lkv_status lkv_memory_plan_compute(const lkv_model_params *mp, const lkv_tensor_
 
 /* LKV_CDEF_END */
 
-#define LKV_ABI_VERSION 7
+#define LKV_ABI_VERSION 8
 
 #ifdef __cplusplus
 }

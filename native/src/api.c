@@ -299,6 +299,16 @@ API lkv_status lkv_context_snapshot(lkv_context *c) {
     return lkv_context_keep_snapshot(c);
 }
 
+API int32_t lkv_context_seq_restore_point(const lkv_context *c, int32_t seq, int32_t n) {
+    return c ? lkv_context_seq_restore(c, seq, n) : 0;
+}
+
+API lkv_status lkv_context_seq_snapshot(lkv_context *c, int32_t seq) {
+    lkv_clear_error();
+    if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_snapshot: NULL context");
+    return lkv_context_seq_keep_snapshot(c, seq);
+}
+
 API int64_t lkv_context_recurrent_bytes(const lkv_context *c) {
     return c && c->rs ? (int64_t)lkv_recur_bytes(c->rs) : 0;
 }

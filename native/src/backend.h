@@ -255,6 +255,23 @@ struct lkv_backend {
      * result; returns LKV_ERR_DEVICE as sync does. */
     lkv_status (*pick_greedy)(lkv_bctx *b, const float *logits, int32_t n, const int32_t *bias_ids,
                               const double *bias, int32_t n_bias, int32_t *out);
+
+    /* ---- mixture of experts (moe.c; optional: a backend without moe_topk cannot load
+     * MoE models) ---- */
+    /* per row r of logits (n, n_expert): ids (n, k) the k experts of the largest softmax
+     * probabilities (largest first, ties to the lower id), wts (n, k) their probabilities,
+     * renormalised to sum 1 when norm, times scale */
+    void (*moe_topk)(lkv_bctx *b, int32_t *ids, float *wts, const float *logits, int n,
+                     int n_expert, int k, int norm, float scale);
+    /* out (n, dim): row i = x row rows[i] (rows (n,) in backend memory) */
+    void (*gather_rows)(lkv_bctx *b, float *out, const float *x, const int32_t *rows, int n,
+                        int dim);
+    /* out row rows[i] += w[i] * y row i, i < n, dim wide rows; rows (n,) distinct, rows and
+     * w (n,) in backend memory */
+    void (*scatter_add_rows)(lkv_bctx *b, float *out, const float *y, const int32_t *rows,
+                             const float *w, int n, int dim);
+    /* x (n) = 0 */
+    void (*zero)(lkv_bctx *b, float *x, int64_t n);
 };
 
 extern const lkv_backend lkv_backend_cpu;

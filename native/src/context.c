@@ -12,6 +12,7 @@
 #include "context.h"
 #include "error.h"
 #include "model_api.h"
+#include "moe.h"
 #include "mtp.h"
 #include "quant/types.h"
 
@@ -34,9 +35,6 @@ static lkv_status check_params(const lkv_model *m, const lkv_context_params *p) 
         return lkv_fail(LKV_ERR_INVALID_ARG, "embeddings must be 0 or 1 (got %d)", p->embeddings);
     if (p->n_seq_max < 1 || p->n_seq_max > 4096)
         return lkv_fail(LKV_ERR_INVALID_ARG, "n_seq_max must be in [1, 4096] (got %d)", p->n_seq_max);
-    if (p->n_seq_max > 1 && m->arch->hybrid)
-        return lkv_fail(LKV_ERR_UNSUPPORTED, "n_seq_max = %d: hybrid models (recurrent state) "
-                        "hold one sequence per context", p->n_seq_max);
     if (p->mtp != 0 && p->mtp != 1)
         return lkv_fail(LKV_ERR_INVALID_ARG, "mtp must be 0 or 1 (got %d)", p->mtp);
     if (p->gpu_kernels != 0 && p->gpu_kernels != 1)
@@ -111,7 +109,17 @@ lkv_status lkv_context_build_on(lkv_model *m, const lkv_backend *be, const lkv_c
         lkv_recur_config rc = {m->n_layer_rs, (int64_t)(hp->ssm_conv_kernel - 1) * (int64_t)CD,
                                (int64_t)hp->ssm_n_v_heads * hp->ssm_head_k_dim * hp->ssm_head_v_dim,
                                p.n_state_snapshots};
-        if (!st) st = lkv_recur_create(&c->rs, &rc, c->be, c->b);
+        /* a recurrent state per sequence (the CPU backend's ops take any state pointer;
+           the CUDA backend's captured decode steps hold one: one sequence there) */
+        if (!st && p.n_seq_max > 1 && strcmp(c->be->name, "cpu") != 0)
+            st = lkv_fail(LKV_ERR_UNSUPPORTED, "n_seq_max = %d: hybrid models (recurrent state) "
+                          "hold one sequence per context on the %s backend", p.n_seq_max,
+                          c->be->name);
+        if (!st && !(c->rs_seq = calloc((size_t)p.n_seq_max, sizeof *c->rs_seq)))
+            st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the recurrent states");
+        for (int32_t s = 0; !st && s < p.n_seq_max; s++)
+            st = lkv_recur_create(&c->rs_seq[s], &rc, c->be, c->b);
+        if (!st) c->rs = c->rs_seq[0];
     }
 #undef ALLOC
     if (!st) {
@@ -153,6 +161,7 @@ lkv_status lkv_context_build_on(lkv_model *m, const lkv_backend *be, const lkv_c
     }
     MARK(LKV_PART_MTP);
     if (!st && p.mtp) st = lkv_mtp_create(c, &c->mtp);
+    if (!st) st = lkv_moe_create(c, &c->moe);
     if (st) { lkv_context_destroy(c); return st; }
 
     c->geo = (lkv_attn_desc){
@@ -175,12 +184,14 @@ lkv_status lkv_context_build_on(lkv_model *m, const lkv_backend *be, const lkv_c
 void lkv_context_destroy(lkv_context *c) {
     if (!c) return;
     lkv_mtp_free(c, c->mtp);
+    lkv_moe_free(c, c->moe);
     lkv_kvset_free(c->kvs);
     free(c->kv_local);
     free(c->seq_len);
     free(c->want);
     free(c->groups);
-    lkv_recur_free(c->rs);
+    for (int32_t s = 0; c->rs_seq && s < c->p.n_seq_max; s++) lkv_recur_free(c->rs_seq[s]);
+    free(c->rs_seq);
     lkv_ws_free(c);
     void *bufs[] = {c->logits_dev, c->logits_wide};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -192,14 +203,30 @@ void lkv_context_destroy(lkv_context *c) {
 
 // ------------------------------------------------------------------ recurrent state
 
-/* the trunk's: the largest p <= n that truncate accepts */
-static int32_t trunk_restore(const lkv_context *c, int32_t n) {
+/* sequence seq's trunk: the largest p <= n that truncate accepts */
+static int32_t seq_restore(const lkv_context *c, int32_t seq, int32_t n) {
     if (n < 0) return 0;
     if (!c->rs) {   /* a sliding-window ring cannot go back before its floor */
-        const int32_t p = n < c->seq_len[0] ? n : c->seq_len[0];
-        return p < lkv_kv_restore_floor(lkv_kvset_seq(c->kvs, 0)) ? 0 : p;
+        const int32_t p = n < c->seq_len[seq] ? n : c->seq_len[seq];
+        return p < lkv_kv_restore_floor(lkv_kvset_seq(c->kvs, seq)) ? 0 : p;
     }
-    return lkv_recur_restore_point(c->rs, n, c->seq_len[0]);
+    return lkv_recur_restore_point(c->rs_seq[seq], n, c->seq_len[seq]);
+}
+
+static int32_t trunk_restore(const lkv_context *c, int32_t n) { return seq_restore(c, 0, n); }
+
+int32_t lkv_context_seq_restore(const lkv_context *c, int32_t seq, int32_t n) {
+    if (seq < 0 || seq >= c->n_seq) return 0;
+    return seq == 0 ? lkv_context_restore(c, n) : seq_restore(c, seq, n);
+}
+
+lkv_status lkv_context_seq_keep_snapshot(lkv_context *c, int32_t seq) {
+    if (seq < 0 || seq >= c->n_seq)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "snapshot: sequence id %d is outside [0, n_seq_max "
+                        "= %d)", seq, c->n_seq);
+    if (seq == 0) return lkv_context_keep_snapshot(c);
+    if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
+    return c->rs ? lkv_recur_snapshot(c->rs_seq[seq], c->seq_len[seq]) : LKV_OK;
 }
 
 /* with the MTP block on, also one where the block is in sync after the
@@ -235,7 +262,7 @@ static lkv_status check_state_seq(const lkv_context *c, int32_t seq) {
     return LKV_OK;
 }
 
-/* seq's header; the recurrent state (hybrids, which hold one sequence) is seq 0's */
+/* seq's header (hybrids: its recurrent state after the KV rows) */
 static state_header header_of(const lkv_context *c, int32_t seq) {
     const lkv_model_params *hp = &c->model->hp;
     const int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -280,7 +307,7 @@ lkv_status lkv_context_state_save(lkv_context *c, int32_t seq, void *dst, uint64
         LKV_TRY(lkv_kv_read(kv, l, 1, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_v;
     }
-    if (c->rs) LKV_TRY(lkv_recur_read(c->rs, p));
+    if (c->rs) LKV_TRY(lkv_recur_read(c->rs_seq[seq], p));
     return LKV_OK;
 }
 
@@ -312,7 +339,7 @@ lkv_status lkv_context_state_load(lkv_context *c, int32_t seq, const void *src, 
         LKV_TRY(lkv_kv_write(kv, l, 1, 0, h.n_tokens, p));
         p += h.n_tokens * h.row_bytes_v;
     }
-    if (c->rs) LKV_TRY(lkv_recur_write(c->rs, p));
+    if (c->rs) LKV_TRY(lkv_recur_write(c->rs_seq[seq], p));
     c->seq_len[seq] = h.n_tokens;
     return LKV_OK;
 }

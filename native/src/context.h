@@ -46,7 +46,8 @@ struct lkv_context {
                                 (step graphs record it) */
 
     /* hybrid models (NULL otherwise); nv*dv = VD, conv_dim = CD */
-    lkv_recur *rs;           /* per-sequence recurrent state and its snapshots */
+    lkv_recur *rs;           /* sequence 0's recurrent state and its snapshots (= rs_seq[0]) */
+    lkv_recur **rs_seq;      /* (n_seq) each sequence's (hybrids only) */
     float *qg;               /* (U, 2*n_head*hd) gated attention's q projection */
     float *gate;             /* (U, n_head*hd) its output gate */
     float *rs_qkv, *rs_conv; /* (U, CD) delta-rule q|k|v before and after the conv */
@@ -56,6 +57,7 @@ struct lkv_context {
     lkv_delta_desc delta;
 
     struct lkv_mtp *mtp;     /* the MTP block's cache and inputs (mtp.h), NULL unless p.mtp */
+    struct lkv_moe *moe;     /* the experts' routing buffers (moe.h), NULL without experts */
 
     float *logits;           /* host (logit_rows_host, n_vocab) */
     int32_t logit_rows_host; /* logits_all ? n_batch : 1, n_batch once logits_wide exists */

@@ -90,8 +90,8 @@ static void roll_back(lkv_context *c) {
         if (c->seq_start[s] < 0) continue;
         int32_t back = c->seq_start[s];
         if (c->rs) {   /* the recurrent state moved on: back to the latest usable point */
-            back = lkv_recur_restore_point(c->rs, back, INT32_MAX);
-            lkv_recur_truncate(c->rs, back, -1);
+            back = lkv_recur_restore_point(c->rs_seq[s], back, INT32_MAX);
+            lkv_recur_truncate(c->rs_seq[s], back, -1);
         }
         if (back < lkv_kv_restore_floor(lkv_kvset_seq(c->kvs, s)))
             back = 0;   /* a sliding-window ring (kv/cache.h; its rows suffice for one call) */
@@ -173,7 +173,7 @@ lkv_status lkv_context_seq_set_length(lkv_context *c, int32_t seq, int32_t n) {
     if (n < 0 || n > len)
         return lkv_fail(LKV_ERR_INVALID_ARG, "cannot truncate to %d: the cache of sequence %d "
                         "holds %d positions", n, seq, len);
-    if (c->rs) LKV_TRY(lkv_recur_truncate(c->rs, n, len));
+    if (c->rs) LKV_TRY(lkv_recur_truncate(c->rs_seq[seq], n, len));
     LKV_TRY(lkv_kv_truncate(lkv_kvset_seq(c->kvs, seq), n));
     if (c->mtp) lkv_mtp_truncate(c, n);
     c->seq_len[seq] = n;
@@ -227,9 +227,15 @@ lkv_status lkv_context_copy_seq(lkv_context *c, int32_t src, int32_t dst, int32_
     if (n < 0 || n > c->seq_len[src])
         return lkv_fail(LKV_ERR_INVALID_ARG, "copy: %d positions asked of sequence %d, which holds "
                         "%d", n, src, c->seq_len[src]);
+    if (c->rs && n != 0 && n != c->seq_len[src])
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "copy: a hybrid model's recurrent state is at "
+                        "position %d of sequence %d; copy all of it or none (asked %d)",
+                        c->seq_len[src], src, n);
+    if (c->rs) LKV_TRY(lkv_context_seq_set_length(c, dst, 0));
     c->seq_len[dst] = 0;   /* the destination is emptied first; on failure it stays empty */
     c->n_logit_rows = 0;
     LKV_TRY(lkv_kv_copy(lkv_kvset_seq(c->kvs, dst), lkv_kvset_seq(c->kvs, src), n));
+    if (c->rs && n) LKV_TRY(lkv_recur_copy(c->rs_seq[dst], c->rs_seq[src]));
     c->seq_len[dst] = n;
     return LKV_OK;
 }

@@ -21,6 +21,7 @@
 
 #include "context.h"
 #include "error.h"
+#include "moe.h"
 #include "mtp.h"
 
 /* q, k, v of an attention layer into c->q, c->k, c->v (the K/V rows into
@@ -145,8 +146,11 @@ static lkv_status mixer_attention(lkv_context *c, const lkv_layer_weights *L, co
 }
 
 /* the Gated DeltaNet mixer: c->o (n, n_embd) from h, through this layer's
- * recurrent state: qkv -> conv + silu -> delta rule -> gated norm -> ssm_out */
-static void mixer_delta(lkv_context *c, const lkv_layer_weights *L, int n) {
+ * recurrent state: qkv -> conv + silu -> delta rule -> gated norm -> ssm_out;
+ * the conv and the delta rule run per sequence (each run of the micro-batch
+ * through its own sequence's state), the projections on all rows at once */
+static void mixer_delta(lkv_context *c, const lkv_layer_weights *L, const lkv_ubatch *ub) {
+    const int n = ub->n;
     const lkv_backend *be = c->be;
     const lkv_model_params *hp = &c->model->hp;
     const lkv_delta_desc *d = &c->delta;
@@ -156,10 +160,18 @@ static void mixer_delta(lkv_context *c, const lkv_layer_weights *L, int n) {
     float *ba[2] = {c->rs_beta, c->rs_alpha};
     const lkv_weight *wba[2] = {&L->ssm_beta, &L->ssm_alpha};
     be->matmul(c->b, ba, c->h, wba, 2, n);
-    be->ssm_conv(c->b, c->rs_conv, c->rs_qkv, lkv_recur_conv(c->rs, L->rs_layer), &L->ssm_conv,
-                 n, d->stride);
-    be->delta_rule(c->b, c->rs_out, c->rs_conv, c->rs_beta, c->rs_alpha, &L->ssm_a, &L->ssm_dt,
-                   lkv_recur_delta(c->rs, L->rs_layer), d, n);
+    const size_t CD = (size_t)d->stride, VD = (size_t)d->n_v_heads * d->head_v_dim,
+                 nv = (size_t)d->n_v_heads;
+    for (int32_t g = 0; g < ub->n_groups; g++) {
+        const lkv_group *gr = &ub->groups[g];
+        lkv_recur *rs = c->rs_seq ? c->rs_seq[gr->seq] : c->rs;
+        const size_t r = (size_t)gr->row0;
+        be->ssm_conv(c->b, c->rs_conv + r * CD, c->rs_qkv + r * CD,
+                     lkv_recur_conv(rs, L->rs_layer), &L->ssm_conv, gr->n, d->stride);
+        be->delta_rule(c->b, c->rs_out + r * VD, c->rs_conv + r * CD, c->rs_beta + r * nv,
+                       c->rs_alpha + r * nv, &L->ssm_a, &L->ssm_dt,
+                       lkv_recur_delta(rs, L->rs_layer), d, gr->n);
+    }
     be->rmsnorm_gated(c->b, c->rs_out, c->rs_out, &L->ssm_norm, c->rs_z, n * d->n_v_heads,
                       d->head_v_dim, hp->rms_eps);
     float *o1[1] = {c->o};
@@ -179,6 +191,24 @@ static void add_norm(lkv_context *c, float *y, const lkv_weight *w, int n) {
     }
 }
 
+/* the dense FFN: c->o (n, n_embd) from h */
+static void ffn_dense(lkv_context *c, const lkv_layer_weights *L, int n) {
+    const lkv_backend *be = c->be;
+    const int64_t nf = (int64_t)n * c->model->hp.n_ff;
+    const bool gemma = c->model->arch->gemma;
+    if (gemma || !be->matmul_swiglu ||
+        !be->matmul_swiglu(c->b, c->ffn_g, c->h, &L->w_gate, &L->w_up, n)) {
+        float *gu[2] = {c->ffn_g, c->ffn_u};
+        const lkv_weight *wgu[2] = {&L->w_gate, &L->w_up};
+        be->matmul(c->b, gu, c->h, wgu, 2, n);
+        if (gemma) be->geglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, nf);
+        else be->swiglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, nf);
+    }
+    float *o1[1] = {c->o};
+    const lkv_weight *wd[1] = {&L->w_down};
+    be->matmul(c->b, o1, c->ffn_g, wd, 1, n);
+}
+
 /* One block L. On entry h = rmsnorm(x) * L's attn_norm; on exit x holds the
  * block's output and h = rmsnorm(x) * next_norm (next_norm NULL: h is
  * scratch). own: the cache of a block outside the trunk (the MTP block,
@@ -194,21 +224,10 @@ lkv_status lkv_forward_block(lkv_context *c, const lkv_layer_weights *L, const l
         return LKV_OK;
     }
     if (L->kv_layer >= 0) LKV_TRY(mixer_attention(c, L, ub, own));
-    else mixer_delta(c, L, n);
+    else mixer_delta(c, L, ub);
     add_norm(c, c->o, &L->ffn_norm, n);
-
-    const bool gemma = c->model->arch->gemma;
-    if (gemma || !be->matmul_swiglu ||
-        !be->matmul_swiglu(c->b, c->ffn_g, c->h, &L->w_gate, &L->w_up, n)) {
-        float *gu[2] = {c->ffn_g, c->ffn_u};
-        const lkv_weight *wgu[2] = {&L->w_gate, &L->w_up};
-        be->matmul(c->b, gu, c->h, wgu, 2, n);
-        if (gemma) be->geglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, (int64_t)n * hp->n_ff);
-        else be->swiglu(c->b, c->ffn_g, c->ffn_g, c->ffn_u, (int64_t)n * hp->n_ff);
-    }
-    float *o1[1] = {c->o};
-    const lkv_weight *wd[1] = {&L->w_down};
-    be->matmul(c->b, o1, c->ffn_g, wd, 1, n);
+    if (c->model->arch->moe) LKV_TRY(lkv_moe_ffn(c, L, n));   /* moe.c: routed experts */
+    else ffn_dense(c, L, n);
     if (L->ffn_post_norm.data)
         be->rmsnorm(c->b, c->o, c->o, &L->ffn_post_norm, n, hp->n_embd, hp->rms_eps);
     if (next_norm) add_norm(c, c->o, next_norm, n);
@@ -255,6 +274,7 @@ static void output_head(lkv_context *c, const lkv_ubatch *ub) {
 static int graph_key(const lkv_context *c, const lkv_ubatch *ub, uint64_t *key) {
     const int32_t n = ub->n, logit_lo = n - ub->n_want;
     if (!c->be->step_begin || ub->n_groups != 1 || n > 8 || ub->n_want == 0) return 0;
+    if (c->model->arch->moe) return 0;   /* moe.c syncs mid-step (the picks go to the host) */
     const lkv_group *g = &ub->groups[0];
     if (lkv_kv_streaming(lkv_kvset_seq(c->kvs, g->seq))) return 0;
     for (int32_t r = logit_lo; r < n; r++)

@@ -16,12 +16,14 @@
 // ------------------------------------------------------------------ architectures
 
 static const lkv_arch_traits ARCHS[] = {
-    //                  name      neox   qkv_b  qk_n   q_gate hybrid ffn norm              gemma
-    [LKV_ARCH_LLAMA]  = {"llama",  false, false, false, false, false, "ffn_norm",            false},
-    [LKV_ARCH_QWEN2]  = {"qwen2",  true,  true,  false, false, false, "ffn_norm",            false},
-    [LKV_ARCH_QWEN3]  = {"qwen3",  true,  false, true,  false, false, "ffn_norm",            false},
-    [LKV_ARCH_QWEN35] = {"qwen35", true,  false, true,  true,  true,  "post_attention_norm", false},
-    [LKV_ARCH_GEMMA3] = {"gemma3", true,  false, true,  false, false, "ffn_norm",            true},
+    //        name        neox   qkv_b  qk_n   q_gate hybrid ffn norm              gemma  moe    shexp
+    [LKV_ARCH_LLAMA]     = {"llama",     false, false, false, false, false, "ffn_norm",            false, false, false},
+    [LKV_ARCH_QWEN2]     = {"qwen2",     true,  true,  false, false, false, "ffn_norm",            false, false, false},
+    [LKV_ARCH_QWEN3]     = {"qwen3",     true,  false, true,  false, false, "ffn_norm",            false, false, false},
+    [LKV_ARCH_QWEN35]    = {"qwen35",    true,  false, true,  true,  true,  "post_attention_norm", false, false, false},
+    [LKV_ARCH_GEMMA3]    = {"gemma3",    true,  false, true,  false, false, "ffn_norm",            true,  false, false},
+    [LKV_ARCH_QWEN3MOE]  = {"qwen3moe",  true,  false, true,  false, false, "ffn_norm",            false, true,  false},
+    [LKV_ARCH_QWEN35MOE] = {"qwen35moe", true,  false, true,  true,  true,  "post_attention_norm", false, true,  true},
 };
 
 /* sliding-window models: layer il is local unless (il + 1) % swa_pattern == 0 */
@@ -88,6 +90,55 @@ static lkv_status bind(const tensor_set *ts, const char *name, lkv_weight *w, in
     return LKV_OK;
 }
 
+/* Binds a 3-D tensor of n_mat matrices (cols, rows) each, ggml shape [cols, rows, n_mat], into
+ * *w as one matrix of n_mat * rows rows (the experts stacked: moe.c views matrix e). */
+static lkv_status bind3(const tensor_set *ts, const char *name, lkv_weight *w, int64_t cols,
+                        int64_t rows, int64_t n_mat) {
+    const lkv_tensor_desc *d = find(ts, name);
+    if (d && (d->n_dims != 3 || d->ne[0] != cols || d->ne[1] != rows || d->ne[2] != n_mat))
+        return lkv_fail(LKV_ERR_SHAPE, "tensor '%s' has shape [%lld, %lld, %lld] (%d dims), "
+                        "expected [%lld, %lld, %lld]", name, (long long)d->ne[0],
+                        (long long)(d->n_dims > 1 ? d->ne[1] : 1),
+                        (long long)(d->n_dims > 2 ? d->ne[2] : 1), (int)d->n_dims,
+                        (long long)cols, (long long)rows, (long long)n_mat);
+    if (!d) return lkv_fail(LKV_ERR_SHAPE, "missing tensor '%s'", name);
+    lkv_tensor_desc flat = *d;   /* the stacked view: [cols, n_mat * rows] */
+    flat.n_dims = 2;
+    flat.ne[1] = rows * n_mat;
+    flat.ne[2] = flat.ne[3] = 1;
+    tensor_set one = {&flat, 1};
+    return bind(&one, name, w, cols, rows * n_mat, false);
+}
+
+/* The routed experts of layer `il` and, where the arch has one, its shared expert. */
+static lkv_status bind_moe(const tensor_set *ts, const lkv_model_params *hp,
+                           const lkv_arch_traits *a, int il, lkv_layer_weights *L) {
+    char nm[96];
+    const int64_t E = hp->n_embd, X = hp->n_expert, Fe = hp->n_ff_exp, Fs = hp->n_ff_shexp;
+#define N(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix), nm)
+    LKV_TRY(bind(ts, N("ffn_gate_inp.weight"), &L->moe_router, E, X, false));
+    if (find(ts, N("ffn_gate_up_exps.weight"))) {   /* fused gate and up (llama.cpp reads both) */
+        LKV_TRY(bind3(ts, nm, &L->exp_gate_up, E, 2 * Fe, X));
+    } else {
+        LKV_TRY(bind3(ts, N("ffn_gate_exps.weight"), &L->exp_gate, E, Fe, X));
+        LKV_TRY(bind3(ts, N("ffn_up_exps.weight"), &L->exp_up, E, Fe, X));
+    }
+    LKV_TRY(bind3(ts, N("ffn_down_exps.weight"), &L->exp_down, Fe, E, X));
+    if (!L->exp_gate_up.data && L->exp_gate.type != L->exp_up.type)
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "blk.%d: ffn_gate_exps is %s but ffn_up_exps is %s; "
+                        "the experts' gate and up must have one type", il,
+                        lkv_type_traits(L->exp_gate.type)->name,
+                        lkv_type_traits(L->exp_up.type)->name);
+    if (a->shared_expert) {
+        LKV_TRY(bind(ts, N("ffn_gate_inp_shexp.weight"), &L->sh_gate_inp, E, 1, false));
+        LKV_TRY(bind(ts, N("ffn_gate_shexp.weight"), &L->sh_gate, E, Fs, false));
+        LKV_TRY(bind(ts, N("ffn_up_shexp.weight"), &L->sh_up, E, Fs, false));
+        LKV_TRY(bind(ts, N("ffn_down_shexp.weight"), &L->sh_down, Fs, E, false));
+    }
+#undef N
+    return LKV_OK;
+}
+
 /* The attention and FFN weights of layer `il` (blk.<il>.*), or for a Gated
  * DeltaNet layer of a hybrid its mixer's weights instead of attention's. */
 static lkv_status bind_layer(const tensor_set *ts, const lkv_model_params *hp,
@@ -129,6 +180,7 @@ static lkv_status bind_layer(const tensor_set *ts, const lkv_model_params *hp,
     char nm_ffn[64];
     snprintf(nm_ffn, sizeof nm_ffn, "%s.weight", a->ffn_norm_name);
     B(ffn_norm, nm_ffn, E, 0, false);
+    if (a->moe) return bind_moe(ts, hp, a, il, L);
     B(w_gate, "ffn_gate.weight", E, F, false);
     B(w_up, "ffn_up.weight", E, F, false);
     B(w_down, "ffn_down.weight", F, E, false);
@@ -180,6 +232,31 @@ static lkv_status check_hybrid(const lkv_model_params *p) {
     return LKV_OK;
 }
 
+/* mixture-of-experts hyper-parameters */
+static lkv_status check_moe(const lkv_model_params *p, const lkv_arch_traits *a) {
+    if (p->n_expert < 1 || p->n_expert > LKV_MOE_MAX_EXPERTS)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_expert %d must be in [1, %d]", p->n_expert,
+                        LKV_MOE_MAX_EXPERTS);
+    if (p->n_expert_used < 1 || p->n_expert_used > p->n_expert || p->n_expert_used > LKV_MOE_MAX_USED)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_expert_used %d must be in [1, min(n_expert=%d, %d)]",
+                        p->n_expert_used, p->n_expert, LKV_MOE_MAX_USED);
+    if (p->n_ff_exp < 1 || p->n_ff_exp > p->n_ff)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_ff_exp %d must be in [1, n_ff=%d]", p->n_ff_exp,
+                        p->n_ff);
+    if (a->shared_expert ? p->n_ff_shexp < 1 || p->n_ff_shexp > p->n_ff : p->n_ff_shexp != 0)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_ff_shexp %d must be %s", p->n_ff_shexp,
+                        a->shared_expert ? "in [1, n_ff]" : "0 (this architecture has no shared "
+                        "expert)");
+    if (p->n_cpu_moe < 0)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "n_cpu_moe must be >= 0 (got %d)", p->n_cpu_moe);
+    if (p->expert_weights_norm != 0 && p->expert_weights_norm != 1)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "expert_weights_norm must be 0 or 1 (got %d)",
+                        p->expert_weights_norm);
+    if (!(p->expert_weights_scale >= 0.0f) || p->expert_weights_scale > 1e30f)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "expert_weights_scale must be finite and >= 0 (0: 1)");
+    return LKV_OK;
+}
+
 // ------------------------------------------------------------------ create / free
 
 static lkv_status check_params(const lkv_model_params *p) {
@@ -214,12 +291,18 @@ static lkv_status check_params(const lkv_model_params *p) {
     if (p->swa_window < 0 || p->swa_pattern < 0)
         return lkv_fail(LKV_ERR_INVALID_ARG, "swa_window %d and swa_pattern %d must be >= 0",
                         p->swa_window, p->swa_pattern);
+    if (ARCHS[p->arch].moe) LKV_TRY(check_moe(p, &ARCHS[p->arch]));
     if (ARCHS[p->arch].hybrid) return check_hybrid(p);
     return LKV_OK;
 }
 
 static void add_bytes(lkv_weight *w, void *ud) {
     if (w->data) *(int64_t *)ud += (int64_t)(w->row_bytes * w->rows);
+}
+
+/* the bytes a device backend leaves in host memory (n_cpu_moe's experts) */
+static void add_host_bytes(lkv_weight *w, void *ud) {
+    if (w->data && w->host) *(int64_t *)ud += (int64_t)(w->row_bytes * w->rows);
 }
 
 void lkv_model_foreach_weight(struct lkv_model *m, void (*fn)(lkv_weight *w, void *ud), void *ud) {
@@ -232,7 +315,10 @@ void lkv_model_foreach_weight(struct lkv_model *m, void (*fn)(lkv_weight *w, voi
         lkv_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
                             &L->bv, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up,
                             &L->w_down, &L->attn_post_norm, &L->ffn_post_norm, &L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha,
-                            &L->ssm_conv, &L->ssm_a, &L->ssm_dt, &L->ssm_norm, &L->ssm_out};
+                            &L->ssm_conv, &L->ssm_a, &L->ssm_dt, &L->ssm_norm, &L->ssm_out,
+                            &L->moe_router, &L->exp_gate, &L->exp_up, &L->exp_down,
+                            &L->exp_gate_up,
+                            &L->sh_gate_inp, &L->sh_gate, &L->sh_up, &L->sh_down};
         for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) fn(ws[k], ud);
     }
     for (int i = 0; i < m->hp.n_nextn; i++) {
@@ -265,6 +351,14 @@ lkv_status lkv_model_backend(const lkv_model_params *p, const lkv_backend **out)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "%s models on the %s backend: its kernels are built "
                         "but have not yet run on a GPU; use device='cpu', or set %s=1 to try them",
                         ARCHS[p->arch].name, be->name, LKV_UNVERIFIED_ENV);
+    if (ARCHS[p->arch].moe && !be->moe_topk)
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "the %s backend has no mixture-of-experts layers "
+                        "yet, so it cannot run %s models; use device='cpu'", be->name,
+                        ARCHS[p->arch].name);
+    if (ARCHS[p->arch].moe && be != &lkv_backend_cpu && !lkv_unverified_on())   /* cuda/moe.cu */
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "%s models on the %s backend: its mixture-of-experts "
+                        "ops are built but have not yet run on a GPU; use device='cpu', or set "
+                        "%s=1 to try them", ARCHS[p->arch].name, be->name, LKV_UNVERIFIED_ENV);
     *out = be;
     return LKV_OK;
 }
@@ -301,10 +395,15 @@ lkv_status lkv_model_build(const lkv_model_params *p, const lkv_tensor_desc *ten
         L->kv_layer = attn ? m->n_layer_kv++ : -1;
         L->swa = attn && is_swa(p, i);
         L->rs_layer = attn ? -1 : m->n_layer_rs++;
+        if (i < p->n_cpu_moe)   /* its routed experts stay in host memory (moe.h) */
+            L->exp_gate.host = L->exp_up.host = L->exp_down.host = L->exp_gate_up.host = true;
     }
     for (int i = 0; i < p->n_nextn; i++)
         if ((st = bind_nextn(&ts, p, m->arch, i, &m->nextn[i]))) goto fail;
     lkv_model_foreach_weight(m, add_bytes, &m->weight_bytes);
+    int64_t host_bytes = 0;   /* on a device backend, not held on the device */
+    if (p->device != LKV_DEVICE_CPU) lkv_model_foreach_weight(m, add_host_bytes, &host_bytes);
+    m->weight_bytes -= host_bytes;
     m->be = be;
     if ((st = be->model_init(m))) { m->be = NULL; goto fail; }
     *out = m;

@@ -18,6 +18,9 @@
 
 struct lkv_backend;
 
+#define LKV_MOE_MAX_EXPERTS 1024   /* routed experts per layer */
+#define LKV_MOE_MAX_USED 64        /* experts per token */
+
 typedef struct lkv_weight {
     int32_t type;
     int64_t rows;        /* output features (ne[1]); 1 for vectors */
@@ -25,6 +28,8 @@ typedef struct lkv_weight {
     size_t row_bytes;    /* bytes of one row in `type` */
     const void *data;    /* host bytes, rows * row_bytes; NULL if absent */
     void *dev;           /* backend copy (device backends), else NULL */
+    bool host;           /* kept in host memory even on a device backend (n_cpu_moe's experts):
+                            no dev copy; computed by the CPU */
 } lkv_weight;
 
 /* What distinguishes one architecture from another inside the one forward. */
@@ -40,6 +45,8 @@ typedef struct lkv_arch_traits {
     bool gemma;          /* gemma3: embeddings * sqrt(n_embd); rms norms on the attention and
                             FFN outputs (post_attention_norm, post_ffw_norm) before each
                             residual add; GeGLU (tanh gelu) instead of SwiGLU */
+    bool moe;            /* every layer's FFN is routed experts (moe.c) instead of one SwiGLU */
+    bool shared_expert;  /* beside the routed experts a shared one, scaled by sigmoid(its gate) */
 } lkv_arch_traits;
 
 typedef struct lkv_layer_weights {
@@ -66,6 +73,19 @@ typedef struct lkv_layer_weights {
     lkv_weight ssm_dt;               /* (nv,) f32: dt bias */
     lkv_weight ssm_norm;             /* (dv,) f32 gated rms norm weight */
     lkv_weight ssm_out;              /* (n_embd, nv*dv) */
+
+    /* mixture of experts (arch->moe), with X = n_expert, Fe = n_ff_exp, Fs = n_ff_shexp; the
+     * 3-D expert tensors are held as matrices of X stacked experts (expert e: rows
+     * [e*rows/X, (e+1)*rows/X), moe.c) */
+    lkv_weight moe_router;           /* (X, n_embd) ffn_gate_inp: the router's logits */
+    lkv_weight exp_gate, exp_up;     /* (X*Fe, n_embd) ffn_gate_exps, ffn_up_exps */
+    lkv_weight exp_down;             /* (X*n_embd, Fe) ffn_down_exps */
+    lkv_weight exp_gate_up;          /* (X*2*Fe, n_embd) ffn_gate_up_exps, in files with the two
+                                        fused (then exp_gate, exp_up absent): expert e's gate
+                                        rows, then its up rows */
+    lkv_weight sh_gate_inp;          /* (1, n_embd) ffn_gate_inp_shexp: the shared expert's gate */
+    lkv_weight sh_gate, sh_up;       /* (Fs, n_embd) ffn_gate_shexp, ffn_up_shexp */
+    lkv_weight sh_down;              /* (n_embd, Fs) ffn_down_shexp */
 } lkv_layer_weights;
 
 /* One MTP (nextn) block: a full-attention layer fed with

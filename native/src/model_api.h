@@ -53,6 +53,9 @@ lkv_status lkv_context_seq_set_length(lkv_context *c, int32_t seq, int32_t n);
 lkv_status lkv_context_copy_seq(lkv_context *c, int32_t src, int32_t dst, int32_t n);
 int32_t lkv_context_restore(const lkv_context *c, int32_t n);
 lkv_status lkv_context_keep_snapshot(lkv_context *c);
+/* the same for sequence seq (0: the calls above) */
+int32_t lkv_context_seq_restore(const lkv_context *c, int32_t seq, int32_t n);
+lkv_status lkv_context_seq_keep_snapshot(lkv_context *c, int32_t seq);
 lkv_status lkv_context_state_bytes(const lkv_context *c, int32_t seq, uint64_t *size);
 lkv_status lkv_context_state_save(lkv_context *c, int32_t seq, void *dst, uint64_t size);
 lkv_status lkv_context_state_load(lkv_context *c, int32_t seq, const void *src, uint64_t size);

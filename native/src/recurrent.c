@@ -149,6 +149,12 @@ lkv_status lkv_recur_snapshot(lkv_recur *r, int32_t pos) {
     return r->be->sync(r->b);
 }
 
+lkv_status lkv_recur_copy(lkv_recur *dst, lkv_recur *src) {
+    dst->be->copy_d2d(dst->b, dst->live, src->live, dst->bytes);
+    drop_after(dst, -1);
+    return dst->be->sync(dst->b);
+}
+
 lkv_status lkv_recur_read(lkv_recur *r, void *dst) {
     r->be->download(r->b, dst, r->live, r->bytes);
     return r->be->sync(r->b);

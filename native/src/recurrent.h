@@ -40,6 +40,8 @@ int32_t lkv_recur_restore_point(const lkv_recur *r, int32_t n, int32_t n_tokens)
 lkv_status lkv_recur_truncate(lkv_recur *r, int32_t n, int32_t n_tokens);
 /* keep the live state as the snapshot of position pos */
 lkv_status lkv_recur_snapshot(lkv_recur *r, int32_t pos);
+/* dst's live state becomes src's (same config); dst's snapshots are dropped */
+lkv_status lkv_recur_copy(lkv_recur *dst, lkv_recur *src);
 /* the live state to / from host memory (lkv_recur_bytes); loading drops the snapshots */
 lkv_status lkv_recur_read(lkv_recur *r, void *dst);
 lkv_status lkv_recur_write(lkv_recur *r, const void *src);

@@ -55,29 +55,40 @@ class StopScanner:
 
 class LogprobTracker:
     """llama-cpp-python's logprobs lists (tokens, text_offset, token_logprobs,
-    top_logprobs) for the tokens of a completion; inert when n is None."""
+    top_logprobs) for the tokens of a completion; inert when n is None. With ids
+    also token_ids and top_ids ({id: logprob} per token, the ids the text keys
+    of top_logprobs lose: llama-server's n_probs answer, server/native.py)."""
 
-    def __init__(self, tokenizer: Tokenizer, n: int | None) -> None:
-        self.tokenizer, self.n, self.offset = tokenizer, n, 0
+    def __init__(self, tokenizer: Tokenizer, n: int | None, ids: bool = False) -> None:
+        self.tokenizer, self.n, self.offset, self.ids = tokenizer, n, 0, ids
 
     def _text(self, token: int) -> str:
         return self.tokenizer.decode([token]).decode("utf-8", "ignore")
 
     def _lists(self, entries) -> dict:
         out = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+        if self.ids:
+            out.update(token_ids=[], top_ids=[])
         for token, raw_len, logits in entries:
             out["tokens"].append(self._text(token))
             out["text_offset"].append(self.offset)
             self.offset += raw_len
+            if self.ids:
+                out["token_ids"].append(int(token))
             if logits is None:
                 out["token_logprobs"].append(None)
                 out["top_logprobs"].append(None)
+                if self.ids:
+                    out["top_ids"].append(None)
                 continue
             logp = log_softmax(logits)
-            top = {self._text(i): lp for i, lp in top_logprobs(logits, self.n)}
+            best = top_logprobs(logits, self.n)
+            top = {self._text(i): lp for i, lp in best}
             top[self._text(token)] = float(logp[token])
             out["token_logprobs"].append(float(logp[token]))
             out["top_logprobs"].append(top)
+            if self.ids:
+                out["top_ids"].append({int(i): lp for i, lp in best})
         return out
 
     def start_after(self, prompt: Sequence[int]) -> None:
@@ -104,7 +115,7 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     stopping_criteria: llama-cpp-python's f(input_ids, logits) -> bool (or a list
     of them), asked for each sampled token before it is emitted, with the ids and
     logits it was sampled after; True ends the completion ("stop") without it."""
-    n_ctx = llm._n_ctx
+    n_ctx = llm.n_ctx()
     if len(prompt) == 0:
         raise ParameterError("the prompt is empty")
     if len(prompt) >= n_ctx:
@@ -120,33 +131,36 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     scanner, decoder = StopScanner(stops), incremental_decoder(llm.tokenizer)
     ends = set(llm.tokenizer.eog_ids) | set(stop_ids)
-    lp = LogprobTracker(llm.tokenizer, logprobs)
+    lp = LogprobTracker(llm.tokenizer, logprobs, getattr(llm, "logprob_ids", False))
     if not echo:     # offsets count from the prompt's start, as llama-cpp-python's
         lp.start_after(prompt)
 
     greedy_ahead = logprobs is None and stopping_criteria is None   # nothing reads the logits
-    tokens = (llm._generate(prompt, sampler, limit=max_tokens, ends=sorted(ends)) if greedy_ahead
-              else llm._generate(prompt, sampler))
-    first = next(tokens)                       # prefill, then the first sample
+    tokens = (llm.token_stream(prompt, sampler, limit=max_tokens, ends=sorted(ends))
+              if greedy_ahead else llm.token_stream(prompt, sampler))
+    first = next(tokens, None)   # prefill, then the first sample (None: cancelled)
     if echo:
         text = incremental_decoder(llm.tokenizer).feed(prompt)
-        yield Piece(text, lp.prompt(prompt, llm._hist.scores()))
+        yield Piece(text, lp.prompt(prompt, llm.sequence.scores()))
     reason, hit, token = "length", False, first
     while True:
-        if token in ends or (stopping_criteria is not None
-                             and stop_asked(stopping_criteria, llm._hist)):
+        if token is None or token in ends or (stopping_criteria is not None
+                             and stop_asked(stopping_criteria, llm.sequence)):
             reason = "stop"
             break
         usage.completion_tokens += 1
         raw = decoder.feed(token)
         text, hit = scanner.feed(raw)
-        yield Piece(text, lp.token(token, raw, llm._hist.last_logits()) if logprobs is not None else None)
+        # (the logits it was sampled from; read only when asked: a prompt list's
+        # sequence has its token's decode queued, which a read would run alone)
+        yield Piece(text, lp.token(token, raw, llm.sequence.last_logits()) if logprobs
+                    is not None else None)
         if hit:
             reason = "stop"
             break
         if usage.completion_tokens >= max_tokens:
             break
-        token = next(tokens)
+        token = next(tokens, None)
     tokens.close()
     tail = ""
     if not hit:   # release what was held back: no stop string came
@@ -166,5 +180,5 @@ def run_pieces(llm: "Llama", make_pieces: Callable[[], Iterator[Piece]], stream:
         pieces = make_pieces()
         return itertools.chain([next(pieces)], pieces)
     if stream:
-        return llm._guard.stream(lambda: shape_stream(start()))
-    return llm._guard.call(lambda: shape_full(start()))
+        return llm.guard.stream(lambda: shape_stream(start()))
+    return llm.guard.call(lambda: shape_full(start()))

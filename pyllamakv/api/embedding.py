@@ -74,8 +74,7 @@ def embed(llm: "Llama", input, normalize: bool = False, truncate: bool = True,
         total += len(tokens)
         llm.reset()
         try:
-            llm._ctx.decode(tokens)
-            rows = llm._ctx.logits()                 # (n_tokens, n_embd)
+            rows = llm.sequence.eval_rows(tokens)    # (n_tokens, n_embd)
         finally:
             llm.reset()
         out.append(_pool(rows, llm.pooling_type(), normalize))

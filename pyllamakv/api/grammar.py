@@ -215,7 +215,7 @@ class _Vocab:
     tokenize function."""
 
     def __init__(self, tokenizer, n_vocab: int) -> None:
-        pieces = tokenizer._pieces
+        pieces = tokenizer.pieces
         self.tokens = [(b"\xff" + pieces[i]) if tokenizer.is_special(i) else pieces[i]
                        for i in range(tokenizer.n_vocab)]
         self.tokens += [b""] * (n_vocab - len(self.tokens))

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..engine.history import common_prefix
+from ..engine.sequence import common_prefix
 from ..engine.sampling import Sampler, SamplingParams
 from ..errors import ParameterError, ParameterTypeError
 from .grammar import GrammarConstraint, LlamaGrammar

@@ -36,7 +36,7 @@ def sampling_args(args: dict) -> dict:
 
 
 class OpenAIMethods:
-    def _prompt_tokens(self, prompt: str | bytes | Sequence[int]) -> list[int]:
+    def prompt_tokens(self, prompt: str | bytes | Sequence[int]) -> list[int]:
         if isinstance(prompt, (str, bytes)):
             return self.tokenizer.encode(prompt.encode() if isinstance(prompt, str) else prompt,
                                          add_bos=True, special=True, max_tokens=self._n_ctx)
@@ -61,10 +61,10 @@ class OpenAIMethods:
             args = sampling_args(locals())
             return complete_prompts(self, prompt, c, lambda: self.sampler(**args),
                                     model or self.model_path, stopping_criteria)
-        tokens = self._prompt_tokens(prompt)
+        tokens = self.prompt_tokens(prompt)
         sampler = self.sampler(**sampling_args(locals()))
         usage, name, lp = Usage(), model or self.model_path, c.logprobs is not None
-        self._from_cache(tokens)
+        self.load_cached_prefix(tokens)
         return run_pieces(
             self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, c.stop, c.echo,
                                             c.logprobs, sampler,
@@ -124,7 +124,7 @@ class OpenAIMethods:
         sampler = self.sampler(**sampling_args(locals()))
         n_lp = (c.logprobs or 0) if logprobs else None
         usage, name = Usage(), model or self.model_path
-        self._from_cache(tokens)
+        self.load_cached_prefix(tokens)
         if plan is not None:     # the reply parsed for tool calls (streamed: tool_stream.py)
             return run_pieces(
                 self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,

@@ -3,8 +3,8 @@ one choice per prompt, choice i (``index`` i) for prompt i, and one usage
 summing them all.
 
 With ``Llama(n_seq_max=N)``, N > 1, up to N prompts run at once, each as a
-sequence of the Llama's one context (lanes.py): their prefills and their
-decode steps go through batched decodes. Prompt i takes sequence i of its
+sequence of the Llama's engine (``Llama.on_sequence``): their decode steps
+and prefills go through the engine's scheduler together (engine/scheduler.py). Prompt i takes sequence i of its
 group, sequence 0 being the Llama's own, so afterwards the Llama holds the
 first prompt of the last group and its completion, and each other sequence
 its own (kept for the next list's prefixes). With n_seq_max = 1, logits_all
@@ -22,7 +22,6 @@ from typing import Any, Callable, Iterator
 
 from .completion import completion_pieces
 from ..config import CompletionConfig
-from ..engine.lanes import Lane, Stepper, lane_history, own_sequence_history
 from .response import Piece, Usage, completion_chunks, completion_response
 
 
@@ -35,7 +34,7 @@ def is_prompt_list(prompt: Any) -> bool:
 def complete_prompts(llm, prompts: list, c: CompletionConfig, make_sampler: Callable,
                      name: str, stopping_criteria=None):
     """The completion dict (or with c.stream the chunks) of every prompt."""
-    tokens = [llm._prompt_tokens(p) for p in prompts]
+    tokens = [llm.prompt_tokens(p) for p in prompts]
     samplers = [make_sampler() for _ in tokens]
     usages = [Usage() for _ in tokens]
     lp = c.logprobs is not None
@@ -49,7 +48,7 @@ def complete_prompts(llm, prompts: list, c: CompletionConfig, make_sampler: Call
         def start() -> Iterator[dict]:
             chunks = _chunks(llm, groups, tokens, pieces, name, usages, lp)
             return itertools.chain([next(chunks)], chunks)
-        return llm._guard.stream(start)
+        return llm.guard.stream(start)
 
     def full() -> dict:
         out: list[list[Piece]] = [[] for _ in tokens]
@@ -58,13 +57,13 @@ def complete_prompts(llm, prompts: list, c: CompletionConfig, make_sampler: Call
                 out[i].append(piece)
         return _merge([completion_response(iter(out[i]), name, usages[i], lp)
                        for i in range(len(tokens))], usages)
-    return llm._guard.call(full)
+    return llm.guard.call(full)
 
 
 def _groups(llm, n: int, batchable: bool) -> list[range]:
     cfg = llm.config
     width = cfg.n_seq_max if (batchable and cfg.n_seq_max > 1 and not cfg.logits_all and n > 1
-                              and hasattr(llm._ctx, "decode_batch")) else 1
+                              and not llm.engine.shared) else 1
     return [range(a, min(n, a + width)) for a in range(0, n, width)]
 
 
@@ -73,18 +72,12 @@ def _run_group(llm, group: range, tokens: list, make) -> Iterator[tuple[int, Any
     i) gives prompt i's pieces or chunks; one item of each prompt in turn."""
     if len(group) == 1:                  # the Llama's own path: prompt cache, speculation
         i = group[0]
-        llm._from_cache(tokens[i])
+        llm.load_cached_prefix(tokens[i])
         for item in make(llm, i):
             yield i, item
         return
-    llm._logits_mode()
-    stepper = Stepper(llm._ctx, llm.config.n_batch)
-    lanes = [Lane(llm, stepper, s, own_sequence_history(llm) if s == 0 else lane_history(llm, s))
-             for s in range(len(group))]
-    for lane, i in zip(lanes, group):    # the prompts' prefills go in one step
-        if 0 < len(tokens[i]) < llm._n_ctx:
-            lane.begin(tokens[i])
-    gens = {i: make(lane, i) for lane, i in zip(lanes, group)}
+    views = [llm.on_sequence(s) for s in range(len(group))]
+    gens = {i: make(view, i) for view, i in zip(views, group)}
     try:
         while gens:
             for i in list(gens):
@@ -97,20 +90,8 @@ def _run_group(llm, group: range, tokens: list, make) -> Iterator[tuple[int, Any
     finally:
         for g in gens.values():
             g.close()
-        _settle(llm, lanes)
-
-
-def _settle(llm, lanes: list[Lane]) -> None:
-    """After a group (or its failure): a sequence whose history is not what the
-    core holds, or holds part of a prompt (a step failed or was interrupted),
-    is emptied; sequence 0's goes back to the Llama's History."""
-    ctx = llm._ctx
-    for lane in lanes:
-        if lane.stale or ctx.seq_n_tokens(lane.seq) != lane._hist.n:
-            ctx.seq_reset(lane.seq)
-            lane._hist.n = 0
-    h = lanes[0]._hist
-    llm._hist.adopt(h.input_ids(), h.last)
+        for view in views:               # a token sampled but not yet decoded is dropped
+            view.sequence.drop_pending()
 
 
 def _chunks(llm, groups, tokens, pieces, name, usages, lp) -> Iterator[dict]:

@@ -55,7 +55,7 @@ def chat_logprobs(lp: dict | None) -> dict | None:
 def merge_logprobs(into: dict, part: dict | None) -> None:
     if part:
         for k, v in part.items():
-            into[k].extend(v)
+            into.setdefault(k, []).extend(v)
 
 
 # ---------------------------------------------------------------- text completion

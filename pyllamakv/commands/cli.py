@@ -9,7 +9,7 @@ import time
 
 import click
 
-from .values import memory_option, pool_mib
+from .values import cpu_moe_option, memory_option, pool_mib
 from ..default_model import default_model_path
 from ..errors import LlamaKVError
 
@@ -38,6 +38,7 @@ def _model_options(f):
         click.option("--kv-pool-mib", "--kv-stream-stage-mib", "kv_pool_mib", default=None,
                      callback=pool_mib, help="device KV pool in MiB, or 'auto' (default: all resident)"),
         memory_option(),
+        cpu_moe_option(),
         click.option("--threads", "n_threads", type=int, default=None, help="CPU threads"),
         click.option("--gpu-kernels", type=click.Choice(["fast", "exact"]), default="fast",
                      show_default=True,

@@ -8,6 +8,7 @@ from collections import Counter
 
 from ..core.native import TYPE_NAMES, _is_kv, cuda_device_count, model_params
 from ..gguf.arch_gemma3 import swa_lines
+from ..gguf.arch_moe import moe_lines
 from ..gguf.arch_qwen35 import hybrid_lines
 from ..memory.budget import plan_budget
 from ..config import LlamaConfig, requested_pool_bytes
@@ -43,7 +44,7 @@ def describe(path: str, n_ctx: int | None = None, mem_gib: float | None = None,
         f"parameters:    {n_params / 1e6:.1f} M",
         f"weights:       {_size(weight_bytes)} ({weight_bytes} bytes)",
         "tensor types:  " + ", ".join(f"{n} x {t}" for t, n in sorted(types.items())),
-    ] + hybrid_lines(hp) + swa_lines(hp) + [
+    ] + hybrid_lines(hp) + swa_lines(hp) + moe_lines(hp, f.architecture) + [
         "KV bytes per token (K and V, all attention layers):",
     ]
     kv_types = [n for i, n in sorted(TYPE_NAMES.items()) if _is_kv(i)]

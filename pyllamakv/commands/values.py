@@ -34,3 +34,17 @@ def memory_option(help: str = "device memory for weights, workspace and KV toget
                               "(the KV pool takes what is left)"):
     return click.option("--gpu-memory-mib", "gpu_memory_mib", type=float, default=None,
                         callback=memory_mib, help=help)
+
+
+def cpu_moe(ctx, param, value: int | None):
+    """--n-cpu-moe: a number of layers >= 0, or unset."""
+    from ..config import check_n_cpu_moe
+    return _checked(check_n_cpu_moe, value)
+
+
+def cpu_moe_option():
+    return click.option("--n-cpu-moe", "-ncmoe", "n_cpu_moe", type=int, default=None,
+                        callback=cpu_moe,
+                        help="keep the experts of the first N layers in host memory, computed "
+                             "on the CPU (llama.cpp's --n-cpu-moe; mixture-of-experts models; "
+                             "on the CPU backend every layer's are)")

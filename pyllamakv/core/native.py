@@ -125,7 +125,7 @@ class Model:
     """Weights of one GGUF file on one device."""
 
     def __init__(self, path: str | os.PathLike | GGUFFile, device: str = "cpu",
-                 n_threads: int | None = None):
+                 n_threads: int | None = None, n_cpu_moe: int | None = None):
         self._ptr = None
         self._guard = Guard("model")
         self._contexts: weakref.WeakSet = weakref.WeakSet()
@@ -135,6 +135,7 @@ class Model:
         self.device = device
         p, descs, self._keep = model_params_of(self.file.tensors, self.hparams, device,
                                                n_threads)
+        p.n_cpu_moe = _int32("n_cpu_moe", n_cpu_moe or 0)   # MoE: experts kept on the host
         out = ffi.new("lkv_model **")
         _check(lib.lkv_model_create(p, descs, len(self.file.tensors), out),
                f"loading {self.file.path}")

@@ -6,7 +6,7 @@ The block starts switched on; ``set_mtp(False)`` stops it, so a context that
 does not speculate runs the trunk alone. Switched on again after positions
 were decoded while it was off, it drafts nothing until it is in sync:
 ``restore_point`` (while it is on) names where to truncate to, and decoding
-the rest again fills its rows (History.keep_prefix does exactly that).
+the rest again fills its rows (Sequence.keep_prefix does exactly that).
 """
 from __future__ import annotations
 

@@ -107,6 +107,17 @@ class SequencesMixin:
             _check(lib.lkv_context_seq_copy(self.ptr, src, dst, k), "seq_copy")
         self._guard.call(copy)
 
+    def seq_restore_point(self, seq: int, n: int) -> int:
+        """restore_point of sequence seq (hybrids: 0, one of its snapshots or its length)."""
+        seq, n = _int32("seq", seq), _int32("n", n)
+        return self._guard.call(lambda: int(lib.lkv_context_seq_restore_point(self.ptr, seq, n)))
+
+    def seq_snapshot(self, seq: int) -> None:
+        """snapshot of sequence seq (hybrids: its recurrent state at its length)."""
+        seq = _int32("seq", seq)
+        self._guard.call(lambda: _check(lib.lkv_context_seq_snapshot(self.ptr, seq),
+                                        "seq_snapshot"))
+
     def seq_kv_stats(self, seq: int) -> dict[str, Any]:
         """kv_stats() of sequence seq's cache (pool_bytes: its share of the pool),
         with n_tokens (the positions it holds) and, per attention layer, the

@@ -1,1 +1,1 @@
-"""The engine's sequences: histories, lanes, batches, states, caches, sampling."""
+"""The engine: sequences, their scheduler, states, caches, sampling."""

@@ -1,7 +1,7 @@
 """Greedy generation in the core: a generation's decode steps without a
 Python round trip per token (core/native_gen.py, llamakv.h lkv_generate).
 
-Used by ``Llama._generate`` when nothing changes the logits in Python: a greedy
+Used by ``Llama.token_stream`` when nothing changes the logits in Python: a greedy
 sampler (temperature <= 0) without penalties, grammar or logits processors,
 no stopping_criteria, no logits_all, no draft model. logit_bias is applied in
 the core, in float64 as the Python sampler does, so the ids are the ones the
@@ -10,9 +10,12 @@ Python path picks, bit for bit. The core returns blocks of tokens (1, 2, 4 ..
 still gets its tokens in small bursts), stopping at the end ids; the cache then
 holds every returned token but the last. A consumer that stops inside a block
 (a stop string) gets the cache cut back to what the Python loop would have
-decoded, its last token decoded again for its logits (History.truncate: for
+decoded, its last token decoded again for its logits (Sequence.truncate: for
 hybrids a replay from the latest snapshot, so hybrids take blocks of one token,
-which never overshoot).
+which never overshoot); so does a cancel (Sequence.cancel) between two tokens.
+The loop is the core's for sequence 0 of a single-sequence context
+(``Sequence.solo``); the sequences of a shared engine decode through its
+scheduler instead.
 """
 from __future__ import annotations
 
@@ -36,21 +39,20 @@ def loop_ok(llm: "Llama", sampler: Sampler, stopping_criteria=None) -> bool:
                                           or p.frequency_penalty != 0.0)
     return (p.temperature <= 0 and not penalties and sampler.constraint is None
             and not sampler.processors and stopping_criteria is None
-            and not llm.config.logits_all and llm.draft_model is None
-            and getattr(llm, "greedy_in_core", True) and has_generate()
-            and callable(getattr(llm._ctx, "generate", None)))   # not a shared context's view
+            and not llm.config.logits_all and llm.draft_model is None and llm.sequence.solo
+            and getattr(llm, "greedy_in_core", True) and has_generate())
 
 
 def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
                   ends: Sequence[int] | None = None) -> Iterator[int]:
-    """Token ids as Llama._generate yields them, from the core's loop; returns
+    """Token ids as Llama.token_stream yields them, from the core's loop; returns
     (without a token) when the logits hold a NaN or no finite value, so that
     the caller's Python sampler reports it. ends None: one token per call, so
     that between two tokens the logits and the cache are the Python loop's (a
     consumer may read them); given (completion_pieces, which reads neither):
     blocks, ending at those ids or after limit tokens."""
-    hist, ctx = llm._hist, llm._ctx
-    grow = ends is not None and not ctx.recurrent_bytes
+    hist = llm.sequence
+    grow = ends is not None and not hist.recurrent
     ends = sorted({int(t) for t in ends or ()})
     bias = sampler.params.logit_bias
     pending, block, left = -1, 1, limit
@@ -60,29 +62,32 @@ def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
             n_max = max(1, min(n_max, left))
         n0 = hist.n
         t0 = time.perf_counter()
-        try:
-            ids = ctx.generate(n_max, pending, ends, bias)
-        except BaseException as e:
-            hist.generated(n0, pending, getattr(e, "partial", ()))
-            raise
-        hist.generated(n0, pending, ids)
+        ids = hist.greedy(n_max, pending, ends, bias)
         base = n0 + (pending >= 0)
         dt, stepped = time.perf_counter() - t0, hist.n - n0
         llm.timings.add("decode", dt, stepped)
         if len(ids) == 0:
             return
         for i, t in enumerate(ids.tolist()):
+            if hist.cancelled:
+                _cut(hist, base + i)
+                return
             try:
                 yield t
-            except GeneratorExit:   # stopped inside the block: the cache (and its last logits)
-                keep = base + i     # as the Python loop leaves it: decoded up to the token before
-                if hist.n > keep:
-                    last = int(hist.prefix(keep)[-1])
-                    hist.truncate(keep - 1)
-                    hist.eval([last])
+            except GeneratorExit:   # stopped inside the block
+                _cut(hist, base + i)
                 raise
         pending = int(ids[-1])
         if left is not None:
             left -= len(ids)
         fit = int(BLOCK_S * stepped / dt) if stepped and dt > 0 else MAX_BLOCK
         block = max(1, min(2 * block, MAX_BLOCK, fit))
+
+
+def _cut(seq, keep: int) -> None:
+    """The cache (and its last logits) as the Python loop leaves it when the
+    generation ends before the token at position keep: decoded up to the one before."""
+    if seq.n > keep:
+        last = int(seq.prefix(keep)[-1])
+        seq.truncate(keep - 1)
+        seq.eval([last])

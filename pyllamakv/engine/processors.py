@@ -48,7 +48,7 @@ class MinTokensLogitsProcessor:
 
 
 def stop_asked(criteria, hist) -> bool:
-    """criteria (one callable or a list) asked with a History's ids and last logits."""
+    """criteria (one callable or a list) asked with a Sequence's ids and last logits."""
     fns = criteria if isinstance(criteria, (list, tuple)) else [criteria]
     ids, logits = np.asarray(hist.input_ids(), np.intc), hist.last_logits()
     return any([bool(f(ids, logits)) for f in fns])

@@ -107,7 +107,7 @@ class Sampler:
         self.generated_only = False
         self.prompt_len: int | None = None
         seed = params.seed
-        self._rng = np.random.default_rng(None if seed is None or seed == -1 else int(seed))
+        self.rng = np.random.default_rng(None if seed is None or seed == -1 else int(seed))
 
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         """One token id from logits (n_vocab,), given the ids so far."""
@@ -115,7 +115,7 @@ class Sampler:
         if ids.size == 1:
             return self._chosen(int(ids[0]))
         cdf = np.cumsum(probs)
-        i = min(int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right")),
+        i = min(int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right")),
                 ids.size - 1)
         if self.mirostat is not None:
             self.mirostat.update(float(probs[i] / cdf[-1]))

@@ -183,27 +183,28 @@ def check_state(state: Any, *, model: str, geometry: dict, n_vocab: int) -> memo
 
 def _geometry(llm) -> dict:
     from ..core.native import type_id
-    hp = llm._model.hparams
-    return {"n_ctx": llm._n_ctx, "n_vocab": hp["n_vocab"], "n_layer": hp["n_layer"],
+    hp = llm.engine.ctx.model.hparams
+    return {"n_ctx": llm.n_ctx(), "n_vocab": hp["n_vocab"], "n_layer": hp["n_layer"],
             "n_head_kv": hp["n_head_kv"], "head_dim": hp["head_dim"],
             "type_k": type_id(llm.config.type_k), "type_v": type_id(llm.config.type_v),
             "logits_all": llm.config.logits_all}
 
 
-def save_state(llm) -> LlamaState:
-    hist = llm._hist
-    ids = hist.input_ids().copy()
-    scores = hist.scores()
-    scores = (scores if llm.config.logits_all else scores[:min(len(ids), 1)]).copy()
-    blob = pack(llm._ctx.state_get(), model=llm._fingerprint, geometry=_geometry(llm),
+def save_state(llm, seq) -> LlamaState:
+    """Sequence seq (engine/sequence.py) of llm's engine as a checked state."""
+    ids = seq.input_ids().copy()
+    scores = seq.scores()
+    scores = (scores if seq.keep_all else scores[:min(len(ids), 1)]).copy()
+    blob = pack(seq.state_get(), model=llm.fingerprint, geometry=_geometry(llm),
                 input_ids=ids, scores=scores)
-    return LlamaState(ids, scores, len(ids), blob, llm._n_ctx)
+    return LlamaState(ids, scores, len(ids), blob, llm.n_ctx())
 
 
-def load_state(llm, state: Any) -> None:
-    kv = check_state(state, model=llm._fingerprint, geometry=_geometry(llm),
-                     n_vocab=llm._model.n_vocab)
-    llm._hist.restore(kv, np.asarray(state.input_ids), np.asarray(state.scores))
+def load_state(llm, state: Any, seq) -> None:
+    """Sequence seq becomes state; every check runs before anything changes."""
+    kv = check_state(state, model=llm.fingerprint, geometry=_geometry(llm),
+                     n_vocab=llm.n_vocab())
+    seq.restore(kv, np.asarray(state.input_ids), np.asarray(state.scores))
 
 
 @dataclass(slots=True)

@@ -15,7 +15,6 @@ import numpy as np
 
 from .reader import GGUFError, GGUFFile
 
-ARCH = "qwen35"
 
 
 def _int(f: GGUFFile, name: str, default: Any = None, lo: int = 1) -> int:
@@ -24,10 +23,10 @@ def _int(f: GGUFFile, name: str, default: Any = None, lo: int = 1) -> int:
     nothing, and 2.7 was silently read as 2)."""
     v = f.arch_key(name, default)
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise GGUFError(f"{f.path}: {ARCH}.{name} must be an integer, got "
+        raise GGUFError(f"{f.path}: {f.architecture}.{name} must be an integer, got "
                         f"{type(v).__name__} {str(v)[:40]}")
     if not lo <= int(v) < 2**31:
-        raise GGUFError(f"{f.path}: {ARCH}.{name} = {v} is outside [{lo}, 2**31)")
+        raise GGUFError(f"{f.path}: {f.architecture}.{name} = {v} is outside [{lo}, 2**31)")
     return int(v)
 
 
@@ -36,18 +35,18 @@ def qwen35_params(f: GGUFFile) -> dict[str, Any]:
     k = f.arch_key
     need = ("block_count", "full_attention_interval", "ssm.conv_kernel", "ssm.state_size",
             "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size")
-    missing = [f"{ARCH}.{n}" for n in need if k(n) is None]
+    missing = [f"{f.architecture}.{n}" for n in need if k(n) is None]
     if missing:
-        raise GGUFError(f"{f.path}: qwen35 metadata lacks {', '.join(missing)}")
+        raise GGUFError(f"{f.path}: {f.architecture} metadata lacks {', '.join(missing)}")
     n_v = _int(f, "ssm.time_step_rank")
     inner = _int(f, "ssm.inner_size")
     if inner % n_v:
-        raise GGUFError(f"{f.path}: {ARCH}.ssm.inner_size {inner} is not a multiple of "
+        raise GGUFError(f"{f.path}: {f.architecture}.ssm.inner_size {inner} is not a multiple of "
                         f"ssm.time_step_rank {n_v}")
     n_nextn = _int(f, "nextn_predict_layers", 0, lo=0)
     n_layer = _int(f, "block_count") - n_nextn
     if n_layer <= 0:
-        raise GGUFError(f"{f.path}: {ARCH}.block_count leaves no trunk layer after "
+        raise GGUFError(f"{f.path}: {f.architecture}.block_count leaves no trunk layer after "
                         f"{n_nextn} MTP blocks")
     return dict(
         n_layer=n_layer, n_nextn=n_nextn,

@@ -87,6 +87,7 @@ class Arch:
     params: Callable[[Keys, dict], None] | None = None       # reads its own keys into hp
     layer_tensors: Callable[[dict], dict[str, tuple[int, ...]]] | None = None
     core_checks_layers: bool = False    # layers of several kinds: the core binds and checks them
+    moe: bool = False                   # routed experts: feed_forward_length is optional
 
 
 def _qwen35(k: Keys, hp: dict) -> None:
@@ -97,6 +98,16 @@ def _qwen35(k: Keys, hp: dict) -> None:
 def _gemma3(k: Keys, hp: dict) -> None:
     from .arch_gemma3 import gemma3_params
     hp.update(gemma3_params(k.f, hp))
+
+
+def _moe(k: Keys, hp: dict) -> None:
+    from .arch_moe import moe_params
+    hp.update(moe_params(k.f, hp))
+
+
+def _qwen35moe(k: Keys, hp: dict) -> None:
+    _qwen35(k, hp)
+    _moe(k, hp)
 
 
 def _gemma3_tensors(hp: dict) -> dict[str, tuple[int, ...]]:
@@ -110,6 +121,8 @@ ARCH_TABLE: dict[str, Arch] = {
     "qwen3": Arch(2, layer_tensors=_qk_norms),
     "qwen35": Arch(3, params=_qwen35, core_checks_layers=True),
     "gemma3": Arch(4, params=_gemma3, layer_tensors=_gemma3_tensors),
+    "qwen3moe": Arch(5, params=_moe, core_checks_layers=True, moe=True),
+    "qwen35moe": Arch(6, params=_qwen35moe, core_checks_layers=True, moe=True),
 }
 ARCHS = {name: a.core_id for name, a in ARCH_TABLE.items()}
 
@@ -157,10 +170,13 @@ def model_params(f: GGUFFile) -> dict[str, Any]:
         raise GGUFError(f"{f.path}: metadata key '{arch}.vocab_size' = "
                         f"{f.arch_key('vocab_size')} differs from the {n_vocab} rows of "
                         "tensor 'token_embd.weight'")
+    # an MoE model may have no dense FFN (0: its expert widths decide, arch_moe.py)
+    n_ff = k.int("feed_forward_length", 0, lo=0) if ARCH_TABLE[arch].moe else \
+        k.int("feed_forward_length")
     hp = dict(
         arch=ARCH_TABLE[arch].core_id, n_vocab=n_vocab, n_embd=n_embd,
         n_layer=k.int("block_count"), n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
-        n_ff=k.int("feed_forward_length"), n_ctx_train=k.int("context_length", 0, lo=0),
+        n_ff=n_ff, n_ctx_train=k.int("context_length", 0, lo=0),
         rope_dim=rope_dim, rms_eps=k.float("attention.layer_norm_rms_epsilon", 1e-5),
         rope_freq_base=k.float("rope.freq_base", 10000.0), rope_freq_scale=scale)
     if ARCH_TABLE[arch].params:

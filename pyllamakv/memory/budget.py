@@ -134,6 +134,11 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     from .plan import kv_plan, kv_row_bytes, sequences_pool_bytes, share_bytes, whole_cache_bytes
     from .ubatch import CHOICES, RESIDENT, cheapest, matmul_flops_per_token, prefill_seconds
     budget = int(cfg.gpu_memory_mib * MIB)
+    if weights is None and device != "cpu" and getattr(cfg, "n_cpu_moe", 0):
+        # those layers' experts stay in host memory (the core's plan counts every weight)
+        from ..gguf.arch_moe import host_expert
+        weights = weight_device_bytes(
+            [t for t in tensors if not host_expert(t.name, cfg.n_cpu_moe, hp["n_layer"])])
     n_seq = cfg.n_seq_max
     wide_logits = wide_logits or n_seq > 1
     auto = cfg.kv_pool_mib is None or cfg.kv_pool_mib == "auto"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ..commands.values import memory_option, pool_mib
+from ..commands.values import cpu_moe_option, memory_option, pool_mib
 
 
 def _keys(path: str | None) -> tuple[str, ...]:
@@ -67,6 +67,7 @@ def _ngl(ctx, param, value: str | None):
 @click.option("--n-gpu-layers", "--gpu-layers", "-ngl", "n_gpu_layers", default=None,
               callback=_ngl, help="llama-server's device choice: 0 runs on the CPU, "
                                   "-1 / 'all' / the layer count on the GPU")
+@cpu_moe_option()
 @click.option("--flash-attn", "-fa", type=click.Choice(["on", "off", "auto"]), default="auto",
               help="accepted for llama-server's command lines: attention here is always "
                    "the exact fused (flash) kind, whatever this says")

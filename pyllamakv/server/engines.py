@@ -1,5 +1,7 @@
-"""The slots' engines: a SlotLlama per slot (on a GPU with parallel > 1, sequences
-of one shared context; elsewhere a context each), loaded from the server's
+"""The slots' engines: a SlotLlama per slot, each a sequence of one shared engine
+(engine/engine.py: one context, one pool, one scheduler whose steps batch the
+slots' work; hybrids on CUDA and models with an MTP block, whose core holds one
+such sequence per context there, a context each), loaded from the server's
 settings, with the chat template and the budget they share (slots.py runs them).
 """
 from __future__ import annotations
@@ -11,10 +13,10 @@ from ..core.native import GGUFFile, Model, cuda_device_count, model_params
 from ..config import LlamaConfig, choose_device
 from ..default_model import default_model_path
 from ..llama import Llama
-from ..engine.history import common_prefix
-from ..engine.seq_batch import SharedContext
+from ..engine.engine import Engine
+from ..engine.sequence import common_prefix
 from .settings import ServerSettings
-from .slots import Job, JobStopped
+from .slots import Job
 from ..spec.drafters import make_drafter
 from ..text.chat import ChatFormatter
 from ..text.chat_formats import CHAT_FORMATS
@@ -26,6 +28,7 @@ class SlotLlama(Llama):
 
     job: Job | None = None
     sampled_logprobs = True     # logprobs of sampled tokens without logits_all (completion.py)
+    logprob_ids = True          # and their ids (n_probs: native.py; shapes.py drops them)
 
     def use_chat_template(self, template: str, source: str) -> None:
         """Chat through template (jinja source) instead of the model's (--chat-template)."""
@@ -40,13 +43,13 @@ class SlotLlama(Llama):
         """The prompt messages render to (llama-server's /apply-template)."""
         return self._chat.format(messages, add_generation_prompt=True).prompt
 
-    def _generate(self, tokens, *args, **kw):
+    def token_stream(self, tokens, *args, **kw):
         # the token stream every completion and chat reads (completion_pieces)
         job = self.job
         if job is not None:
             job.cached_tokens = min(common_prefix(self.input_ids.tolist(), tokens),
                                     max(len(tokens) - 1, 0))
-        inner = super()._generate(tokens, *args, **kw)
+        inner = super().token_stream(tokens, *args, **kw)
         if job is not None:
             job.prompt_tokens += len(tokens)     # a prompt list: each prompt's
         ends = set(self.tokenizer.eog_ids)
@@ -54,9 +57,7 @@ class SlotLlama(Llama):
             for token in inner:
                 if job is not None and job.should_stop():
                     job.stopped_early = True
-                    if not self.tokenizer.eog_ids:
-                        raise JobStopped("stopped between two tokens")
-                    yield min(self.tokenizer.eog_ids)   # completion_pieces ends here
+                    self.sequence.cancel()   # the generation ends before its next token
                     return
                 if job is not None:
                     now = time.perf_counter()
@@ -92,7 +93,7 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     path = s.model or default_model_path()
     kw: dict[str, Any] = dict(n_ctx=s.n_ctx, n_threads=s.threads_per_slot, device=s.device,
                               type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib,
-                              n_gpu_layers=s.n_gpu_layers)
+                              n_gpu_layers=s.n_gpu_layers, n_cpu_moe=s.n_cpu_moe)
     file = GGUFFile(path)
     if s.embedding:
         return [_embedding_engine(s, path, file, kw) for _ in range(s.parallel)]
@@ -100,12 +101,13 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
         kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel)
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
-    model = Model(file, device, s.threads_per_slot)
-    # on a GPU one context for all slots, batched steps (weights read once per step); on the
-    # CPU a context each (slots in parallel on their own threads ran faster here); hybrids:
-    # a context each
-    if s.parallel > 1 and device != "cpu" and not model.hparams.get("full_attn_interval"):
-        kw["_context"] = SharedContext(s.parallel).context
+    model = Model(file, device, s.threads_per_slot, s.n_cpu_moe)
+    # one context for all slots, batched steps (weights read once per step), hybrids too on
+    # the CPU (a recurrent state per sequence); hybrids on CUDA and models with an MTP block:
+    # a context each (the core holds one such sequence a context there)
+    if (s.parallel > 1 and (device == "cpu" or not model.hparams.get("full_attn_interval"))
+            and model.n_nextn == 0):
+        kw["_engine"] = Engine(s.parallel, shared=True)
     # every slot is made with a drafter, so that a budget counts the logits rows a
     # verification needs (budget.py): any request may ask for speculation; a model with an
     # MTP block gets contexts that run it (speculative.type "mtp"), a draft GGUF its own
@@ -119,8 +121,8 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
             make_drafter(s.draft_model, e) if has_mtp else e.draft_model
         e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
         e.draft_model = None      # a request's fields choose (speculation.drafting)
-        if has_mtp:               # on only for requests that draft with it (Llama._generate)
-            e._ctx.set_mtp(False)
+        if has_mtp:               # on only for requests that draft with it (Llama.token_stream)
+            e.engine.ctx.set_mtp(False)
         check_available(SpecRequest(), e)     # --draft mtp on a model without the block
         if s.chat_template is not None:
             e.use_chat_template(*chat_template_source(s.chat_template))

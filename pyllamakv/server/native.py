@@ -33,6 +33,7 @@ class NativeCompletion(CompletionRequest):
     """/completion's body: llama-server's names mapped onto the OpenAI request's."""
     cache_prompt: bool = True
     return_tokens: bool = False
+    n_probs: int | None = Field(default=None, ge=0, le=20)   # becomes logprobs (below)
 
     @model_validator(mode="before")
     @classmethod
@@ -65,8 +66,8 @@ class NativeShape:
     native = True
     include_usage = False
 
-    def __init__(self, model: str, n_ctx: int, body: NativeCompletion):
-        self.model, self.n_ctx, self.body = model, n_ctx, body
+    def __init__(self, model: str, n_ctx: int, body: NativeCompletion, tokenizer=None):
+        self.model, self.n_ctx, self.body, self.tokenizer = model, n_ctx, body, tokenizer
 
     def _figures(self, job, reason: str | None) -> dict:
         gen_ms = ((job.t_last - job.t_first) * 1000) if job.t_first is not None else 0.0
@@ -87,14 +88,20 @@ class NativeShape:
                             "predicted_per_second": n / gen_ms * 1000 if gen_ms > 0 else 0.0}}
 
     def _probs(self, lp: dict | None) -> list[dict]:
+        """llama-server's completion_probabilities: per token its id, text, logprob
+        and bytes, and the n_probs likeliest (top_ids: completion.LogprobTracker)."""
         out = []
-        lists = [(lp or {}).get(k, []) for k in ("tokens", "token_logprobs", "top_logprobs")]
-        for tok, logp, top in zip(*lists):
+        keys = ("tokens", "token_ids", "token_logprobs", "top_ids")
+        for tok, tid, logp, top in zip(*[(lp or {}).get(k, []) for k in keys]):
             best = sorted((top or {}).items(), key=lambda kv: -kv[1])[:self.body.logprobs]
-            out.append({"token": tok, "logprob": logp, "bytes": list(tok.encode()),
-                        "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())}
-                                         for t, v in best]})
+            out.append({"id": tid, "token": tok, "logprob": logp, "bytes": list(tok.encode()),
+                        "top_logprobs": [self._entry(i, v) for i, v in best]})
         return out
+
+    def _entry(self, token_id: int, logprob: float) -> dict:
+        raw = self.tokenizer.decode([token_id], special=True) if self.tokenizer else b""
+        return {"id": token_id, "token": raw.decode("utf-8", "replace"), "logprob": logprob,
+                "bytes": list(raw)}
 
     def whole(self, out: dict, job) -> dict:
         c = out["choices"][0]
@@ -163,7 +170,7 @@ def add_routes(app: FastAPI, settings, auth, parse, fp: str) -> None:
             body.prompt = prompt
         body = with_defaults(body, settings)
         return await gen.respond(request, body, False, alias,
-                                 NativeShape(alias, settings.n_ctx, body),
+                                 NativeShape(alias, settings.n_ctx, body, tok),
                                  merge=lambda outs, parts: outs[0] if len(outs) == 1 else outs)
 
     @app.post("/completion", dependencies=deps)

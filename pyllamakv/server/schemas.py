@@ -250,6 +250,11 @@ class ChatRequest(_Sampling):
 
     @model_validator(mode="after")
     def _supported(self):
+        if len(self.messages) > 1 and {m.role for m in self.messages[-2:]} == {"assistant"}:
+            # refused as llama-server refuses it (where it continues a last assistant
+            # message, two at the end leave none to continue)
+            raise Invalid("messages", "two or more assistant messages at the end of the "
+                                      "list: merge them into one")
         if self.top_logprobs is not None and not self.logprobs:
             raise Invalid("top_logprobs", "top_logprobs needs logprobs: true")
         if (self.tools or self.functions) and self._grammar is not None:

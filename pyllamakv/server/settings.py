@@ -41,6 +41,7 @@ class ServerSettings:
     draft_model: str | None = None    # speculation by default: "lookup", "mtp" or a draft GGUF
     # llama-server's options (command.py)
     n_gpu_layers: int | None = None   # -ngl: all (-1, or >= the layers) or none (0)
+    n_cpu_moe: int | None = None      # --n-cpu-moe: layers whose experts stay in host memory
     api_keys: tuple[str, ...] = ()    # more accepted keys (--api-key-file)
     embedding: bool = False           # --embedding: an embedding server (no generation)
     pooling: str | None = None        # --pooling; None: the model's, mean where it has none
@@ -63,7 +64,7 @@ class ServerSettings:
     def __post_init__(self) -> None:
         LlamaConfig(self.n_ctx, n_threads=self.n_threads, device=self.device,
                     type_k=self.type_k, type_v=self.type_v, kv_pool_mib=self.kv_pool_mib,
-                    gpu_memory_mib=self.gpu_memory_mib)
+                    gpu_memory_mib=self.gpu_memory_mib, n_cpu_moe=self.n_cpu_moe)
         self.host_allow = tuple(self.host_allow or ())
         if not all(isinstance(h, str) and h for h in self.host_allow):
             raise ValueError(f"host_allow must be non-empty host names, got {self.host_allow!r}")

@@ -49,9 +49,19 @@ def chat_logprobs(lp: dict | None, top_n: int) -> dict | None:
     return {"content": content, "refusal": None}
 
 
+def _drop_ids(choices: list) -> None:
+    """The ids the slots add to logprobs for llama-server's n_probs: not OpenAI's."""
+    for c in choices:
+        lp = c.get("logprobs")
+        if isinstance(lp, dict):
+            lp.pop("token_ids", None)
+            lp.pop("top_ids", None)
+
+
 def finish_response(out: dict, chat: bool, fp: str, cached: int, top_n: int) -> dict:
     """A whole (non-streamed) response with OpenAI's extra fields."""
     out["system_fingerprint"] = fp
+    _drop_ids(out.get("choices", []))
     u = out.get("usage")
     if u is not None:
         out["usage"] = usage_dict(u["prompt_tokens"], u["completion_tokens"], cached)
@@ -64,6 +74,7 @@ def finish_response(out: dict, chat: bool, fp: str, cached: int, top_n: int) -> 
 def finish_chunk(chunk: dict, chat: bool, fp: str, top_n: int, include_usage: bool) -> dict:
     """A stream chunk with OpenAI's extra fields."""
     chunk["system_fingerprint"] = fp
+    _drop_ids(chunk.get("choices", []))
     if include_usage:
         chunk["usage"] = None
     if chat:

@@ -1,22 +1,22 @@
 """The slot pool: several requests generated at once, and the bounded queue before them.
 
-A *slot* is one sequence's engine. Today that is a Llama of its own (its own
-Context over the one loaded Model) driven by its own thread: the core releases
-the GIL while it decodes, so slots run in parallel, and a slot's output never
-depends on its neighbours (each has its own KV cache and sampler). A *job* is
+A *slot* is a Llama over one sequence of the server's shared engine
+(engines.py), driven by its own thread; the engine's scheduler merges the
+slots' decodes into batched steps (the weights read once per step), and a
+slot's output never depends on its neighbours (a sequence's logits are those
+it gets alone; each has its own sampler). A *job* is
 one choice of a request (fanout.py): a function run on a slot's engine that
 yields items (a response dict, or stream chunks); the items reach the event
 loop through the job's asyncio queue. Free slots take waiting jobs first come, first served; a queue
 that is full refuses new ones (QueueFull, which the app answers with 503).
-On a GPU with parallel > 1 the slots' Llamas share one context (seq_batch.py):
-each holds a sequence of it, and their threads' decode calls merge into
-batched steps (the weights read once per step). On the CPU, and for hybrid
-models, each slot keeps a context of its own.
+Hybrid models on CUDA and models with an MTP block keep a context per slot (the
+core holds one such sequence a context there); on the CPU hybrids share too.
 
 Stopping early: a job is cancelled (its client went away) or runs past its
-deadline. Its slot notices between two tokens (engines.py: SlotLlama.generate) and ends
-the completion as if the model had produced an end token, so the slot is free
-at once and a timed-out request still gets its final chunk.
+deadline. Its slot's sequence is cancelled (Sequence.cancel; engines.py:
+SlotLlama checks the deadline between two tokens), and the generation ends
+before its next token as a finished one, so the slot is free at once and a
+timed-out request still gets its final chunk.
 """
 from __future__ import annotations
 
@@ -64,9 +64,13 @@ class Job:
         self._loop = loop
         self._items: asyncio.Queue = asyncio.Queue()
         self._cancelled = threading.Event()
+        self.on_cancel: Callable[[], None] | None = None   # the slot's Sequence.cancel
 
     def cancel(self) -> None:
         self._cancelled.set()
+        hook = self.on_cancel
+        if hook is not None:
+            hook()
 
     @property
     def cancelled(self) -> bool:
@@ -110,7 +114,7 @@ class Slot:
 
     def _snapshot(self) -> None:
         stats = getattr(self.engine, "kv_stats", None)
-        ctx = getattr(self.engine, "_ctx", None)
+        ctx = getattr(getattr(self.engine, "engine", None), "ctx", None)
         try:
             if stats is not None:
                 self.kv_stats = stats()
@@ -231,6 +235,12 @@ class SlotPool:
                                         else "cancelled while waiting for a slot"))
             return
         slot.engine.job = job
+        seq = getattr(slot.engine, "sequence", None)
+        if seq is not None:
+            seq.uncancel()
+            job.on_cancel = seq.cancel
+            if job.cancelled:        # cancelled between the check above and the hook
+                seq.cancel()
         job.t_run = time.perf_counter()
         items = None
         try:
@@ -251,6 +261,7 @@ class SlotPool:
             if items is not None and hasattr(items, "close"):
                 items.close()      # in this thread: the engine is this slot's alone
             slot.engine.job = None
+            job.on_cancel = None
             slot._snapshot()
 
     def close(self) -> None:

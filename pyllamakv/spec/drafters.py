@@ -181,5 +181,5 @@ def make_drafter(spec: Any, llm: "Llama") -> Drafter | None:
                         f"draft(input_ids) -> ids, not {type(spec).__name__}")
     check = getattr(spec, "check_vocab", None)
     if check is not None:
-        check(llm._model.file.metadata, llm.n_vocab())   # typed: the token list
+        check(llm.gguf_file.metadata, llm.n_vocab())   # typed: the token list
     return spec

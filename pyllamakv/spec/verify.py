@@ -47,7 +47,7 @@ def accept_draft(sampler: Sampler, logits: np.ndarray, history: np.ndarray,
     """One step of the rule for a point-mass draft: (kept, token). token is
     the draft when kept, else a draw from p without the draft."""
     ids, probs = sampler.candidates(logits, history)
-    rng = sampler._rng
+    rng = sampler.rng
     hit = ids == draft
     p_draft = float(probs[hit].sum())
     if p_draft > 0.0 and (p_draft >= 1.0 or rng.random() < p_draft):
@@ -74,7 +74,7 @@ def _clean(drafts, n_vocab: int, k_max: int) -> list[int]:
 
 def verify(llm: "Llama", tokens: list[int]) -> np.ndarray:
     """Decode tokens after the cache in one pass; their logits, (len, n_vocab)."""
-    return llm._hist.eval_rows(tokens)
+    return llm.sequence.eval_rows(tokens)
 
 
 def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> Iterator[int]:
@@ -84,11 +84,14 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
     stops amid kept drafts, the rest are truncated)."""
     tm, n_vocab = llm.timings, llm.n_vocab()
     length = getattr(drafter, "length", None)   # spec_length.DraftLength: how many drafts pay
-    token = llm._sample(sampler)
+    seq = llm.sequence
+    t0 = time.perf_counter()
+    token = sampler.sample(seq.last_logits(), seq.input_ids())
+    tm.sample_s += time.perf_counter() - t0
     while True:
         yield token
         t0 = time.perf_counter()
-        hist = llm._hist
+        hist = llm.sequence
         room = min(llm.n_ctx() - hist.n - 1, llm.config.n_batch - 1)
         history = np.append(hist.input_ids(), np.int32(token))
         drafts = _clean(drafter(history), n_vocab, room) if room > 0 else []
@@ -97,8 +100,8 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
             k = length.choose(len(drafts), match)
             drafts = drafts[:k if k >= getattr(drafter, "n_min", 0) else 0]
         t1 = time.perf_counter()
-        if drafts and llm._ctx.recurrent_bytes:
-            llm._ctx.snapshot()   # hybrids: where truncate_to_row replays from
+        if drafts:
+            hist.snapshot()   # hybrids: where truncate_to_row replays from
         rows = verify(llm, [token] + drafts)
         t2 = time.perf_counter()
         n_base = hist.n - len(drafts)            # cache length with token, no drafts

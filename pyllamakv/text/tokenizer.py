@@ -213,7 +213,7 @@ class Tokenizer:
     def max_token_bytes(self) -> int:
         """The most bytes of text one token stands for (at least 4: a character
         outside the vocab becomes one unknown token)."""
-        return max(4, max(map(len, self._pieces), default=0))
+        return max(4, max(map(len, self.pieces), default=0))
 
     def check_length(self, text: str | bytes, max_tokens: int) -> None:
         """ContextFullError if text must give more than max_tokens tokens."""
@@ -276,7 +276,7 @@ class Tokenizer:
     # --- decode ----------------------------------------------------------------
 
     @cached_property
-    def _pieces(self) -> list[bytes]:
+    def pieces(self) -> list[bytes]:
         """Every token's bytes as llama.cpp's token_to_piece(special=True)."""
         v = self.vocab
         table = byte_decoder()
@@ -300,7 +300,7 @@ class Tokenizer:
         self._check(token_id)
         if not special and self.vocab.attrs[token_id] in (CONTROL, UNKNOWN):
             return b""
-        return self._pieces[token_id]
+        return self.pieces[token_id]
 
     def decode(self, ids: Iterable[int], special: bool = False) -> bytes:
         """Concatenated pieces of ids (bytes: the end may be a partial character)."""

@@ -57,6 +57,14 @@ size_t lkv_cpu_delta_scratch_floats(int dk, int dv);
 /* gemma3: gemma.c */
 void lkv_cpu_geglu(lkv_bctx *b, float *out, const float *gate, const float *up, int64_t n);
 void lkv_cpu_scale(lkv_bctx *b, float *x, float s, int64_t n);
+/* moe.c: mixture-of-experts routing and row moves (backend.h) */
+void lkv_cpu_moe_topk(lkv_bctx *b, int32_t *ids, float *wts, const float *logits, int n,
+                      int n_expert, int k, int norm, float scale);
+void lkv_cpu_gather_rows(lkv_bctx *b, float *out, const float *x, const int32_t *rows, int n,
+                         int dim);
+void lkv_cpu_scatter_add_rows(lkv_bctx *b, float *out, const float *y, const int32_t *rows,
+                              const float *wts, int n, int dim);
+void lkv_cpu_zero(lkv_bctx *b, float *x, int64_t n);
 void lkv_cpu_softcap(lkv_bctx *b, float *x, float cap, int64_t n);
 
 lkv_status lkv_cpu_copier_init(lkv_bctx *b);

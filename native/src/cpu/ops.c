@@ -223,4 +223,8 @@ const lkv_backend lkv_backend_cpu = {
     .geglu = lkv_cpu_geglu,
     .scale = lkv_cpu_scale,
     .softcap = lkv_cpu_softcap,
+    .moe_topk = lkv_cpu_moe_topk,
+    .gather_rows = lkv_cpu_gather_rows,
+    .scatter_add_rows = lkv_cpu_scatter_add_rows,
+    .zero = lkv_cpu_zero,
 };

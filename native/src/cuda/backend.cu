@@ -65,7 +65,7 @@ static bool cuda_has_weight_type(int32_t type) {
 
 static void upload_weight(lkv_weight *w, void *ud) {
     cuda_model_state *s = (cuda_model_state *)ud;
-    if (s->st != LKV_OK || !w->data) return;
+    if (s->st != LKV_OK || !w->data || w->host) return;   /* host: n_cpu_moe's experts */
     if (!cuda_has_weight_type(w->type)) {
         const lkv_traits *t = lkv_type_traits(w->type);
         s->st = lkv_fail(LKV_ERR_UNSUPPORTED, "the CUDA backend has no kernels for weight type "
@@ -497,4 +497,8 @@ extern "C" const lkv_backend lkv_backend_cuda = {
     /* scale */ lkv_cuda_scale,
     /* softcap */ lkv_cuda_softcap,
     /* pick_greedy */ lkv_cuda_pick_greedy,
+    /* moe_topk */ lkv_cuda_moe_topk,
+    /* gather_rows */ lkv_cuda_gather_rows,
+    /* scatter_add_rows */ lkv_cuda_scatter_add_rows,
+    /* zero */ lkv_cuda_zero,
 };

@@ -287,6 +287,14 @@ int lkv_cuda_delta_chunk(lkv_bctx *b, float *out, const float *qkv, const float 
                          const float *alpha, const float *a, const float *dt, float *state,
                          const lkv_delta_desc *d, int n, int kind);
 void lkv_cuda_attn_setup(void);   /* raises kernels' shared-memory limits once */
+/* mixture of experts (moe.cu) */
+void lkv_cuda_moe_topk(lkv_bctx *b, int32_t *ids, float *wts, const float *logits, int n,
+                       int n_expert, int k, int norm, float scale);
+void lkv_cuda_gather_rows(lkv_bctx *b, float *out, const float *x, const int32_t *rows, int n,
+                          int dim);
+void lkv_cuda_scatter_add_rows(lkv_bctx *b, float *out, const float *y, const int32_t *rows,
+                               const float *w, int n, int dim);
+void lkv_cuda_zero(lkv_bctx *b, float *x, int64_t n);
 /* attn.cu's exact kernels, which take every supported shape and type
  * (choose_attn.cu hands them what no faster kernel takes): accum and the
  * fused reset + accum + finish (0 where attn_seq would not run); check: the

@@ -1,0 +1,94 @@
+"""Engine: one context, its sequences and the scheduler that steps them.
+
+    engine = Engine(n_seq=4, shared=True)          # a server's slots
+    seq = engine.open(model, n_ctx=2048, ...)     # the first call makes the context
+    seq.eval(tokens); seq.last_logits()
+
+``Llama`` is a facade over an engine and one of its sequences (its own
+engine's sequence 0; a server slot's: a sequence of the one shared engine).
+A prompt list or ``n`` choices take more sequences of the Llama's engine.
+``open`` takes Context's arguments once: with ``shared``, the pool and the
+threads given are one sequence's, so the context gets n_seq times them (the
+threads up to the CPU count). The context is freed when the last sequence
+handed out is released.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from ..errors import ParameterError, UnsupportedError
+from .scheduler import Scheduler
+from .sequence import Sequence
+
+
+class Engine:
+    def __init__(self, n_seq: int = 1, shared: bool = False) -> None:
+        if isinstance(n_seq, bool) or not isinstance(n_seq, int) or n_seq < 1:
+            raise ParameterError(f"n_seq must be an int >= 1, got {n_seq!r}")
+        self.n_seq, self.shared = n_seq, shared
+        self.ctx = self.scheduler = None
+        self._lock = threading.Lock()
+        self._seqs: dict[int, Sequence] = {}
+        self._open: set[int] = set()
+        self.n_ctx = self.n_batch = 0
+
+    def open(self, model, keep_all: bool | None = None, **kw) -> Sequence:
+        """The next sequence not handed out (the first call makes the context)."""
+        from ..core.native import Context
+        with self._lock:
+            if self.ctx is None:
+                if self.shared and kw.get("kv_pool_bytes") is not None:
+                    kw["kv_pool_bytes"] = int(kw["kv_pool_bytes"]) * self.n_seq
+                if self.shared and kw.get("n_threads"):
+                    kw["n_threads"] = min(os.cpu_count() or 1, kw["n_threads"] * self.n_seq)
+                if self.n_seq > 1:
+                    kw["n_seq_max"] = self.n_seq
+                self.ctx = Context(model, **kw)
+                self.n_ctx = kw.get("n_ctx", 4096)
+                self.n_batch = min(kw.get("n_batch", 512), self.n_ctx)
+                self.scheduler = Scheduler(self.ctx, self.n_batch)
+            free = [i for i in range(self.n_seq) if i not in self._open]
+            if not free:
+                raise ParameterError(f"the engine has {self.n_seq} sequences, all given")
+            self._open.add(free[0])
+            return self.sequence(free[0], keep_all)
+
+    def sequence(self, seq_id, keep_all: bool | None = None) -> Sequence:
+        """Sequence seq_id (0 <= seq_id < n_seq), made the first time."""
+        if isinstance(seq_id, bool) or not isinstance(seq_id, int):
+            try:
+                seq_id = int(seq_id.__index__())
+            except (AttributeError, TypeError):
+                raise ParameterError(f"seq_id must be an int, not {type(seq_id).__name__}")
+        if not 0 <= seq_id < self.n_seq:
+            raise ParameterError(f"seq_id {seq_id} is outside [0, n_seq_max = {self.n_seq})")
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            keep_all = self.ctx.logits_all if keep_all is None else keep_all
+            if keep_all and seq_id:
+                raise UnsupportedError(f"seq_id {seq_id}: sequences beside the Llama's own "
+                                       "keep the last logits only; create the Llama with "
+                                       "logits_all=False")
+            seq = self._seqs[seq_id] = Sequence(self.ctx, self.scheduler, seq_id, self.n_ctx,
+                                                self.n_batch, keep_all)
+        return seq
+
+    def others(self, seq: Sequence) -> list[Sequence]:
+        """The sequences made so far beside seq."""
+        return [s for i, s in sorted(self._seqs.items()) if s is not seq]
+
+    def release(self, seq: Sequence) -> None:
+        """seq's owner is done; the last release frees the context."""
+        with self._lock:
+            if seq.id not in self._open:
+                return
+            self._open.discard(seq.id)
+            if not self._open and self.ctx is not None:
+                self.ctx.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._open.clear()
+            if self.ctx is not None:
+                self.ctx.close()
