@@ -159,3 +159,24 @@ def test_bad_arguments(tiny):
     with pytest.raises(Exception):
         ctx.generate(0, -1)
     assert len(ctx.generate(3, -1)) == 3
+
+
+def test_stream_closed_after_its_context(tmp_path):
+    """A greedy stream left open while its Llama is closed ends quietly when it
+    is closed afterwards (it had raised ClosedError inside the generator's
+    cleanup, reported as an unraisable exception)."""
+    import sys
+    path = tmp_path / "t.gguf"
+    write_tiny_model(path, "llama", n_layer=2, seed=5, vocab=True)
+    llm = Llama(str(path), n_ctx=256, verbose=False, device=DEVICE)
+    it = llm.create_completion([5, 6, 7], max_tokens=40, temperature=0, stream=True)
+    next(it)
+    seen = []
+    old, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        llm.close()
+        it.close()
+        del it
+    finally:
+        sys.unraisablehook = old
+    assert not seen, [str(u.exc_value) for u in seen]

@@ -23,6 +23,7 @@ import time
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ..core.native_gen import has_generate
+from ..errors import ClosedError
 from .sampling import Sampler
 
 if TYPE_CHECKING:
@@ -75,7 +76,10 @@ def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
             try:
                 yield t
             except GeneratorExit:   # stopped inside the block
-                _cut(hist, base + i)
+                try:
+                    _cut(hist, base + i)
+                except ClosedError:   # the context closed first: no cache left to cut
+                    pass
                 raise
         pending = int(ids[-1])
         if left is not None:
