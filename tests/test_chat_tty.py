@@ -65,6 +65,9 @@ def test_chat_on_a_terminal(tmp_path):
     pid, fd = pty.fork()
     if pid == 0:  # the child: the chat, attached to the pseudo-terminal
         os.chdir(tmp_path)   # not the source tree: python -m puts the cwd first on sys.path
+        # Ctrl-C as on a user's terminal, also where this run inherited SIGINT ignored
+        # (started in the background of a non-interactive shell)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execve(sys.executable, [sys.executable, "-m", "pyllamakv.commands.cli", "chat", "--ctx", "2048",
                                    "-n", "1500", "--temp", "0.9", "--seed", "1"], env)
     screen = _Screen(fd)

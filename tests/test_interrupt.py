@@ -47,6 +47,16 @@ def _run_interrupted(fn, delay: float, kind: str) -> bool:
     return inside
 
 
+@pytest.fixture(autouse=True)
+def _sigint_raises():
+    """Python's own SIGINT handler for these tests: a run started in the
+    background of a non-interactive shell inherits SIGINT ignored, and then no
+    KeyboardInterrupt ever comes."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return str(write_tiny_model(tmp_path_factory.mktemp("intr") / "tiny.gguf", seed=5,
