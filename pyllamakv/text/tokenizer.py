@@ -154,14 +154,7 @@ class Tokenizer:
             if v.bos_id is None:
                 raise ValueError("the vocab asks for a BOS token but has none")
             out.append(v.bos_id)
-        prev_special = True
-        for frag in self._partition(text, special):
-            if isinstance(frag, int):
-                out.append(frag)
-                prev_special = True
-            else:
-                out.extend(self._encode_raw(frag, prev_special))
-                prev_special = False
+        self._encode_fragments(self._partition(text, special), out)
         if add_bos and v.add_eos:
             if v.eos_id is None:
                 raise ValueError("the vocab asks for an EOS token but has none")
@@ -183,16 +176,23 @@ class Tokenizer:
         out: list[int] = [v.bos_id] if add_bos and v.add_bos and v.bos_id is not None else []
         prev_special = True
         for seg, special in segments:
-            for frag in self._partition(seg, special):
-                if isinstance(frag, int):
-                    out.append(frag)
-                    prev_special = True
-                else:
-                    out.extend(self._encode_raw(frag, prev_special))
-                    prev_special = False
+            prev_special = self._encode_fragments(self._partition(seg, special), out, prev_special)
         if add_bos and v.add_eos and v.eos_id is not None:
             out.append(v.eos_id)
         return out
+
+    def _encode_fragments(self, frags, out: list[int], prev_special: bool = True) -> bool:
+        """Appends the ids of _partition's fragments to out: special ids as
+        they are, text through _encode_raw (told whether a special token came
+        just before it). Returns whether the last fragment was a special token."""
+        for frag in frags:
+            if isinstance(frag, int):
+                out.append(frag)
+                prev_special = True
+            else:
+                out.extend(self._encode_raw(frag, prev_special))
+                prev_special = False
+        return prev_special
 
     def is_control(self, token_id: int) -> bool:
         """A control token (what special parsing alone splits out of text)."""
