@@ -21,13 +21,9 @@ from test_cuda import clear_top1, engine_logits, kl_rows
 from fixtures.tiny_moe import write_tiny_qwen3moe, write_tiny_qwen35moe
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]
+              pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device"),
+              pytest.mark.usefixtures("cuda_unverified")]   # opt-in until run on a GPU
 
-
-@pytest.fixture(autouse=True)
-def _unverified_on(monkeypatch):
-    """the core refuses MoE on CUDA until these tests have passed on a GPU (unverified.h)"""
-    monkeypatch.setenv("PYLLAMAKV_CUDA_UNVERIFIED", "1")
 
 WRITERS = {"qwen3moe": write_tiny_qwen3moe, "qwen35moe": write_tiny_qwen35moe}
 WTYPES = {"f32": T.F32, "q8_0": T.Q8_0, "q4_0": T.Q4_0}
