@@ -118,7 +118,7 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     for e in engines:
         e.spec_mtp = e.draft_model if has_mtp else None
         e.spec_draft_model = None if not gguf else \
-            make_drafter(s.draft_model, e) if has_mtp else e.draft_model
+            make_drafter(s.draft_model, e.sequence) if has_mtp else e.draft_model
         e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
         e.draft_model = None      # a request's fields choose (speculation.drafting)
         if has_mtp:               # on only for requests that draft with it (Llama.token_stream)
