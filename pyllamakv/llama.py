@@ -30,7 +30,7 @@ from .api.compat import check_extra_kwargs
 from .config import LlamaConfig, choose_device, tokens_arg
 from .default_model import default_model_path
 from .api.embedding import pooling_type as embedding_pooling
-from .errors import ClosedError, ParameterTypeError
+from .errors import ClosedError, ParameterError, ParameterTypeError
 from .api.grammar import LlamaGrammar
 from .engine.guard import Guard, guarded
 from .engine.engine import Engine
@@ -108,7 +108,12 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         kv_pool_bytes, n_ubatch = pool_and_ubatch(cfg, hp, self._n_ctx, self.device, n_batch,
                                                   type_k, type_v, budget, file.tensors)
         self.kv_pool_bytes = kv_pool_bytes   # None: all resident (the one spelling past the config)
-        # _engine: an engine to take a sequence of (the server's slots share one)
+        # _engine: an engine to take a sequence of (the server's slots share one); its
+        # pool (kv_pool_mib, planned for n_seq_max sequences) is given once, the whole
+        if _engine is not None and _engine.n_seq != cfg.n_seq_max:
+            raise ParameterError(f"an engine of {_engine.n_seq} sequences needs n_seq_max="
+                                 f"{_engine.n_seq} (its pool is planned for all of them), "
+                                 f"got {cfg.n_seq_max}")
         self._engine = _engine or Engine(cfg.n_seq_max)
         self._seq = self._engine.open(
             self._model, keep_all=cfg.logits_all, n_ctx=self._n_ctx, n_batch=n_batch,
