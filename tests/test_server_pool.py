@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -66,11 +67,20 @@ def test_embedding_slots_share_one_pool():
     engines = load_engines(s)
     try:
         _check_one_pool(engines, parallel, pool_mib)
-        words = ["sun", "river", "stone", "cloud", "seed", "glass"]
-        text = " ".join(random.sample(words, 4))
-        got = [np.array(e.embed(text)) for e in engines]   # each slot's sequence, one context
-        for g in got[1:]:
-            assert np.allclose(g, got[0], rtol=1e-4, atol=1e-5)
+        words = ["sun", "river", "stone", "cloud", "seed", "glass", "bird", "iron"]
+        texts = [" ".join(random.sample(words, random.randint(2, 6))) for _ in engines]
+        alone = [np.array(engines[0].embed(t)) for t in texts]   # one at a time
+        got: list = [None] * len(engines)
+
+        def run(i):   # every slot at once: their decodes share the engine's steps
+            got[i] = np.array(engines[i].embed(texts[i]))
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(engines))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        for g, a in zip(got, alone):
+            assert g is not None and np.allclose(g, a, rtol=1e-4, atol=1e-5)
     finally:
         for e in engines:
             e.close()

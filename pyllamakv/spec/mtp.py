@@ -4,7 +4,7 @@ native/src/mtp.h) and each call drafts ``num_pred_tokens`` arg-max tokens,
 chained through the one block as llama.cpp and vLLM do. Drafts are point
 masses for spec_decode.py's accept/reject rule.
 
-The block runs only while a generation drafts with it: Llama.token_stream
+The block runs only while a generation drafts with it: api/decoding.py
 switches it on for such a generation and off for the others (``uses_mtp``).
 Switched on after tokens were decoded without it, the block catches up
 through prefix reuse: keep_prefix's restore point is then one where the block
