@@ -101,7 +101,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
             mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)
         self.memory = None if budget is None else budget[0]   # budget.BudgetSplit
         if _model is None:
-            _model = _native.Model(file, self.device, n_threads, cfg.n_cpu_moe)
+            _model = _native.Model(file, self.device, n_threads, cfg.n_cpu_moe, own_file=True)
         self._model = _model
         progress("load", 2, 4)
         self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file

@@ -114,7 +114,7 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     hp = model_params(file)
     device = choose_device(cfg, hp["n_layer"], cuda_device_count())
-    model = Model(file, device, s.threads_per_slot, s.n_cpu_moe)
+    model = Model(file, device, s.threads_per_slot, s.n_cpu_moe, own_file=True)
     # an embedding server runs no MTP block
     apart = sharing(device, hp, 0 if s.embedding else model.n_nextn, s.parallel)
     kw: dict[str, Any] = dict(n_ctx=s.n_ctx, device=s.device, type_k=s.type_k,
