@@ -220,7 +220,8 @@ def test_budget_leaves_host_experts_out(tiny, cuda_unverified):
     experts = [t for t in tensors if host_expert(t.name, 2, hp["n_layer"])]
     assert len(experts) == 6 and {t.name.split(".")[1] for t in experts} == {"0", "1"}
     assert all_dev.weights - split.weights == sum(granule(t.nbytes) for t in experts)
-    assert plan_budget(cfg(2), hp, tensors, 256, "cpu")[0].weights == all_dev.weights
+    # the emulated device's budget is the CUDA one's (test_moe_budget.py has the CPU's)
+    assert plan_budget(cfg(2), hp, tensors, 256, "cpu")[0].weights == split.weights
     assert memory_plan(tensors, hp, "cuda", n_ctx=256, n_ubatch=64).workspace > 0
 
 
