@@ -42,6 +42,13 @@
 #            the synthetic llama3-8b file (native call / eval / sampler / create_completion per token;
 #            torch.profiler's kernel table for the first type), and once more with LKV_CUDA_GRAPH=0
 #            (PROF_NOGRAPH=0: not)
+#   moe      benchmarks/bench_moe.py: a synthetic Qwen3.5-35B-A3B (q4_k_m, written to /tmp/syn and
+#            kept for the next call on a warm machine) within gpu_memory_mib=MOE_BUDGET (default
+#            16384): prefill and decode at MOE_DEPTHS (default 8192,32768,65536,131072,262144),
+#            MOE_GEN tokens (default 32), beside llama-bench -ncmoe N (pyllamakv's chosen N; waits
+#            for a llama-bench the llref stage builds, else pyllamakv alone); MoE on CUDA is
+#            still opt-in, so the stage sets PYLLAMAKV_CUDA_UNVERIFIED=1; MOE_ARGS: more of its flags
+#            (a smoke run on a machine without a GPU: "--shape qwen35moe-tiny --device cpu")
 #   spec     benchmarks/bench_speculative.py verify: one pass over [token + k drafts],
 #            k = 0..15, against one step (synthetic 8B shape, q8_0 KV, SPEC_DEPTHS default
 #            32768,131072, pools 1024,4096 MiB), then effective: the acceptance measured on
@@ -179,6 +186,17 @@ if [[ $STAGES == *decode* ]]; then
         --llama-bench /tmp/ref/llama-bench --shape ${DEC_SHAPE:-llama3-8b} --types ${DEC_TYPES:-q4_k,iq4_xs} \
         --depths ${DEC_DEPTHS:-512} --csv "$OUT/decode.csv" --deadline "$(( $(left) - ${DEC_TAIL:-40} ))" \
         2>&1 | tee "$OUT/decode.log"
+fi
+if [[ $STAGES == *moe* ]]; then
+    stamp "MoE: synthetic Qwen3.5-35B-A3B within gpu_memory_mib=${MOE_BUDGET:-16384}, beside llama-bench -ncmoe"
+    if [[ -n ${LLPID:-} ]]; then   # the llref stage's build, in the background
+        while [ ! -f /tmp/ref/packed ] && kill -0 $LLPID 2>/dev/null && (( $(left) > 300 )); do sleep 5; done
+    fi
+    LLARG=--no-llama; [ -x $LLB ] && LLARG="--llama-bench $LLB"
+    LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} PYLLAMAKV_CUDA_UNVERIFIED=1 timeout "$(cap 590)" \
+        python3 benchmarks/bench_moe.py $LLARG --depths ${MOE_DEPTHS:-8192,32768,65536,131072,262144} \
+        --gen ${MOE_GEN:-32} --budget-mib ${MOE_BUDGET:-16384} --dir /tmp/syn --keep --csv "$OUT/moe.csv" \
+        --deadline "$(( $(left) - ${MOE_TAIL:-20} ))" ${MOE_ARGS:-} 2>&1 | tee "$OUT/moe.log"
 fi
 if [[ -n ${LLPID:-} ]]; then
     L=$(left); while kill -0 $LLPID 2>/dev/null && (( $(left) > 15 )); do sleep 3; done
