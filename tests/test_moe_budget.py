@@ -130,3 +130,40 @@ def test_llama_takes_and_reports_the_choice(tiny, capsys):
         ref.eval(tokens)
         want = np.array(ref.scores[-1])
     assert np.array_equal(got, want)
+
+
+def test_serve_chooses_for_its_slots(tiny):
+    """serve --gpu-memory-mib without --n-cpu-moe: the fewest layers such that every
+    slot's share fits beside the weights (loaded once), the model loaded so, each slot
+    planned with it; the slots' parts with the weights once stay within the budget."""
+    from pyllamakv.server.engines import load_engines, server_cpu_moe, slot_budget_mib
+    from pyllamakv.server.settings import ServerSettings
+    hp, tensors = tiny.hparams, tiny.file.tensors
+    kw = dict(model=str(tiny.file.path), n_ctx=N_CTX, parallel=2, device="cpu", n_threads=1)
+    # the 2-slot need with every expert on the device, and with every one on the host
+    need = [least_budget_mib(tiny, n) for n in (0, N_LAYER)]
+    w = [memory_plan(tensors, hp, "cpu", n_ctx=N_CTX, n_cpu_moe=n).weights_device / MIB
+         for n in (0, N_LAYER)]
+    hi, lo = 2 * need[0] - w[0] + 1.0, 2 * need[1] - w[1]
+    budget = float(np.random.default_rng().uniform(lo, hi))
+    s = ServerSettings(gpu_memory_mib=budget, **kw)
+    try:
+        n = server_cpu_moe(s, tensors, hp, "cpu")
+    except (MemoryBudgetError, PoolTooSmallError) as e:
+        assert f"all {N_LAYER} layers" in str(e) and "2 slots" in str(e), str(e)
+        return
+    if n:   # one layer fewer does not fit every slot
+        b = slot_budget_mib(budget, tensors, 2, n - 1, N_LAYER)
+        with pytest.raises((MemoryBudgetError, PoolTooSmallError)):
+            plan_budget(LlamaConfig(n_ctx=N_CTX, gpu_memory_mib=b, n_cpu_moe=n - 1), hp,
+                        tensors, N_CTX, "cpu", wide_logits=True)
+    slots = load_engines(s)
+    try:
+        assert [e.memory.n_cpu_moe for e in slots] == [n, n]
+        assert slots[0]._model.n_cpu_moe == n
+        m = [e.memory for e in slots]
+        assert m[0].weights + sum(x.used - x.weights for x in m) <= budget * MIB + 1
+        assert slots[0].create_completion([1, 300, 301], max_tokens=2)["usage"]["completion_tokens"] == 2
+    finally:
+        for e in slots:
+            e.close()

@@ -134,36 +134,46 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, **kw) -> tuple[
         split, u = split_for(cfg, hp, tensors, n_ctx, device, n, **kw)
         return replace(split, n_cpu_moe=n), u
 
-    def at(n: int):
+    def at(n: int) -> tuple[BudgetSplit, int]:
+        return split_for(cfg, hp, tensors, n_ctx, device, n, **kw)
+    n, best = fewest_host_layers(at, n_layer, f"gpu_memory_mib: the budget of "
+                                  f"{cfg.gpu_memory_mib:.1f} MiB does not hold this model at "
+                                  f"n_ctx={n_ctx}")
+    split, u = best
+    note = (f"n_cpu_moe {n} (chosen): " + ("every routed expert fits on the device" if not n
+            else f"the routed experts of the first {n} of {n_layer} layers in host memory, "
+                 f"the fewest that fit"))
+    return replace(split, n_cpu_moe=n, moe_note=note), u
+
+
+def fewest_host_layers(at, n_layer: int, what: str):
+    """(n, at(n)) for the least n in 0..n_layer whose at(n) fits, by bisection (at: a
+    function of the layers whose experts stay on the host that returns a plan or raises
+    MemoryBudgetError / PoolTooSmallError, and fits for every n above one that does).
+    Where even at(n_layer) does not fit, its error, prefixed with what (the budget and
+    the context) and the number of layers."""
+    def attempt(n: int):
         try:
-            return split_for(cfg, hp, tensors, n_ctx, device, n, **kw)
+            return at(n)
         except (MemoryBudgetError, PoolTooSmallError) as e:
             return e
-    first = at(0)
-    if isinstance(first, tuple):
-        lo, best = 0, first
-    else:
-        best = at(n_layer)
-        if not isinstance(best, tuple):
-            raise type(best)(
-                f"gpu_memory_mib: the budget of {cfg.gpu_memory_mib:.1f} MiB does not hold this "
-                f"model at n_ctx={n_ctx} even with the routed experts of all {n_layer} layers "
-                f"in host memory (n_cpu_moe={n_layer}): "
-                + str(best).removeprefix("gpu_memory_mib: ")) from best
-        lo, hi = 0, n_layer          # at(lo) does not fit, at(hi) fits
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            r = at(mid)
-            if isinstance(r, tuple):
-                hi, best = mid, r
-            else:
-                lo = mid
-        lo = hi
-    split, u = best
-    note = (f"n_cpu_moe {lo} (chosen): " + ("every routed expert fits on the device" if not lo
-            else f"the routed experts of the first {lo} of {n_layer} layers in host memory, "
-                 f"the fewest that fit"))
-    return replace(split, n_cpu_moe=lo, moe_note=note), u
+    first = attempt(0)
+    if not isinstance(first, Exception):
+        return 0, first
+    best = attempt(n_layer)
+    if isinstance(best, Exception):
+        raise type(best)(f"{what} even with the routed experts of all {n_layer} layers in "
+                         f"host memory (n_cpu_moe={n_layer}): "
+                         + str(best).removeprefix("gpu_memory_mib: ")) from best
+    lo, hi = 0, n_layer          # at(lo) does not fit, at(hi) fits
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        r = attempt(mid)
+        if isinstance(r, Exception):
+            lo = mid
+        else:
+            hi, best = mid, r
+    return hi, best
 
 
 def split_for(cfg, hp: dict, tensors, n_ctx: int, device: str, n_cpu_moe: int, *,

@@ -76,16 +76,38 @@ class SlotLlama(Llama):
                 job.verify_passes += t.verify_passes
 
 
-def slot_budget_mib(budget_mib: float, tensors, parallel: int) -> float:
-    """Each slot's gpu_memory_mib: the weights (loaded once, counted by every slot)
-    and an equal share of what they leave of the server's budget."""
+def slot_budget_mib(budget_mib: float, tensors, parallel: int, n_cpu_moe: int = 0,
+                    n_layer: int = 0) -> float:
+    """Each slot's gpu_memory_mib: the weights on the device (loaded once, counted by
+    every slot; a MoE model's first n_cpu_moe of n_layer layers keep their experts in
+    host memory) and an equal share of what they leave of the server's budget."""
+    from ..gguf.arch_moe import host_expert
     from ..memory.budget import MIB, weight_device_bytes
     from ..errors import MemoryBudgetError
-    w = weight_device_bytes(tensors) / MIB
+    w = weight_device_bytes([t for t in tensors
+                             if not host_expert(t.name, n_cpu_moe, n_layer)]) / MIB
     if w > budget_mib:
         raise MemoryBudgetError(f"--gpu-memory-mib: the weights alone take {w:.1f} MiB of "
                                 f"device memory, more than the budget of {budget_mib:.1f} MiB")
     return w + (budget_mib - w) / parallel
+
+
+def server_cpu_moe(s: ServerSettings, tensors, hp: dict, device: str) -> int:
+    """--gpu-memory-mib with --n-cpu-moe unset, for a MoE model: the fewest layers whose
+    routed experts stay in host memory such that every slot's share fits, each slot
+    planned as its SlotLlama plans it (budget.plan_budget: a drafter's logits rows, the
+    MTP block where the model has one)."""
+    from ..memory.budget import fewest_host_layers, plan_budget
+
+    def at(n: int):
+        b = slot_budget_mib(s.gpu_memory_mib, tensors, s.parallel, n, hp["n_layer"])
+        cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v,
+                          kv_pool_mib=s.slot_pool_mib, gpu_memory_mib=b, n_cpu_moe=n)
+        return plan_budget(cfg, hp, tensors, s.n_ctx, device, wide_logits=True,
+                           mtp=hp.get("n_nextn", 0) > 0)
+    return fewest_host_layers(at, hp["n_layer"], f"--gpu-memory-mib: the budget of "
+                              f"{s.gpu_memory_mib:.1f} MiB does not hold this model with "
+                              f"{s.parallel} slots of n_ctx={s.n_ctx}")[0]
 
 
 def load_engines(s: ServerSettings) -> list[SlotLlama]:
@@ -97,11 +119,17 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     file = GGUFFile(path)
     if s.embedding:
         return [_embedding_engine(s, path, file, kw) for _ in range(s.parallel)]
-    if s.gpu_memory_mib is not None:
-        kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel)
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
-    device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
-    model = Model(file, device, s.threads_per_slot, s.n_cpu_moe)
+    hp = model_params(file)
+    device = choose_device(cfg, hp["n_layer"], cuda_device_count())
+    n_cpu_moe = s.n_cpu_moe
+    if s.gpu_memory_mib is not None:
+        if n_cpu_moe is None and hp.get("n_expert"):   # chosen: the slots' Llamas report it
+            n_cpu_moe = server_cpu_moe(s, file.tensors, hp, device)
+        kw["n_cpu_moe"] = n_cpu_moe
+        kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel,
+                                               n_cpu_moe or 0, hp["n_layer"])
+    model = Model(file, device, s.threads_per_slot, n_cpu_moe)
     # one context for all slots, batched steps (weights read once per step), hybrids too on
     # the CPU (a recurrent state per sequence); hybrids on CUDA and models with an MTP block:
     # a context each (the core holds one such sequence a context there)

@@ -46,8 +46,12 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
         app = create_app(settings)
         s = app.state.pool.slots
         port = sock.getsockname()[1]
-        print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}; "
-              f"listening on http://{settings.host}:{port}", file=sys.stderr, flush=True)
+        mem = s[0].memory    # a MoE model under --gpu-memory-mib: where its experts are
+        moe = "" if mem is None or mem.n_cpu_moe is None else (
+            f"; the routed experts of {mem.n_cpu_moe} layers in host memory (n_cpu_moe"
+            f"{' chosen' if settings.n_cpu_moe is None else ''})")
+        print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}"
+              f"{moe}; listening on http://{settings.host}:{port}", file=sys.stderr, flush=True)
         # h11 (guards.py's protocol wraps it), not httptools: it sends header names as
         # the app wrote them (cors.py's Access-Control-*), which clients that keep
         # headers in a plain dict look up
