@@ -8,7 +8,7 @@
 # the 8 files the device tool returns); a summary is printed.
 #
 # Stages (STAGES, default "build ops bench prompts stash"):
-#   ops      tests/cuda/test_ops (kernels vs the CPU), test_attn_mma
+#   ops      tests/cuda/test_ops (kernels vs the CPU; OPS_FIRST: sections run first), test_attn_mma
 #   attn     test_attn_mma, then its timings of the auto path (timeonly)
 #   bench    benchmarks/cuda_bench: pp512 and decode at DEPTHS (default 0,32768,131072),
 #            the default kernels, with llama.cpp's figures (BENCHMARKS.md) beside them
@@ -42,13 +42,16 @@
 #            the synthetic llama3-8b file (native call / eval / sampler / create_completion per token;
 #            torch.profiler's kernel table for the first type), and once more with LKV_CUDA_GRAPH=0
 #            (PROF_NOGRAPH=0: not)
-#   moe      benchmarks/bench_moe.py: a synthetic Qwen3.5-35B-A3B (q4_k_m, written to /tmp/syn and
-#            kept for the next call on a warm machine) within gpu_memory_mib=MOE_BUDGET (default
-#            16384): prefill and decode at MOE_DEPTHS (default 8192,32768,65536,131072,262144),
-#            MOE_GEN tokens (default 32), beside llama-bench -ncmoe N (pyllamakv's chosen N; waits
-#            for a llama-bench the llref stage builds, else pyllamakv alone); MoE on CUDA is
-#            still opt-in, so the stage sets PYLLAMAKV_CUDA_UNVERIFIED=1; MOE_ARGS: more of its flags
-#            (a smoke run on a machine without a GPU: "--shape qwen35moe-tiny --device cpu")
+#   moe      benchmarks/bench_moe.py: a synthetic Qwen3.5-35B-A3B (MOE_SHAPE, MOE_TYPE default q4_k_m:
+#            about 20 GiB, written to /tmp/syn once and kept for the next call on a warm machine)
+#            within gpu_memory_mib=MOE_BUDGET (default 16384): prefill and decode at MOE_DEPTHS
+#            (default 8192,32768,65536,131072,262144), MOE_GEN tokens (default 32), beside
+#            llama-bench -ncmoe N (pyllamakv's chosen N; waits for a llama-bench the llref stage
+#            builds, else pyllamakv alone); MoE on CUDA is still opt-in, so the stage sets
+#            PYLLAMAKV_CUDA_UNVERIFIED=1; MOE_ARGS: more of its flags (a smoke run without a
+#            GPU: MOE_SHAPE=qwen35moe-tiny MOE_ARGS="--device cpu")
+#   ttft     benchmarks/bench_ttft.py: the qwen35-27b prompt (TTFT_TYPE, TTFT_LENGTHS, TTFT_CONFIGS) through
+#            Llama.eval, with B/native/chunked/libllamakv.so too where present; llama-bench's pp beside it
 #   spec     benchmarks/bench_speculative.py verify: one pass over [token + k drafts],
 #            k = 0..15, against one step (synthetic 8B shape, q8_0 KV, SPEC_DEPTHS default
 #            32768,131072, pools 1024,4096 MiB), then effective: the acceptance measured on
@@ -113,7 +116,10 @@ export PYLLAMAKV_LIBRARY=$B/native/libllamakv.so PYLLAMAKV_REPORT_DIR=$OUT
 
 if [[ $STAGES == *ops* ]]; then
     stamp "kernel harness"
-    timeout "$(cap 120)" $B/native/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
+    # OPS_FIRST: sections (test_ops' argument) run before the rest, so that a cap cannot cut them
+    [[ -n ${OPS_FIRST:-} ]] && { timeout "$(cap 120)" $B/native/test_ops "$OPS_FIRST" > "$OUT/test_ops_first.log" 2>&1
+        echo "test_ops $OPS_FIRST rc=$?" >> "$OUT/test_ops_first.log"; grep -E "FAIL|passed|rc=|^info" "$OUT/test_ops_first.log" | head -60; }
+    timeout "$(cap ${OPS_CAP:-120})" $B/native/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
     grep -E "FAIL|passed|rc=" "$OUT/test_ops.log" | head -30
 fi
 if [[ $STAGES == *ops* || $STAGES == *attn* ]]; then
@@ -180,6 +186,27 @@ if [[ $STAGES == *profile* ]]; then
     timeout "$(cap 60)" $B/native/test_ops pick 2>&1 | grep -E "pick|FAIL|passed" | head -20
 fi
 
+if [[ $STAGES == *ttft* ]]; then
+    # the 27B hybrid's prompt through Llama.eval (benchmarks/bench_ttft.py), with the library as built
+    # and, where B/native/chunked/libllamakv.so exists (a build with -DLKV_DR_CHUNKED_ON=1), the
+    # chunked delta rule by default; then llama-bench's pp at the same lengths, all resident
+    mkdir -p /tmp/syn; G=/tmp/syn/qwen35-27b-${TTFT_TYPE:-iq4_xs}.gguf
+    stamp "ttft: $G (${TTFT_LENGTHS:-32768}; ${TTFT_CONFIGS:-budget:16384,resident:4096})"
+    [ -f $G ] || timeout "$(cap 200)" python3 benchmarks/synthetic_model.py qwen35-27b $G --type ${TTFT_TYPE:-iq4_xs} > /dev/null 2>&1
+    stamp "file ready"
+    for lib in $B/native/libllamakv.so $B/native/chunked/libllamakv.so; do
+        [ -f $lib ] || continue
+        echo "library: $lib"
+        PYLLAMAKV_LIBRARY=$lib timeout "$(cap 300)" python3 benchmarks/bench_ttft.py $G --lengths ${TTFT_LENGTHS:-32768} \
+            --configs ${TTFT_CONFIGS:-budget:16384,resident:4096} 2>&1 | grep -v Warning | tee -a "$OUT/ttft.log"
+    done
+    if [ -x $LLB ]; then
+        stamp "llama-bench pp ${TTFT_LENGTHS:-32768} (ub 2048, b 4096, fa, q8_0 K / q4_0 V)"
+        LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} timeout "$(cap 200)" $LLB -m $G -p ${TTFT_LENGTHS:-32768} \
+            -n 0 -ub 2048 -b 4096 -fa 1 -ctk q8_0 -ctv q4_0 -r 1 -o md 2>&1 | tee -a "$OUT/ttft_llamacpp.md" | tail -4
+    fi
+fi
+
 if [[ $STAGES == *decode* ]]; then
     stamp "decode through create_completion beside llama-bench (${DEC_SHAPE:-llama3-8b}; llama-bench when built)"
     LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} timeout "$(cap 590)" python3 benchmarks/decode_vs_llamacpp.py \
@@ -188,15 +215,23 @@ if [[ $STAGES == *decode* ]]; then
         2>&1 | tee "$OUT/decode.log"
 fi
 if [[ $STAGES == *moe* ]]; then
-    stamp "MoE: synthetic Qwen3.5-35B-A3B within gpu_memory_mib=${MOE_BUDGET:-16384}, beside llama-bench -ncmoe"
-    if [[ -n ${LLPID:-} ]]; then   # the llref stage's build, in the background
-        while [ ! -f /tmp/ref/packed ] && kill -0 $LLPID 2>/dev/null && (( $(left) > 300 )); do sleep 5; done
+    mkdir -p /tmp/syn; G=/tmp/syn/${MOE_SHAPE:-qwen35moe-35b-a3b}-${MOE_TYPE:-q4_k_m}.gguf
+    stamp "MoE: $G within gpu_memory_mib=${MOE_BUDGET:-16384}, beside llama-bench -ncmoe"
+    [ -f $G ] || { timeout "$(cap 400)" python3 benchmarks/synthetic_model.py ${MOE_SHAPE:-qwen35moe-35b-a3b} \
+        $G.part --type ${MOE_TYPE:-q4_k_m} > "$OUT/moe_synth.log" 2>&1 && mv $G.part $G; }
+    if [ -f $G ]; then
+        stamp "file ready ($(du -h $G | cut -f1))"
+        if [[ -n ${LLPID:-} ]]; then   # the llref stage's build, in the background
+            while [ ! -f /tmp/ref/packed ] && kill -0 $LLPID 2>/dev/null && (( $(left) > 300 )); do sleep 5; done
+        fi
+        LLARG=--no-llama; [ -x $LLB ] && LLARG="--llama-bench $LLB"
+        LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} PYLLAMAKV_CUDA_UNVERIFIED=1 timeout "$(cap 590)" \
+            python3 benchmarks/bench_moe.py --model $G $LLARG --depths ${MOE_DEPTHS:-8192,32768,65536,131072,262144} \
+            --gen ${MOE_GEN:-32} --budget-mib ${MOE_BUDGET:-16384} --csv "$OUT/moe.csv" \
+            --deadline "$(( $(left) - ${MOE_TAIL:-20} ))" ${MOE_ARGS:-} 2>&1 | tee "$OUT/moe.log"
+    else
+        rm -f $G.part; echo "MoE: the synthetic file was not written in time"; tail -5 "$OUT/moe_synth.log"
     fi
-    LLARG=--no-llama; [ -x $LLB ] && LLARG="--llama-bench $LLB"
-    LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} PYLLAMAKV_CUDA_UNVERIFIED=1 timeout "$(cap 590)" \
-        python3 benchmarks/bench_moe.py $LLARG --depths ${MOE_DEPTHS:-8192,32768,65536,131072,262144} \
-        --gen ${MOE_GEN:-32} --budget-mib ${MOE_BUDGET:-16384} --dir /tmp/syn --keep --csv "$OUT/moe.csv" \
-        --deadline "$(( $(left) - ${MOE_TAIL:-20} ))" ${MOE_ARGS:-} 2>&1 | tee "$OUT/moe.log"
 fi
 if [[ -n ${LLPID:-} ]]; then
     L=$(left); while kill -0 $LLPID 2>/dev/null && (( $(left) > 15 )); do sleep 3; done
