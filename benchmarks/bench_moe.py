@@ -25,8 +25,10 @@ out (memory/budget.py), so a run fits the budget when its peak is at most
 fit; elsewhere the row says which did not. Depths not reached before --deadline are
 listed as skipped. Results also go to --csv.
 
-usage (GPU machine; tools/gpu-run.sh's stage "moe"):
-  python benchmarks/bench_moe.py --llama-bench /tmp/ref/llama-bench --csv moe.csv
+usage (GPU machine; tools/gpu-run.sh's stage "moe"; MoE models on CUDA are opt-in until
+their GPU check has passed, hence the variable):
+  PYLLAMAKV_CUDA_UNVERIFIED=1 python benchmarks/bench_moe.py --llama-bench /tmp/ref/llama-bench \
+      --csv moe.csv
   python benchmarks/bench_moe.py --shape qwen35moe-tiny --device cpu --depths 256,512 \\
       --no-llama    # a CPU smoke run of the script itself
 """
