@@ -167,3 +167,25 @@ def test_serve_chooses_for_its_slots(tiny):
     finally:
         for e in slots:
             e.close()
+
+
+def test_serve_startup_line_says_where_the_experts_are(tiny):
+    """`pyllamakv serve --gpu-memory-mib` on a MoE model without --n-cpu-moe: the startup
+    line says how many layers' experts are in host memory and that the budget chose it."""
+    from _server import Subprocess, need_server_deps
+    from pyllamakv.server.engines import server_cpu_moe
+    from pyllamakv.server.settings import ServerSettings
+    need_server_deps()
+    need = least_budget_mib(tiny, 0)
+    budget = f"{need + 50:.1f}"   # room for every expert: 0 layers on the host
+    s = ServerSettings(model=str(tiny.file.path), n_ctx=N_CTX, device="cpu",
+                       gpu_memory_mib=float(budget))
+    n = server_cpu_moe(s, tiny.file.tensors, tiny.hparams, "cpu")
+    server = Subprocess("-m", str(tiny.file.path), "--ctx", str(N_CTX), "--device", "cpu",
+                        "--gpu-memory-mib", budget, "--threads", "1")
+    try:
+        line = [x for x in server.log().splitlines() if "listening on" in x]
+        assert line and f"routed experts of {n} layers in host memory (n_cpu_moe chosen)" \
+            in line[0], server.log()[-2000:]
+    finally:
+        server.stop()

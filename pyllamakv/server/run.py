@@ -46,7 +46,7 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
         app = create_app(settings)
         s = app.state.pool.slots
         port = sock.getsockname()[1]
-        mem = s[0].memory    # a MoE model under --gpu-memory-mib: where its experts are
+        mem = s[0].engine.memory    # a MoE model under --gpu-memory-mib: where its experts are
         moe = "" if mem is None or mem.n_cpu_moe is None else (
             f"; the routed experts of {mem.n_cpu_moe} layers in host memory (n_cpu_moe"
             f"{' chosen' if settings.n_cpu_moe is None else ''})")
