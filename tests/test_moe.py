@@ -188,7 +188,7 @@ def test_host_experts_give_the_same_bits(tiny, n_cpu_moe):
                 c.decode([t])
                 out.append(c.logits())
             return np.concatenate(out)
-    with Model(tiny.file, "cpu", 2, n_cpu_moe) as split:
+    with Model(tiny.file.path, "cpu", 2, n_cpu_moe) as split:
         assert np.array_equal(run(split), run(tiny))
 
 

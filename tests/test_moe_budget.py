@@ -132,38 +132,70 @@ def test_llama_takes_and_reports_the_choice(tiny, capsys):
     assert np.array_equal(got, want)
 
 
-def test_serve_chooses_for_its_slots(tiny):
-    """serve --gpu-memory-mib without --n-cpu-moe: the fewest layers such that every
-    slot's share fits beside the weights (loaded once), the model loaded so, each slot
-    planned with it; the slots' parts with the weights once stay within the budget."""
+@pytest.fixture(scope="module", params=["shared", "apart"])
+def served(request, tiny, tmp_path_factory):
+    """(model, layout): the tiny model, whose slots share one engine on the CPU, or a
+    qwen35moe with an MTP block, whose slots keep a context each (engines.sharing)."""
+    if request.param == "shared":
+        yield tiny, None
+        return
+    path = write_tiny_qwen35moe(tmp_path_factory.mktemp("mtp") / "m.gguf", T.Q8_0,
+                                n_layer=N_LAYER, n_nextn=1)
+    with Model(path) as m:
+        yield m, "apart"
+
+
+def test_serve_chooses_for_its_slots(served):
+    """serve --gpu-memory-mib without --n-cpu-moe, 2 slots: the fewest layers such that
+    the slots fit (one engine with the whole budget, or each slot's share beside the
+    weights loaded once), the model loaded so and every slot planned with it, within
+    the budget."""
     from pyllamakv.server.engines import load_engines, server_cpu_moe, slot_budget_mib
     from pyllamakv.server.settings import ServerSettings
-    hp, tensors = tiny.hparams, tiny.file.tensors
-    kw = dict(model=str(tiny.file.path), n_ctx=N_CTX, parallel=2, device="cpu", n_threads=1)
-    # the 2-slot need with every expert on the device, and with every one on the host
-    need = [least_budget_mib(tiny, n) for n in (0, N_LAYER)]
-    w = [memory_plan(tensors, hp, "cpu", n_ctx=N_CTX, n_cpu_moe=n).weights_device / MIB
-         for n in (0, N_LAYER)]
-    hi, lo = 2 * need[0] - w[0] + 1.0, 2 * need[1] - w[1]
-    budget = float(np.random.default_rng().uniform(lo, hi))
-    s = ServerSettings(gpu_memory_mib=budget, **kw)
+    m, apart = served
+    hp, tensors = m.hparams, m.file.tensors
+    mtp = apart is not None
+
+    def need(n: int) -> float:   # the least budget holding both slots all resident
+        c = LlamaConfig(n_ctx=N_CTX, gpu_memory_mib=1 << 20, n_seq_max=1 if apart else 2)
+        u = split_for(c, hp, tensors, N_CTX, "cpu", n, wide_logits=True, mtp=mtp)[0].used
+        return (u if apart is None else 2 * u - split_for(
+            c, hp, tensors, N_CTX, "cpu", n, wide_logits=True, mtp=mtp)[0].weights) / MIB
+
+    def fits(n: int, budget: float) -> bool:
+        if apart is None:
+            c = LlamaConfig(n_ctx=N_CTX, gpu_memory_mib=budget, n_seq_max=2, n_cpu_moe=n)
+        else:
+            try:
+                b = slot_budget_mib(budget, tensors, 2, n, N_LAYER)
+            except MemoryBudgetError:
+                return False
+            c = LlamaConfig(n_ctx=N_CTX, gpu_memory_mib=b, n_cpu_moe=n)
+        try:
+            plan_budget(c, hp, tensors, N_CTX, "cpu", wide_logits=True, mtp=mtp)
+        except (MemoryBudgetError, PoolTooSmallError):
+            return False
+        return True
+    budget = float(np.random.default_rng().uniform(need(N_LAYER), need(0) + 1.0))
+    s = ServerSettings(model=str(m.file.path), n_ctx=N_CTX, parallel=2, device="cpu",
+                       n_threads=1, gpu_memory_mib=budget)
     try:
-        n = server_cpu_moe(s, tensors, hp, "cpu")
+        n = server_cpu_moe(s, tensors, hp, "cpu", apart)
     except (MemoryBudgetError, PoolTooSmallError) as e:
         assert f"all {N_LAYER} layers" in str(e) and "2 slots" in str(e), str(e)
+        assert not fits(N_LAYER, budget)
         return
-    if n:   # one layer fewer does not fit every slot
-        b = slot_budget_mib(budget, tensors, 2, n - 1, N_LAYER)
-        with pytest.raises((MemoryBudgetError, PoolTooSmallError)):
-            plan_budget(LlamaConfig(n_ctx=N_CTX, gpu_memory_mib=b, n_cpu_moe=n - 1), hp,
-                        tensors, N_CTX, "cpu", wide_logits=True)
+    assert fits(n, budget) and (n == 0 or not fits(n - 1, budget)), (budget, n)
     slots = load_engines(s)
     try:
-        assert [e.memory.n_cpu_moe for e in slots] == [n, n]
-        assert slots[0]._model.n_cpu_moe == n
-        m = [e.memory for e in slots]
-        assert m[0].weights + sum(x.used - x.weights for x in m) <= budget * MIB + 1
-        assert slots[0].create_completion([1, 300, 301], max_tokens=2)["usage"]["completion_tokens"] == 2
+        assert (slots[0].apart is None) == (apart is None)
+        assert [e.memory.n_cpu_moe for e in slots] == [n, n] and slots[0]._model.n_cpu_moe == n
+        mem = [e.memory for e in slots]
+        used = mem[0].used if apart is None else mem[0].weights + sum(x.used - x.weights
+                                                                      for x in mem)
+        assert used <= budget * MIB + 1, (used / MIB, budget)
+        out = slots[0].create_completion([1, 300, 301], max_tokens=2)
+        assert out["usage"]["completion_tokens"] == 2
     finally:
         for e in slots:
             e.close()
@@ -180,7 +212,7 @@ def test_serve_startup_line_says_where_the_experts_are(tiny):
     budget = f"{need + 50:.1f}"   # room for every expert: 0 layers on the host
     s = ServerSettings(model=str(tiny.file.path), n_ctx=N_CTX, device="cpu",
                        gpu_memory_mib=float(budget))
-    n = server_cpu_moe(s, tiny.file.tensors, tiny.hparams, "cpu")
+    n = server_cpu_moe(s, tiny.file.tensors, tiny.hparams, "cpu", None)   # one slot
     server = Subprocess("-m", str(tiny.file.path), "--ctx", str(N_CTX), "--device", "cpu",
                         "--gpu-memory-mib", budget, "--threads", "1")
     try:

@@ -42,6 +42,7 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
         sock = bind(settings.host, settings.port)
     try:
         from .observe import setup_logging
+        from .engines import kv_line, memory_layout
         setup_logging(settings.log_level)
         app = create_app(settings)
         s = app.state.pool.slots
@@ -51,7 +52,8 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
             f"; the routed experts of {mem.n_cpu_moe} layers in host memory (n_cpu_moe"
             f"{' chosen' if settings.n_cpu_moe is None else ''})")
         print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}"
-              f"{moe}; listening on http://{settings.host}:{port}", file=sys.stderr, flush=True)
+              f" ({kv_line(memory_layout([x.engine for x in s]))}){moe}; "
+              f"listening on http://{settings.host}:{port}", file=sys.stderr, flush=True)
         # h11 (guards.py's protocol wraps it), not httptools: it sends header names as
         # the app wrote them (cors.py's Access-Control-*), which clients that keep
         # headers in a plain dict look up
