@@ -11,5 +11,5 @@ echo "== cuda_bench q4_K depth 0: default, op by op, mvq_q8, matvec_q8"
 BENCH_NO_PP=1 BENCH_PICK=0,5,7,4 timeout 80 /tmp/build-gpu/native/cuda_bench 12 8 0 2>&1 | grep -E "tg|^--" | head -12
 echo "== cuda_bench iq4_xs"
 BENCH_NO_PP=1 BENCH_PICK=0,7 timeout 60 /tmp/build-gpu/native/cuda_bench 23 8 0 2>&1 | grep -E "tg|^--" | head -4
-BUDGET=${TTFT_BUDGET:-300} STAGES="prebuilt llref ttft" TTFT_LENGTHS=32768 TTFT_CONFIGS=budget:16384,resident:4096 \
-    bash tools/gpu-run.sh 2>&1 | tail -24
+[[ ${TTFT_BUDGET:-300} == 0 ]] || BUDGET=${TTFT_BUDGET:-300} STAGES="prebuilt llref ttft" TTFT_LENGTHS=32768 \
+    TTFT_CONFIGS=budget:16384,resident:4096 bash tools/gpu-run.sh 2>&1 | tail -24
