@@ -23,6 +23,7 @@ from pyllamakv.server.settings import ServerSettings
 from pyllamakv.core.native import Context, Model, row_bytes
 from pyllamakv.gguf.arch_moe import host_expert, moe_lines
 from pyllamakv.gguf.reader import GGUFError
+from fixtures.gpu_cases import clear_top1
 from fixtures.tiny_moe import (Qwen3MoeConfig, qwen3moe_gguf_tensors, qwen3moe_hf_weights,
                       write_qwen3moe, write_tiny_qwen3moe, write_tiny_qwen35moe)
 
@@ -70,8 +71,10 @@ def test_batch_equals_token_by_token(tiny):
     else:   # the delta rule runs chunked over a batch, as a recurrence token by token; an
         # 8-bit activation code may round the other way then (the dense qwen35 too: 1 of 8
         # seeds here; test_qwen35 holds it to a tolerance)
+        # (a flat tiny model's near-ties may flip: the top-1 is held where it leads by a margin)
         assert np.abs(batch - one).max() / np.abs(one).max() < 0.05
-        assert (batch.argmax(-1) == one.argmax(-1)).mean() >= 0.95
+        agree, _ = clear_top1(one, batch, margin=0.1)
+        assert agree == 1.0
 
 
 def test_any_pool_is_bit_identical(tiny):
