@@ -11,6 +11,9 @@ prompt of --depth random ids (q8_0 K and V), per token, the median of --n steps:
   python/core create_completion(max_tokens=--gen, temperature=0) with the Python
               sampler per token, then the core's loop (greedy_loop.py): llm.timings'
               decode rate and the wall-clock rate after the prefill
+  python_sampled/core_sampled  the same with seeded sampling (temperature 0.8,
+              top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.1): the Python
+              sampler per token, then the core's sampler chain (the same text)
 
 With --torch-prof, the kernels of --prof-steps decode steps through torch.profiler
 (CUPTI sees the library's launches too): the top kernels by device time.
@@ -59,30 +62,33 @@ def main() -> None:
 
     base = a.depth
     out["native_ms"] = per_token(lambda i: ctx.decode([toks[base + i]]))
-    llm._hist.sync()
+    llm.sequence.sync()
     base += a.n
     out["native_get_ms"] = per_token(lambda i: (ctx.decode([toks[base + i]]), ctx.logits()))
-    llm._hist.sync()
+    llm.sequence.sync()
     base += a.n
     out["eval_ms"] = per_token(lambda i: llm.eval([toks[base + i]]))
     base += a.n
     sampler = Sampler(SamplingParams(temperature=0.0), llm.n_vocab())
     out["eval_greedy_ms"] = per_token(
-        lambda i: (llm.eval([toks[base + i]]), sampler.sample(llm._hist.last_logits(), ())))
+        lambda i: (llm.eval([toks[base + i]]), sampler.sample(llm.sequence.last_logits(), ())))
     base += a.n
     if hasattr(ctx, "generate"):
-        llm._hist.sync()
+        llm.sequence.sync()
         t0 = time.perf_counter()
         got = ctx.generate(a.n)
         out["loop_ms"] = (time.perf_counter() - t0) * 1e3 / max(len(got), 1)
     ctx.truncate(a.depth)
-    llm._hist.sync()
+    llm.sequence.sync()
     llm.create_completion(toks[:16], max_tokens=4, temperature=0)
-    for mode in ("python", "core"):   # the Python sampler per token; the core's greedy loop
-        llm.greedy_in_core = mode == "core"
-        llm.create_completion(toks[:16], max_tokens=4, temperature=0)
+    sampled = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=1)
+    for mode in ("python", "core", "python_sampled", "core_sampled"):
+        # the Python sampler per token; the core's loop (greedy, then its sampler chain)
+        llm.greedy_in_core = mode.startswith("core")
+        kw = sampled if mode.endswith("sampled") else dict(temperature=0)
+        llm.create_completion(toks[:16], max_tokens=4, **kw)
         t0 = time.perf_counter()
-        r = llm.create_completion(toks[:a.depth], max_tokens=a.gen, temperature=0, stop=[])
+        r = llm.create_completion(toks[:a.depth], max_tokens=a.gen, stop=[], **kw)
         wall = time.perf_counter() - t0
         t = llm.timings
         ct = r["usage"]["completion_tokens"]
@@ -99,7 +105,7 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile
         torch.cuda.init()
         ctx.truncate(a.depth)
-        llm._hist.sync()
+        llm.sequence.sync()
         for i in range(4):
             ctx.decode([toks[i]])
         with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:

@@ -25,7 +25,13 @@ struct lkv_chain {
     double *pr;     /* (V,) probabilities, then their cumulative sum */
     int32_t *ord;   /* (V,) candidate positions, best first */
     int32_t *cnt;   /* (V,) the penalty window's counts; all zero between picks */
+    struct kp *kp;  /* (V,) keys and positions being sorted */
 };
+
+typedef struct kp {
+    double key;
+    int32_t pos;
+} kp;
 
 lkv_chain *lkv_chain_new(int32_t n_vocab) {
     lkv_chain *ch = calloc(1, sizeof *ch);
@@ -40,7 +46,9 @@ lkv_chain *lkv_chain_new(int32_t n_vocab) {
     ch->pr = malloc(sizeof(double) * V);
     ch->ord = malloc(sizeof(int32_t) * V);
     ch->cnt = calloc(V, sizeof(int32_t));
-    if (!ch->x || !ch->cx[0] || !ch->cx[1] || !ch->ci[0] || !ch->ci[1] || !ch->pr || !ch->ord || !ch->cnt) {
+    ch->kp = malloc(sizeof(kp) * V);
+    if (!ch->x || !ch->cx[0] || !ch->cx[1] || !ch->ci[0] || !ch->ci[1] || !ch->pr || !ch->ord || !ch->cnt ||
+        !ch->kp) {
         lkv_chain_free(ch);
         return NULL;
     }
@@ -57,6 +65,7 @@ void lkv_chain_free(lkv_chain *ch) {
     free(ch->pr);
     free(ch->ord);
     free(ch->cnt);
+    free(ch->kp);
     free(ch);
 }
 
@@ -208,23 +217,34 @@ static void sift_down(const double *key, int32_t *h, int32_t m, int32_t i) {
     }
 }
 
+/* larger key first, then the lower position (keys hold no NaN) */
+static int kp_cmp(const void *a, const void *b) {
+    const kp *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
 /* out (m,) = the positions of the m largest of key (n,), largest first, ties
- * by the lower position (sampling.py's _top_n): a heap whose root is the
- * last kept, then sorted by popping it */
-static void top_positions(int32_t *out, const double *key, int32_t n, int32_t m) {
-    for (int32_t i = 0; i < m; i++) out[i] = i;
-    for (int32_t i = m / 2 - 1; i >= 0; i--) sift_down(key, out, m, i);
-    for (int32_t i = m; i < n; i++)
-        if (after(key, out[0], i)) {
-            out[0] = i;
-            sift_down(key, out, m, 0);
-        }
-    for (int32_t k = m - 1; k > 0; k--) {   /* the root (the last of the kept) goes to the end */
-        const int32_t t = out[0];
-        out[0] = out[k];
-        out[k] = t;
-        sift_down(key, out, k, 0);
+ * by the lower position (sampling.py's _top_n): for m < n a heap whose root
+ * is the last kept picks them, then they are sorted */
+static void top_positions(lkv_chain *ch, int32_t *out, const double *key, int32_t n, int32_t m) {
+    if (m < n) {
+        for (int32_t i = 0; i < m; i++) out[i] = i;
+        for (int32_t i = m / 2 - 1; i >= 0; i--) sift_down(key, out, m, i);
+        double last = key[out[0]];   /* i comes after every kept position: only a larger key enters */
+        for (int32_t i = m; i < n; i++)
+            if (key[i] > last) {
+                out[0] = i;
+                sift_down(key, out, m, 0);
+                last = key[out[0]];
+            }
     }
+    for (int32_t i = 0; i < m; i++) {
+        const int32_t j = m < n ? out[i] : i;
+        ch->kp[i] = (kp){key[j], j};
+    }
+    qsort(ch->kp, (size_t)m, sizeof(kp), kp_cmp);
+    for (int32_t i = 0; i < m; i++) out[i] = ch->kp[i].pos;
 }
 
 // --------------------------------------------------------------------- the chain
@@ -249,16 +269,16 @@ static void penalize(lkv_chain *ch, const lkv_generate_params *p, const int32_t 
 /* _top_p: the smallest most-likely prefix whose mass reaches top_p; returns the count kept */
 static int32_t top_p(lkv_chain *ch, int b, int32_t n, double top) {
     softmax(ch->pr, ch->cx[b], n);
-    const int32_t m = n < 1024 ? n : 1024;
-    top_positions(ch->ord, ch->pr, n, m);
+    /* sorted heads of 1024, 8192, .. until one holds top_p's mass (numpy: 1024, then all;
+       a longer sorted head has the same cumulative sums) */
     double *cum = ch->cx[!b];   /* scratch until the copy below */
-    int32_t L = m;
-    for (int pass = 0; pass < 2; pass++) {
+    int32_t L = n < 1024 ? n : 1024;
+    for (;;) {
+        top_positions(ch, ch->ord, ch->pr, n, L);
         double s = 0;
         for (int32_t i = 0; i < L; i++) cum[i] = s = (i ? s + ch->pr[ch->ord[i]] : ch->pr[ch->ord[i]]);
-        if (pass || !(cum[L - 1] < top) || m >= n) break;
-        top_positions(ch->ord, ch->pr, n, n);
-        L = n;
+        if (!(cum[L - 1] < top) || L >= n) break;
+        L = L <= n / 8 ? 8 * L : n;
     }
     int32_t k = search_left(cum, L, top) + 1;
     if (k > L) k = L;
@@ -277,19 +297,25 @@ int32_t lkv_chain_pick(lkv_chain *ch, const float *row, const lkv_generate_param
     for (int32_t i = 0; i < V; i++) x[i] = (double)row[i];
     penalize(ch, p, win, n_win);
     for (int32_t j = 0; j < p->n_bias; j++) x[p->bias_ids[j]] += p->bias[j];
-    int32_t best = 0;
+    double top = -INFINITY;   /* x.max(): NaN or not finite ends the pick */
+    int nan = 0;
     for (int32_t i = 0; i < V; i++) {
-        if (isnan(x[i])) return -1;
-        if (x[i] > x[best]) best = i;
+        const double v = x[i];
+        nan |= v != v;
+        top = v > top ? v : top;
     }
-    if (!isfinite(x[best])) return -1;
-    if (!(p->temperature > 0)) return best;
+    if (nan || !isfinite(top)) return -1;
+    if (!(p->temperature > 0)) {   /* np.argmax: the first of the largest */
+        int32_t i = 0;
+        while (x[i] != top) i++;
+        return i;
+    }
 
     /* candidates: buffer b holds n of them */
     int b = 0;
     int32_t n = V;
     if (p->top_k > 0 && p->top_k < V) {
-        top_positions(ch->ci[b], x, V, p->top_k);
+        top_positions(ch, ch->ci[b], x, V, p->top_k);
         n = p->top_k;
         for (int32_t i = 0; i < n; i++) ch->cx[b][i] = x[ch->ci[b][i]];
     } else {
