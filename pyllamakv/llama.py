@@ -3,7 +3,7 @@ of its sequences (sequence 0 of its own engine; a server slot's of a shared one)
 
 Generation runs in three named stages: ``_prefill`` (a token list, in n_batch
 slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id), or,
-greedy, in the core's loop (greedy_loop.py). ``generate`` reuses the longest cached
+where the sampler needs no Python hook, in the core's loop (greedy_loop.py). ``generate`` reuses the longest cached
 prefix; the OpenAI-style requests (completion, chat, embeddings) build on it.
 
 Threads: a Llama may be shared; its calls are serialised and a stream keeps

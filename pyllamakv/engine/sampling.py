@@ -7,7 +7,12 @@ The chain, in the order llama-cpp-python builds it:
 with temperature <= 0 meaning greedy (arg-max after penalties and bias). Each
 filter looks at the probabilities of the candidates the previous one kept.
 The random draw uses numpy's PCG64, not llama.cpp's mt19937, so the same seed
-gives a reproducible sequence here but not llama.cpp's sequence.
+gives a reproducible sequence here but not llama.cpp's sequence. The draw maps
+onto the candidates' cdf in their order, which depends on their values only
+(largest first after top_k / top_p, ties by the lower id; all ids in order
+otherwise); the core's chain (native/src/sample_chain.c, engine/core_chain.py)
+does the same float64 steps in the same order, so a generation sampled inside
+the core gives these ids for the same seed.
 
 Everything works on (n_vocab,) float arrays with numpy; the filters shrink the
 candidate set early (argpartition for top_k, a partial sort for top_p) so a
