@@ -179,6 +179,7 @@ class Model:
             ptr, self._ptr = self._ptr, None
             if ptr is not None:
                 ffi.release(ptr)
+            self.file.close()    # the model owns the file it was loaded from
         self._guard.close(free)
 
     def __enter__(self) -> "Model":
