@@ -355,8 +355,8 @@ typedef struct lkv_generate_params {
     const int32_t *bias_ids; /* logit bias: bias[j] added to the logit of bias_ids[j] (distinct */
     const double *bias;      /* ids, bias finite or -inf, which bans the id) before the pick */
     int32_t n_bias;
-    /* appended in ABI 9: engine/sampling.py's chain, penalties -> bias -> top_k -> top_p ->
-     * min_p -> temperature -> a draw from numpy's PCG64; the defaults pick greedily as
+    /* appended in ABI 9: engine/sampling.py's chain, penalties -> bias -> top_k -> typical_p ->
+     * top_p -> min_p -> temperature -> a draw from numpy's PCG64; the defaults pick greedily as
      * before. Each pick is the Python sampler's for the same logits, history and
      * generator state (native/src/sample_chain.h: the arithmetic, and where it can differ) */
     double temperature;      /* <= 0: greedy, the largest logit after penalties and bias (default 0) */
@@ -373,6 +373,7 @@ typedef struct lkv_generate_params {
                                 inc >> 64, inc & (2^64-1)}, advanced in place by each draw */
     uint8_t *drawn;          /* NULL, or room for n_max: 1 where the pick of out[i] drew a number (a
                                 pick from one candidate draws none) */
+    double typical_p;        /* [0, 1], 1: off (default 1); between top_k and top_p */
 } lkv_generate_params;
 void lkv_generate_params_init(lkv_generate_params *p);
 /* Decoding of sequence 0 without a return per token. With token >= 0,

@@ -255,6 +255,7 @@ API void lkv_generate_params_init(lkv_generate_params *p) {
     memset(p, 0, sizeof *p);
     p->n_max = 1;
     p->top_p = 1.0;
+    p->typical_p = 1.0;
     p->repeat_penalty = 1.0;
     p->repeat_last_n = 64;
 }

@@ -4,7 +4,8 @@
  *
  * Candidates are two parallel arrays, ids (n,) and their logits x (n,), in
  * the Python sampler's order: all ids ascending at first; after top_k the k
- * largest, largest first, ties by the lower id; after top_p the kept prefix
+ * largest, largest first, ties by the lower id; after typical_p the kept
+ * prefix of the candidates sorted by |surprise - entropy|; after top_p the kept prefix
  * of the candidates sorted by probability, largest first, ties by the earlier
  * candidate; min_p keeps the order. Each filter is written beside the numpy
  * lines it mirrors; the float64 operations are the same ones in the same
@@ -23,6 +24,7 @@ struct lkv_chain {
     double *cx[2];  /* (V,) candidates' logits, two buffers (a filter writes the other) */
     int32_t *ci[2]; /* (V,) candidates' ids */
     double *pr;     /* (V,) probabilities, then their cumulative sum */
+    double *aux;    /* (V,) typical_p's log-probabilities, then cumulative sums */
     int32_t *ord;   /* (V,) candidate positions, best first */
     int32_t *cnt;   /* (V,) the penalty window's counts; all zero between picks */
     struct kp *kp;  /* (V,) keys and positions being sorted */
@@ -46,9 +48,10 @@ lkv_chain *lkv_chain_new(int32_t n_vocab) {
     ch->pr = malloc(sizeof(double) * V);
     ch->ord = malloc(sizeof(int32_t) * V);
     ch->cnt = calloc(V, sizeof(int32_t));
+    ch->aux = malloc(sizeof(double) * V);
     ch->kp = malloc(sizeof(kp) * V);
     if (!ch->x || !ch->cx[0] || !ch->cx[1] || !ch->ci[0] || !ch->ci[1] || !ch->pr || !ch->ord || !ch->cnt ||
-        !ch->kp) {
+        !ch->kp || !ch->aux) {
         lkv_chain_free(ch);
         return NULL;
     }
@@ -66,6 +69,7 @@ void lkv_chain_free(lkv_chain *ch) {
     free(ch->ord);
     free(ch->cnt);
     free(ch->kp);
+    free(ch->aux);
     free(ch);
 }
 
@@ -83,9 +87,10 @@ lkv_status lkv_chain_check(const lkv_generate_params *p, int32_t n_vocab) {
         return lkv_fail(LKV_ERR_INVALID_ARG, "generate: temperature %g, frequency_penalty %g, "
                         "presence_penalty %g: finite numbers only", p->temperature, p->frequency_penalty,
                         p->presence_penalty);
-    if (!(p->top_p >= 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1))
-        return lkv_fail(LKV_ERR_INVALID_ARG, "generate: top_p %g or min_p %g outside [0, 1]", p->top_p,
-                        p->min_p);
+    if (!(p->top_p >= 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1) ||
+        !(p->typical_p >= 0 && p->typical_p <= 1))
+        return lkv_fail(LKV_ERR_INVALID_ARG, "generate: top_p %g, min_p %g or typical_p %g outside [0, 1]",
+                        p->top_p, p->min_p, p->typical_p);
     if (!(p->repeat_penalty > 0) || !isfinite(p->repeat_penalty))
         return lkv_fail(LKV_ERR_INVALID_ARG, "generate: repeat_penalty %g (a finite number > 0)",
                         p->repeat_penalty);
@@ -247,6 +252,15 @@ static void top_positions(lkv_chain *ch, int32_t *out, const double *key, int32_
     for (int32_t i = 0; i < m; i++) out[i] = ch->kp[i].pos;
 }
 
+/* np.argsort(key, kind="stable"): smaller key first, NaN last, ties by position */
+static int kp_cmp_up(const void *a, const void *b) {
+    const kp *x = a, *y = b;
+    const bool xn = x->key != x->key, yn = y->key != y->key;
+    if (xn != yn) return xn ? 1 : -1;
+    if (!xn && x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
 // --------------------------------------------------------------------- the chain
 
 /* _penalize: over the last repeat_last_n of win (all with -1), each distinct
@@ -289,6 +303,36 @@ static int32_t top_p(lkv_chain *ch, int b, int32_t n, double top) {
     return k;
 }
 
+/* _typical: the candidates whose surprise is closest to the entropy, until their
+ * mass reaches typical_p (logp = x - max - log(sum(exp(x - max))); entropy =
+ * -sum(p * logp), sorted by |-logp - entropy|); returns the count kept. A
+ * candidate at -inf makes the entropy NaN (0 * -inf), as in numpy: every key
+ * is then NaN and the order stays the candidates'. */
+static int32_t typical(lkv_chain *ch, int b, int32_t n, double tp) {
+    const double *x = ch->cx[b];
+    double *logp = ch->aux, *prob = ch->pr, *tmp = ch->cx[!b];
+    const double m = max_of(x, n);
+    for (int32_t i = 0; i < n; i++) tmp[i] = exp(x[i] - m);
+    const double ls = log(pairwise_sum(tmp, n));
+    for (int32_t i = 0; i < n; i++) {
+        logp[i] = (x[i] - m) - ls;
+        prob[i] = exp(logp[i]);
+        tmp[i] = prob[i] * logp[i];
+    }
+    const double entropy = -pairwise_sum(tmp, n);
+    for (int32_t i = 0; i < n; i++) ch->kp[i] = (kp){fabs(-logp[i] - entropy), i};
+    qsort(ch->kp, (size_t)n, sizeof(kp), kp_cmp_up);
+    double *cum = logp;
+    for (int32_t i = 0; i < n; i++) cum[i] = i ? cum[i - 1] + prob[ch->kp[i].pos] : prob[ch->kp[i].pos];
+    int32_t k = search_left(cum, n, tp) + 1;
+    if (k > n) k = n;
+    for (int32_t i = 0; i < k; i++) {
+        ch->cx[!b][i] = ch->cx[b][ch->kp[i].pos];
+        ch->ci[!b][i] = ch->ci[b][ch->kp[i].pos];
+    }
+    return k;
+}
+
 int32_t lkv_chain_pick(lkv_chain *ch, const float *row, const lkv_generate_params *p, const int32_t *win,
                        int32_t n_win, bool *drew) {
     const int32_t V = ch->V;
@@ -321,6 +365,10 @@ int32_t lkv_chain_pick(lkv_chain *ch, const float *row, const lkv_generate_param
     } else {
         memcpy(ch->cx[b], x, sizeof(double) * (size_t)V);
         for (int32_t i = 0; i < V; i++) ch->ci[b][i] = i;
+    }
+    if (p->typical_p < 1.0) {
+        n = typical(ch, b, n, p->typical_p);
+        b = !b;
     }
     if (p->top_p < 1.0) {
         n = top_p(ch, b, n, p->top_p);

@@ -1,7 +1,8 @@
 /*
  * sample_chain.h: engine/sampling.py's sampler chain in C, for lkv_generate
  * (generate.c) and lkv_sample: penalties -> logit bias -> greedy or
- * top_k -> top_p -> min_p -> temperature -> one draw from numpy's PCG64.
+ * top_k -> typical_p -> top_p -> min_p -> temperature -> one draw from
+ * numpy's PCG64 (mirostat stays in Python).
  *
  * The same float64 operations in the same order as the numpy code, the same
  * candidate order (sampling.py keeps candidates largest first, ties by the

@@ -16,8 +16,8 @@ from .status import check as _check, int32 as _int32
 from ..engine.guard import abortable
 
 # lkv_generate_params' sampler fields (llamakv.h, ABI 9)
-CHAIN_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "frequency_penalty",
-                "presence_penalty", "repeat_last_n")
+CHAIN_FIELDS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
+                "frequency_penalty", "presence_penalty", "repeat_last_n")
 
 
 def has_generate() -> bool:

@@ -5,8 +5,8 @@ their parameters, penalty history and random state across the core's calls
 The core's chain is sampling.py's without its Python hooks, pick for pick the
 same ids for the same seed (native/src/sample_chain.h: the same float64
 operations, candidate order and PCG64 draws). A Sampler needs no hook when it
-has no grammar and no logits processors, and, sampling at temperature > 0,
-neither mirostat nor typical_p (greedy ignores both). Its numpy generator goes
+has no grammar and no logits processors, and, sampling at temperature > 0, no
+mirostat (whose state stays in Python; greedy ignores it). Its numpy generator goes
 to the core as four words and comes back advanced by the draws made; a
 consumer that stops inside a block gets the state after the draws the Python
 loop would have made by then (``rewind``).
@@ -25,7 +25,7 @@ def core_ok(sampler: Sampler) -> bool:
     """Whether the core's chain picks what sampler.sample would."""
     p = sampler.params
     hooks = sampler.constraint is not None or bool(sampler.processors)
-    return not hooks and (p.temperature <= 0 or (sampler.mirostat is None and p.typical_p >= 1.0))
+    return not hooks and (p.temperature <= 0 or sampler.mirostat is None)
 
 
 def _words(rng: np.random.Generator) -> np.ndarray:
@@ -52,7 +52,7 @@ class CoreChain:
         self.sampler = sampler
         p = sampler.params
         self.fields = {"temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p,
-                       "min_p": p.min_p, "repeat_penalty": p.repeat_penalty,
+                       "min_p": p.min_p, "typical_p": p.typical_p, "repeat_penalty": p.repeat_penalty,
                        "frequency_penalty": p.frequency_penalty,
                        "presence_penalty": p.presence_penalty, "repeat_last_n": p.repeat_last_n}
         self.draws = p.temperature > 0

@@ -3,8 +3,8 @@ trip per token (core/native_gen.py, llamakv.h lkv_generate).
 
 Used by ``Llama.token_stream`` when nothing changes or reads the logits in
 Python per token: a sampler the core's chain serves (core_chain.py: greedy,
-temperature, top_k, top_p, min_p, penalties, logit_bias and the seed; no
-grammar, logits processors, mirostat or typical_p), no stopping_criteria, no
+temperature, top_k, typical_p, top_p, min_p, penalties, logit_bias and the
+seed; no grammar, logits processors or mirostat), no stopping_criteria, no
 logits_all, no draft model. The core's picks are the Python sampler's, bit for
 bit: the same ids for the same seed, and the sampler's generator continues from
 the draws made. The core returns blocks of tokens (1, 2, 4 .. 64, at most what
