@@ -49,7 +49,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     toks = rng.integers(300, 30000, a.depth + 8 * a.n).tolist()
     llm.eval(toks[:a.depth])
-    ctx = llm._ctx
+    ctx = llm.sequence.ctx
     out = {"file": a.path, "tag": a.tag, "depth": a.depth}
 
     def per_token(fn, n=a.n) -> float:

@@ -338,11 +338,14 @@ def test_the_chain_runs_in_the_core(tiny, monkeypatch):
 
 def test_hooks_stay_in_python(tiny):
     """mirostat, grammars, logits processors and stopping_criteria keep the Python loop."""
-    tiny.greedy_in_core = True
+    seq = tiny.sequence
     mk = lambda **kw: tiny.sampler(**kw)   # noqa: E731
-    assert greedy_loop.loop_ok(tiny, mk(temperature=0.8, seed=1))
-    assert greedy_loop.loop_ok(tiny, mk(temperature=0.8, typical_p=0.5, seed=1))
-    assert greedy_loop.loop_ok(tiny, mk(temperature=0.0, mirostat_mode=2, seed=1))   # greedy ignores it
-    assert not greedy_loop.loop_ok(tiny, mk(temperature=0.8, mirostat_mode=2, seed=1))
-    assert not greedy_loop.loop_ok(tiny, mk(temperature=0.8, logits_processor=lambda i, s: s, seed=1))
-    assert not greedy_loop.loop_ok(tiny, mk(temperature=0.8, seed=1), stopping_criteria=lambda i, s: False)
+    ok = lambda s, **kw: greedy_loop.loop_ok(seq, s, **kw)   # noqa: E731
+    assert ok(mk(temperature=0.8, seed=1))
+    assert ok(mk(temperature=0.8, typical_p=0.5, repeat_penalty=1.2, seed=1))
+    assert ok(mk(temperature=0.0, mirostat_mode=2, seed=1))   # greedy ignores it
+    assert not ok(mk(temperature=0.8, mirostat_mode=2, seed=1))
+    assert not ok(mk(temperature=0.8, logits_processor=lambda i, s: s, seed=1))
+    assert not ok(mk(temperature=0.8, seed=1), stopping_criteria=lambda i, s: False)
+    assert not ok(mk(temperature=0.8, seed=1), logits_all=True)
+    assert not ok(mk(temperature=0.8, seed=1), in_core=False)

@@ -111,10 +111,12 @@ if [[ $STAGES == *ops* ]]; then
     # OPS_FIRST: sections (test_ops' argument) run before the rest, so that a cap cannot cut them
     [[ -n ${OPS_FIRST:-} ]] && { timeout "$(cap 120)" $B/native/test_ops "$OPS_FIRST" > "$OUT/test_ops_first.log" 2>&1
         echo "test_ops $OPS_FIRST rc=$?" >> "$OUT/test_ops_first.log"; grep -E "FAIL|passed|rc=|^info" "$OUT/test_ops_first.log" | head -60; }
-    timeout "$(cap ${OPS_CAP:-120})" $B/native/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
-    grep -E "FAIL|passed|rc=" "$OUT/test_ops.log" | head -30
+    if [[ ${OPS_FULL:-1} == 1 ]]; then   # OPS_FULL=0: the OPS_FIRST sections only, no test_attn_mma
+        timeout "$(cap ${OPS_CAP:-120})" $B/native/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
+        grep -E "FAIL|passed|rc=" "$OUT/test_ops.log" | head -30
+    fi
 fi
-if [[ $STAGES == *ops* || $STAGES == *attn* ]]; then
+if [[ ( $STAGES == *ops* && ${OPS_FULL:-1} == 1 ) || $STAGES == *attn* ]]; then
     stamp "attention harness"
     timeout "$(cap 150)" $B/native/test_attn_mma > "$OUT/test_attn_mma.log" 2>&1
     echo "test_attn_mma rc=$?" >> "$OUT/test_attn_mma.log"

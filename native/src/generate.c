@@ -6,11 +6,10 @@
  * Greedy without penalties: the pick is engine/sampling.py's greedy rule bit
  * for bit (the largest (double)logit + bias, the first of equal ones; NaN, or
  * no finite largest value, ends the loop without a token: the caller's
- * sampler then reports it), made where the logits are (the backend's
- * pick_greedy, on the GPU a kernel that brings back 4 bytes). Backends
- * without pick_greedy (the CPU) have each step's row copied to the host
- * logits and picked here, by the same rule; so does CUDA until its pick
- * kernel has run on a GPU (unverified.h).
+ * sampler then reports it). Backends without pick_greedy (the CPU) have each
+ * step's row copied to the host logits and picked here, by the same rule;
+ * CUDA picks on the device (cuda/sample.cu; test_ops pick and
+ * tests/test_greedy_loop.py on an H100, 2026-12-07) and brings back the id only.
  *
  * Otherwise (temperature > 0, penalties) each row is brought to the host and
  * run through the sampler chain (sample_chain.c: the Python sampler's pick,
@@ -24,7 +23,6 @@
 #include "error.h"
 #include "model_api.h"
 #include "sample_chain.h"
-#include "unverified.h"
 
 /* the greedy rule over a host row */
 static int32_t pick_host(const float *x, int32_t n, const int32_t *ids, const double *bias, int32_t nb) {
@@ -68,8 +66,8 @@ static lkv_status step(lkv_context *c, int32_t token) {
     return st;
 }
 
-/* the backend's pick where it has one that has run on a GPU (unverified.h) */
-static bool dev_pick(const lkv_context *c) { return c->be->pick_greedy && lkv_unverified_on(); }
+/* the backend's pick where it has one */
+static bool dev_pick(const lkv_context *c) { return c->be->pick_greedy != NULL; }
 
 static int32_t pick_row(const picker *pk, const float *row, int32_t V, bool *drew) {
     *drew = false;

@@ -125,11 +125,16 @@ class Model:
     """Weights of one GGUF file on one device."""
 
     def __init__(self, path: str | os.PathLike | GGUFFile, device: str = "cpu",
-                 n_threads: int | None = None, n_cpu_moe: int | None = None):
+                 n_threads: int | None = None, n_cpu_moe: int | None = None,
+                 own_file: bool | None = None):
+        """own_file: close the file with the model (default: only a file opened
+        here from a path; a caller that opened a GGUFFile for this model alone
+        passes True)."""
         self._ptr = None
         self._guard = Guard("model")
         self._contexts: weakref.WeakSet = weakref.WeakSet()
         self.file = path if isinstance(path, GGUFFile) else GGUFFile(path)
+        self._own_file = not isinstance(path, GGUFFile) if own_file is None else bool(own_file)
         self.hparams = model_params(self.file)
         check_finite(self.file, WEIGHT_TYPES)   # the core refuses the other types by name
         self.device = device
@@ -179,7 +184,8 @@ class Model:
             ptr, self._ptr = self._ptr, None
             if ptr is not None:
                 ffi.release(ptr)
-            self.file.close()    # the model owns the file it was loaded from
+            if self._own_file:
+                self.file.close()
         self._guard.close(free)
 
     def __enter__(self) -> "Model":
@@ -244,6 +250,7 @@ class Context(SequencesMixin, MTPMixin, GenerateMixin):
                            phase_arena=phase_arena, mtp=mtp)
         self.logits_all = bool(logits_all)
         self.mtp = bool(mtp)
+        self.embeddings = bool(embeddings)   # rows are hidden states, not logits
         self.n_seq_max = int(n_seq_max)
         self.n_ubatch = min(int(n_ubatch), int(n_batch), int(n_ctx))   # the core's caps (context.c)
         out = ffi.new("lkv_context **")

@@ -1,10 +1,10 @@
 """Generation in the core: a generation's decode steps without a Python round
 trip per token (core/native_gen.py, llamakv.h lkv_generate).
 
-Used by ``Llama.token_stream`` when nothing changes or reads the logits in
-Python per token: a sampler the core's chain serves (core_chain.py: greedy,
-temperature, top_k, typical_p, top_p, min_p, penalties, logit_bias and the
-seed; no grammar, logits processors or mirostat), no stopping_criteria, no
+Used by ``token_stream`` (api/decoding.py) when nothing changes or reads the
+logits in Python per token: a sampler the core's chain serves (core_chain.py:
+greedy, temperature, top_k, typical_p, top_p, min_p, penalties, logit_bias and
+the seed; no grammar, logits processors or mirostat), no stopping_criteria, no
 logits_all, no draft model. The core's picks are the Python sampler's, bit for
 bit: the same ids for the same seed, and the sampler's generator continues from
 the draws made. The core returns blocks of tokens (1, 2, 4 .. 64, at most what
@@ -30,28 +30,31 @@ from .core_chain import CoreChain, core_ok
 from .sampling import Sampler
 
 if TYPE_CHECKING:
-    from ..llama import Llama
+    from .sequence import Sequence as Seq
+    from .state import Timings
 
 MAX_BLOCK = 64
 BLOCK_S = 0.05   # a block takes about this long at most: a stream's tokens come at least this often
 
 
-def loop_ok(llm: "Llama", sampler: Sampler, stopping_criteria=None) -> bool:
-    """Whether the core's loop gives what the Python loop would."""
+def loop_ok(seq: "Seq", sampler: Sampler, stopping_criteria=None, logits_all: bool = False,
+            drafting: bool = False, in_core: bool = True) -> bool:
+    """Whether the core's loop gives what the Python loop would on seq
+    (logits_all: every row's logits kept; drafting: a drafter's guesses verified;
+    in_core False: the Python loop asked for)."""
     return (core_ok(sampler) and stopping_criteria is None
-            and not llm.config.logits_all and llm.draft_model is None and llm.sequence.solo
-            and getattr(llm, "greedy_in_core", True) and has_generate())
+            and not logits_all and not drafting and seq.solo and in_core and has_generate())
 
 
-def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
+def greedy_tokens(hist: "Seq", sampler: Sampler, timings: "Timings", limit: int | None = None,
                   ends: Sequence[int] | None = None) -> Iterator[int]:
-    """Token ids as Llama.token_stream yields them, from the core's loop; returns
+    """Token ids of sequence hist as token_stream yields them (its decodes counted
+    in timings), from the core's loop; returns
     (without a token) when the logits hold a NaN or no finite value, so that
     the caller's Python sampler reports it. ends None: one token per call, so
     that between two tokens the logits and the cache are the Python loop's (a
     consumer may read them); given (completion_pieces, which reads neither):
     blocks, ending at those ids or after limit tokens."""
-    hist = llm.sequence
     grow = ends is not None and not hist.recurrent
     ends = sorted({int(t) for t in ends or ()})
     bias = sampler.params.logit_bias
@@ -70,7 +73,7 @@ def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
             chain.done(args)
         base = n0 + (pending >= 0)
         dt, stepped = time.perf_counter() - t0, hist.n - n0
-        llm.timings.add("decode", dt, stepped)
+        timings.add("decode", dt, stepped)
         if len(ids) == 0:
             return
         for i, t in enumerate(ids.tolist()):
