@@ -188,7 +188,7 @@ def test_host_experts_give_the_same_bits(tiny, n_cpu_moe):
                 c.decode([t])
                 out.append(c.logits())
             return np.concatenate(out)
-    with Model(tiny.file, "cpu", 2, n_cpu_moe) as split:
+    with Model(tiny.file.path, "cpu", 2, n_cpu_moe) as split:
         assert np.array_equal(run(split), run(tiny))
 
 
@@ -220,7 +220,8 @@ def test_budget_leaves_host_experts_out(tiny, cuda_unverified):
     experts = [t for t in tensors if host_expert(t.name, 2, hp["n_layer"])]
     assert len(experts) == 6 and {t.name.split(".")[1] for t in experts} == {"0", "1"}
     assert all_dev.weights - split.weights == sum(granule(t.nbytes) for t in experts)
-    assert plan_budget(cfg(2), hp, tensors, 256, "cpu")[0].weights == all_dev.weights
+    # the emulated device's budget is the CUDA one's (test_moe_budget.py has the CPU's)
+    assert plan_budget(cfg(2), hp, tensors, 256, "cpu")[0].weights == split.weights
     assert memory_plan(tensors, hp, "cuda", n_ctx=256, n_ubatch=64).workspace > 0
 
 

@@ -141,6 +141,7 @@ class Model:
         p, descs, self._keep = model_params_of(self.file.tensors, self.hparams, device,
                                                n_threads)
         p.n_cpu_moe = _int32("n_cpu_moe", n_cpu_moe or 0)   # MoE: experts kept on the host
+        self.n_cpu_moe = int(p.n_cpu_moe)   # its contexts' budgets count the device's part
         out = ffi.new("lkv_model **")
         _check(lib.lkv_model_create(p, descs, len(self.file.tensors), out),
                f"loading {self.file.path}")
