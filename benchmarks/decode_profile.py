@@ -11,6 +11,9 @@ prompt of --depth random ids (q8_0 K and V), per token, the median of --n steps:
   python/core create_completion(max_tokens=--gen, temperature=0) with the Python
               sampler per token, then the core's loop (greedy_loop.py): llm.timings'
               decode rate and the wall-clock rate after the prefill
+  python_sampled/core_sampled  the same with seeded sampling (temperature 0.8,
+              top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.1): the Python
+              sampler per token, then the core's sampler chain (the same text)
 
 With --torch-prof, the kernels of --prof-steps decode steps through torch.profiler
 (CUPTI sees the library's launches too): the top kernels by device time.
@@ -78,11 +81,14 @@ def main() -> None:
     ctx.truncate(a.depth)
     llm.sequence.sync()
     llm.create_completion(toks[:16], max_tokens=4, temperature=0)
-    for mode in ("python", "core"):   # the Python sampler per token; the core's greedy loop
-        llm.greedy_in_core = mode == "core"
-        llm.create_completion(toks[:16], max_tokens=4, temperature=0)
+    sampled = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=1)
+    for mode in ("python", "core", "python_sampled", "core_sampled"):
+        # the Python sampler per token; the core's loop (greedy, then its sampler chain)
+        llm.greedy_in_core = mode.startswith("core")
+        kw = sampled if mode.endswith("sampled") else dict(temperature=0)
+        llm.create_completion(toks[:16], max_tokens=4, **kw)
         t0 = time.perf_counter()
-        r = llm.create_completion(toks[:a.depth], max_tokens=a.gen, temperature=0, stop=[])
+        r = llm.create_completion(toks[:a.depth], max_tokens=a.gen, stop=[], **kw)
         wall = time.perf_counter() - t0
         t = llm.timings
         ct = r["usage"]["completion_tokens"]

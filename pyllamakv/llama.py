@@ -2,7 +2,7 @@
 of its sequences (sequence 0 of its own engine; a server slot's of a shared one).
 
 Generation runs on the Llama's sequence through api/decoding.py (its named
-stages: prefill, decode_one, sample; greedy, the core's loop; speculation),
+stages: prefill, decode_one, sample; the core's loop; speculation),
 given the Llama's settings. ``generate`` reuses the longest cached prefix; the
 OpenAI-style requests (completion, chat, embeddings) build on it, through
 functions that take the sequence (completion.py, embedding.py).

@@ -347,7 +347,7 @@ lkv_status lkv_context_mtp_draft(lkv_context *c, int32_t token, int32_t n_draft,
  * speculates is a context of its own. */
 lkv_status lkv_context_set_mtp(lkv_context *c, int32_t on);
 
-/* Greedy generation in the library (lkv_generate). */
+/* Generation in the library (lkv_generate): greedy, or the sampler chain. */
 typedef struct lkv_generate_params {
     int32_t n_max;           /* most tokens to return, >= 1 (default 1) */
     const int32_t *stop_ids; /* n_stop ids that end the generation: returned, not decoded */
@@ -355,23 +355,50 @@ typedef struct lkv_generate_params {
     const int32_t *bias_ids; /* logit bias: bias[j] added to the logit of bias_ids[j] (distinct */
     const double *bias;      /* ids, bias finite or -inf, which bans the id) before the pick */
     int32_t n_bias;
+    /* appended in ABI 9: engine/sampling.py's chain, penalties -> bias -> top_k -> typical_p ->
+     * top_p -> min_p -> temperature -> a draw from numpy's PCG64; the defaults pick greedily as
+     * before. Each pick is the Python sampler's for the same logits, history and
+     * generator state (native/src/sample_chain.h: the arithmetic, and where it can differ) */
+    double temperature;      /* <= 0: greedy, the largest logit after penalties and bias (default 0) */
+    int32_t top_k;           /* <= 0 or >= n_vocab: off (default 0) */
+    double top_p;            /* [0, 1], 1: off (default 1) */
+    double min_p;            /* [0, 1], 0: off (default 0) */
+    double repeat_penalty;   /* > 0, 1: off (default 1): a logit v <= 0 is multiplied by it, else divided */
+    double frequency_penalty;/* subtracted once per occurrence (default 0) */
+    double presence_penalty; /* subtracted once (default 0) */
+    int32_t repeat_last_n;   /* the penalties' window: the last ids of the history, -1: all, 0: off (64) */
+    const int32_t *history;  /* n_history ids the penalties see at the first pick (the token passed */
+    int32_t n_history;       /* to lkv_generate included); each token decoded after is appended */
+    uint64_t *rng_state;     /* temperature > 0: numpy's PCG64 state as {state >> 64, state & (2^64-1),
+                                inc >> 64, inc & (2^64-1)}, advanced in place by each draw */
+    uint8_t *drawn;          /* NULL, or room for n_max: 1 where the pick of out[i] drew a number (a
+                                pick from one candidate draws none) */
+    double typical_p;        /* [0, 1], 1: off (default 1); between top_k and top_p */
 } lkv_generate_params;
 void lkv_generate_params_init(lkv_generate_params *p);
-/* Greedy decoding of sequence 0 without a return per token. With token >= 0,
+/* Decoding of sequence 0 without a return per token. With token >= 0,
  * decodes it first (at position n_tokens); then, repeatedly: picks the next
- * token from the last decode's logits (the largest (double)logit + bias, the
- * lowest id among equal ones), appends it to out, stops after n_max tokens, a
+ * token from the last decode's logits (greedy: the largest (double)logit +
+ * bias, the lowest id among equal ones; temperature > 0 or penalties: the
+ * chain of p's fields), appends it to out, stops after n_max tokens, a
  * stop id or a full context, else decodes it. So the cache ends holding every
  * returned token but the last (which the next call passes as token), and the
  * logits are the last decode's, as after lkv_decode. With token < 0 the first
  * pick reads the logits of the previous decode. A NaN logit or no finite
  * largest value ends the call without a token for that step (the caller's own
- * sampler can then report it). On GPUs the pick runs on the device and only
- * the id comes back. *n_out tokens go to out (room for n_max), also on
+ * sampler can then report it). On GPUs the greedy pick without penalties runs
+ * on the device and only the id comes back; the chain downloads the row and
+ * picks on the host. *n_out tokens go to out (room for n_max), also on
  * failure (LKV_ERR_ABORTED by lkv_context_set_abort between tokens, or a
  * decode's error), where the cache holds those decoded before it. */
 lkv_status lkv_generate(lkv_context *c, int32_t token, const lkv_generate_params *p, int32_t *out,
                         int32_t *n_out);
+/* One pick of lkv_generate's, from a host row logits (n_vocab,) with p's sampler fields,
+ * bias and history (n_max, stop ids ignored): *token = the id, or -1 where the logits after
+ * penalties and bias hold a NaN or no finite value; *drew = 1 where a number was drawn
+ * (p->rng_state advanced). */
+lkv_status lkv_sample(const float *logits, int32_t n_vocab, const lkv_generate_params *p, int32_t *token,
+                      int32_t *drew);
 
 typedef struct lkv_mtp_stats {
     int32_t on;              /* the switch (lkv_context_set_mtp) */
@@ -526,7 +553,7 @@ lkv_status lkv_memory_plan_compute(const lkv_model_params *mp, const lkv_tensor_
 
 /* LKV_CDEF_END */
 
-#define LKV_ABI_VERSION 8
+#define LKV_ABI_VERSION 9
 
 #ifdef __cplusplus
 }

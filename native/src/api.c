@@ -3,6 +3,7 @@
  * arguments, clears the thread's error, calls into the core and returns the
  * status; the message for a failure is set where the failure is found.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 #include "model_api.h"
 #include "context.h"
 #include "kv/plan.h"
+#include "sample_chain.h"
 
 #define API LKV_API
 
@@ -252,6 +254,10 @@ API void lkv_generate_params_init(lkv_generate_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
     p->n_max = 1;
+    p->top_p = 1.0;
+    p->typical_p = 1.0;
+    p->repeat_penalty = 1.0;
+    p->repeat_last_n = 64;
 }
 
 API lkv_status lkv_generate(lkv_context *c, int32_t token, const lkv_generate_params *p, int32_t *out,
@@ -260,6 +266,32 @@ API lkv_status lkv_generate(lkv_context *c, int32_t token, const lkv_generate_pa
     if (n_out) *n_out = 0;
     if (!c || !p || !out || !n_out) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_generate: NULL argument");
     return lkv_context_generate(c, token, p, out, n_out);
+}
+
+API lkv_status lkv_sample(const float *logits, int32_t n_vocab, const lkv_generate_params *p, int32_t *token,
+                          int32_t *drew) {
+    lkv_clear_error();
+    if (!logits || !p || !token || !drew) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_sample: NULL argument");
+    *token = -1;
+    *drew = 0;
+    if (n_vocab < 1) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_sample: n_vocab = %d (at least 1)", n_vocab);
+    if (p->n_bias < 0 || (p->n_bias && (!p->bias_ids || !p->bias)))
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_sample: bias: bad count or NULL array");
+    for (int32_t j = 0; j < p->n_bias; j++)
+        if (p->bias_ids[j] < 0 || p->bias_ids[j] >= n_vocab || isnan(p->bias[j]) || p->bias[j] == INFINITY)
+            return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_sample: bias of id %d: %g", p->bias_ids[j], p->bias[j]);
+    for (int32_t j = 0; j < p->n_bias; j++)
+        for (int32_t k = 0; k < j; k++)
+            if (p->bias_ids[k] == p->bias_ids[j])
+                return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_sample: bias id %d given twice", p->bias_ids[j]);
+    LKV_TRY(lkv_chain_check(p, n_vocab));
+    lkv_chain *ch = lkv_chain_new(n_vocab);
+    if (!ch) return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "lkv_sample: no memory for %d candidates", n_vocab);
+    bool d = false;
+    *token = lkv_chain_pick(ch, logits, p, p->history, p->n_history, &d);
+    *drew = d;
+    lkv_chain_free(ch);
+    return LKV_OK;
 }
 
 API lkv_status lkv_context_set_mtp(lkv_context *c, int32_t on) {

@@ -15,6 +15,7 @@
 #include "moe.h"
 #include "mtp.h"
 #include "quant/types.h"
+#include "sample_chain.h"
 
 #define DEFAULT_CHUNK 256
 #define STATE_MAGIC 0x564b4c32u   /* "2LKV": the header has recur_bytes since ABI 2 */
@@ -198,6 +199,7 @@ void lkv_context_destroy(lkv_context *c) {
         if (bufs[i]) c->be->free(c->b, bufs[i]);
     c->be->ctx_free(c->b);
     free(c->logits);
+    lkv_chain_free(c->chain);
     free(c);
 }
 

@@ -65,6 +65,7 @@ struct lkv_context {
     bool logits_stay;        /* generate.c: decodes leave their logits row in logits_dev
                                 (not copied to `logits`, which the loop refills at its end) */
     int32_t out_width;       /* floats per output row: n_vocab, or n_embd with embeddings */
+    struct lkv_chain *chain; /* generate.c's sampler scratch (sample_chain.h), made by its first use */
 
     lkv_attn_desc geo;       /* head geometry for attention */
     lkv_rope_desc rope;

@@ -4,8 +4,9 @@
     for token in token_stream(seq, prompt, sampler, d): ...
 
 ``prefill`` (a token list, in n_batch slices), ``decode_one`` (one sampled
-token) and ``sample`` (logits -> id), or, greedy, the core's loop
-(engine/greedy_loop.py), or a drafter's guesses verified (spec/verify.py).
+token) and ``sample`` (logits -> id), or the core's loop where the sampler
+needs no Python hook (engine/greedy_loop.py), or a drafter's guesses verified
+(spec/verify.py).
 Everything a generation needs beside the sequence and its sampler is a
 ``Decoding``: the drafter, whether the sequence keeps every row's logits, a
 progress callback, whether its decodes wait for a step other sequences share
@@ -35,7 +36,7 @@ class Decoding:
     logits_all: bool = False          # the sequence keeps every row (no speculation, no loop)
     progress: Callable | None = None  # progress("prefill", done, total) (progress.py)
     defer: bool = False               # a sampled token's decode waits for a shared step
-    greedy_in_core: bool = True       # the core's greedy loop where it gives the same ids
+    greedy_in_core: bool = True       # the core's loop where it gives the same ids
     timings: Timings = field(default_factory=Timings)
 
 
@@ -91,7 +92,7 @@ def token_stream(seq: Sequence, tokens: list[int], sampler: Sampler, d: Decoding
     prefill(seq, tokens, d)
     if drafter is not None:
         yield from speculative_tokens(seq, sampler, drafter, d.timings)
-    elif loop_ok(seq, sampler, stopping_criteria, d.logits_all, d.greedy_in_core):
+    elif loop_ok(seq, sampler, stopping_criteria, logits_all=d.logits_all, in_core=d.greedy_in_core):
         # returns on NaN / -inf logits only; ends given: run ahead
         yield from greedy_tokens(seq, sampler, d.timings, limit, ends)
     try:

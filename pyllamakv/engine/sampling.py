@@ -7,7 +7,12 @@ The chain, in the order llama-cpp-python builds it:
 with temperature <= 0 meaning greedy (arg-max after penalties and bias). Each
 filter looks at the probabilities of the candidates the previous one kept.
 The random draw uses numpy's PCG64, not llama.cpp's mt19937, so the same seed
-gives a reproducible sequence here but not llama.cpp's sequence.
+gives a reproducible sequence here but not llama.cpp's sequence. The draw maps
+onto the candidates' cdf in their order, which depends on their values only
+(largest first after top_k / top_p, ties by the lower id; all ids in order
+otherwise); the core's chain (native/src/sample_chain.c, engine/core_chain.py)
+does the same float64 steps in the same order, so a generation sampled inside
+the core gives these ids for the same seed.
 
 Everything works on (n_vocab,) float arrays with numpy; the filters shrink the
 candidate set early (argpartition for top_k, a partial sort for top_p) so a
@@ -161,7 +166,7 @@ class Sampler:
         if self.mirostat is not None:
             return self.mirostat.keep(ids, _softmax(x / p.temperature))
         if 0 < p.top_k < ids.size:
-            keep = np.argpartition(-x, p.top_k - 1)[: p.top_k]
+            keep = _top_n(x, p.top_k)
             ids, x = ids[keep], x[keep]
         if p.typical_p < 1.0:
             ids, x = _typical(ids, x, p.typical_p)
@@ -189,6 +194,21 @@ class Sampler:
 
 
 # --- filters: (ids, logits) of the candidates in, the kept ones out -------------
+# Candidates stay in an order that depends on the values only (largest first,
+# ties by the earlier candidate), not on argpartition's, which varies with
+# numpy's SIMD level: the draw maps onto the cdf in that order, and the core's
+# chain (native/src/sample_chain.c) keeps the same one.
+
+def _top_n(v: np.ndarray, n: int) -> np.ndarray:
+    """Positions of the n largest of v, largest first, ties by the lower position."""
+    if n < v.size:
+        thr = v[np.argpartition(-v, n - 1)[n - 1]]     # the n-th largest value
+        above = np.flatnonzero(v > thr)
+        idx = np.concatenate([above, np.flatnonzero(v == thr)[: n - above.size]])
+    else:
+        idx = np.arange(v.size)
+    return idx[np.argsort(-v[idx], kind="stable")]
+
 
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max())
@@ -198,10 +218,9 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 def _top_p(ids: np.ndarray, x: np.ndarray, top_p: float):
     """Keep the smallest most-likely prefix whose probability mass is >= top_p."""
     probs = _softmax(x)
-    m = min(ids.size, 1024)
     # the answer usually lies in the top m: sort only those when they suffice
-    head = np.argpartition(-probs, m - 1)[:m] if m < ids.size else np.arange(ids.size)
-    order = head[np.argsort(-probs[head], kind="stable")]
+    m = min(ids.size, 1024)
+    order = _top_n(probs, m)
     cum = np.cumsum(probs[order])
     if cum[-1] < top_p and m < ids.size:
         order = np.argsort(-probs, kind="stable")

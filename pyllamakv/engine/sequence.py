@@ -179,13 +179,14 @@ class Sequence:
         greedy loop, greedy_loop.py) are this sequence's."""
         return self._own_ctx
 
-    def greedy(self, n_max: int, pending: int, ends, bias) -> np.ndarray:
-        """The core's greedy loop (a solo sequence; Context.generate): pending
-        (if >= 0) decoded, then up to n_max ids picked, all but the last decoded;
-        their logits are copied when read. A failure keeps the ids made in .partial."""
+    def greedy(self, n_max: int, pending: int, ends, bias, chain=None) -> np.ndarray:
+        """The core's loop (a solo sequence; Context.generate; chain: its sampler
+        fields, greedy without): pending (if >= 0) decoded, then up to n_max ids
+        picked, all but the last decoded; their logits are copied when read. A
+        failure keeps the ids made in .partial."""
         n0 = self.sync()
         try:
-            ids = self.ctx.generate(n_max, pending, ends, bias)
+            ids = self.ctx.generate(n_max, pending, ends, bias, chain)
         except BaseException as e:
             self._generated(n0, pending, getattr(e, "partial", ()))
             raise
