@@ -44,15 +44,41 @@ LKV_INLINE __m256i hsum8_epi32(const __m256i v[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-/* the f16 scales (each block's first field) of blocks i0 .. i0 + 7 of an
- * array of `size`-byte blocks, those < nb (0 past it), as floats */
+/* the f16 scale (each block's first field) of block i of an array of
+ * `size`-byte blocks */
+LKV_INLINE int scale_bits(const void *blocks, size_t size, int i) {
+    uint16_t h;
+    memcpy(&h, (const char *)blocks + (size_t)i * size, 2);
+    return h;
+}
+
+/* the scales of blocks i0 .. i0 + 7, those < nb (0 past it), as floats; built
+ * in a register (eight small stores read back as one vector stall the store
+ * forwarding: a third of the kernel's time on Zen 3) */
 LKV_INLINE __m256 scales8(const void *blocks, size_t size, int i0, int nb) {
-    uint16_t h[8];
-    for (int k = 0; k < 8; k++) {
-        h[k] = 0;
-        if (i0 + k < nb) memcpy(&h[k], (const char *)blocks + (size_t)(i0 + k) * size, 2);
+    __m128i h = _mm_setzero_si128();
+#define SCALE_LANE(k) \
+    if (i0 + (k) < nb) h = _mm_insert_epi16(h, scale_bits(blocks, size, i0 + (k)), k)
+    if (i0 + 8 <= nb) {
+        h = _mm_cvtsi32_si128(scale_bits(blocks, size, i0));
+        for (int k = 1; k < 8; k++) h = _mm_insert_epi16(h, scale_bits(blocks, size, i0 + k), k);
+    } else {
+        SCALE_LANE(0); SCALE_LANE(1); SCALE_LANE(2); SCALE_LANE(3);
+        SCALE_LANE(4); SCALE_LANE(5); SCALE_LANE(6);
     }
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+#undef SCALE_LANE
+    return _mm256_cvtph_ps(h);
+}
+
+/* the exact integer dots of weight blocks qx[0..m) with y's blocks i0 .. i0 + m - 1,
+ * block k's in lane k (0 where k >= m) */
+LKV_INLINE __m256i block_dots(const __m256i *qx, const block_q8_0 *y, int i0, int m) {
+#define DOT(k) (k < m ? dot_s8s8(qx[k], _mm256_loadu_si256((const __m256i *)y[i0 + k].qs)) \
+                      : _mm256_setzero_si256())
+    __m256i v[8];
+    for (int k = 0; k < 8; k++) v[k] = DOT(k);
+#undef DOT
+    return hsum8_epi32(v);
 }
 
 LKV_INLINE void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, size_t stride, int ny) {
@@ -60,21 +86,28 @@ LKV_INLINE void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, s
     const int nb = n / 32;
     __m256 acc[4];
     for (int r = 0; r < ny; r++) acc[r] = _mm256_setzero_ps();
-    for (int i0 = 0; i0 < nb; i0 += 8) {
-        const int m = nb - i0 < 8 ? nb - i0 : 8;   /* blocks in this group */
+    int i0 = 0;
+    for (; i0 + 8 <= nb; i0 += 8) {       /* whole groups: every chain takes a block */
+        __m256i qx[8];
+        for (int k = 0; k < 8; k++) qx[k] = _mm256_sub_epi8(unpack_nibbles16(x[i0 + k].qs), _mm256_set1_epi8(8));
+        const __m256 dx = scales8(x, sizeof(block_q4_0), i0, nb);
+        for (int r = 0; r < ny; r++) {
+            const block_q8_0 *y = YROW(vy, stride, r);
+            const __m256 p = _mm256_cvtepi32_ps(block_dots(qx, y, i0, 8));
+            const __m256 d = _mm256_mul_ps(dx, scales8(y, sizeof(block_q8_0), i0, nb));
+            acc[r] = _mm256_fmadd_ps(d, p, acc[r]);
+        }
+    }
+    if (i0 < nb) {                        /* the tail group: the chains past it keep their value */
+        const int m = nb - i0;
         __m256i qx[8];
         for (int k = 0; k < m; k++) qx[k] = _mm256_sub_epi8(unpack_nibbles16(x[i0 + k].qs), _mm256_set1_epi8(8));
         const __m256 dx = scales8(x, sizeof(block_q4_0), i0, nb);
-        /* lanes of chains that have no block in this group keep their value */
         const __m256 on = _mm256_castsi256_ps(
             _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
         for (int r = 0; r < ny; r++) {
             const block_q8_0 *y = YROW(vy, stride, r);
-            __m256i v[8];
-            for (int k = 0; k < 8; k++)
-                v[k] = k < m ? dot_s8s8(qx[k], _mm256_loadu_si256((const __m256i *)y[i0 + k].qs))
-                             : _mm256_setzero_si256();
-            const __m256 p = _mm256_cvtepi32_ps(hsum8_epi32(v));
+            const __m256 p = _mm256_cvtepi32_ps(block_dots(qx, y, i0, m));
             const __m256 d = _mm256_mul_ps(dx, scales8(y, sizeof(block_q8_0), i0, nb));
             acc[r] = _mm256_blendv_ps(acc[r], _mm256_fmadd_ps(d, p, acc[r]), on);
         }
