@@ -9,7 +9,9 @@ slots are sequences of one shared engine), B concurrent /v1/completions
 requests of the same prompts. Both greedy (the same tokens), both with the
 context's threads set to --threads. The figure is completion tokens / wall
 seconds of the whole request set (prompts included: they are short); rounds
-alternate engine and server so that a busy machine slows both alike.
+alternate engine and server so that a busy machine slows both alike. The last
+line is the figure: server/engine, the medians' ratio and each round's, and
+whether it is within the target (0.90..1.10).
 """
 from __future__ import annotations
 
@@ -88,7 +90,7 @@ def main() -> None:
     from pyllamakv import Llama
     from pyllamakv.default_model import default_model_path
     from pyllamakv.server import ServerSettings, create_app
-    from pyllamakv.server.engines import load_engines
+    from pyllamakv.server.engines import kv_line, load_engines, memory_layout
     from pyllamakv.server.slots import SlotPool
     path = a.model or default_model_path()
     prompts = (PROMPTS * (a.b // len(PROMPTS) + 1))[:a.b]
@@ -97,6 +99,7 @@ def main() -> None:
     settings = ServerSettings(path, parallel=a.b, n_ctx=a.n_ctx, n_threads=per_slot,
                               queue_size=a.b)
     pool = SlotPool(load_engines(settings), settings.queue_size)
+    layout = kv_line(memory_layout([x.engine for x in pool.slots]))
     server = Served(create_app(settings, pool))
     sched = pool.slots[0].engine.engine.scheduler
     esched = llm.engine.scheduler
@@ -119,8 +122,13 @@ def main() -> None:
         pool.close()
         llm.close()
     e, s = statistics.median(eng), statistics.median(srv)
-    print(f"B={a.b} n={a.n} threads={a.threads}: engine {e:.1f} tok/s, server {s:.1f} tok/s, "
-          f"server/engine {s / e:.3f} (medians of {a.rounds})")
+    ratios = [sv / en for en, sv in zip(eng, srv)]    # each round's pair ran back to back
+    ratio = s / e
+    print(f"B={a.b} n={a.n} threads: engine {a.threads}, server {settings.engine_threads} "
+          f"({layout}): engine {e:.1f} tok/s, server {s:.1f} tok/s (medians of {a.rounds})")
+    print(f"server/engine aggregate decode ratio: {ratio:.3f} (per round: "
+          f"{', '.join(f'{r:.3f}' for r in ratios)}); target 0.90..1.10: "
+          f"{'within' if 0.9 <= ratio <= 1.1 else 'OUTSIDE'}")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     toks = rng.integers(300, 30000, a.depth + 8 * a.n).tolist()
     llm.eval(toks[:a.depth])
-    ctx = llm._ctx
+    ctx = llm.sequence.ctx
     out = {"file": a.path, "tag": a.tag, "depth": a.depth}
 
     def per_token(fn, n=a.n) -> float:
@@ -59,24 +59,24 @@ def main() -> None:
 
     base = a.depth
     out["native_ms"] = per_token(lambda i: ctx.decode([toks[base + i]]))
-    llm._hist.sync()
+    llm.sequence.sync()
     base += a.n
     out["native_get_ms"] = per_token(lambda i: (ctx.decode([toks[base + i]]), ctx.logits()))
-    llm._hist.sync()
+    llm.sequence.sync()
     base += a.n
     out["eval_ms"] = per_token(lambda i: llm.eval([toks[base + i]]))
     base += a.n
     sampler = Sampler(SamplingParams(temperature=0.0), llm.n_vocab())
     out["eval_greedy_ms"] = per_token(
-        lambda i: (llm.eval([toks[base + i]]), sampler.sample(llm._hist.last_logits(), ())))
+        lambda i: (llm.eval([toks[base + i]]), sampler.sample(llm.sequence.last_logits(), ())))
     base += a.n
     if hasattr(ctx, "generate"):
-        llm._hist.sync()
+        llm.sequence.sync()
         t0 = time.perf_counter()
         got = ctx.generate(a.n)
         out["loop_ms"] = (time.perf_counter() - t0) * 1e3 / max(len(got), 1)
     ctx.truncate(a.depth)
-    llm._hist.sync()
+    llm.sequence.sync()
     llm.create_completion(toks[:16], max_tokens=4, temperature=0)
     for mode in ("python", "core"):   # the Python sampler per token; the core's greedy loop
         llm.greedy_in_core = mode == "core"
@@ -99,7 +99,7 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile
         torch.cuda.init()
         ctx.truncate(a.depth)
-        llm._hist.sync()
+        llm.sequence.sync()
         for i in range(4):
             ctx.decode([toks[i]])
         with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:

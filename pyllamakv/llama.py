@@ -1,10 +1,11 @@
 """Llama: llama-cpp-python's interface over an engine (engine/engine.py) and one
 of its sequences (sequence 0 of its own engine; a server slot's of a shared one).
 
-Generation runs in three named stages: ``_prefill`` (a token list, in n_batch
-slices), ``_decode_one`` (one sampled token) and ``_sample`` (logits -> id), or,
-greedy, in the core's loop (greedy_loop.py). ``generate`` reuses the longest cached
-prefix; the OpenAI-style requests (completion, chat, embeddings) build on it.
+Generation runs on the Llama's sequence through api/decoding.py (its named
+stages: prefill, decode_one, sample; greedy, the core's loop; speculation),
+given the Llama's settings. ``generate`` reuses the longest cached prefix; the
+OpenAI-style requests (completion, chat, embeddings) build on it, through
+functions that take the sequence (completion.py, embedding.py).
 
 Threads: a Llama may be shared; its calls are serialised and a stream keeps
 other threads waiting until it ends (guard.py says exactly how). Python's
@@ -33,15 +34,13 @@ from .errors import ClosedError, ParameterError, ParameterTypeError
 from .api.grammar import LlamaGrammar
 from .engine.guard import Guard, guarded
 from .engine.engine import Engine
-from .engine.greedy_loop import greedy_tokens, loop_ok
 from .engine.sequence import common_prefix
 from .hub import hub_file
 from .api.openai_api import OpenAIMethods
+from .api.decoding import Decoding, token_stream
 from .progress import ProgressCallback, report_load
-from .engine.processors import stop_asked
 from .engine.sampling import Sampler
-from .spec.verify import speculative_tokens
-from .spec.mtp import uses_mtp, wants_mtp
+from .spec.mtp import wants_mtp
 from .spec.drafters import make_drafter
 from .engine.state import Timings
 from .memory.sizes import pool_and_ubatch
@@ -109,7 +108,12 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         kv_pool_bytes, n_ubatch = pool_and_ubatch(cfg, hp, self._n_ctx, self.device, n_batch,
                                                   type_k, type_v, budget, file.tensors)
         self.kv_pool_bytes = kv_pool_bytes   # None: all resident (the one spelling past the config)
-        # _engine: an engine to take a sequence of (the server's slots share one)
+        # _engine: an engine to take a sequence of (the server's slots share one); its
+        # pool (kv_pool_mib, planned for n_seq_max sequences) is given once, the whole
+        if _engine is not None and _engine.n_seq != cfg.n_seq_max:
+            raise ParameterError(f"an engine of {_engine.n_seq} sequences needs n_seq_max="
+                                 f"{_engine.n_seq} (its pool is planned for all of them), "
+                                 f"got {cfg.n_seq_max}")
         self._engine = _engine or Engine(cfg.n_seq_max)
         self._seq = self._engine.open(
             self._model, keep_all=cfg.logits_all, n_ctx=self._n_ctx, n_batch=n_batch,
@@ -118,13 +122,12 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
             gpu_kernels=cfg.gpu_kernels, embeddings=embedding,
             mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)   # spec_mtp.py
         self._ctx = self._engine.ctx
-        self._defer = False     # a prompt list's sequence: decodes wait for a shared step
         progress("load", 3, 4)
         self._text_setup(file.metadata, chat_format, chat_handler, pooling_type, embedding)
         self._n_vocab = self._model.n_vocab
         self._seed = random.SystemRandom().randint(0, 2**32 - 1) if cfg.random_seed else cfg.seed
         self.timings = Timings()
-        self.draft_model = make_drafter(draft_model, self)   # speculative.py; None: off
+        self.draft_model = make_drafter(draft_model, self._seq)   # None: off
         progress("load", 4, 4)
         if self.verbose:
             report_load(self, time.perf_counter() - t0)
@@ -238,19 +241,14 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
             raise RuntimeError("this Llama was created with embedding=True: it computes "
                                "embeddings (embed, create_embedding), not logits")
 
-    def _prefill(self, tokens: Sequence[int], stage: str = "prefill") -> None:
-        t0 = time.perf_counter()
-        self._seq.eval(tokens, self.progress_callback if stage == "prefill" else None)
-        self.timings.add(stage, time.perf_counter() - t0, len(tokens))
+    def _embedding_mode(self) -> None:
+        if not self.embedding:
+            raise RuntimeError("Llama must be created with embedding=True to compute embeddings")
 
-    def _decode_one(self, token: int) -> None:
-        self._prefill([token], "decode")
-
-    def _sample(self, sampler: Sampler) -> int:
-        t0 = time.perf_counter()
-        token = sampler.sample(self._seq.last_logits(), self._seq.input_ids())
-        self.timings.sample_s += time.perf_counter() - t0
-        return token
+    def _decoding(self) -> Decoding:
+        """This Llama's settings for a generation on its sequence (api/decoding.py)."""
+        return Decoding(self.draft_model, self.config.logits_all, self.progress_callback,
+                        greedy_in_core=getattr(self, "greedy_in_core", True))
 
     @guarded
     def reset(self) -> None:
@@ -294,53 +292,13 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
     def token_stream(self, tokens: list[int], sampler: Sampler, reset: bool = True,
                      stopping_criteria=None, limit: int | None = None,
                      ends=None) -> Iterator[int]:
-        """generate's ids for a Sampler (completion.py's stream; ends: greedy_loop.py)."""
+        """generate's ids for a Sampler: api/decoding.py's token_stream on this
+        Llama's sequence (completion.py's stream; ends: greedy_loop.py)."""
         self._logits_mode()
-        self.timings = Timings()
-        self._seq.uncancel()   # Sequence.cancel ends the generation running then
-        # spec_decode.py; a grammar, mirostat or logits processors keep state per
-        # sampled token, which verification does not advance: plain decoding then
-        # (a hybrid drops rejected rows by a snapshot and a replay: sequence.py)
-        drafter = self.draft_model if (
-            not self.config.logits_all and sampler.constraint is None
-            and sampler.mirostat is None and not sampler.processors) else None
-        if getattr(self._ctx, "mtp", False):
-            # only a generation that drafts with it pays for the MTP block; switched on
-            # behind, keep_prefix's restore point is one where it is in sync (_native_mtp.py)
-            self._ctx.set_mtp(uses_mtp(drafter))
-        if reset:
-            if not tokens:
-                raise ParameterError("generate needs at least one token")
-            tokens = self._seq.keep_prefix(tokens)
-        if not tokens and self._seq.n == 0:
-            raise ParameterError("generate needs at least one token")
-        if self._seq.recurrent and len(tokens) > 1:
-            # hybrids: a snapshot before the prompt's last token, where the next
-            # prompt sharing this one (or this one again) can start
-            self._prefill(tokens[:-1])
-            self._seq.snapshot()
-            tokens = tokens[-1:]
-        self._prefill(tokens)
-        if drafter is not None:
-            yield from speculative_tokens(self, sampler, drafter)
-        elif loop_ok(self, sampler, stopping_criteria):   # returns on NaN / -inf logits only
-            yield from greedy_tokens(self, sampler, limit, ends)   # ends given: run ahead
-        try:
-            self._seq.scheduler.join(self._seq.id)   # live: steps wait briefly for its tokens
-            while not self._seq.cancelled:   # cancel(): ends before the next token
-                token = self._sample(sampler)
-                if stopping_criteria is not None and stop_asked(stopping_criteria, self._seq):
-                    return
-                if self._defer:     # queued before it is yielded: the next step, any
-                    self._seq.submit([token])   # sequence's, decodes it (prompt_list.py)
-                    yield token
-                else:
-                    yield token
-                    self._decode_one(token)
-        finally:
-            self._seq.scheduler.leave(self._seq.id)
-            if self._defer:
-                self._seq.drop_pending()
+        d = self._decoding()
+        self.timings = d.timings
+        yield from token_stream(self._seq, tokens, sampler, d, reset, stopping_criteria,
+                                limit, ends)
 
     # ------------------------------------------------------------ lifetime
 

@@ -21,13 +21,6 @@ pytestmark = pytest.mark.skipif(not has_generate(), reason="the library predates
 DEVICE = os.environ.get("PYLLAMAKV_TEST_DEVICE", "cpu")   # the GPU machine: cuda
 
 
-@pytest.fixture(autouse=True)
-def _device_pick(monkeypatch):
-    """On a GPU the pick kernel is opt-in until it has run there (native/src/unverified.h)."""
-    if DEVICE == "cuda":
-        monkeypatch.setenv("PYLLAMAKV_CUDA_UNVERIFIED", "1")
-
-
 def _run(llm, ahead: bool, prompt, **kw):
     llm.greedy_in_core = ahead
     llm.reset()

@@ -37,7 +37,9 @@ def test_concurrent_equals_alone(model):
             for p in PROMPTS]
     alone.engine.close()
     shared = Engine(len(PROMPTS), shared=True)
-    slots = [_llama(path, m, _engine=shared, kv_pool_mib=1) for _ in PROMPTS]
+    # one pool for every slot, given once (4 sequences of 128 tokens would take ~11 MiB)
+    slots = [_llama(path, m, _engine=shared, n_seq_max=len(PROMPTS), kv_pool_mib=4)
+             for _ in PROMPTS]
     steps = []
     real = shared.ctx.decode_batch_logits
     queued = []
@@ -73,6 +75,7 @@ def test_concurrent_equals_alone(model):
     assert steps[1] >= len(PROMPTS) - 1, f"sequences per step: {steps}"
     stats = slots[0].kv_stats()
     assert stats["streaming"] == 1 and stats["pool_bytes"] > 0
+    assert shared.ctx.kv_stats()["pool_bytes"] <= 4 << 20   # the pool given, not 4 times it
     with pytest.raises(errors.ContextFullError):
         slots[1].sequence.eval(list(range(200)))
     with pytest.raises(errors.ParameterError):

@@ -8,7 +8,7 @@
 # the 8 files the device tool returns); a summary is printed.
 #
 # Stages (STAGES, default "build ops bench prompts stash"):
-#   ops      tests/cuda/test_ops (kernels vs the CPU), test_attn_mma
+#   ops      tests/cuda/test_ops (kernels vs the CPU; OPS_FIRST: sections run first), test_attn_mma
 #   attn     test_attn_mma, then its timings of the auto path (timeonly)
 #   bench    benchmarks/cuda_bench: pp512 and decode at DEPTHS (default 0,32768,131072),
 #            the default kernels, with llama.cpp's figures (BENCHMARKS.md) beside them
@@ -42,6 +42,8 @@
 #            the synthetic llama3-8b file (native call / eval / sampler / create_completion per token;
 #            torch.profiler's kernel table for the first type), and once more with LKV_CUDA_GRAPH=0
 #            (PROF_NOGRAPH=0: not)
+#   ttft     benchmarks/bench_ttft.py: the qwen35-27b prompt (TTFT_TYPE, TTFT_LENGTHS, TTFT_CONFIGS) through
+#            Llama.eval, with B/native/chunked/libllamakv.so too where present; llama-bench's pp beside it
 #   spec     benchmarks/bench_speculative.py verify: one pass over [token + k drafts],
 #            k = 0..15, against one step (synthetic 8B shape, q8_0 KV, SPEC_DEPTHS default
 #            32768,131072, pools 1024,4096 MiB), then effective: the acceptance measured on
@@ -106,10 +108,15 @@ export PYLLAMAKV_LIBRARY=$B/native/libllamakv.so PYLLAMAKV_REPORT_DIR=$OUT
 
 if [[ $STAGES == *ops* ]]; then
     stamp "kernel harness"
-    timeout "$(cap 120)" $B/native/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
-    grep -E "FAIL|passed|rc=" "$OUT/test_ops.log" | head -30
+    # OPS_FIRST: sections (test_ops' argument) run before the rest, so that a cap cannot cut them
+    [[ -n ${OPS_FIRST:-} ]] && { timeout "$(cap 120)" $B/native/test_ops "$OPS_FIRST" > "$OUT/test_ops_first.log" 2>&1
+        echo "test_ops $OPS_FIRST rc=$?" >> "$OUT/test_ops_first.log"; grep -E "FAIL|passed|rc=|^info" "$OUT/test_ops_first.log" | head -60; }
+    if [[ ${OPS_FULL:-1} == 1 ]]; then   # OPS_FULL=0: the OPS_FIRST sections only, no test_attn_mma
+        timeout "$(cap ${OPS_CAP:-120})" $B/native/test_ops > "$OUT/test_ops.log" 2>&1; echo "test_ops rc=$?" >> "$OUT/test_ops.log"
+        grep -E "FAIL|passed|rc=" "$OUT/test_ops.log" | head -30
+    fi
 fi
-if [[ $STAGES == *ops* || $STAGES == *attn* ]]; then
+if [[ ( $STAGES == *ops* && ${OPS_FULL:-1} == 1 ) || $STAGES == *attn* ]]; then
     stamp "attention harness"
     timeout "$(cap 150)" $B/native/test_attn_mma > "$OUT/test_attn_mma.log" 2>&1
     echo "test_attn_mma rc=$?" >> "$OUT/test_attn_mma.log"
@@ -171,6 +178,27 @@ if [[ $STAGES == *profile* ]]; then
     stamp "tests/test_greedy_loop.py on cuda; test_ops pick"
     PYLLAMAKV_TEST_DEVICE=cuda timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_greedy_loop.py 2>&1 | tail -4
     timeout "$(cap 60)" $B/native/test_ops pick 2>&1 | grep -E "pick|FAIL|passed" | head -20
+fi
+
+if [[ $STAGES == *ttft* ]]; then
+    # the 27B hybrid's prompt through Llama.eval (benchmarks/bench_ttft.py), with the library as built
+    # and, where B/native/chunked/libllamakv.so exists (a build with -DLKV_DR_CHUNKED_ON=1), the
+    # chunked delta rule by default; then llama-bench's pp at the same lengths, all resident
+    mkdir -p /tmp/syn; G=/tmp/syn/qwen35-27b-${TTFT_TYPE:-iq4_xs}.gguf
+    stamp "ttft: $G (${TTFT_LENGTHS:-32768}; ${TTFT_CONFIGS:-budget:16384,resident:4096})"
+    [ -f $G ] || timeout "$(cap 200)" python3 benchmarks/synthetic_model.py qwen35-27b $G --type ${TTFT_TYPE:-iq4_xs} > /dev/null 2>&1
+    stamp "file ready"
+    for lib in $B/native/libllamakv.so $B/native/chunked/libllamakv.so; do
+        [ -f $lib ] || continue
+        echo "library: $lib"
+        PYLLAMAKV_LIBRARY=$lib timeout "$(cap 300)" python3 benchmarks/bench_ttft.py $G --lengths ${TTFT_LENGTHS:-32768} \
+            --configs ${TTFT_CONFIGS:-budget:16384,resident:4096} 2>&1 | grep -v Warning | tee -a "$OUT/ttft.log"
+    done
+    if [ -x $LLB ]; then
+        stamp "llama-bench pp ${TTFT_LENGTHS:-32768} (ub 2048, b 4096, fa, q8_0 K / q4_0 V)"
+        LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} timeout "$(cap 200)" $LLB -m $G -p ${TTFT_LENGTHS:-32768} \
+            -n 0 -ub 2048 -b 4096 -fa 1 -ctk q8_0 -ctv q4_0 -r 1 -o md 2>&1 | tee -a "$OUT/ttft_llamacpp.md" | tail -4
+    fi
 fi
 
 if [[ $STAGES == *decode* ]]; then

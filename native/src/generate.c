@@ -8,8 +8,9 @@
  * (double)logit + bias, the first of equal ones; NaN, or no finite largest
  * value, ends the loop without a token (the caller's sampler then reports it).
  * Backends without pick_greedy (the CPU) have each step's row copied to the
- * host logits and picked here, by the same rule; so does CUDA until its pick
- * kernel has run on a GPU (unverified.h).
+ * host logits and picked here, by the same rule; CUDA picks on the device
+ * (cuda/sample.cu; test_ops pick and tests/test_greedy_loop.py on an H100,
+ * 2026-12-07) and brings back the id only.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -18,7 +19,6 @@
 #include "context.h"
 #include "error.h"
 #include "model_api.h"
-#include "unverified.h"
 
 /* the greedy rule over a host row */
 static int32_t pick_host(const float *x, int32_t n, const int32_t *ids, const double *bias, int32_t nb) {
@@ -53,8 +53,8 @@ static lkv_status step(lkv_context *c, int32_t token) {
     return st;
 }
 
-/* the backend's pick where it has one that has run on a GPU (unverified.h) */
-static bool dev_pick(const lkv_context *c) { return c->be->pick_greedy && lkv_unverified_on(); }
+/* the backend's pick where it has one */
+static bool dev_pick(const lkv_context *c) { return c->be->pick_greedy != NULL; }
 
 static lkv_status pick_dev(lkv_context *c, const lkv_generate_params *p, const dev_bias *db, int32_t *tok) {
     const int32_t V = c->model->hp.n_vocab;

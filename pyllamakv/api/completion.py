@@ -1,6 +1,7 @@
 """The completion loop: prompt tokens -> pieces of text, stop strings, logprobs.
 
-``completion_pieces`` drives ``Llama.generate`` and decides when to stop: an
+``completion_pieces`` drives a token stream of one Sequence (api/decoding.py;
+``Llama.token_stream`` for a Llama's own) and decides when to stop: an
 end-of-generation token or a chat template's stop token ("stop"), a stop
 string ("stop"; the text is cut before it), max_tokens or a full context
 ("length"). Streamed text is decoded incrementally, so a UTF-8 character
@@ -22,7 +23,11 @@ from ..text.tokenizer import Tokenizer
 from ..text.llama_tokenizer import incremental_decoder
 
 if TYPE_CHECKING:
-    from ..llama import Llama
+    from ..engine.guard import Guard
+    from ..engine.sequence import Sequence as Seq
+
+# stream(prompt, sampler, limit=None, ends=None) -> the sampled ids (api/decoding.py)
+TokenStream = Callable[..., Iterator[int]]
 
 
 class StopScanner:
@@ -107,21 +112,28 @@ class LogprobTracker:
         return None if self.n is None else self._lists([(token, len(raw), logits)])
 
 
-def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens: int | None,
-                      stop: str | Sequence[str] | None, echo: bool, logprobs: int | None,
-                      sampler: Sampler, stop_ids: Sequence[int] = (),
-                      stopping_criteria=None) -> Iterator[Piece]:
-    """Pieces of a completion of prompt; the last one has the finish_reason.
+def completion_pieces(seq: "Seq", tokenizer: Tokenizer, stream: TokenStream, prompt: list[int],
+                      usage: Usage, max_tokens: int | None, stop: str | Sequence[str] | None,
+                      echo: bool, logprobs: int | None, sampler: Sampler,
+                      stop_ids: Sequence[int] = (), stopping_criteria=None, *,
+                      logits_all: bool = False, drafting: bool = False,
+                      sampled_logprobs: bool = False, logprob_ids: bool = False,
+                      on_end: Callable[[], None] | None = None) -> Iterator[Piece]:
+    """Pieces of a completion of prompt on sequence seq, whose sampled ids
+    stream gives; the last piece has the finish_reason.
     stopping_criteria: llama-cpp-python's f(input_ids, logits) -> bool (or a list
     of them), asked for each sampled token before it is emitted, with the ids and
-    logits it was sampled after; True ends the completion ("stop") without it."""
-    n_ctx = llm.n_ctx()
+    logits it was sampled after; True ends the completion ("stop") without it.
+    logprobs need logits_all (seq keeps every row), or sampled_logprobs (a
+    door that opts in: the sampled tokens' from the last logits) without echo
+    or drafting; logprob_ids adds their ids. on_end: called once the whole
+    completion was read (a prompt cache keeps where it ended)."""
+    n_ctx = seq.n_ctx
     if len(prompt) == 0:
         raise ParameterError("the prompt is empty")
     if len(prompt) >= n_ctx:
         raise ContextFullError(f"Requested tokens ({len(prompt)}) exceed context window of {n_ctx}")
-    if logprobs is not None and not llm.config.logits_all and (
-            echo or llm.draft_model is not None or not getattr(llm, "sampled_logprobs", False)):
+    if logprobs is not None and not logits_all and (echo or drafting or not sampled_logprobs):
         # llama-cpp-python's rule; an engine that opts in (the server's slots) gives the
         # sampled tokens' logprobs from the last logits, which is all they need
         raise ParameterError("logprobs needs a Llama created with logits_all=True")
@@ -129,23 +141,23 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
     max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
     usage.prompt_tokens, usage.completion_tokens = len(prompt), 0
     stops = [stop] if isinstance(stop, str) else list(stop or [])
-    scanner, decoder = StopScanner(stops), incremental_decoder(llm.tokenizer)
-    ends = set(llm.tokenizer.eog_ids) | set(stop_ids)
-    lp = LogprobTracker(llm.tokenizer, logprobs, getattr(llm, "logprob_ids", False))
+    scanner, decoder = StopScanner(stops), incremental_decoder(tokenizer)
+    ends = set(tokenizer.eog_ids) | set(stop_ids)
+    lp = LogprobTracker(tokenizer, logprobs, logprob_ids)
     if not echo:     # offsets count from the prompt's start, as llama-cpp-python's
         lp.start_after(prompt)
 
     greedy_ahead = logprobs is None and stopping_criteria is None   # nothing reads the logits
-    tokens = (llm.token_stream(prompt, sampler, limit=max_tokens, ends=sorted(ends))
-              if greedy_ahead else llm.token_stream(prompt, sampler))
+    tokens = (stream(prompt, sampler, limit=max_tokens, ends=sorted(ends))
+              if greedy_ahead else stream(prompt, sampler))
     first = next(tokens, None)   # prefill, then the first sample (None: cancelled)
     if echo:
-        text = incremental_decoder(llm.tokenizer).feed(prompt)
-        yield Piece(text, lp.prompt(prompt, llm.sequence.scores()))
+        text = incremental_decoder(tokenizer).feed(prompt)
+        yield Piece(text, lp.prompt(prompt, seq.scores()))
     reason, hit, token = "length", False, first
     while True:
         if token is None or token in ends or (stopping_criteria is not None
-                             and stop_asked(stopping_criteria, llm.sequence)):
+                             and stop_asked(stopping_criteria, seq)):
             reason = "stop"
             break
         usage.completion_tokens += 1
@@ -153,7 +165,7 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         text, hit = scanner.feed(raw)
         # (the logits it was sampled from; read only when asked: a prompt list's
         # sequence has its token's decode queued, which a read would run alone)
-        yield Piece(text, lp.token(token, raw, llm.sequence.last_logits()) if logprobs
+        yield Piece(text, lp.token(token, raw, seq.last_logits()) if logprobs
                     is not None else None)
         if hit:
             reason = "stop"
@@ -168,17 +180,17 @@ def completion_pieces(llm: "Llama", prompt: list[int], usage: Usage, max_tokens:
         tail += "" if hit else scanner.flush()
         reason = "stop" if hit else reason
     yield Piece(tail, None, reason)
-    if llm.cache is not None:          # the whole completion was read: keep where it ended
-        llm.cache[llm.input_ids.tolist()] = llm.save_state()
+    if on_end is not None:          # the whole completion was read
+        on_end()
 
 
-def run_pieces(llm: "Llama", make_pieces: Callable[[], Iterator[Piece]], stream: bool,
+def run_pieces(guard: "Guard", make_pieces: Callable[[], Iterator[Piece]], stream: bool,
                shape_stream: Callable, shape_full: Callable):
-    """Non-streamed: every piece under the Llama's lock. Streamed: the checks and
-    the prefill now, then a stream that holds the Llama until it ends."""
+    """Non-streamed: every piece under guard (a Llama's lock, guard.py). Streamed:
+    the checks and the prefill now, then a stream that holds the guard until it ends."""
     def start() -> Iterator[Piece]:
         pieces = make_pieces()
         return itertools.chain([next(pieces)], pieces)
     if stream:
-        return llm.guard.stream(lambda: shape_stream(start()))
-    return llm.guard.call(lambda: shape_full(start()))
+        return guard.stream(lambda: shape_stream(start()))
+    return guard.call(lambda: shape_full(start()))

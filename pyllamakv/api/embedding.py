@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..llama import Llama
+    from ..engine.sequence import Sequence
+    from ..text.tokenizer import Tokenizer
 
 POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3}
 
@@ -52,19 +53,20 @@ def _pool(rows: np.ndarray, kind: int, normalize: bool):
     return out.tolist()
 
 
-def embed(llm: "Llama", input, normalize: bool = False, truncate: bool = True,
-          return_count: bool = False):
+def embed(seq: "Sequence", tokenizer: "Tokenizer", pooling: int, input,
+          normalize: bool = False, truncate: bool = True, return_count: bool = False):
     """One embedding (a list of floats; per token a list of them with pooling
-    none) for a str, or a list of them for a list of str."""
-    if not llm.embedding:
+    none) for a str, or a list of them for a list of str, computed on seq (a
+    sequence of an embedding context) from an empty cache, which it leaves empty."""
+    if not getattr(seq.ctx, "embeddings", False):
         raise RuntimeError("Llama must be created with embedding=True to compute embeddings")
     texts = [input] if isinstance(input, str) else input
     if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
         raise TypeError("input must be a str or a list of str")
-    n_batch = llm.config.n_batch
+    n_batch = seq.n_batch
     out, total = [], 0
     for text in texts:
-        tokens = llm.tokenize(text.encode("utf-8"))
+        tokens = tokenizer.encode(text.encode("utf-8"), add_bos=True, special=False)
         if truncate:
             tokens = tokens[:n_batch]
         if not tokens:
@@ -72,21 +74,22 @@ def embed(llm: "Llama", input, normalize: bool = False, truncate: bool = True,
         if len(tokens) > n_batch:
             raise ValueError(f"Requested tokens ({len(tokens)}) exceed batch size of {n_batch}")
         total += len(tokens)
-        llm.reset()
+        seq.reset()
         try:
-            rows = llm.sequence.eval_rows(tokens)    # (n_tokens, n_embd)
+            rows = seq.eval_rows(tokens)    # (n_tokens, n_embd)
         finally:
-            llm.reset()
-        out.append(_pool(rows, llm.pooling_type(), normalize))
+            seq.reset()
+        out.append(_pool(rows, pooling, normalize))
     result = out[0] if isinstance(input, str) else out
     return (result, total) if return_count else result
 
 
-def create_embedding(llm: "Llama", input, model: str | None = None) -> dict:
-    """OpenAI's embedding list for input (a str or a list of str)."""
-    data, total = embed(llm, input, return_count=True)
+def create_embedding(seq: "Sequence", tokenizer: "Tokenizer", pooling: int, input,
+                     model: str) -> dict:
+    """OpenAI's embedding list for input (a str or a list of str), named model."""
+    data, total = embed(seq, tokenizer, pooling, input, return_count=True)
     data = [data] if isinstance(input, str) else data
-    return {"object": "list", "model": model or llm.model_path,
+    return {"object": "list", "model": model,
             "data": [{"object": "embedding", "embedding": e, "index": i}
                      for i, e in enumerate(data)],
             "usage": {"prompt_tokens": total, "total_tokens": total}}

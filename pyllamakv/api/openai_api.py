@@ -66,9 +66,9 @@ class OpenAIMethods:
         usage, name, lp = Usage(), model or self.model_path, c.logprobs is not None
         self.load_cached_prefix(tokens)
         return run_pieces(
-            self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, c.stop, c.echo,
-                                            c.logprobs, sampler,
-                                            stopping_criteria=stopping_criteria),
+            self.guard, lambda: self.completion_pieces(tokens, usage, c.max_tokens, c.stop,
+                                                       c.echo, c.logprobs, sampler,
+                                                       stopping_criteria=stopping_criteria),
             c.stream, lambda p: completion_chunks(p, name, usage, lp),
             lambda p: completion_response(p, name, usage, lp))
 
@@ -127,26 +127,47 @@ class OpenAIMethods:
         self.load_cached_prefix(tokens)
         if plan is not None:     # the reply parsed for tool calls (streamed: tool_stream.py)
             return run_pieces(
-                self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,
-                                                n_lp, sampler, chat.stop_token_ids,
-                                                stopping_criteria=stopping_criteria),
+                self.guard, lambda: self.completion_pieces(
+                    tokens, usage, c.max_tokens, stops, False, n_lp, sampler,
+                    chat.stop_token_ids, stopping_criteria=stopping_criteria),
                 c.stream, lambda p: tool_chat_chunks(p, plan, name),
                 lambda p: with_tool_calls(chat_response(p, name, usage, logprobs), plan))
         return run_pieces(
-            self, lambda: completion_pieces(self, tokens, usage, c.max_tokens, stops, False,
-                                            n_lp, sampler, chat.stop_token_ids,
-                                            stopping_criteria=stopping_criteria),
+            self.guard, lambda: self.completion_pieces(
+                tokens, usage, c.max_tokens, stops, False, n_lp, sampler, chat.stop_token_ids,
+                stopping_criteria=stopping_criteria),
             c.stream, lambda p: chat_chunks(p, name, usage, logprobs),
             lambda p: chat_response(p, name, usage, logprobs))
+
+    def completion_pieces(self, tokens: list[int], usage: Usage, max_tokens: int | None, stop,
+                          echo: bool, logprobs: int | None, sampler, stop_ids=(),
+                          stopping_criteria=None):
+        """The pieces of a completion of tokens on this Llama's sequence (completion.py),
+        with its token stream, settings and prompt cache."""
+        self._logits_mode()
+
+        def keep() -> None:      # the whole completion was read: keep where it ended
+            if self.cache is not None:
+                self.cache[self.input_ids.tolist()] = self.save_state()
+        return completion_pieces(
+            self.sequence, self.tokenizer, self.token_stream, tokens, usage, max_tokens, stop,
+            echo, logprobs, sampler, stop_ids, stopping_criteria,
+            logits_all=self.config.logits_all, drafting=self.draft_model is not None,
+            sampled_logprobs=getattr(self, "sampled_logprobs", False),
+            logprob_ids=getattr(self, "logprob_ids", False), on_end=keep)
 
     @guarded
     def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):
         """Embeddings of input (embedding.py); needs embedding=True."""
-        return embed(self, input, normalize, truncate, return_count)
+        self._embedding_mode()
+        return embed(self.sequence, self.tokenizer, self.pooling_type(), input, normalize,
+                     truncate, return_count)
 
     @guarded
     def create_embedding(self, input: str | list[str], model: str | None = None) -> dict:
         """OpenAI's embedding response for input; needs embedding=True."""
-        return create_embedding(self, input, model)
+        self._embedding_mode()
+        return create_embedding(self.sequence, self.tokenizer, self.pooling_type(), input,
+                                model or self.model_path)
 

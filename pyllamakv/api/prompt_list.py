@@ -3,7 +3,8 @@ one choice per prompt, choice i (``index`` i) for prompt i, and one usage
 summing them all.
 
 With ``Llama(n_seq_max=N)``, N > 1, up to N prompts run at once, each as a
-sequence of the Llama's engine (``Llama.on_sequence``): their decode steps
+sequence of the Llama's engine (completion.py on that Sequence, its sampled
+tokens' decodes queued for a shared step: api/decoding.py): their decode steps
 and prefills go through the engine's scheduler together (engine/scheduler.py). Prompt i takes sequence i of its
 group, sequence 0 being the Llama's own, so afterwards the Llama holds the
 first prompt of the last group and its completion, and each other sequence
@@ -18,9 +19,11 @@ and greedy texts are the same as one call per prompt.
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from typing import Any, Callable, Iterator
 
 from .completion import completion_pieces
+from .decoding import Decoding, token_stream
 from ..config import CompletionConfig
 from .response import Piece, Usage, completion_chunks, completion_response
 
@@ -39,9 +42,19 @@ def complete_prompts(llm, prompts: list, c: CompletionConfig, make_sampler: Call
     usages = [Usage() for _ in tokens]
     lp = c.logprobs is not None
 
-    def pieces(engine, i: int) -> Iterator[Piece]:
-        return completion_pieces(engine, tokens[i], usages[i], c.max_tokens, c.stop, c.echo,
-                                 c.logprobs, samplers[i], stopping_criteria=stopping_criteria)
+    def pieces(seq, i: int) -> Iterator[Piece]:
+        """Prompt i's pieces: on the Llama's own sequence (seq None) as one call
+        would, else on seq of its engine, no prompt cache or drafter."""
+        if seq is None:
+            return llm.completion_pieces(tokens[i], usages[i], c.max_tokens, c.stop, c.echo,
+                                         c.logprobs, samplers[i],
+                                         stopping_criteria=stopping_criteria)
+        d = Decoding(logits_all=llm.config.logits_all, progress=llm.progress_callback,
+                     defer=True)
+        return completion_pieces(seq, llm.tokenizer, partial(token_stream, seq, d=d), tokens[i],
+                                 usages[i], c.max_tokens, c.stop, c.echo, c.logprobs,
+                                 samplers[i], stopping_criteria=stopping_criteria,
+                                 logits_all=d.logits_all)
 
     groups = _groups(llm, len(tokens), stopping_criteria is None)
     if c.stream:
@@ -68,16 +81,17 @@ def _groups(llm, n: int, batchable: bool) -> list[range]:
 
 
 def _run_group(llm, group: range, tokens: list, make) -> Iterator[tuple[int, Any]]:
-    """(prompt index, item) of the group's prompts, interleaved, where make(engine,
-    i) gives prompt i's pieces or chunks; one item of each prompt in turn."""
+    """(prompt index, item) of the group's prompts, interleaved, where make(seq,
+    i) gives prompt i's pieces or chunks on seq (None: the Llama's own); one
+    item of each prompt in turn."""
     if len(group) == 1:                  # the Llama's own path: prompt cache, speculation
         i = group[0]
         llm.load_cached_prefix(tokens[i])
-        for item in make(llm, i):
+        for item in make(None, i):
             yield i, item
         return
-    views = [llm.on_sequence(s) for s in range(len(group))]
-    gens = {i: make(view, i) for view, i in zip(views, group)}
+    seqs = [llm.engine.sequence(s) for s in range(len(group))]
+    gens = {i: make(seq, i) for seq, i in zip(seqs, group)}
     try:
         while gens:
             for i in list(gens):
@@ -90,14 +104,14 @@ def _run_group(llm, group: range, tokens: list, make) -> Iterator[tuple[int, Any
     finally:
         for g in gens.values():
             g.close()
-        for view in views:               # a token sampled but not yet decoded is dropped
-            view.sequence.drop_pending()
+        for seq in seqs:                 # a token sampled but not yet decoded is dropped
+            seq.drop_pending()
 
 
 def _chunks(llm, groups, tokens, pieces, name, usages, lp) -> Iterator[dict]:
     """The groups' stream chunks, interleaved, each with its prompt's index."""
-    def chunks(engine, i: int) -> Iterator[dict]:
-        return completion_chunks(pieces(engine, i), name, usages[i], lp)
+    def chunks(seq, i: int) -> Iterator[dict]:
+        return completion_chunks(pieces(seq, i), name, usages[i], lp)
     cid = None
     for group in groups:
         for i, chunk in _run_group(llm, group, tokens, chunks):

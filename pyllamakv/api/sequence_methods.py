@@ -1,6 +1,5 @@
 """Llama's methods on the sequences of its engine: save_state / load_state and
-kv_stats of its own sequence or of another one (seq_id), and ``on_sequence``,
-the Llama facade over another sequence (a prompt list's choice, prompt_list.py).
+kv_stats of its own sequence or of another one (seq_id).
 A blob saved from any sequence loads into any sequence of a context of the
 same model and geometry (state.py checks it whole first).
 """
@@ -9,7 +8,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from ..engine.guard import Guard, guarded
-from ..engine.state import LlamaState, Timings, load_state, model_fingerprint, save_state
+from ..engine.state import LlamaState, load_state, model_fingerprint, save_state
 
 
 class SequenceMethods:
@@ -66,14 +65,3 @@ class SequenceMethods:
 
     def _sequence_of(self, seq_id):
         return self._seq if seq_id is None else self._engine.sequence(seq_id)
-
-    def on_sequence(self, seq_id: int) -> "SequenceMethods":
-        """This Llama on sequence seq_id of its engine (a prompt list's choice): the
-        same model, tokenizer and settings, no prompt cache or drafter; its decodes
-        wait for a step the engine's other sequences share. Closing it frees nothing."""
-        view = object.__new__(type(self))
-        view.__dict__.update(self.__dict__, _seq=self._engine.sequence(seq_id), cache=None,
-                             draft_model=None, timings=Timings(), _defer=True,
-                             _guard=Guard("Llama sequence"))
-        view.close = lambda: None
-        return view

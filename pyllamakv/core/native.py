@@ -179,6 +179,7 @@ class Model:
             ptr, self._ptr = self._ptr, None
             if ptr is not None:
                 ffi.release(ptr)
+            self.file.close()    # the model owns the file it was loaded from
         self._guard.close(free)
 
     def __enter__(self) -> "Model":
@@ -243,6 +244,7 @@ class Context(SequencesMixin, MTPMixin, GenerateMixin):
                            phase_arena=phase_arena, mtp=mtp)
         self.logits_all = bool(logits_all)
         self.mtp = bool(mtp)
+        self.embeddings = bool(embeddings)   # rows are hidden states, not logits
         self.n_seq_max = int(n_seq_max)
         self.n_ubatch = min(int(n_ubatch), int(n_batch), int(n_ctx))   # the core's caps (context.c)
         out = ffi.new("lkv_context **")

@@ -7,14 +7,13 @@
 ``Llama`` is a facade over an engine and one of its sequences (its own
 engine's sequence 0; a server slot's: a sequence of the one shared engine).
 A prompt list or ``n`` choices take more sequences of the Llama's engine.
-``open`` takes Context's arguments once: with ``shared``, the pool and the
-threads given are one sequence's, so the context gets n_seq times them (the
-threads up to the CPU count). The context is freed when the last sequence
+``open`` takes Context's arguments once: the pool and the threads given are
+the whole context's (one pool for every sequence, given once; a server's
+slots: its --kv-pool-mib). The context is freed when the last sequence
 handed out is released.
 """
 from __future__ import annotations
 
-import os
 import threading
 
 from ..errors import ParameterError, UnsupportedError
@@ -38,10 +37,6 @@ class Engine:
         from ..core.native import Context
         with self._lock:
             if self.ctx is None:
-                if self.shared and kw.get("kv_pool_bytes") is not None:
-                    kw["kv_pool_bytes"] = int(kw["kv_pool_bytes"]) * self.n_seq
-                if self.shared and kw.get("n_threads"):
-                    kw["n_threads"] = min(os.cpu_count() or 1, kw["n_threads"] * self.n_seq)
                 if self.n_seq > 1:
                     kw["n_seq_max"] = self.n_seq
                 self.ctx = Context(model, **kw)

@@ -1,7 +1,7 @@
 """Greedy generation in the core: a generation's decode steps without a
 Python round trip per token (core/native_gen.py, llamakv.h lkv_generate).
 
-Used by ``Llama.token_stream`` when nothing changes the logits in Python: a greedy
+Used by ``token_stream`` (api/decoding.py) when nothing changes the logits in Python: a greedy
 sampler (temperature <= 0) without penalties, grammar or logits processors,
 no stopping_criteria, no logits_all, no draft model. logit_bias is applied in
 the core, in float64 as the Python sampler does, so the ids are the ones the
@@ -27,32 +27,35 @@ from ..errors import ClosedError
 from .sampling import Sampler
 
 if TYPE_CHECKING:
-    from ..llama import Llama
+    from .sequence import Sequence as Seq
+    from .state import Timings
 
 MAX_BLOCK = 64
 BLOCK_S = 0.05   # a block takes about this long at most: a stream's tokens come at least this often
 
 
-def loop_ok(llm: "Llama", sampler: Sampler, stopping_criteria=None) -> bool:
-    """Whether the core's greedy loop gives what the Python loop would."""
+def loop_ok(seq: "Seq", sampler: Sampler, stopping_criteria=None, logits_all: bool = False,
+            drafting: bool = False, in_core: bool = True) -> bool:
+    """Whether the core's greedy loop gives what the Python loop would on seq
+    (logits_all: every row's logits kept; drafting: a drafter's guesses verified;
+    in_core False: the Python loop asked for)."""
     p = sampler.params
     penalties = p.repeat_last_n != 0 and (p.repeat_penalty != 1.0 or p.presence_penalty != 0.0
                                           or p.frequency_penalty != 0.0)
     return (p.temperature <= 0 and not penalties and sampler.constraint is None
             and not sampler.processors and stopping_criteria is None
-            and not llm.config.logits_all and llm.draft_model is None and llm.sequence.solo
-            and getattr(llm, "greedy_in_core", True) and has_generate())
+            and not logits_all and not drafting and seq.solo and in_core and has_generate())
 
 
-def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
+def greedy_tokens(hist: "Seq", sampler: Sampler, timings: "Timings", limit: int | None = None,
                   ends: Sequence[int] | None = None) -> Iterator[int]:
-    """Token ids as Llama.token_stream yields them, from the core's loop; returns
+    """Token ids of sequence hist as token_stream yields them (its decodes counted
+    in timings), from the core's loop; returns
     (without a token) when the logits hold a NaN or no finite value, so that
     the caller's Python sampler reports it. ends None: one token per call, so
     that between two tokens the logits and the cache are the Python loop's (a
     consumer may read them); given (completion_pieces, which reads neither):
     blocks, ending at those ids or after limit tokens."""
-    hist = llm.sequence
     grow = ends is not None and not hist.recurrent
     ends = sorted({int(t) for t in ends or ()})
     bias = sampler.params.logit_bias
@@ -66,7 +69,7 @@ def greedy_tokens(llm: "Llama", sampler: Sampler, limit: int | None = None,
         ids = hist.greedy(n_max, pending, ends, bias)
         base = n0 + (pending >= 0)
         dt, stepped = time.perf_counter() - t0, hist.n - n0
-        llm.timings.add("decode", dt, stepped)
+        timings.add("decode", dt, stepped)
         if len(ids) == 0:
             return
         for i, t in enumerate(ids.tolist()):

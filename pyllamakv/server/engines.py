@@ -1,8 +1,11 @@
 """The slots' engines: a SlotLlama per slot, each a sequence of one shared engine
-(engine/engine.py: one context, one pool, one scheduler whose steps batch the
-slots' work; hybrids on CUDA and models with an MTP block, whose core holds one
-such sequence per context there, a context each), loaded from the server's
-settings, with the chat template and the budget they share (slots.py runs them).
+(engine/engine.py: one context, one KV pool given once, one scheduler whose
+steps batch the slots' work), embedding servers and CPU hybrids included,
+loaded from the server's settings, with the chat template and the budget they
+share (slots.py runs them). Two kinds of model keep a context per slot, each
+with an even share of the pool, because the C core holds one such sequence per
+context: hybrids on CUDA (one recurrent state per context there) and models
+with an MTP block (mtp.c); ``memory_layout`` says which (/props, the startup line).
 """
 from __future__ import annotations
 
@@ -88,26 +91,56 @@ def slot_budget_mib(budget_mib: float, tensors, parallel: int) -> float:
     return w + (budget_mib - w) / parallel
 
 
+def sharing(device: str, hparams: dict, n_nextn: int, parallel: int) -> str | None:
+    """None where the slots can be sequences of one shared engine (one context, one
+    pool given once, batched steps); else why each slot keeps a context of its own."""
+    if parallel == 1:
+        return None
+    if n_nextn > 0:
+        return "the MTP block runs in a context of one sequence (native/src/mtp.c)"
+    if device != "cpu" and hparams.get("full_attn_interval"):
+        return (f"a hybrid model's recurrent state is one per context on the {device} "
+                "backend (native/src/context.c)")
+    return None
+
+
 def load_engines(s: ServerSettings) -> list[SlotLlama]:
-    """s.parallel SlotLlamas over one Model: the weights are loaded once."""
+    """s.parallel SlotLlamas over one Model: the weights are loaded once. Where the
+    slots share one engine (sharing), the pool, the threads and the memory budget
+    are the server's, given once to that engine; else each slot's context gets an
+    even share of them (settings.py)."""
     path = s.model or default_model_path()
-    kw: dict[str, Any] = dict(n_ctx=s.n_ctx, n_threads=s.threads_per_slot, device=s.device,
-                              type_k=s.type_k, type_v=s.type_v, kv_pool_mib=s.slot_pool_mib,
-                              n_gpu_layers=s.n_gpu_layers, n_cpu_moe=s.n_cpu_moe)
     file = GGUFFile(path)
-    if s.embedding:
-        return [_embedding_engine(s, path, file, kw) for _ in range(s.parallel)]
-    if s.gpu_memory_mib is not None:
-        kw["gpu_memory_mib"] = slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel)
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
-    device = choose_device(cfg, model_params(file)["n_layer"], cuda_device_count())
+    hp = model_params(file)
+    device = choose_device(cfg, hp["n_layer"], cuda_device_count())
     model = Model(file, device, s.threads_per_slot, s.n_cpu_moe)
-    # one context for all slots, batched steps (weights read once per step), hybrids too on
-    # the CPU (a recurrent state per sequence); hybrids on CUDA and models with an MTP block:
-    # a context each (the core holds one such sequence a context there)
-    if (s.parallel > 1 and (device == "cpu" or not model.hparams.get("full_attn_interval"))
-            and model.n_nextn == 0):
+    # an embedding server runs no MTP block
+    apart = sharing(device, hp, 0 if s.embedding else model.n_nextn, s.parallel)
+    kw: dict[str, Any] = dict(n_ctx=s.n_ctx, device=s.device, type_k=s.type_k,
+                              type_v=s.type_v, n_gpu_layers=s.n_gpu_layers,
+                              n_cpu_moe=s.n_cpu_moe)
+    if apart is None:          # one context for all slots: its pool and threads, given once
+        kw.update(n_threads=s.engine_threads, kv_pool_mib=s.kv_pool_mib,
+                  gpu_memory_mib=s.gpu_memory_mib)
+        if s.parallel > 1:
+            kw.update(n_seq_max=s.parallel)
+    else:                      # a context per slot: each an even share
+        kw.update(n_threads=s.threads_per_slot, kv_pool_mib=s.slot_pool_mib,
+                  gpu_memory_mib=None if s.gpu_memory_mib is None else
+                  slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel))
+    if apart is None and s.parallel > 1:
         kw["_engine"] = Engine(s.parallel, shared=True)
+    if s.embedding:
+        engines = [_embedding_engine(s, path, model, kw) for _ in range(s.parallel)]
+    else:
+        engines = _generation_engines(s, path, model, kw)
+    for e in engines:
+        e.apart = apart
+    return engines
+
+
+def _generation_engines(s: ServerSettings, path: str, model, kw: dict) -> list[SlotLlama]:
     # every slot is made with a drafter, so that a budget counts the logits rows a
     # verification needs (budget.py): any request may ask for speculation; a model with an
     # MTP block gets contexts that run it (speculative.type "mtp"), a draft GGUF its own
@@ -118,15 +151,28 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     for e in engines:
         e.spec_mtp = e.draft_model if has_mtp else None
         e.spec_draft_model = None if not gguf else \
-            make_drafter(s.draft_model, e) if has_mtp else e.draft_model
+            make_drafter(s.draft_model, e.sequence) if has_mtp else e.draft_model
         e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
         e.draft_model = None      # a request's fields choose (speculation.drafting)
-        if has_mtp:               # on only for requests that draft with it (Llama.token_stream)
+        if has_mtp:               # on only for requests that draft with it (api/decoding.py)
             e.engine.ctx.set_mtp(False)
         check_available(SpecRequest(), e)     # --draft mtp on a model without the block
         if s.chat_template is not None:
             e.use_chat_template(*chat_template_source(s.chat_template))
     return engines
+
+
+def memory_layout(engines: list) -> dict:
+    """How the slots hold their KV cache (/props, the startup line): how many
+    contexts, whether the slots share one, the pool of each (None: all resident)
+    and the whole, and why the slots do not share where they do not."""
+    ctxs = {id(getattr(getattr(e, "engine", None), "ctx", None) or e): e for e in engines}
+    pools = [getattr(e, "kv_pool_bytes", None) for e in ctxs.values()]
+    mib = None if any(p is None for p in pools) else round(sum(pools) / (1 << 20), 3)
+    return {"contexts": len(ctxs), "shared": len(ctxs) == 1 and len(engines) > 1,
+            "kv_pool_mib": mib,
+            "context_kv_pool_mib": None if mib is None else round(mib / len(ctxs), 3),
+            "not_shared_because": getattr(engines[0], "apart", None)}
 
 
 def chat_template_source(value: str) -> tuple[str, str]:
@@ -139,13 +185,23 @@ def chat_template_source(value: str) -> tuple[str, str]:
     return value, "--chat-template"
 
 
-def _embedding_engine(s: ServerSettings, path: str, file, kw: dict) -> SlotLlama:
+def kv_line(layout: dict) -> str:
+    """memory_layout in words (the startup line)."""
+    pool = layout["kv_pool_mib"]
+    pool = ("KV cache all resident" if pool is None
+            else f"KV pool {layout['context_kv_pool_mib']:g} MiB")
+    if layout["shared"]:
+        return f"one context shared by the slots, {pool}"
+    if layout["contexts"] == 1:
+        return f"one context, {pool}"
+    return f"a context per slot, each {pool}: {layout['not_shared_because']}"
+
+
+def _embedding_engine(s: ServerSettings, path: str, model, kw: dict) -> SlotLlama:
     """A slot of an embedding server (--embedding): hidden states, pooled; mean pooling
     where neither --pooling nor the model names one (OpenAI's answer is one vector)."""
     pooling = s.pooling
     if pooling is None:
-        arch = file.metadata.get("general.architecture", "")
-        pooling = file.metadata.get(f"{arch}.pooling_type", "mean") or "mean"
-    return SlotLlama(path, embedding=True, pooling_type=pooling, **kw)
-
-
+        arch = model.file.metadata.get("general.architecture", "")
+        pooling = model.file.metadata.get(f"{arch}.pooling_type", "mean") or "mean"
+    return SlotLlama(path, _model=model, embedding=True, pooling_type=pooling, **kw)

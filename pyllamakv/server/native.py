@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .engines import memory_layout
 from .generation import ApiError
 from .schemas import CompletionRequest, Message, Unsupported, error_body, with_defaults
 
@@ -161,6 +162,7 @@ def add_routes(app: FastAPI, settings, auth, parse, fp: str) -> None:
     deps = [Depends(auth)]
     meta = getattr(engine, "metadata", {}) or {}
     fim = [int(meta[k]) for k in FIM if k in meta]
+    layout = memory_layout([s.engine for s in pool.slots])   # one pool, or one per slot
 
     async def native_completion(request: Request, body: NativeCompletion, prompt=None):
         if settings.embedding:
@@ -246,7 +248,8 @@ def add_routes(app: FastAPI, settings, auth, parse, fp: str) -> None:
                 "chat_template": getattr(engine, "chat_template", ""),
                 "modalities": {"vision": False, "audio": False},
                 "system_fingerprint": fp, "build_info": f"pyllamakv {fp}",
-                "endpoint_slots": settings.slots_endpoint, "endpoint_metrics": settings.metrics}
+                "endpoint_slots": settings.slots_endpoint, "endpoint_metrics": settings.metrics,
+                "kv_cache": layout}
 
     @app.get("/slots", dependencies=deps)
     async def slots():

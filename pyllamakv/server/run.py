@@ -42,11 +42,13 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
         sock = bind(settings.host, settings.port)
     try:
         from .observe import setup_logging
+        from .engines import kv_line, memory_layout
         setup_logging(settings.log_level)
         app = create_app(settings)
         s = app.state.pool.slots
         port = sock.getsockname()[1]
-        print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}; "
+        print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}"
+              f" ({kv_line(memory_layout([x.engine for x in s]))}); "
               f"listening on http://{settings.host}:{port}", file=sys.stderr, flush=True)
         # h11 (guards.py's protocol wraps it), not httptools: it sends header names as
         # the app wrote them (cors.py's Access-Control-*), which clients that keep

@@ -5,8 +5,9 @@ budget) are checked by LlamaConfig (config.py), the one place that checks
 them, here before anything loads; this class checks what only the server has
 (slots, queue, time limit, address) and the meaning of the shared ones across
 slots: ``n_ctx`` is each slot's context window, ``kv_pool_mib`` the device
-KV pool of the whole server, divided evenly between the slots while each
-slot is a context of its own.
+KV pool of the whole server: given once to the one engine whose sequences the
+slots are, and divided evenly between the slots only where each keeps a
+context of its own (engines.py says when: hybrids on CUDA, MTP models).
 """
 from __future__ import annotations
 
@@ -112,7 +113,12 @@ class ServerSettings:
         return self.n_threads or max(1, (os.cpu_count() or 1) // self.parallel)
 
     @property
+    def engine_threads(self) -> int:
+        """The threads of one context shared by every slot: each slot's, up to the cores."""
+        return min(os.cpu_count() or 1, self.threads_per_slot * self.parallel)
+
+    @property
     def slot_pool_mib(self) -> float | str | None:
-        """Each slot's share of the KV pool."""
+        """Each slot's share of the KV pool, where each slot has a context of its own."""
         p = self.kv_pool_mib
         return p if p is None or p == "auto" else p / self.parallel

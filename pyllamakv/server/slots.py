@@ -49,7 +49,7 @@ class Job:
         self.deadline = time.monotonic() + timeout_s
         self.timed_out = False          # the deadline passed (set by should_stop)
         self.stopped_early = False      # the slot ended the completion before the model did
-        self.prompt_tokens = 0          # counted by SlotLlama.generate
+        self.prompt_tokens = 0          # counted by SlotLlama.token_stream
         self.generated_tokens = 0
         self.completion_tokens = 0      # generated_tokens but an end token (OpenAI's usage)
         self.cached_tokens = 0          # prompt tokens reused from the slot's last request

@@ -24,7 +24,7 @@ from .length import DraftLength
 from .mtp import MTPDrafter, wants_mtp
 
 if TYPE_CHECKING:
-    from ..llama import Llama
+    from ..engine.sequence import Sequence
 
 Drafter = Callable[..., np.ndarray]
 
@@ -164,22 +164,23 @@ class DraftModel:
 
 # ---------------------------------------------------------------- choosing one
 
-def make_drafter(spec: Any, llm: "Llama") -> Drafter | None:
-    """The drafter for ``Llama(draft_model=spec)``: None, "lookup", "mtp", a GGUF path,
-    or any drafter callable (checked against the target's vocabulary when it
-    can tell, as DraftModel does)."""
+def make_drafter(spec: Any, seq: "Sequence") -> Drafter | None:
+    """The drafter for ``Llama(draft_model=spec)`` generating on seq: None, "lookup",
+    "mtp", a GGUF path, or any drafter callable (checked against the target's
+    vocabulary when it can tell, as DraftModel does)."""
     if spec is None:
         return None
     if isinstance(spec, str) and spec == "lookup":
         return default_lookup()
     if wants_mtp(spec):   # the target's own MTP block (spec_mtp.py)
-        return MTPDrafter(llm)
+        return MTPDrafter(seq.ctx)
+    model = seq.ctx.model
     if isinstance(spec, (str, os.PathLike)):
-        spec = DraftModel(spec, n_ctx=llm.n_ctx(), device=llm.device)
+        spec = DraftModel(spec, n_ctx=seq.n_ctx, device=model.device)
     if not callable(spec):
         raise TypeError(f"draft_model must be 'lookup', 'mtp', a GGUF path or a callable "
                         f"draft(input_ids) -> ids, not {type(spec).__name__}")
     check = getattr(spec, "check_vocab", None)
     if check is not None:
-        check(llm.gguf_file.metadata, llm.n_vocab())   # typed: the token list
+        check(model.file.metadata, seq.ctx.n_vocab)   # typed: the token list
     return spec

@@ -4,7 +4,7 @@ native/src/mtp.h) and each call drafts ``num_pred_tokens`` arg-max tokens,
 chained through the one block as llama.cpp and vLLM do. Drafts are point
 masses for spec_decode.py's accept/reject rule.
 
-The block runs only while a generation drafts with it: Llama.token_stream
+The block runs only while a generation drafts with it: api/decoding.py
 switches it on for such a generation and off for the others (``uses_mtp``).
 Switched on after tokens were decoded without it, the block catches up
 through prefix reuse: keep_prefix's restore point is then one where the block
@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import UnsupportedError
 
 if TYPE_CHECKING:
-    from ..llama import Llama
+    from ..core.native import Context
 
 DEFAULT_DRAFTS = 3   # the seed's published MTP draft length
 
@@ -36,19 +36,19 @@ def uses_mtp(drafter: Any) -> bool:
 
 
 class MTPDrafter:
-    """Drafts from llm's own context: the history it is given must be that
-    context's tokens plus the token just chosen (spec_decode's call)."""
+    """Drafts from ctx, the target's own context (made with mtp=True): the
+    history it is given must be that context's tokens plus the token just
+    chosen (spec/verify.py's call)."""
 
-    uses_mtp = True   # Llama.token_stream switches the block on for its generations only
+    uses_mtp = True   # token_stream (api/decoding.py) switches the block on for its generations only
 
-    def __init__(self, llm: "Llama", num_pred_tokens: int = DEFAULT_DRAFTS):
+    def __init__(self, ctx: "Context", num_pred_tokens: int = DEFAULT_DRAFTS):
         if isinstance(num_pred_tokens, bool) or not isinstance(num_pred_tokens, int) \
                 or not 1 <= num_pred_tokens <= 64:
             raise ValueError(f"num_pred_tokens must be an int in [1, 64], got {num_pred_tokens!r}")
-        ctx = llm.engine.ctx
         if ctx.model.n_nextn < 1:
             raise UnsupportedError(f"draft_model='mtp' needs a model with an MTP (nextn) block; "
-                                   f"{llm.model_path} has none")
+                                   f"{ctx.model.file.path} has none")
         if not getattr(ctx, "mtp", False):
             raise UnsupportedError("draft_model='mtp': the context was made without its MTP block")
         self._ctx = ctx

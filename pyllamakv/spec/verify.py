@@ -30,7 +30,8 @@ from ..errors import ParameterTypeError
 from ..engine.sampling import Sampler
 
 if TYPE_CHECKING:
-    from ..llama import Llama
+    from ..engine.sequence import Sequence
+    from ..engine.state import Timings
     from .drafters import Drafter
 
 
@@ -72,27 +73,28 @@ def _clean(drafts, n_vocab: int, k_max: int) -> list[int]:
     return out
 
 
-def verify(llm: "Llama", tokens: list[int]) -> np.ndarray:
-    """Decode tokens after the cache in one pass; their logits, (len, n_vocab)."""
-    return llm.sequence.eval_rows(tokens)
+def verify(seq: "Sequence", tokens: list[int]) -> np.ndarray:
+    """Decode tokens after seq's cache in one pass; their logits, (len, n_vocab)."""
+    return seq.eval_rows(tokens)
 
 
-def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> Iterator[int]:
-    """Like the plain loop of Llama.generate after the prefill: sampled ids,
-    without end, several per target pass when drafts are kept. As there, the
-    cache holds every token before the one last yielded (when the consumer
-    stops amid kept drafts, the rest are truncated)."""
-    tm, n_vocab = llm.timings, llm.n_vocab()
+def speculative_tokens(seq: "Sequence", sampler: Sampler, drafter: "Drafter",
+                       tm: "Timings") -> Iterator[int]:
+    """Like the plain loop of token_stream (api/decoding.py) after the prefill:
+    sampled ids of sequence seq, without end, several per target pass when
+    drafts are kept (counted in tm). As there, the cache holds every token
+    before the one last yielded (when the consumer stops amid kept drafts, the
+    rest are truncated)."""
+    n_vocab = seq.ctx.n_vocab
     length = getattr(drafter, "length", None)   # spec_length.DraftLength: how many drafts pay
-    seq = llm.sequence
+    hist = seq
     t0 = time.perf_counter()
     token = sampler.sample(seq.last_logits(), seq.input_ids())
     tm.sample_s += time.perf_counter() - t0
     while True:
         yield token
         t0 = time.perf_counter()
-        hist = llm.sequence
-        room = min(llm.n_ctx() - hist.n - 1, llm.config.n_batch - 1)
+        room = min(seq.n_ctx - hist.n - 1, seq.n_batch - 1)
         history = np.append(hist.input_ids(), np.int32(token))
         drafts = _clean(drafter(history), n_vocab, room) if room > 0 else []
         match = getattr(drafter, "last_match", None)
@@ -102,7 +104,7 @@ def speculative_tokens(llm: "Llama", sampler: Sampler, drafter: "Drafter") -> It
         t1 = time.perf_counter()
         if drafts:
             hist.snapshot()   # hybrids: where truncate_to_row replays from
-        rows = verify(llm, [token] + drafts)
+        rows = verify(seq, [token] + drafts)
         t2 = time.perf_counter()
         n_base = hist.n - len(drafts)            # cache length with token, no drafts
         kept, nxt = 0, None

@@ -99,12 +99,16 @@ struct lkv_bctx {
     float *rope_h, *rope_d;      /* (2 * max_tokens, rope_cap) (cos, sin): pinned staging; device */
     int rope_cap;                /* pairs per position the buffers hold */
     cudaEvent_t rope_free;       /* the staging may be rewritten after this (the last upload) */
-    lkv_rope_desc rope_desc;     /* the entries' geometry */
     /* entries uploaded since the buffers last wrapped: positions pos0 .. pos0 + n - 1
-     * at rows row .. row + n - 1 of rope_d (or received there) */
+     * at float offset row of rope_d (or received there), each of its own
+     * geometry (gemma3's local and global layers have two bases) and freq factors
+     * in host memory (or NULL) */
     int32_t rope_pos0[LKV_ROPE_ENTRIES], rope_n[LKV_ROPE_ENTRIES], rope_row[LKV_ROPE_ENTRIES];
-    int rope_entries, rope_cursor;   /* entries; first free row */
-    const float *rope_ff;        /* freq factors of rope_desc in host memory, or NULL */
+    lkv_rope_desc rope_desc[LKV_ROPE_ENTRIES];
+    const float *rope_ff[LKV_ROPE_ENTRIES];
+    int rope_entries, rope_cursor;   /* entries; first free float of the buffers */
+    int rope_cap_entries;        /* the first this many entries are the captured step's
+                                    uploads (rope_in_capture / rope_in_graph) */
     float *rope_ff_copy;         /* host copy of a device factor array that is not the model's */
     const float *rope_ff_src;    /* the device array rope_ff_copy mirrors */
     int rope_in_capture;         /* the step being captured records the upload */
@@ -164,6 +168,17 @@ static inline void lkv_cuda_smem_limit(lkv_bctx *b, unsigned *done, K kernel, in
     if (b->device < 32 && (*done >> b->device & 1u)) return;
     LKV_CUDA_CALL(b, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), where);
     if (b->device < 32) *done |= 1u << b->device;
+}
+
+/* the same for a kernel whose shared memory depends on the call (a head size,
+ * a vocabulary): raised[device] keeps the largest limit set so far, and a call
+ * that needs more raises it again (a bit set for the first call's size would
+ * make a later, larger call's launch fail with "invalid argument") */
+template <class K>
+static inline void lkv_cuda_smem_raise(lkv_bctx *b, int (&raised)[32], K kernel, int bytes, const char *where) {
+    if (b->device >= 0 && b->device < 32 && raised[b->device] >= bytes) return;
+    LKV_CUDA_CALL(b, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), where);
+    if (b->device >= 0 && b->device < 32 && b->err == cudaSuccess) raised[b->device] = bytes;
 }
 
 // ---------------------------------------------------------------- device helpers

@@ -43,6 +43,10 @@
 
 // ---------------------------------------------------------------- kernel
 
+#ifndef LKV_DR_CHUNKED_ON   /* a build may set it (-DLKV_DR_CHUNKED_ON=1) to time the chunked default */
+#define LKV_DR_CHUNKED_ON 0
+#endif
+
 enum {
     DR_WARPS = 4,
     DR_THREADS = 32 * DR_WARPS,
@@ -50,7 +54,7 @@ enum {
     DR_SMEM_FLOATS = 8192,     /* the token tile's budget: 32 KiB */
     DR_MAX_TILE = 64,
     DR_CHUNKED_MIN = 64,       /* micro-batches of this many tokens or more: the chunked form */
-    DR_CHUNKED_ON = 0,         /* 1: the chunked form by default (above); 0: only when forced */
+    DR_CHUNKED_ON = LKV_DR_CHUNKED_ON, /* 1: the chunked form by default (above); 0: only when forced */
 };
 
 static __device__ __forceinline__ float dr_softplus(float x) {

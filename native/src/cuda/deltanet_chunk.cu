@@ -414,9 +414,9 @@ static int dc_smem_optin(int device) {
 template <int BV, bool SPLIT, int W>
 static void dc_launch(lkv_bctx *b, float *out, const float *qkv, const float *beta_in, const float *alpha,
                       const float *a, const float *dt, float *state, const lkv_delta_desc *d, int n) {
-    static unsigned raised;
+    static int raised[32];   /* dk varies between calls: the limit follows the largest */
     const int smem = (int)sizeof(float) * dc_plan_of(d->head_k_dim, BV).total;
-    lkv_cuda_smem_limit(b, &raised, delta_chunk_kernel<BV, SPLIT, W>, smem, "delta_rule (chunked): smem");
+    lkv_cuda_smem_raise(b, raised, delta_chunk_kernel<BV, SPLIT, W>, smem, "delta_rule (chunked): smem");
     const dim3 grid((unsigned)d->n_v_heads, lkv_cdiv(d->head_v_dim, BV));
     delta_chunk_kernel<BV, SPLIT, W><<<grid, 32 * W, smem, b->stream>>>(
         out, qkv, beta_in, alpha, a, dt, state, d->n_k_heads, d->n_v_heads, d->head_k_dim, d->head_v_dim,

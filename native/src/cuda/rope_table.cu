@@ -12,9 +12,14 @@
  * rope call each per layer) stay side by side, and the host waits for the
  * previous uploads only when the rows run out (a wrap), not per upload.
  *
- * Decode-step graphs: the capture records the copy from the staging buffer;
- * before each replay step_begin refills the staging with the new positions
- * (lkv_cuda_rope_replay), so the replayed copy brings the right angles. When
+ * Each entry has its own geometry: a model whose layers rotate with two bases
+ * (gemma3's local and global layers) keeps both tables of a step side by side
+ * instead of uploading again (and waiting for the staging) at every switch.
+ *
+ * Decode-step graphs: the capture records the copies from the staging buffer,
+ * one per geometry, each to its own rows; before each replay step_begin
+ * refills those staging rows with the new positions (lkv_cuda_rope_replay),
+ * so the replayed copies bring the right angles. When
  * the table cannot serve a call (more pairs or tokens than it holds, or a
  * device factor array it cannot read during a capture) the kernels compute
  * cos/sin themselves (f64, rounded).
@@ -76,18 +81,19 @@ static bool host_factors(lkv_bctx *b, const float *dev, int pairs, const float *
     return true;
 }
 
-/* angles of positions pos0 .. pos0 + n - 1 into staging rows row .. row + n - 1,
- * kept as an entry */
-static void fill(lkv_bctx *b, int32_t row, int32_t pos0, int n) {
-    const int pairs = b->rope_desc.rope_dim / 2;
+/* angles of positions pos0 .. pos0 + n - 1 of geometry r (freq factors ff, host)
+ * into the staging from float off (n rows of rope_dim / 2 pairs), kept as an entry */
+static void fill(lkv_bctx *b, const lkv_rope_desc *r, const float *ff, int32_t off, int32_t pos0, int n) {
+    const int pairs = r->rope_dim / 2;
     for (int t = 0; t < n; t++)
-        lkv_rope_angles(&b->rope_desc, b->rope_ff, pos0 + t,
-                        b->rope_h + (size_t)2 * pairs * (row + t));
+        lkv_rope_angles(r, ff, pos0 + t, b->rope_h + off + (size_t)2 * pairs * t);
     const int e = b->rope_entries++;
     b->rope_pos0[e] = pos0;
     b->rope_n[e] = n;
-    b->rope_row[e] = row;
-    b->rope_cursor = row + n;
+    b->rope_row[e] = off;
+    b->rope_desc[e] = *r;
+    b->rope_ff[e] = ff;
+    b->rope_cursor = off + 2 * pairs * n;
 }
 
 /* forget every entry; the next upload starts at row 0 (wait: the staging's
@@ -101,32 +107,35 @@ static void wrap(lkv_bctx *b) {
 const float2 *lkv_cuda_rope_table(lkv_bctx *b, const lkv_rope_desc *r, int32_t pos0, int n) {
     const int pairs = r->rope_dim / 2;
     if (!b->rope_d || pairs > b->rope_cap || n > b->max_tokens) return NULL;
-    const bool same = b->rope_entries && same_angles(r, &b->rope_desc);
-    /* a capture records its own upload, even of angles already on the device */
-    if (same && (!b->capturing || b->rope_in_capture)) {
+    /* a capture records its own uploads, even of angles already on the device */
+    if (!b->capturing || b->rope_in_capture) {
         for (int e = 0; e < b->rope_entries; e++)
-            if (b->rope_pos0[e] == pos0 && b->rope_n[e] == n)
-                return (const float2 *)(b->rope_d + (size_t)2 * pairs * b->rope_row[e]);
+            if (b->rope_pos0[e] == pos0 && b->rope_n[e] == n && same_angles(r, &b->rope_desc[e]))
+                return (const float2 *)(b->rope_d + b->rope_row[e]);
     }
     const float *ff;
     if (!host_factors(b, r->freq_factors, pairs, &ff)) return NULL;
-    /* a capture's upload sits at row 0, where replays refill it (step_begin
-     * waited for the staging before the capture); elsewhere the next free rows */
-    if (b->capturing || !same || b->rope_entries == LKV_ROPE_ENTRIES ||
-        b->rope_cursor + n > 2 * b->max_tokens) {
-        if (b->capturing) { b->rope_entries = 0; b->rope_cursor = 0; }
-        else wrap(b);
+    /* a capture's first upload starts at row 0 (step_begin waited for the staging
+     * before the capture), its others follow; elsewhere the next free rows */
+    if (b->capturing && !b->rope_in_capture) {
+        b->rope_entries = 0;
+        b->rope_cursor = 0;
+    } else if (b->rope_entries == LKV_ROPE_ENTRIES ||
+               (size_t)b->rope_cursor + (size_t)2 * pairs * n > lkv_cuda_rope_bytes(b->rope_cap, b->max_tokens) / sizeof(float)) {
+        if (b->capturing) return NULL;   /* a capture that outgrows the rows: computed in the kernels */
+        wrap(b);
     }
-    b->rope_desc = *r;
-    b->rope_ff = ff;
-    const int32_t row = b->rope_cursor;
-    fill(b, row, pos0, n);
-    const size_t off = (size_t)2 * pairs * row;
+    const int32_t off = b->rope_cursor;
+    fill(b, r, ff, off, pos0, n);
     LKV_CUDA_CALL(b, cudaMemcpyAsync(b->rope_d + off, b->rope_h + off,
                                      sizeof(float) * 2 * pairs * n, cudaMemcpyHostToDevice,
                                      b->stream), "rope angles");
-    if (b->capturing) b->rope_in_capture = 1;
-    else LKV_CUDA_CALL(b, cudaEventRecord(b->rope_free, b->stream), "rope angles");
+    if (b->capturing) {
+        b->rope_in_capture = 1;
+        b->rope_cap_entries = b->rope_entries;
+    } else {
+        LKV_CUDA_CALL(b, cudaEventRecord(b->rope_free, b->stream), "rope angles");
+    }
     return (const float2 *)(b->rope_d + off);
 }
 
@@ -149,8 +158,19 @@ void lkv_cuda_rope_capture_end(lkv_bctx *b, bool kept) {
 void lkv_cuda_rope_replay(lkv_bctx *b, int32_t pos0, int n) {
     if (!b->rope_in_graph) return;
     LKV_CUDA_CALL(b, cudaEventSynchronize(b->rope_free), "rope angles");
+    /* the captured uploads, one per geometry, each at its place in the staging
+     * (the capture's first upload was at 0, each next one after it) */
+    const int k = b->rope_cap_entries;
+    lkv_rope_desc desc[LKV_ROPE_ENTRIES];
+    const float *ff[LKV_ROPE_ENTRIES];
+    int32_t off[LKV_ROPE_ENTRIES];
+    for (int e = 0; e < k; e++) {
+        desc[e] = b->rope_desc[e];
+        ff[e] = b->rope_ff[e];
+        off[e] = b->rope_row[e];
+    }
     b->rope_entries = 0;
-    fill(b, 0, pos0, n);
+    for (int e = 0; e < k; e++) fill(b, &desc[e], ff[e], off[e], pos0, n);
 }
 
 void lkv_cuda_rope_replayed(lkv_bctx *b) {

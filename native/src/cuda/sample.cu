@@ -84,8 +84,8 @@ lkv_status lkv_cuda_pick_greedy(lkv_bctx *b, const float *logits, int32_t n, con
     if (b->err == cudaSuccess && n > 0) {
         const int smem = n_bias > 0 ? (int)(((n + 31) >> 5) * sizeof(unsigned)) : 0;
         if (smem > 48 * 1024) {
-            static unsigned done;
-            lkv_cuda_smem_limit(b, &done, pick_greedy_kernel, smem, "pick_greedy: smem");
+            static int raised[32];   /* the vocabulary's size: the largest so far */
+            lkv_cuda_smem_raise(b, raised, pick_greedy_kernel, smem, "pick_greedy: smem");
         }
         pick_greedy_kernel<<<1, PK_THREADS, smem, b->stream>>>(logits, n, bias_ids, bias, n_bias, b->pick_d);
         LKV_CUDA_LAUNCHED(b, "pick_greedy");
