@@ -93,15 +93,20 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         else:   # a context of its own over a loaded model (the server's slots share one)
             file, hp, self.device = _model.file, _model.hparams, _model.device
         self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
-        self._n_vocab, self.n_cpu_moe = hp.get("n_vocab"), cfg.cpu_moe_layers(hp, self.device)
-        # gpu_memory_mib: every part's share, checked before the weights load (budget.py)
+        if _model is not None:   # a loaded model's experts stay where they are
+            cfg.n_cpu_moe = _model.n_cpu_moe
+        # gpu_memory_mib: every part's share, checked before the weights load (budget.py);
+        # for a MoE model with n_cpu_moe unset, also the layers whose experts stay on the host
         budget = None if cfg.gpu_memory_mib is None else plan_budget(
             cfg, hp, file.tensors, self._n_ctx, self.device, embeddings=embedding,
             wide_logits=draft_model is not None,
             mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)
         self.memory = None if budget is None else budget[0]   # budget.BudgetSplit
+        if self.memory is not None and self.memory.n_cpu_moe is not None:
+            cfg.n_cpu_moe = self.memory.n_cpu_moe
+        self._n_vocab, self.n_cpu_moe = hp.get("n_vocab"), cfg.cpu_moe_layers(hp, self.device)
         if _model is None:
-            _model = _native.Model(file, self.device, n_threads, cfg.n_cpu_moe)
+            _model = _native.Model(file, self.device, n_threads, cfg.n_cpu_moe, own_file=True)
         self._model = _model
         progress("load", 2, 4)
         self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file

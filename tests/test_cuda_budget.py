@@ -144,3 +144,28 @@ def test_mid_model_stays_in_budget(nvml, mid_path, extra_mib):
     used, split, line = measure(nvml, mid_path, budget, n_ctx=65536, type_k="q8_0",
                                 type_v="q8_0")
     assert used <= budget * MIB, f"over budget by {(used - budget * MIB) / MIB:.1f} MiB: {line}"
+
+
+@pytest.fixture(scope="module")
+def moe_path(tmp_path_factory):
+    from gguf import GGMLQuantizationType as T
+    from fixtures.tiny_moe import write_tiny_qwen3moe
+    return str(write_tiny_qwen3moe(tmp_path_factory.mktemp("moe") / "moe.gguf", T.Q8_0, seed=3,
+                                   n_layer=4, n_embd=512, n_expert=64, n_ff_exp=256))
+
+
+def test_moe_chooses_host_layers_and_stays_in_budget(nvml, moe_path, cuda_unverified):
+    """gpu_memory_mib with n_cpu_moe unset (budget.plan_budget): a budget halfway between
+    what the model needs with every expert on the device and with every one on the host
+    puts some layers' experts on the host, and NVML stays within it."""
+    from pyllamakv.config import LlamaConfig
+    from pyllamakv.gguf.reader import GGUFFile
+    from pyllamakv.memory.budget import split_for
+    f = GGUFFile(moe_path)
+    hp, n_ctx = N.model_params(f), 16384
+    need = [split_for(LlamaConfig(n_ctx=n_ctx, gpu_memory_mib=1 << 20), hp, f.tensors, n_ctx,
+                      "cuda", n)[0].used / MIB for n in (0, 4)]
+    budget = (need[0] + need[1]) / 2
+    used, split, line = measure(nvml, moe_path, budget, n_ctx=n_ctx)
+    assert 1 <= split.n_cpu_moe <= 4 and "(chosen)" in line, line
+    assert used <= budget * MIB, f"over budget by {(used - budget * MIB) / MIB:.1f} MiB: {line}"

@@ -23,6 +23,7 @@ from pyllamakv.server.settings import ServerSettings
 from pyllamakv.core.native import Context, Model, row_bytes
 from pyllamakv.gguf.arch_moe import host_expert, moe_lines
 from pyllamakv.gguf.reader import GGUFError
+from fixtures.gpu_cases import clear_top1
 from fixtures.tiny_moe import (Qwen3MoeConfig, qwen3moe_gguf_tensors, qwen3moe_hf_weights,
                       write_qwen3moe, write_tiny_qwen3moe, write_tiny_qwen35moe)
 
@@ -70,8 +71,10 @@ def test_batch_equals_token_by_token(tiny):
     else:   # the delta rule runs chunked over a batch, as a recurrence token by token; an
         # 8-bit activation code may round the other way then (the dense qwen35 too: 1 of 8
         # seeds here; test_qwen35 holds it to a tolerance)
+        # (a flat tiny model's near-ties may flip: the top-1 is held where it leads by a margin)
         assert np.abs(batch - one).max() / np.abs(one).max() < 0.05
-        assert (batch.argmax(-1) == one.argmax(-1)).mean() >= 0.95
+        agree, _ = clear_top1(one, batch, margin=0.1)
+        assert agree == 1.0
 
 
 def test_any_pool_is_bit_identical(tiny):
@@ -188,7 +191,7 @@ def test_host_experts_give_the_same_bits(tiny, n_cpu_moe):
                 c.decode([t])
                 out.append(c.logits())
             return np.concatenate(out)
-    with Model(tiny.file, "cpu", 2, n_cpu_moe) as split:
+    with Model(tiny.file.path, "cpu", 2, n_cpu_moe) as split:
         assert np.array_equal(run(split), run(tiny))
 
 
@@ -220,7 +223,8 @@ def test_budget_leaves_host_experts_out(tiny, cuda_unverified):
     experts = [t for t in tensors if host_expert(t.name, 2, hp["n_layer"])]
     assert len(experts) == 6 and {t.name.split(".")[1] for t in experts} == {"0", "1"}
     assert all_dev.weights - split.weights == sum(granule(t.nbytes) for t in experts)
-    assert plan_budget(cfg(2), hp, tensors, 256, "cpu")[0].weights == all_dev.weights
+    # the emulated device's budget is the CUDA one's (test_moe_budget.py has the CPU's)
+    assert plan_budget(cfg(2), hp, tensors, 256, "cpu")[0].weights == split.weights
     assert memory_plan(tensors, hp, "cuda", n_ctx=256, n_ubatch=64).workspace > 0
 
 

@@ -1,6 +1,9 @@
 """The synthetic writer (tests/fixtures/synthetic.py, benchmarks/synthetic_model.py's
 command line): the files it writes load, carry the metadata
-llama.cpp's loader needs, and the qwen35-27b shape is the published one."""
+llama.cpp's loader needs, and the qwen35-27b and qwen35moe-35b-a3b shapes are the
+published ones. (llama-cpp-python 0.3.36 loads the qwen35moe files, with and without
+the MTP block, and greedy-decodes the same 8 tokens as pyllamakv from one prompt:
+checked by hand, 2026-12-07; it is not a test dependency.)"""
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +25,9 @@ def fields(path) -> dict:
 
 
 CASES = ([("llama", t) for t in sm.TYPES] + [("llama", m) for m in sm.MIXES]
-         + [("qwen35", T.Q4_K), ("qwen35", T.IQ4_XS), ("qwen35", "ud-q3_k_xl")])
+         + [("qwen35", T.Q4_K), ("qwen35", T.IQ4_XS), ("qwen35", "ud-q3_k_xl")]
+         + [("qwen35moe", "q4_k_m"), ("qwen35moe", T.Q4_K)])
+TINY = {"qwen35": "qwen35-tiny", "qwen35moe": "qwen35moe-tiny"}
 
 
 def _name(qt) -> str:
@@ -32,9 +37,9 @@ def _name(qt) -> str:
 @pytest.fixture(scope="module", params=CASES, ids=lambda p: f"{p[0]}-{_name(p[1])}")
 def written(request, tmp_path_factory):
     arch, qt = request.param
-    shape = TINY_LLAMA if arch == "llama" else sm.SHAPES["qwen35-tiny"]
+    shape = TINY_LLAMA if arch == "llama" else sm.SHAPES[TINY[arch]]
     path = tmp_path_factory.mktemp("syn") / f"{arch}-{_name(qt)}.gguf"
-    return arch, qt, sm.write(shape, path, qt, seed=4, n_nextn=1 if arch == "qwen35" else None)
+    return arch, qt, sm.write(shape, path, qt, seed=4, n_nextn=None if arch == "llama" else 1)
 
 
 def test_metadata_has_what_llama_cpp_reads(written):
@@ -56,10 +61,10 @@ def test_metadata_has_what_llama_cpp_reads(written):
 
 
 def test_blocks_are_valid_and_finite(written):
-    _, qt, path = written
+    arch, qt, path = written
     r = GGUFReader(str(path))
     if isinstance(qt, str):     # a mix: the types its rules give, each tensor its own
-        n_layer = TINY_LLAMA.n_layer if "qwen35" not in str(path) else sm.SHAPES["qwen35-tiny"].n_layer
+        n_layer = TINY_LLAMA.n_layer if arch == "llama" else sm.SHAPES[TINY[arch]].n_layer
         qs = [t for t in r.tensors if t.tensor_type != T.F32]
         assert {t.tensor_type for t in qs} == {sm._type_of(qt, t.name, n_layer) for t in qs}
         assert all(t.tensor_type == sm._type_of(qt, t.name, n_layer) for t in qs)
@@ -93,8 +98,14 @@ def test_pyllamakv_runs_it(written):
         assert ids[0] == 1 and 13 in ids          # <s>, and the newline byte token
         llm.eval(ids)
         assert np.isfinite(llm.scores).all()
-        if arch == "qwen35":
+        if arch != "llama":
             assert llm._model.n_nextn == 1 and llm._model.n_layer_kv == 2
+        if arch == "qwen35moe":
+            hp = llm._model.hparams
+            assert (hp["n_expert"], hp["n_expert_used"], hp["n_ff_exp"], hp["n_ff_shexp"]) == \
+                (8, 2, 256, 256)
+            out = llm.create_completion(ids, max_tokens=4, temperature=0)
+            assert out["usage"]["completion_tokens"] == 4
 
 
 def test_qwen35_27b_is_the_published_shape():
@@ -107,6 +118,28 @@ def test_qwen35_27b_is_the_published_shape():
     # KV per token of context: 16 layers x 4 heads x 256, K and V, f16: 64 KiB
     assert 16 * 2 * s.n_head_kv * s.head_dim * 2 == 64 << 10
     assert dict((nm, sh) for nm, sh, _ in ts)["blk.0.attn_qkv.weight"] == (2 * 2048 + 6144, 5120)
+
+
+def test_qwen35moe_35b_a3b_is_the_published_shape():
+    """35B parameters, about 3B of them used per token (8 of 256 experts), 40 layers of which
+    10 are full attention; the experts stacked as llama.cpp's converter writes them."""
+    s = sm.SHAPES["qwen35moe-35b-a3b"]
+    ts = sm._qwen35_tensors(s)
+    size = {nm: int(np.prod(sh)) for nm, sh, _ in ts}
+    n = sum(size.values())
+    routed = sum(v for k, v in size.items() if "_exps." in k)
+    active = n - routed * (1 - s.n_used / s.n_expert) - size["token_embd.weight"]
+    assert 34.5e9 < n < 36e9 and 2.5e9 < active < 3.5e9, (n, active)
+    assert len([k for k in size if k.endswith("attn_k.weight")]) == 10
+    shapes = {nm: sh for nm, sh, _ in ts}
+    assert shapes["blk.0.ffn_gate_exps.weight"] == (256, 512, 2048)
+    assert shapes["blk.0.ffn_down_exps.weight"] == (256, 2048, 512)
+    assert shapes["blk.0.ffn_gate_inp_shexp.weight"] == (2048,)
+    assert shapes["blk.0.attn_qkv.weight"] == (2 * 16 * 128 + 32 * 128, 2048)
+    q4km = sm.MIXES["q4_k_m"]   # the experts' down projections take the more-bits rule
+    assert q4km("blk.0.ffn_down_exps.weight", 0, 40) == T.Q6_K
+    assert q4km("blk.5.ffn_down_exps.weight", 5, 40) == T.Q4_K
+    assert q4km("blk.5.ffn_gate_exps.weight", 5, 40) == T.Q4_K
 
 
 def test_unsupported_type_is_refused(tmp_path):

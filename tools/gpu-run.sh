@@ -42,6 +42,14 @@
 #            the synthetic llama3-8b file (native call / eval / sampler / create_completion per token;
 #            torch.profiler's kernel table for the first type), and once more with LKV_CUDA_GRAPH=0
 #            (PROF_NOGRAPH=0: not)
+#   moe      benchmarks/bench_moe.py: a synthetic Qwen3.5-35B-A3B (MOE_SHAPE, MOE_TYPE default q4_k_m:
+#            about 20 GiB, written to /tmp/syn once and kept for the next call on a warm machine)
+#            within gpu_memory_mib=MOE_BUDGET (default 16384): prefill and decode at MOE_DEPTHS
+#            (default 8192,32768,65536,131072,262144), MOE_GEN tokens (default 32), beside
+#            llama-bench -ncmoe N (pyllamakv's chosen N; waits for a llama-bench the llref stage
+#            builds, else pyllamakv alone); MoE on CUDA is still opt-in, so the stage sets
+#            PYLLAMAKV_CUDA_UNVERIFIED=1; MOE_ARGS: more of its flags (a smoke run without a
+#            GPU: MOE_SHAPE=qwen35moe-tiny MOE_ARGS="--device cpu")
 #   ttft     benchmarks/bench_ttft.py: the qwen35-27b prompt (TTFT_TYPE, TTFT_LENGTHS, TTFT_CONFIGS) through
 #            Llama.eval, with B/native/chunked/libllamakv.so too where present; llama-bench's pp beside it
 #   spec     benchmarks/bench_speculative.py verify: one pass over [token + k drafts],
@@ -207,6 +215,25 @@ if [[ $STAGES == *decode* ]]; then
         --llama-bench /tmp/ref/llama-bench --shape ${DEC_SHAPE:-llama3-8b} --types ${DEC_TYPES:-q4_k,iq4_xs} \
         --depths ${DEC_DEPTHS:-512} --csv "$OUT/decode.csv" --deadline "$(( $(left) - ${DEC_TAIL:-40} ))" \
         2>&1 | tee "$OUT/decode.log"
+fi
+if [[ $STAGES == *moe* ]]; then
+    mkdir -p /tmp/syn; G=/tmp/syn/${MOE_SHAPE:-qwen35moe-35b-a3b}-${MOE_TYPE:-q4_k_m}.gguf
+    stamp "MoE: $G within gpu_memory_mib=${MOE_BUDGET:-16384}, beside llama-bench -ncmoe"
+    [ -f $G ] || { timeout "$(cap 400)" python3 benchmarks/synthetic_model.py ${MOE_SHAPE:-qwen35moe-35b-a3b} \
+        $G.part --type ${MOE_TYPE:-q4_k_m} > "$OUT/moe_synth.log" 2>&1 && mv $G.part $G; }
+    if [ -f $G ]; then
+        stamp "file ready ($(du -h $G | cut -f1))"
+        if [[ -n ${LLPID:-} ]]; then   # the llref stage's build, in the background
+            while [ ! -f /tmp/ref/packed ] && kill -0 $LLPID 2>/dev/null && (( $(left) > 300 )); do sleep 5; done
+        fi
+        LLARG=--no-llama; [ -x $LLB ] && LLARG="--llama-bench $LLB"
+        LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} PYLLAMAKV_CUDA_UNVERIFIED=1 timeout "$(cap 590)" \
+            python3 benchmarks/bench_moe.py --model $G $LLARG --depths ${MOE_DEPTHS:-8192,32768,65536,131072,262144} \
+            --gen ${MOE_GEN:-32} --budget-mib ${MOE_BUDGET:-16384} --csv "$OUT/moe.csv" \
+            --deadline "$(( $(left) - ${MOE_TAIL:-20} ))" ${MOE_ARGS:-} 2>&1 | tee "$OUT/moe.log"
+    else
+        rm -f $G.part; echo "MoE: the synthetic file was not written in time"; tail -5 "$OUT/moe_synth.log"
+    fi
 fi
 if [[ -n ${LLPID:-} ]]; then
     L=$(left); while kill -0 $LLPID 2>/dev/null && (( $(left) > 15 )); do sleep 3; done

@@ -493,7 +493,8 @@ typedef struct lkv_memory_plan {
     int32_t n_ubatch;          /* the micro-batch after the core's caps (n_batch, n_ctx) */
     int32_t phase_arena;       /* 1: the workspace is the phase arena (arena.h) */
     int32_t n_allocations;     /* device allocations of the context (weights excluded) */
-    int64_t weights;           /* bytes of the distinct weight tensors the model uses */
+    int64_t weights;           /* bytes of the distinct weight tensors the model uses on
+                                  the device (the n_cpu_moe layers' experts stay out) */
     int64_t weights_device;    /* the same as the CUDA backend allocates them, rounded */
     int64_t backend;           /* the backend's own buffers (CUDA: tokens, attention
                                   workspace, rope table, 8-bit activations, GEMM scratch) */

@@ -11,7 +11,9 @@
  * sliding-window ring) and every refusal (a pool below the minimum) is the
  * creation's own. The model is bound on the CPU backend, which copies
  * nothing; the weights it uses are counted as the CUDA backend would copy
- * them (one allocation per distinct tensor). The backend's own buffers, made
+ * them (one allocation per distinct tensor), less the routed experts that
+ * mp->n_cpu_moe keeps in host memory (on the CPU target too: the emulated
+ * device's budget is the CUDA one's). The backend's own buffers, made
  * outside its alloc call, come from the backend: lkv_cuda_ctx_plan.
  *
  * Recorded per part: bytes as asked, and each allocation rounded up as the
@@ -128,7 +130,7 @@ typedef struct { const void **seen; int n, cap; int64_t bytes, rounded; bool oom
 
 static void add_weight(lkv_weight *w, void *ud) {
     weight_sum *s = ud;
-    if (!w->data || s->oom) return;
+    if (!w->data || w->host || s->oom) return;   /* host: n_cpu_moe's experts stay off it */
     for (int i = 0; i < s->n; i++)
         if (s->seen[i] == w->data) return;   /* one copy per distinct tensor */
     if (s->n == s->cap) {

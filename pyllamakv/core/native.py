@@ -125,17 +125,23 @@ class Model:
     """Weights of one GGUF file on one device."""
 
     def __init__(self, path: str | os.PathLike | GGUFFile, device: str = "cpu",
-                 n_threads: int | None = None, n_cpu_moe: int | None = None):
+                 n_threads: int | None = None, n_cpu_moe: int | None = None,
+                 own_file: bool | None = None):
+        """own_file: close the file with the model (default: only a file opened
+        here from a path; a caller that opened a GGUFFile for this model alone
+        passes True)."""
         self._ptr = None
         self._guard = Guard("model")
         self._contexts: weakref.WeakSet = weakref.WeakSet()
         self.file = path if isinstance(path, GGUFFile) else GGUFFile(path)
+        self._own_file = not isinstance(path, GGUFFile) if own_file is None else bool(own_file)
         self.hparams = model_params(self.file)
         check_finite(self.file, WEIGHT_TYPES)   # the core refuses the other types by name
         self.device = device
         p, descs, self._keep = model_params_of(self.file.tensors, self.hparams, device,
                                                n_threads)
         p.n_cpu_moe = _int32("n_cpu_moe", n_cpu_moe or 0)   # MoE: experts kept on the host
+        self.n_cpu_moe = int(p.n_cpu_moe)   # its contexts' budgets count the device's part
         out = ffi.new("lkv_model **")
         _check(lib.lkv_model_create(p, descs, len(self.file.tensors), out),
                f"loading {self.file.path}")
@@ -179,7 +185,8 @@ class Model:
             ptr, self._ptr = self._ptr, None
             if ptr is not None:
                 ffi.release(ptr)
-            self.file.close()    # the model owns the file it was loaded from
+            if self._own_file:
+                self.file.close()
         self._guard.close(free)
 
     def __enter__(self) -> "Model":

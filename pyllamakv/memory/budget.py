@@ -62,6 +62,8 @@ class BudgetSplit:
     kv: int                 # device bytes of the KV cache (pool, or all resident planes)
     pool: int | None        # the kv_pool bytes to ask the core for
     note: str = ""          # how n_ubatch was chosen, where a model chose it (plan_budget)
+    n_cpu_moe: int | None = None   # a MoE model's layers whose experts stay in host memory
+    moe_note: str = ""      # how n_cpu_moe was chosen, where the budget chose it
 
     @property
     def used(self) -> int:
@@ -72,7 +74,8 @@ class BudgetSplit:
         kv = "all resident" if self.pool is None else "pool"
         return (f"device budget {m(self.budget)} MiB: weights {m(self.weights)}, workspace "
                 f"{m(self.workspace)}, recurrent state {m(self.recurrent)}, KV {m(self.kv)} "
-                f"({kv}) MiB" + (f"; {self.note}" if self.note else ""))
+                f"({kv}) MiB" + (f"; {self.note}" if self.note else "")
+                + (f"; {self.moe_note}" if self.moe_note else ""))
 
 
 def split_budget(budget: int, weights: int, workspace: int, recurrent: int, resident_kv: int,
@@ -113,10 +116,71 @@ def split_budget(budget: int, weights: int, workspace: int, recurrent: int, resi
 
 # ---------------------------------------------------------------- a Llama's budget
 
-def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits: bool = False,
-                embeddings: bool = False, weights: int | None = None, mtp: bool = False
-                ) -> tuple[BudgetSplit, int]:
-    """(split, n_ubatch) for LlamaConfig cfg with cfg.gpu_memory_mib set.
+def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, **kw) -> tuple[BudgetSplit, int]:
+    """(split, n_ubatch) for LlamaConfig cfg with cfg.gpu_memory_mib set (kw: split_for's).
+
+    A mixture-of-experts model with cfg.n_cpu_moe None: the fewest layers whose
+    routed experts stay in host memory (the first N, llama.cpp's --n-cpu-moe)
+    such that the rest fits the budget with the KV and workspace that n_ctx
+    needs; the split's n_cpu_moe and moe_note say which. Placing more layers'
+    experts on the host only takes weights off the device, so the least N is
+    found by bisection. On the CPU the emulated device is held to the same plan.
+    """
+    n_layer = hp["n_layer"]
+    if not hp.get("n_expert"):
+        return split_for(cfg, hp, tensors, n_ctx, device, 0, **kw)
+    if cfg.n_cpu_moe is not None:
+        n = min(cfg.n_cpu_moe, n_layer)
+        split, u = split_for(cfg, hp, tensors, n_ctx, device, n, **kw)
+        return replace(split, n_cpu_moe=n), u
+
+    def at(n: int) -> tuple[BudgetSplit, int]:
+        return split_for(cfg, hp, tensors, n_ctx, device, n, **kw)
+    n, best = fewest_host_layers(at, n_layer, f"gpu_memory_mib: the budget of "
+                                  f"{cfg.gpu_memory_mib:.1f} MiB does not hold this model at "
+                                  f"n_ctx={n_ctx}")
+    split, u = best
+    note = (f"n_cpu_moe {n} (chosen): " + ("every routed expert fits on the device" if not n
+            else f"the routed experts of the first {n} of {n_layer} layers in host memory, "
+                 f"the fewest that fit"))
+    return replace(split, n_cpu_moe=n, moe_note=note), u
+
+
+def fewest_host_layers(at, n_layer: int, what: str):
+    """(n, at(n)) for the least n in 0..n_layer whose at(n) fits, by bisection (at: a
+    function of the layers whose experts stay on the host that returns a plan or raises
+    MemoryBudgetError / PoolTooSmallError, and fits for every n above one that does).
+    Where even at(n_layer) does not fit, its error, prefixed with what (the budget and
+    the context) and the number of layers."""
+    def attempt(n: int):
+        try:
+            return at(n)
+        except (MemoryBudgetError, PoolTooSmallError) as e:
+            return e
+    first = attempt(0)
+    if not isinstance(first, Exception):
+        return 0, first
+    best = attempt(n_layer)
+    if isinstance(best, Exception):
+        raise type(best)(f"{what} even with the routed experts of all {n_layer} layers in "
+                         f"host memory (n_cpu_moe={n_layer}): "
+                         + str(best).removeprefix("gpu_memory_mib: ")) from best
+    lo, hi = 0, n_layer          # at(lo) does not fit, at(hi) fits
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        r = attempt(mid)
+        if isinstance(r, Exception):
+            lo = mid
+        else:
+            hi, best = mid, r
+    return hi, best
+
+
+def split_for(cfg, hp: dict, tensors, n_ctx: int, device: str, n_cpu_moe: int, *,
+              wide_logits: bool = False, embeddings: bool = False, weights: int | None = None,
+              mtp: bool = False) -> tuple[BudgetSplit, int]:
+    """(split, n_ubatch) for LlamaConfig cfg with the experts of the first n_cpu_moe
+    layers in host memory (not counted in the weights).
 
     All resident when the whole cache fits, at the widest micro-batch that
     leaves room for it (ubatch.py's choices on CUDA, cfg.n_ubatch when set);
@@ -134,11 +198,6 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
     from .plan import kv_plan, kv_row_bytes, sequences_pool_bytes, share_bytes, whole_cache_bytes
     from .ubatch import CHOICES, RESIDENT, cheapest, matmul_flops_per_token, prefill_seconds
     budget = int(cfg.gpu_memory_mib * MIB)
-    if weights is None and device != "cpu" and getattr(cfg, "n_cpu_moe", 0):
-        # those layers' experts stay in host memory (the core's plan counts every weight)
-        from ..gguf.arch_moe import host_expert
-        weights = weight_device_bytes(
-            [t for t in tensors if not host_expert(t.name, cfg.n_cpu_moe, hp["n_layer"])])
     n_seq = cfg.n_seq_max
     wide_logits = wide_logits or n_seq > 1
     auto = cfg.kv_pool_mib is None or cfg.kv_pool_mib == "auto"
@@ -163,7 +222,7 @@ def plan_budget(cfg, hp: dict, tensors, n_ctx: int, device: str, *, wide_logits:
         p = memory_plan(tensors, hp, device, n_ctx=n_ctx, n_batch=cfg.n_batch, n_ubatch=u,
                         type_k=cfg.type_k, type_v=cfg.type_v, logits_all=cfg.logits_all,
                         kv_pool_bytes=kv_pool, embeddings=embeddings, n_seq_max=n_seq,
-                        mtp=mtp, gpu_kernels=cfg.gpu_kernels)
+                        mtp=mtp, gpu_kernels=cfg.gpu_kernels, n_cpu_moe=n_cpu_moe)
         kv = p.kv_device if kv_pool is None else granule(kv_pool)
         ws = MODULE_RESERVE + p.device_total - p.recurrent_device - kv
         ws += granule(p.logits_wide) if wide_logits and p.logits_wide else 0

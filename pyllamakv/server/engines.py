@@ -79,12 +79,16 @@ class SlotLlama(Llama):
                 job.verify_passes += t.verify_passes
 
 
-def slot_budget_mib(budget_mib: float, tensors, parallel: int) -> float:
-    """Each slot's gpu_memory_mib: the weights (loaded once, counted by every slot)
-    and an equal share of what they leave of the server's budget."""
+def slot_budget_mib(budget_mib: float, tensors, parallel: int, n_cpu_moe: int = 0,
+                    n_layer: int = 0) -> float:
+    """Each slot's gpu_memory_mib: the weights on the device (loaded once, counted by
+    every slot; a MoE model's first n_cpu_moe of n_layer layers keep their experts in
+    host memory) and an equal share of what they leave of the server's budget."""
+    from ..gguf.arch_moe import host_expert
     from ..memory.budget import MIB, weight_device_bytes
     from ..errors import MemoryBudgetError
-    w = weight_device_bytes(tensors) / MIB
+    w = weight_device_bytes([t for t in tensors
+                             if not host_expert(t.name, n_cpu_moe, n_layer)]) / MIB
     if w > budget_mib:
         raise MemoryBudgetError(f"--gpu-memory-mib: the weights alone take {w:.1f} MiB of "
                                 f"device memory, more than the budget of {budget_mib:.1f} MiB")
@@ -104,6 +108,31 @@ def sharing(device: str, hparams: dict, n_nextn: int, parallel: int) -> str | No
     return None
 
 
+def server_cpu_moe(s: ServerSettings, tensors, hp: dict, device: str, apart: str | None) -> int:
+    """--gpu-memory-mib with --n-cpu-moe unset, for a MoE model: the fewest layers whose
+    routed experts stay in host memory such that the slots fit, planned as their
+    SlotLlamas plan them (budget.plan_budget: one engine of every slot with the whole
+    budget, or, apart, each slot's share beside the weights loaded once; a drafter's
+    logits rows, the MTP block where the model has one)."""
+    from ..memory.budget import fewest_host_layers, plan_budget
+
+    def at(n: int):
+        if apart is None:
+            kw = dict(kv_pool_mib=s.kv_pool_mib, gpu_memory_mib=s.gpu_memory_mib,
+                      n_seq_max=s.parallel)
+        else:
+            kw = dict(kv_pool_mib=s.slot_pool_mib, gpu_memory_mib=slot_budget_mib(
+                s.gpu_memory_mib, tensors, s.parallel, n, hp["n_layer"]))
+        cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v,
+                          n_cpu_moe=n, **kw)
+        return plan_budget(cfg, hp, tensors, s.n_ctx, device, embeddings=s.embedding,
+                           wide_logits=not s.embedding,
+                           mtp=not s.embedding and hp.get("n_nextn", 0) > 0)
+    return fewest_host_layers(at, hp["n_layer"], f"--gpu-memory-mib: the budget of "
+                              f"{s.gpu_memory_mib:.1f} MiB does not hold this model with "
+                              f"{s.parallel} slots of n_ctx={s.n_ctx}")[0]
+
+
 def load_engines(s: ServerSettings) -> list[SlotLlama]:
     """s.parallel SlotLlamas over one Model: the weights are loaded once. Where the
     slots share one engine (sharing), the pool, the threads and the memory budget
@@ -114,12 +143,15 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
     hp = model_params(file)
     device = choose_device(cfg, hp["n_layer"], cuda_device_count())
-    model = Model(file, device, s.threads_per_slot, s.n_cpu_moe)
     # an embedding server runs no MTP block
-    apart = sharing(device, hp, 0 if s.embedding else model.n_nextn, s.parallel)
+    apart = sharing(device, hp, 0 if s.embedding else hp.get("n_nextn", 0), s.parallel)
+    n_cpu_moe = s.n_cpu_moe    # unset with a budget: chosen (the slots' Llamas report it)
+    if n_cpu_moe is None and s.gpu_memory_mib is not None and hp.get("n_expert"):
+        n_cpu_moe = server_cpu_moe(s, file.tensors, hp, device, apart)
+    model = Model(file, device, s.threads_per_slot, n_cpu_moe, own_file=True)
     kw: dict[str, Any] = dict(n_ctx=s.n_ctx, device=s.device, type_k=s.type_k,
                               type_v=s.type_v, n_gpu_layers=s.n_gpu_layers,
-                              n_cpu_moe=s.n_cpu_moe)
+                              n_cpu_moe=n_cpu_moe)
     if apart is None:          # one context for all slots: its pool and threads, given once
         kw.update(n_threads=s.engine_threads, kv_pool_mib=s.kv_pool_mib,
                   gpu_memory_mib=s.gpu_memory_mib)
@@ -128,7 +160,8 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     else:                      # a context per slot: each an even share
         kw.update(n_threads=s.threads_per_slot, kv_pool_mib=s.slot_pool_mib,
                   gpu_memory_mib=None if s.gpu_memory_mib is None else
-                  slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel))
+                  slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel,
+                                  n_cpu_moe or 0, hp["n_layer"]))
     if apart is None and s.parallel > 1:
         kw["_engine"] = Engine(s.parallel, shared=True)
     if s.embedding:

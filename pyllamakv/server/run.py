@@ -47,8 +47,12 @@ def serve(settings: ServerSettings, sock: socket.socket | None = None) -> None:
         app = create_app(settings)
         s = app.state.pool.slots
         port = sock.getsockname()[1]
+        mem = s[0].engine.memory    # a MoE model under --gpu-memory-mib: where its experts are
+        moe = "" if mem is None or mem.n_cpu_moe is None else (
+            f"; the routed experts of {mem.n_cpu_moe} layers in host memory (n_cpu_moe"
+            f"{' chosen' if settings.n_cpu_moe is None else ''})")
         print(f"pyllamakv: {len(s)} slot(s) of {settings.n_ctx} tokens on {s[0].engine.device}"
-              f" ({kv_line(memory_layout([x.engine for x in s]))}); "
+              f" ({kv_line(memory_layout([x.engine for x in s]))}){moe}; "
               f"listening on http://{settings.host}:{port}", file=sys.stderr, flush=True)
         # h11 (guards.py's protocol wraps it), not httptools: it sends header names as
         # the app wrote them (cors.py's Access-Control-*), which clients that keep

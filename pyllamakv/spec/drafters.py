@@ -116,7 +116,7 @@ class DraftModel:
         self.num_pred_tokens = num_pred_tokens
         file = _native.GGUFFile(self.model_path)
         self.metadata = file.metadata
-        self._model = _native.Model(file, device, n_threads)
+        self._model = _native.Model(file, device, n_threads, own_file=True)
         self._n_batch = 512
         self._ctx = _native.Context(self._model, n_ctx=n_ctx, n_batch=self._n_batch,
                                     n_ubatch=self._n_batch, n_threads=n_threads)
