@@ -99,3 +99,29 @@ def test_forward_agrees_bit_for_bit_across_levels(tmp_path, levels, wtype: T):
         diff = np.flatnonzero(v.view(np.uint32) != base.view(np.uint32))
         assert diff.size == 0, why(wtype, f"{LEVELS[lv]} differs from {LEVELS[levels[0]]} in "
                                           f"{diff.size} logits, first at {diff[0]}")
+
+
+@pytest.mark.parametrize("wtype", [T.Q4_0, T.Q8_0, T.Q5_0, T.IQ4_NL], ids=lambda t: t.name)
+def test_forward_with_odd_widths_agrees_across_levels(tmp_path, levels, wtype: T):
+    """Widths of 9 and 11 blocks of 32 and 333 output rows: the matmul's tiles of
+    rows (vec_dot_tile) meet a partial 8-block group and a partial row tile, for
+    1 to 4 tokens at a time."""
+    rng = rng_for(192, int(wtype))
+    path = write_tiny_model(tmp_path / "m.gguf", "llama", wtype, n_embd=288, n_ff=352, n_head=9, n_head_kv=3,
+                            n_vocab=333, seed=int(rng.integers(1 << 31)))
+    tokens = rng.integers(0, 333, 23).tolist()
+
+    def logits():
+        with Model(str(path)) as m:
+            c = Context(m, logits_all=True, n_ctx=64, n_ubatch=7, n_threads=2)
+            c.decode(tokens[:19])
+            for tok in tokens[19:]:
+                c.decode([tok])
+            return c.logits().copy()
+
+    got = each_level(levels, logits)
+    base = got[levels[0]]
+    for lv, v in got.items():
+        diff = np.flatnonzero(v.view(np.uint32) != base.view(np.uint32))
+        assert diff.size == 0, why(wtype, f"{LEVELS[lv]} differs from {LEVELS[levels[0]]} in "
+                                          f"{diff.size} logits, first at {diff[0]}")

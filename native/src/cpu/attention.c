@@ -101,6 +101,9 @@ static F16_SIMD float dot8_f16_simd(const uint16_t *a, const uint16_t *b, int n)
     return reduce8(lanes);
 }
 
+/* x rounded to f16 and back (the F16C conversions round as f32_to_f16) */
+static F16_SIMD float round_f16_simd(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
+
 static F16_SIMD void axpy_f16_simd(float *acc, const uint16_t *v, float p, int n) {
     int k = 0;
     const __m256 pv = _mm256_set1_ps(p);
@@ -121,6 +124,14 @@ static inline float dot8_f16(int simd, const uint16_t *a, const uint16_t *b, int
     for (int i = 0; i < n; i += 8)
         for (int l = 0; l < 8; l++) lanes[l] = fmaf(f16_to_f32(a[i + l]), f16_to_f32(b[i + l]), lanes[l]);
     return reduce8(lanes);
+}
+
+/* x rounded to f16 and back */
+static inline float round_f16(int simd, float x) {
+#ifdef LKV_X86
+    if (simd) return round_f16_simd(x);
+#endif
+    return f16_to_f32(f32_to_f16(x));
 }
 
 /* acc[k] = fma(v[k], p, acc[k]) for k < n */
@@ -197,7 +208,7 @@ LKV_ISA_CLONES static void accum_one(const accum_job *j, int qi, int h, float *s
             const lkv_kv_seg *s = find_seg(d, p0 + r, &hint);
             const char *vr = (const char *)s->v + (size_t)(p0 + r - s->pos0) * rbv + hv;
             /* the probabilities take V's dot type: f16 for an f16 V, else f32 */
-            const float pr = f16v ? f16_to_f32(f32_to_f16(scores[r] * inv)) : scores[r] * inv;
+            const float pr = f16v ? round_f16(simd, scores[r] * inv) : scores[r] * inv;
             float *acc = lanes + (size_t)(r & 7) * hd;
             if (f16v) {
                 axpy_f16(simd, acc, (const uint16_t *)vr, pr, hd);

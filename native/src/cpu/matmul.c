@@ -8,7 +8,8 @@
  * weights' rows are split across the threads in one job.
  *
  * Loop order: a tile of weight rows stays in L1 while it meets every token in
- * groups of four (vec_dot_rows); the converted activations stay in L2. Each
+ * groups of four (vec_dot_rows, or vec_dot_tile for the whole tile where the
+ * type has one); the converted activations stay in L2. Each
  * output element is one vec_dot, whatever the tiling, so a batch and the same
  * tokens one by one give bit-identical results.
  */
@@ -62,6 +63,12 @@ static void dot_rows(const dot_job *j, int wi, long r0, long r1) {
         long re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
         for (int t0 = 0; t0 < j->n; t0 += 4) {
             int nt = j->n - t0 < 4 ? j->n - t0 : 4;
+            if (t->vec_dot_tile) {
+                t->vec_dot_tile(cols, out + (size_t)t0 * rows + rt, (size_t)rows,
+                                (const char *)w->data + rt * w->row_bytes, w->row_bytes,
+                                (int)(re - rt), act + t0 * as, as, nt);
+                continue;
+            }
             for (long r = rt; r < re; r++) {
                 const void *wr = (const char *)w->data + r * w->row_bytes;
                 float s[4];

@@ -44,15 +44,41 @@ LKV_INLINE __m256i hsum8_epi32(const __m256i v[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-/* the f16 scales (each block's first field) of blocks i0 .. i0 + 7 of an
- * array of `size`-byte blocks, those < nb (0 past it), as floats */
+/* the f16 scale (each block's first field) of block i of an array of
+ * `size`-byte blocks */
+LKV_INLINE int scale_bits(const void *blocks, size_t size, int i) {
+    uint16_t h;
+    memcpy(&h, (const char *)blocks + (size_t)i * size, 2);
+    return h;
+}
+
+/* the scales of blocks i0 .. i0 + 7, those < nb (0 past it), as floats; built
+ * in a register (eight small stores read back as one vector stall the store
+ * forwarding: a third of the kernel's time on Zen 3) */
 LKV_INLINE __m256 scales8(const void *blocks, size_t size, int i0, int nb) {
-    uint16_t h[8];
-    for (int k = 0; k < 8; k++) {
-        h[k] = 0;
-        if (i0 + k < nb) memcpy(&h[k], (const char *)blocks + (size_t)(i0 + k) * size, 2);
+    __m128i h = _mm_setzero_si128();
+#define SCALE_LANE(k) \
+    if (i0 + (k) < nb) h = _mm_insert_epi16(h, scale_bits(blocks, size, i0 + (k)), k)
+    if (i0 + 8 <= nb) {
+        h = _mm_cvtsi32_si128(scale_bits(blocks, size, i0));
+        for (int k = 1; k < 8; k++) h = _mm_insert_epi16(h, scale_bits(blocks, size, i0 + k), k);
+    } else {
+        SCALE_LANE(0); SCALE_LANE(1); SCALE_LANE(2); SCALE_LANE(3);
+        SCALE_LANE(4); SCALE_LANE(5); SCALE_LANE(6);
     }
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+#undef SCALE_LANE
+    return _mm256_cvtph_ps(h);
+}
+
+/* the exact integer dots of weight blocks qx[0..m) with y's blocks i0 .. i0 + m - 1,
+ * block k's in lane k (0 where k >= m) */
+LKV_INLINE __m256i block_dots(const __m256i *qx, const block_q8_0 *y, int i0, int m) {
+#define DOT(k) (k < m ? dot_s8s8(qx[k], _mm256_loadu_si256((const __m256i *)y[i0 + k].qs)) \
+                      : _mm256_setzero_si256())
+    __m256i v[8];
+    for (int k = 0; k < 8; k++) v[k] = DOT(k);
+#undef DOT
+    return hsum8_epi32(v);
 }
 
 LKV_INLINE void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, size_t stride, int ny) {
@@ -60,21 +86,28 @@ LKV_INLINE void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, s
     const int nb = n / 32;
     __m256 acc[4];
     for (int r = 0; r < ny; r++) acc[r] = _mm256_setzero_ps();
-    for (int i0 = 0; i0 < nb; i0 += 8) {
-        const int m = nb - i0 < 8 ? nb - i0 : 8;   /* blocks in this group */
+    int i0 = 0;
+    for (; i0 + 8 <= nb; i0 += 8) {       /* whole groups: every chain takes a block */
+        __m256i qx[8];
+        for (int k = 0; k < 8; k++) qx[k] = _mm256_sub_epi8(unpack_nibbles16(x[i0 + k].qs), _mm256_set1_epi8(8));
+        const __m256 dx = scales8(x, sizeof(block_q4_0), i0, nb);
+        for (int r = 0; r < ny; r++) {
+            const block_q8_0 *y = YROW(vy, stride, r);
+            const __m256 p = _mm256_cvtepi32_ps(block_dots(qx, y, i0, 8));
+            const __m256 d = _mm256_mul_ps(dx, scales8(y, sizeof(block_q8_0), i0, nb));
+            acc[r] = _mm256_fmadd_ps(d, p, acc[r]);
+        }
+    }
+    if (i0 < nb) {                        /* the tail group: the chains past it keep their value */
+        const int m = nb - i0;
         __m256i qx[8];
         for (int k = 0; k < m; k++) qx[k] = _mm256_sub_epi8(unpack_nibbles16(x[i0 + k].qs), _mm256_set1_epi8(8));
         const __m256 dx = scales8(x, sizeof(block_q4_0), i0, nb);
-        /* lanes of chains that have no block in this group keep their value */
         const __m256 on = _mm256_castsi256_ps(
             _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
         for (int r = 0; r < ny; r++) {
             const block_q8_0 *y = YROW(vy, stride, r);
-            __m256i v[8];
-            for (int k = 0; k < 8; k++)
-                v[k] = k < m ? dot_s8s8(qx[k], _mm256_loadu_si256((const __m256i *)y[i0 + k].qs))
-                             : _mm256_setzero_si256();
-            const __m256 p = _mm256_cvtepi32_ps(hsum8_epi32(v));
+            const __m256 p = _mm256_cvtepi32_ps(block_dots(qx, y, i0, m));
             const __m256 d = _mm256_mul_ps(dx, scales8(y, sizeof(block_q8_0), i0, nb));
             acc[r] = _mm256_blendv_ps(acc[r], _mm256_fmadd_ps(d, p, acc[r]), on);
         }
@@ -83,6 +116,79 @@ LKV_INLINE void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, s
         float c[8];
         _mm256_storeu_ps(c, acc[r]);
         s[r] = fold8(c);
+    }
+}
+
+/* The tile: per activation row and 8-block group, the scales as floats and
+ * -8 * each block's code sum, once for all the weight rows; a weight block's
+ * codes then stay unsigned (0..15) and p_b = sum(u * qy) - 8 * sum(qy), the
+ * same exact integer as with the sign trick. */
+#define TILE_MAX_GROUPS 128   /* cols <= 32768; wider rows take the row kernel */
+
+LKV_INLINE void prep_q8_0(const block_q8_0 *y, int nb, __m256 *dy, __m256i *sy) {
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int g = 0; g * 8 < nb; g++) {
+        const int i0 = 8 * g, m = nb - i0 < 8 ? nb - i0 : 8;
+        __m256i v[8];
+        for (int k = 0; k < 8; k++)
+            v[k] = k < m ? dot_u8s8(ones, _mm256_loadu_si256((const __m256i *)y[i0 + k].qs))
+                         : _mm256_setzero_si256();
+        sy[g] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(hsum8_epi32(v), 3));
+        dy[g] = scales8(y, sizeof(block_q8_0), i0, nb);
+    }
+}
+
+LKV_INLINE void tile_q4_0(int n, float *out, size_t out_stride, const void *vx, size_t x_stride,
+                          int nrows, const void *vy, size_t stride, int ny) {
+    const int nb = n / 32, ng = (nb + 7) / 8;
+    __m256 dy[4][TILE_MAX_GROUPS];
+    __m256i sy[4][TILE_MAX_GROUPS];
+    const block_q8_0 *y[4];
+    for (int r = 0; r < ny; r++) {
+        y[r] = YROW(vy, stride, r);
+        prep_q8_0(y[r], nb, dy[r], sy[r]);
+    }
+    const int m = nb - 8 * (ng - 1);   /* blocks in the last group */
+    const __m256 on = _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    for (int row = 0; row < nrows; row++) {
+        const block_q4_0 *x = (const block_q4_0 *)((const char *)vx + (size_t)row * x_stride);
+        __m256 acc[4];
+        for (int r = 0; r < ny; r++) acc[r] = _mm256_setzero_ps();
+        for (int g = 0; g < ng; g++) {
+            const int i0 = 8 * g, mg = g < ng - 1 ? 8 : m;
+            __m256i qx[8];
+            for (int k = 0; k < mg; k++) qx[k] = unpack_nibbles16(x[i0 + k].qs);
+            const __m256 dx = scales8(x, sizeof(block_q4_0), i0, nb);
+            for (int r = 0; r < ny; r++) {
+                __m256i v[8];
+                for (int k = 0; k < 8; k++)
+                    v[k] = k < mg ? dot_u8s8(qx[k], _mm256_loadu_si256((const __m256i *)y[r][i0 + k].qs))
+                                  : _mm256_setzero_si256();
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_add_epi32(hsum8_epi32(v), sy[r][g]));
+                const __m256 f = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[r][g]), p, acc[r]);
+                acc[r] = mg == 8 ? f : _mm256_blendv_ps(acc[r], f, on);
+            }
+        }
+        for (int r = 0; r < ny; r++) {
+            float c[8];
+            _mm256_storeu_ps(c, acc[r]);
+            out[(size_t)r * out_stride + row] = fold8(c);
+        }
+    }
+}
+
+static void q4_0_vec_dot_tile(int n, float *out, size_t out_stride, const void *x, size_t x_stride,
+                              int nrows, const void *y, size_t stride, int ny) {
+    if ((n / 32 + 7) / 8 > TILE_MAX_GROUPS) {
+        LKV_TILE_BY_ROWS(k_q4_0_blocks, n, out, out_stride, x, x_stride, nrows, y, stride, ny);
+        return;
+    }
+    switch (ny) {
+    case 1: tile_q4_0(n, out, out_stride, x, x_stride, nrows, y, stride, 1); break;
+    case 2: tile_q4_0(n, out, out_stride, x, x_stride, nrows, y, stride, 2); break;
+    case 3: tile_q4_0(n, out, out_stride, x, x_stride, nrows, y, stride, 3); break;
+    default: tile_q4_0(n, out, out_stride, x, x_stride, nrows, y, stride, 4); break;
     }
 }
 
@@ -101,6 +207,11 @@ static void k_q4_0_blocks(int n, float *s, const void *vx, const void *vy, size_
         s[r] = fold8(c);
     }
 }
+
+static void q4_0_vec_dot_tile(int n, float *out, size_t out_stride, const void *x, size_t x_stride,
+                              int nrows, const void *y, size_t stride, int ny) {
+    LKV_TILE_BY_ROWS(k_q4_0_blocks, n, out, out_stride, x, x_stride, nrows, y, stride, ny);
+}
 #endif
 
 static void q4_0_vec_dot(int n, float *s, const void *x, const void *y) { k_q4_0_blocks(n, s, x, y, 0, 1); }
@@ -112,4 +223,5 @@ static void q4_0_vec_dot_rows(int n, float *s, const void *x, const void *y, siz
 void LKV_ISA_FN(lkv_install_dot_blocks)(lkv_traits *t) {
     t[LKV_TYPE_Q4_0].vec_dot = q4_0_vec_dot;
     t[LKV_TYPE_Q4_0].vec_dot_rows = q4_0_vec_dot_rows;
+    t[LKV_TYPE_Q4_0].vec_dot_tile = q4_0_vec_dot_tile;
 }

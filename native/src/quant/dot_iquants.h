@@ -32,7 +32,8 @@ LKV_INLINE float iq_d_iq1_m(const block_iq1_m *b) { return h2f(block_iq1_m_d(b))
 /* One row kernel from a block function BLOCK(const BT *x, const block_q8_K
  * *y[4], int ny, int32_t sumi[4]); ATTR is empty or LKV_AVX2. */
 #define IQ_ROW_KERNEL(name, ATTR, BT, DOF, BLOCK, F)                                       \
-    ATTR void name(int n, float *s, const void *vx, const void *vy, size_t stride, int ny) { \
+    ATTR static inline __attribute__((always_inline)) void name##_k(                           \
+        int n, float *s, const void *vx, const void *vy, size_t stride, int ny) {             \
         const BT *x = vx;                                                                 \
         const block_q8_K *y[4];                                                           \
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                          \
@@ -46,6 +47,10 @@ LKV_INLINE float iq_d_iq1_m(const block_iq1_m *b) { return h2f(block_iq1_m_d(b))
             for (int r = 0; r < ny; r++) acc[r] += (d * yb[r]->d) * (float)sumi[r];       \
         }                                                                                 \
         for (int r = 0; r < ny; r++) s[r] = acc[r] * (F);                                 \
+    }                                                                                     \
+    /* ny a constant in each copy: the row loops unroll, the accumulators stay in registers */ \
+    ATTR void name(int n, float *s, const void *vx, const void *vy, size_t stride, int ny) { \
+        LKV_ROWS_DISPATCH(name##_k, n, s, vx, vy, stride, ny);                            \
     }
 
 /* The row kernels of each path (n a multiple of QK_K, 1 <= ny <= 4). */

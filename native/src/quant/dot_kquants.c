@@ -150,6 +150,78 @@ LKV_INLINE void codes_q6_K(const block_q6_K *b, __m256i q[8]) {
     }
 }
 
+/* The parameters built in registers (scalar stores read back as vectors stall
+ * the store forwarding): t holds the 16-element scales as int16, those of the
+ * even 16-groups (2v) at lane v of the low 128 bits, the odd ones (2v + 1) at
+ * lane v of the high 128 bits, so one byte shuffle (scale_pair) gives the
+ * multiplier of 32-vector v; w the 16 bsum weights in order (as kparams.w). */
+typedef struct {
+    float d, dmin;
+    __m256i t, w;
+} kvec;
+
+LKV_INLINE __m128i even_odd(__m128i b) {
+    return _mm_shuffle_epi8(b, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+}
+
+LKV_INLINE __m256i scale_pair(__m256i t, int v) {
+    return _mm256_shuffle_epi8(t, _mm256_set1_epi16((short)((2 * v + 1) << 8 | 2 * v)));
+}
+
+LKV_INLINE uint32_t u32_at(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+LKV_INLINE void vparams_q2_K(const block_q2_K *b, kvec *p) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)b->scales), m4 = _mm_set1_epi8(15);
+    p->d = h2f(b->d);
+    p->dmin = h2f(b->dmin);
+    p->t = _mm256_cvtepu8_epi16(even_odd(_mm_and_si128(raw, m4)));
+    p->w = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+}
+
+LKV_INLINE void vparams_q3_K(const block_q3_K *b, kvec *p) {
+    const uint32_t m2 = 0x03030303u, u = u32_at(b->scales + 8);
+    uint64_t a;
+    memcpy(&a, b->scales, 8);
+    /* k < 8: scales[k] & 15, k >= 8: scales[k - 8] >> 4; high bits of k = 4g + i: (scales[8 + i] >> 2g) & 3 */
+    const __m128i lo = _mm_set_epi64x((long long)((a >> 4) & 0x0f0f0f0f0f0f0f0fULL),
+                                      (long long)(a & 0x0f0f0f0f0f0f0f0fULL));
+    const __m128i hi = _mm_set_epi32((int)((u >> 6) & m2), (int)((u >> 4) & m2), (int)((u >> 2) & m2),
+                                     (int)(u & m2));
+    const __m128i sc = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+    p->d = h2f(b->d);
+    p->dmin = 0.0f;
+    p->t = _mm256_cvtepi8_epi16(even_odd(sc));
+    p->w = _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc), 2);
+}
+
+LKV_INLINE void vparams_k4(const uint8_t s[12], uint16_t d, uint16_t dmin, kvec *p) {
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    const uint32_t u0 = u32_at(s), u1 = u32_at(s + 4), u2 = u32_at(s + 8);
+    const uint32_t sc_lo = u0 & m6, sc_hi = (u2 & m4) | ((u0 >> 6) & m2) << 4;
+    const uint32_t mn_lo = u1 & m6, mn_hi = ((u2 >> 4) & m4) | ((u1 >> 6) & m2) << 4;
+    const __m128i mn = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);
+    p->d = h2f(d);
+    p->dmin = h2f(dmin);
+    /* each 32-scale serves both 16-groups of its vector */
+    p->t = _mm256_cvtepu8_epi16(_mm_set_epi32((int)sc_hi, (int)sc_lo, (int)sc_hi, (int)sc_lo));
+    p->w = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+}
+
+LKV_INLINE void vparams_q4_K(const block_q4_K *b, kvec *p) { vparams_k4(b->scales, b->d, b->dmin, p); }
+LKV_INLINE void vparams_q5_K(const block_q5_K *b, kvec *p) { vparams_k4(b->scales, b->d, b->dmin, p); }
+
+LKV_INLINE void vparams_q6_K(const block_q6_K *b, kvec *p) {
+    const __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
+    p->d = h2f(b->d);
+    p->dmin = 0.0f;
+    p->t = _mm256_cvtepi8_epi16(even_odd(sc));
+    p->w = _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc), 5);
+}
+
 /* FOLD: 1 when the bsum term is an integer correction (q3_K, q6_K). */
 #define KERNEL_K(name, BT, params, codes, FOLD)                                          \
     LKV_INLINE void name(int n, float *s, const void *vx, const void *vy, size_t stride,  \
@@ -164,14 +236,12 @@ LKV_INLINE void codes_q6_K(const block_q6_K *b, __m256i q[8]) {
             accm[r] = 0.0f;                                                               \
         }                                                                                 \
         for (int i = 0; i < n / QK_K; i++) {                                              \
-            kparams p;                                                                    \
+            kvec p;                                                                       \
             __m256i q[8], scv[8];                                                         \
-            params(&x[i], &p);                                                            \
+            v##params(&x[i], &p);                                                         \
             codes(&x[i], q);                                                              \
-            for (int v = 0; v < 8; v++)                                                   \
-                scv[v] = _mm256_set_m128i(_mm_set1_epi16(p.sc[2 * v + 1]),                \
-                                          _mm_set1_epi16(p.sc[2 * v]));                   \
-            const __m256i w = _mm256_loadu_si256((const __m256i *)p.w);                   \
+            for (int v = 0; v < 8; v++) scv[v] = scale_pair(p.t, v);                      \
+            const __m256i w = p.w;                                                        \
             for (int r = 0; r < ny; r++) {                                                \
                 const block_q8_K *yb = &y[r][i];                                          \
                 __m256i sumi = _mm256_setzero_si256();                                    \

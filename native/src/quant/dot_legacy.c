@@ -31,7 +31,8 @@
                                  size_t stride, int ny) {                                 \
         LKV_ROWS_DISPATCH(kernel, n, s, x, y, stride, ny);                                \
     }
-#define INSTALL(ID, T) t[ID].vec_dot = T##_vec_dot, t[ID].vec_dot_rows = T##_vec_dot_rows
+#define INSTALL(ID, T) t[ID].vec_dot = T##_vec_dot, t[ID].vec_dot_rows = T##_vec_dot_rows, \
+                       t[ID].vec_dot_tile = T##_vec_dot_tile
 
 #ifdef __AVX2__
 // ---------------------------------------------------------------- AVX2
@@ -128,6 +129,99 @@ KERNEL_S8_Q8_0(k_iq4_nl, block_iq4_nl, expand_iq4_nl)
 KERNEL_U8_Q8_1(k_q4_1, block_q4_1, expand_q4_1)
 KERNEL_U8_Q8_1(k_q5_1, block_q5_1, expand_q5_1)
 
+/* Tiles (lkv_vec_dot_tile_fn): the activation rows' f16 scales (and q8_1's
+ * sums) converted once for all the weight rows of the tile; per row the same
+ * operations as the kernels above, so the same bits. Rows of more than
+ * TILE_MAX_BLOCKS blocks take the row kernel. */
+#define TILE_MAX_BLOCKS 1024
+
+#define TILE_S8_Q8_0(name, BT, expand)                                                   \
+    LKV_INLINE void name(int n, float *out, size_t out_stride, const void *vx,           \
+                         size_t x_stride, int nrows, const void *vy, size_t stride, int ny) { \
+        const int nb = n / 32;                                                            \
+        const block_q8_0 *y[4];                                                           \
+        float dy[4][TILE_MAX_BLOCKS];                                                     \
+        for (int r = 0; r < ny; r++) {                                                    \
+            y[r] = YROW(block_q8_0, vy, stride, r);                                       \
+            for (int i = 0; i < nb; i++) dy[r][i] = h2f(y[r][i].d);                       \
+        }                                                                                 \
+        for (int row = 0; row < nrows; row++) {                                           \
+            const BT *x = (const BT *)((const char *)vx + (size_t)row * x_stride);        \
+            __m256 acc[4];                                                                \
+            for (int r = 0; r < ny; r++) acc[r] = _mm256_setzero_ps();                    \
+            for (int i = 0; i < nb; i++) {                                                \
+                const __m256i qx = expand(&x[i]);                                         \
+                const float dx = h2f(x[i].d);                                             \
+                for (int r = 0; r < ny; r++) {                                            \
+                    const __m256i qy = _mm256_loadu_si256((const __m256i *)y[r][i].qs);   \
+                    const __m256 p = _mm256_cvtepi32_ps(dot_s8s8(qx, qy));                \
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[r][i]), p, acc[r]);   \
+                }                                                                         \
+            }                                                                             \
+            for (int r = 0; r < ny; r++) out[(size_t)r * out_stride + row] = hsum_ps(acc[r]); \
+        }                                                                                 \
+    }
+
+#define TILE_U8_Q8_1(name, BT, expand)                                                   \
+    LKV_INLINE void name(int n, float *out, size_t out_stride, const void *vx,           \
+                         size_t x_stride, int nrows, const void *vy, size_t stride, int ny) { \
+        const int nb = n / 32;                                                            \
+        const block_q8_1 *y[4];                                                           \
+        float ds[4][TILE_MAX_BLOCKS][2];   /* (d, s) of each block, as floats */          \
+        for (int r = 0; r < ny; r++) {                                                    \
+            y[r] = YROW(block_q8_1, vy, stride, r);                                       \
+            for (int i = 0; i < nb; i++) {                                                \
+                ds[r][i][0] = h2f(y[r][i].d);                                             \
+                ds[r][i][1] = h2f(y[r][i].s);                                             \
+            }                                                                             \
+        }                                                                                 \
+        for (int row = 0; row < nrows; row++) {                                           \
+            const BT *x = (const BT *)((const char *)vx + (size_t)row * x_stride);        \
+            __m256 acc[4];                                                                \
+            __m128 summ[4];                                                               \
+            for (int r = 0; r < ny; r++) {                                                \
+                acc[r] = _mm256_setzero_ps();                                             \
+                summ[r] = _mm_setzero_ps();                                               \
+            }                                                                             \
+            for (int i = 0; i < nb; i++) {                                                \
+                const __m256i qx = expand(&x[i]);                                         \
+                const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128(load_u32(&x[i].d)));    \
+                for (int r = 0; r < ny; r++) {                                            \
+                    const __m256i qy = _mm256_loadu_si256((const __m256i *)y[r][i].qs);   \
+                    const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(qx, qy));                \
+                    const __m128 f = _mm_mul_ps(dmx, _mm_castpd_ps(_mm_load_sd((const double *)ds[r][i]))); \
+                    acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f), p, acc[r]);       \
+                    summ[r] = _mm_add_ps(summ[r], f);                                     \
+                }                                                                         \
+            }                                                                             \
+            for (int r = 0; r < ny; r++)                                                  \
+                out[(size_t)r * out_stride + row] =                                       \
+                    hsum_ps(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summ[r]));            \
+        }                                                                                 \
+    }
+
+TILE_S8_Q8_0(t_q5_0, block_q5_0, expand_q5_0)
+TILE_S8_Q8_0(t_q8_0, block_q8_0, expand_q8_0)
+TILE_S8_Q8_0(t_iq4_nl, block_iq4_nl, expand_iq4_nl)
+TILE_U8_Q8_1(t_q4_1, block_q4_1, expand_q4_1)
+TILE_U8_Q8_1(t_q5_1, block_q5_1, expand_q5_1)
+
+#define TILE_ENTRY(T, tile, kernel)                                                      \
+    static void T##_vec_dot_tile(int n, float *out, size_t out_stride, const void *x,    \
+                                 size_t x_stride, int nrows, const void *y, size_t stride, \
+                                 int ny) {                                                \
+        if (n / 32 > TILE_MAX_BLOCKS) {                                                   \
+            LKV_TILE_BY_ROWS(kernel, n, out, out_stride, x, x_stride, nrows, y, stride, ny); \
+            return;                                                                       \
+        }                                                                                 \
+        switch (ny) {                                                                     \
+        case 1: tile(n, out, out_stride, x, x_stride, nrows, y, stride, 1); break;        \
+        case 2: tile(n, out, out_stride, x, x_stride, nrows, y, stride, 2); break;        \
+        case 3: tile(n, out, out_stride, x, x_stride, nrows, y, stride, 3); break;        \
+        default: tile(n, out, out_stride, x, x_stride, nrows, y, stride, 4); break;       \
+        }                                                                                 \
+    }
+
 #else
 // ---------------------------------------------------------------- portable C
 
@@ -204,6 +298,13 @@ KERNEL_S8_Q8_0(k_q8_0, block_q8_0, code_q8_0)
 KERNEL_S8_Q8_0(k_iq4_nl, block_iq4_nl, code_iq4_nl)
 KERNEL_U8_Q8_1(k_q4_1, block_q4_1, code_q4_1)
 KERNEL_U8_Q8_1(k_q5_1, block_q5_1, code_q5_1)
+
+#define TILE_ENTRY(T, tile, kernel)                                                      \
+    static void T##_vec_dot_tile(int n, float *out, size_t out_stride, const void *x,    \
+                                 size_t x_stride, int nrows, const void *y, size_t stride, \
+                                 int ny) {                                                \
+        LKV_TILE_BY_ROWS(kernel, n, out, out_stride, x, x_stride, nrows, y, stride, ny);  \
+    }
 #endif
 
 // ---------------------------------------------------------------- entry points
@@ -215,6 +316,11 @@ DOT_ENTRIES(q5_0, k_q5_0)
 DOT_ENTRIES(q5_1, k_q5_1)
 DOT_ENTRIES(q8_0, k_q8_0)
 DOT_ENTRIES(iq4_nl, k_iq4_nl)
+TILE_ENTRY(q4_1, t_q4_1, k_q4_1)
+TILE_ENTRY(q5_0, t_q5_0, k_q5_0)
+TILE_ENTRY(q5_1, t_q5_1, k_q5_1)
+TILE_ENTRY(q8_0, t_q8_0, k_q8_0)
+TILE_ENTRY(iq4_nl, t_iq4_nl, k_iq4_nl)
 
 void LKV_ISA_FN(lkv_install_dot_legacy)(lkv_traits *t) {
     t[LKV_TYPE_Q4_0].kv_dot = q4_0_kv_dot;

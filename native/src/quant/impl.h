@@ -64,4 +64,16 @@ extern const int8_t lkv_iq4nl_values[16];
         }                                                   \
     } while (0)
 
+/* A vec_dot_tile from a row kernel (kernel(n, s, x, y, stride, ny)): each
+ * weight row against the ny activation rows in turn. */
+#define LKV_TILE_BY_ROWS(kernel, n, out, out_stride, x, x_stride, nrows, y, y_stride, ny) \
+    do {                                                                            \
+        for (int r_ = 0; r_ < (nrows); r_++) {                                      \
+            float s_[4];                                                            \
+            LKV_ROWS_DISPATCH(kernel, n, s_, (const char *)(x) + (size_t)r_ * (x_stride), \
+                              y, y_stride, ny);                                     \
+            for (int j_ = 0; j_ < (ny); j_++) (out)[(size_t)j_ * (out_stride) + r_] = s_[j_]; \
+        }                                                                           \
+    } while (0)
+
 #endif

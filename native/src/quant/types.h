@@ -55,6 +55,14 @@ typedef void (*lkv_vec_dot_fn)(int n, float *s, const void *x, const void *y);
 typedef void (*lkv_vec_dot_rows_fn)(int n, float *s, const void *x, const void *y,
                                     size_t y_stride, int ny);
 
+/* out[j * out_stride + r] = dot(x + r*x_stride, y + j*y_stride) for r < nrows,
+ * j < ny (ny <= 4): a tile of weight rows against several activation rows, the
+ * activation's per-block values (scales, sums) read once for all the rows.
+ * Each result is bit-identical to vec_dot's. */
+typedef void (*lkv_vec_dot_tile_fn)(int n, float *out, size_t out_stride, const void *x,
+                                    size_t x_stride, int nrows, const void *y,
+                                    size_t y_stride, int ny);
+
 typedef struct lkv_traits {
     const char *name;
     int32_t block_size;           /* elements per block */
@@ -70,6 +78,7 @@ typedef struct lkv_traits {
      * weights' vec_dot (q4_0: dot_blocks.c's block order is for weights, the
      * KV rows keep the 8-lane order the GPU attention kernels reproduce) */
     lkv_vec_dot_fn kv_dot;
+    lkv_vec_dot_tile_fn vec_dot_tile; /* optional (NULL: vec_dot_rows per row) */
 } lkv_traits;
 
 static inline lkv_vec_dot_fn lkv_type_kv_dot(const lkv_traits *t) {
