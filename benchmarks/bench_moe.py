@@ -27,7 +27,7 @@ listed as skipped. Results also go to --csv.
 
 usage (GPU machine; tools/gpu-run.sh's stage "moe"; MoE models on CUDA are opt-in until
 their GPU check has passed, hence the variable):
-  PYLLAMAKV_CUDA_UNVERIFIED=1 python benchmarks/bench_moe.py --llama-bench /tmp/ref/llama-bench \
+  python benchmarks/bench_moe.py --llama-bench /tmp/ref/llama-bench \
       --csv moe.csv
   python benchmarks/bench_moe.py --shape qwen35moe-tiny --device cpu --depths 256,512 \\
       --no-llama    # a CPU smoke run of the script itself

@@ -6,8 +6,7 @@ Unless PYLLAMAKV_LIBRARY points at a built library (development), the root
 is taken off sys.path so the installed package is imported.
 
 The fixture ``path`` (the default model's path, skipping when it is missing) serves
-every module that asks for it; ``cuda_unverified`` turns on the CUDA paths that
-have not yet run on a GPU (native/src/unverified.h) for the tests that check them.
+every module that asks for it.
 """
 import os
 import sys
@@ -27,10 +26,3 @@ def path() -> str:
     """The default model's path (tests/_smollm2.py), once per module; skips when missing."""
     return require_model_path()
 
-
-@pytest.fixture
-def cuda_unverified(monkeypatch):
-    """PYLLAMAKV_CUDA_UNVERIFIED=1 for one test: the core refuses gemma3 and MoE models on
-    CUDA, and picks greedy tokens on the host, until their GPU checks have passed
-    (native/src/unverified.h)."""
-    monkeypatch.setenv("PYLLAMAKV_CUDA_UNVERIFIED", "1")

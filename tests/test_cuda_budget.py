@@ -154,7 +154,7 @@ def moe_path(tmp_path_factory):
                                    n_layer=4, n_embd=512, n_expert=64, n_ff_exp=256))
 
 
-def test_moe_chooses_host_layers_and_stays_in_budget(nvml, moe_path, cuda_unverified):
+def test_moe_chooses_host_layers_and_stays_in_budget(nvml, moe_path):
     """gpu_memory_mib with n_cpu_moe unset (budget.plan_budget): a budget halfway between
     what the model needs with every expert on the device and with every one on the host
     puts some layers' experts on the host, and NVML stays within it."""

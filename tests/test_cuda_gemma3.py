@@ -28,8 +28,7 @@ from test_gemma3_golden import DATA, KL_MAX, TOP1_MIN, _model_path, _score
 from fixtures.tiny_gemma3 import write_tiny_gemma3
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device"),
-              pytest.mark.usefixtures("cuda_unverified")]   # opt-in until run on a GPU
+              pytest.mark.skipif(N.cuda_device_count() == 0, reason="no CUDA device")]
 
 WTYPES = {"f32": T.F32, "q8_0": T.Q8_0, "q4_0": T.Q4_0}
 

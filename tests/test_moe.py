@@ -212,7 +212,7 @@ def test_n_cpu_moe_on_the_command_line(qwen3moe_path):
         __import__("pyllamakv.core.native", fromlist=["lib"]).lib.lkv_build_features()
     ).decode().split(), reason="planning for CUDA needs a build with the CUDA backend (the "
                                "core's memory plan)")
-def test_budget_leaves_host_experts_out(tiny, cuda_unverified):
+def test_budget_leaves_host_experts_out(tiny):
     """gpu_memory_mib on a device: the experts of n_cpu_moe's layers stay in host memory, so
     the weights' share is smaller by exactly their allocations; the context's buffers are
     the core's plan."""

@@ -47,8 +47,7 @@
 #            within gpu_memory_mib=MOE_BUDGET (default 16384): prefill and decode at MOE_DEPTHS
 #            (default 8192,32768,65536,131072,262144), MOE_GEN tokens (default 32), beside
 #            llama-bench -ncmoe N (pyllamakv's chosen N; waits for a llama-bench the llref stage
-#            builds, else pyllamakv alone); MoE on CUDA is still opt-in, so the stage sets
-#            PYLLAMAKV_CUDA_UNVERIFIED=1; MOE_ARGS: more of its flags (a smoke run without a
+#            builds, else pyllamakv alone); MOE_ARGS: more of its flags (a smoke run without a
 #            GPU: MOE_SHAPE=qwen35moe-tiny MOE_ARGS="--device cpu")
 #   ttft     benchmarks/bench_ttft.py: the qwen35-27b prompt (TTFT_TYPE, TTFT_LENGTHS, TTFT_CONFIGS) through
 #            Llama.eval, with B/native/chunked/libllamakv.so too where present; llama-bench's pp beside it
@@ -227,7 +226,7 @@ if [[ $STAGES == *moe* ]]; then
             while [ ! -f /tmp/ref/packed ] && kill -0 $LLPID 2>/dev/null && (( $(left) > 300 )); do sleep 5; done
         fi
         LLARG=--no-llama; [ -x $LLB ] && LLARG="--llama-bench $LLB"
-        LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} PYLLAMAKV_CUDA_UNVERIFIED=1 timeout "$(cap 590)" \
+        LD_LIBRARY_PATH=$(dirname $LLB):${LD_LIBRARY_PATH:-} timeout "$(cap 590)" \
             python3 benchmarks/bench_moe.py --model $G $LLARG --depths ${MOE_DEPTHS:-8192,32768,65536,131072,262144} \
             --gen ${MOE_GEN:-32} --budget-mib ${MOE_BUDGET:-16384} --csv "$OUT/moe.csv" \
             --deadline "$(( $(left) - ${MOE_TAIL:-20} ))" ${MOE_ARGS:-} 2>&1 | tee "$OUT/moe.log"

@@ -15,7 +15,6 @@ from fixtures.tiny_moe import write_tiny_qwen3moe, write_tiny_qwen35moe   # noqa
 from fixtures.tiny_gemma3 import write_tiny_gemma3   # noqa: E402
 from gguf import GGMLQuantizationType as T   # noqa: E402
 
-os.environ["PYLLAMAKV_CUDA_UNVERIFIED"] = "1"
 d = Path(tempfile.mkdtemp())
 rng = np.random.default_rng(100)
 toks = [int(t) for t in rng.integers(4, 300, 120)]

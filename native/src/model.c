@@ -11,7 +11,6 @@
 #include "error.h"
 #include "model_api.h"
 #include "quant/types.h"
-#include "unverified.h"
 
 // ------------------------------------------------------------------ architectures
 
@@ -347,18 +346,10 @@ lkv_status lkv_model_backend(const lkv_model_params *p, const lkv_backend **out)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "the %s backend has no GeGLU, sliding-window "
                         "attention or logit softcapping yet, so it cannot run %s models; use "
                         "device='cpu'", be->name, ARCHS[p->arch].name);
-    if (gemma_ops && be != &lkv_backend_cpu && !lkv_unverified_on())
-        return lkv_fail(LKV_ERR_UNSUPPORTED, "%s models on the %s backend: its kernels are built "
-                        "but have not yet run on a GPU; use device='cpu', or set %s=1 to try them",
-                        ARCHS[p->arch].name, be->name, LKV_UNVERIFIED_ENV);
     if (ARCHS[p->arch].moe && !be->moe_topk)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "the %s backend has no mixture-of-experts layers "
                         "yet, so it cannot run %s models; use device='cpu'", be->name,
                         ARCHS[p->arch].name);
-    if (ARCHS[p->arch].moe && be != &lkv_backend_cpu && !lkv_unverified_on())   /* cuda/moe.cu */
-        return lkv_fail(LKV_ERR_UNSUPPORTED, "%s models on the %s backend: its mixture-of-experts "
-                        "ops are built but have not yet run on a GPU; use device='cpu', or set "
-                        "%s=1 to try them", ARCHS[p->arch].name, be->name, LKV_UNVERIFIED_ENV);
     *out = be;
     return LKV_OK;
 }
