@@ -17,8 +17,11 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_moe.py"
 
 
 def _run(tmp_path, *args):
+    # the source tree's package only where a built library is named (as conftest.py does):
+    # else the installed one (the tree's has no compiled core)
+    root = [str(SCRIPT.parents[1])] if os.environ.get("PYLLAMAKV_LIBRARY") else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(SCRIPT.parents[1])] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+        root + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
     out = tmp_path / "moe.csv"
     p = subprocess.run([sys.executable, str(SCRIPT), "--shape", "qwen35moe-tiny", "--device", "cpu",
                         "--dir", str(tmp_path), "--csv", str(out), *args],
