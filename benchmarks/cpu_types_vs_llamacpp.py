@@ -29,7 +29,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -41,23 +40,12 @@ N_PROMPT, N_GEN = 512, 64
 
 
 def pyllamakv_round(model, threads: int, n_prompt: int, n_gen: int) -> tuple[float, float]:
-    """(pp t/s, tg t/s): prefill of n_prompt tokens, then n_gen greedy steps after them."""
-    from pyllamakv.core.native import Context
+    """(pp t/s, tg t/s): bench_cpu.py's run (prefill of n_prompt tokens, then n_gen
+    greedy steps after them) on random ids past the tiny vocabularies' specials."""
+    from bench_cpu import one_run   # benchmarks/bench_cpu.py, beside this script
     prompt = np.random.default_rng(0).integers(300, model.n_vocab, n_prompt).tolist()
-    c = Context(model, n_ctx=n_prompt + n_gen + 8, n_batch=512, n_ubatch=512, n_threads=threads)
-    try:
-        t0 = time.perf_counter()
-        c.decode(prompt)
-        t_pp = time.perf_counter() - t0
-        tok = int(np.argmax(c.logits()[-1]))
-        t0 = time.perf_counter()
-        for _ in range(n_gen):
-            c.decode([tok])
-            tok = int(np.argmax(c.logits()[-1]))
-        t_tg = time.perf_counter() - t0
-    finally:
-        c.close()
-    return n_prompt / t_pp, n_gen / t_tg
+    pp, tg, _ = one_run(model, prompt, n_gen, threads, None)
+    return pp, tg
 
 
 def llama_bench(bench: str, path: Path, threads: int, args: list[str]) -> float:
