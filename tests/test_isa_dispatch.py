@@ -47,6 +47,16 @@ def each_level(levels, fn):
     return out
 
 
+def same_logits_at_each_level(levels, logits, wtype) -> None:
+    """logits() gives the same bits under every level as under the first."""
+    got = each_level(levels, logits)
+    base = got[levels[0]]
+    for lv, v in got.items():
+        diff = np.flatnonzero(v.view(np.uint32) != base.view(np.uint32))
+        assert diff.size == 0, why(wtype, f"{LEVELS[lv]} differs from {LEVELS[levels[0]]} in "
+                                          f"{diff.size} logits, first at {diff[0]}")
+
+
 def test_the_best_level_is_chosen_and_reported():
     lv = available_levels()
     assert lv[0] == 0  # portable is always there
@@ -93,12 +103,7 @@ def test_forward_agrees_bit_for_bit_across_levels(tmp_path, levels, wtype: T):
                 c.decode([tok])
             return c.logits().copy()
 
-    got = each_level(levels, logits)
-    base = got[levels[0]]
-    for lv, v in got.items():
-        diff = np.flatnonzero(v.view(np.uint32) != base.view(np.uint32))
-        assert diff.size == 0, why(wtype, f"{LEVELS[lv]} differs from {LEVELS[levels[0]]} in "
-                                          f"{diff.size} logits, first at {diff[0]}")
+    same_logits_at_each_level(levels, logits, wtype)
 
 
 @pytest.mark.parametrize("wtype", [T.Q4_0, T.Q8_0, T.Q5_0, T.IQ4_NL], ids=lambda t: t.name)
@@ -119,9 +124,4 @@ def test_forward_with_odd_widths_agrees_across_levels(tmp_path, levels, wtype: T
                 c.decode([tok])
             return c.logits().copy()
 
-    got = each_level(levels, logits)
-    base = got[levels[0]]
-    for lv, v in got.items():
-        diff = np.flatnonzero(v.view(np.uint32) != base.view(np.uint32))
-        assert diff.size == 0, why(wtype, f"{LEVELS[lv]} differs from {LEVELS[levels[0]]} in "
-                                          f"{diff.size} logits, first at {diff[0]}")
+    same_logits_at_each_level(levels, logits, wtype)
