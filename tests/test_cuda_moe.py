@@ -31,8 +31,8 @@ WRITERS = {"qwen3moe": write_tiny_qwen3moe, "qwen35moe": write_tiny_qwen35moe}
 WTYPES = {"f32": T.F32, "q8_0": T.Q8_0, "q4_0": T.Q4_0}
 
 
-def _tiny(tmp_path, arch, wtype, seed=0):
-    path = WRITERS[arch](tmp_path / f"{arch}-{wtype}.gguf", WTYPES[wtype], seed=seed, n_layer=4)
+def _tiny(tmp_path, arch, wtype, seed=0, **kw):
+    path = WRITERS[arch](tmp_path / f"{arch}-{wtype}.gguf", WTYPES[wtype], seed=seed, n_layer=4, **kw)
     rng = np.random.default_rng(seed + 100)
     return path, [int(t) for t in rng.integers(4, 300, 120)]
 
@@ -71,12 +71,10 @@ def test_tiny_moe_matches_the_cpu(tmp_path, arch, wtype, kernels):
 
 def test_every_expert_used_matches_the_cpu(tmp_path):
     """qwen3moe (the routed FFN alone: qwen35moe adds the delta rule's own rounding)"""
-    arch = "qwen3moe"
-    path = WRITERS[arch](tmp_path / f"{arch}-all.gguf", T.F32, seed=2, n_layer=4, n_used=8)
-    toks = [int(t) for t in np.random.default_rng(7).integers(4, 300, 120)]
+    path, toks = _tiny(tmp_path, "qwen3moe", "f32", seed=2, n_used=8)
     cpu = engine_logits(path, toks, device="cpu", gpu_kernels="exact")
     gpu = engine_logits(path, toks, device="cuda", gpu_kernels="exact")
-    _close(f"{arch} every expert", cpu, gpu, 1e-5)
+    _close("qwen3moe every expert", cpu, gpu, 1e-5)
 
 
 @pytest.mark.parametrize("arch", list(WRITERS))
