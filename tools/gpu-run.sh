@@ -50,7 +50,7 @@
 #            builds, else pyllamakv alone); MOE_ARGS: more of its flags (a smoke run without a
 #            GPU: MOE_SHAPE=qwen35moe-tiny MOE_ARGS="--device cpu")
 #   ttft     benchmarks/bench_ttft.py: the qwen35-27b prompt (TTFT_TYPE, TTFT_LENGTHS, TTFT_CONFIGS) through
-#            Llama.eval, with B/native/chunked/libllamakv.so too where present; llama-bench's pp beside it
+#            Llama.eval, with B/native/recurrence/libllamakv.so too where present; llama-bench's pp beside it
 #   spec     benchmarks/bench_speculative.py verify: one pass over [token + k drafts],
 #            k = 0..15, against one step (synthetic 8B shape, q8_0 KV, SPEC_DEPTHS default
 #            32768,131072, pools 1024,4096 MiB), then effective: the acceptance measured on
@@ -189,13 +189,13 @@ fi
 
 if [[ $STAGES == *ttft* ]]; then
     # the 27B hybrid's prompt through Llama.eval (benchmarks/bench_ttft.py), with the library as built
-    # and, where B/native/chunked/libllamakv.so exists (a build with -DLKV_DR_CHUNKED_ON=1), the
-    # chunked delta rule by default; then llama-bench's pp at the same lengths, all resident
+    # and, where B/native/recurrence/libllamakv.so exists (a build with -DLKV_DR_CHUNKED_ON=0), the
+    # delta rule's recurrence for prefill too; then llama-bench's pp at the same lengths, all resident
     mkdir -p /tmp/syn; G=/tmp/syn/qwen35-27b-${TTFT_TYPE:-iq4_xs}.gguf
     stamp "ttft: $G (${TTFT_LENGTHS:-32768}; ${TTFT_CONFIGS:-budget:16384,resident:4096})"
     [ -f $G ] || timeout "$(cap 200)" python3 benchmarks/synthetic_model.py qwen35-27b $G --type ${TTFT_TYPE:-iq4_xs} > /dev/null 2>&1
     stamp "file ready"
-    for lib in $B/native/libllamakv.so $B/native/chunked/libllamakv.so; do
+    for lib in $B/native/libllamakv.so $B/native/recurrence/libllamakv.so; do
         [ -f $lib ] || continue
         echo "library: $lib"
         PYLLAMAKV_LIBRARY=$lib timeout "$(cap 300)" python3 benchmarks/bench_ttft.py $G --lengths ${TTFT_LENGTHS:-32768} \
