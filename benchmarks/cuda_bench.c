@@ -26,6 +26,7 @@
 
 #include "llamakv.h"
 #include "cuda/tune.h"
+#include "cuda/tune_mvq.h"
 #include "quant/types.h"
 
 /* cudart (linked statically); declared here so that this file needs no CUDA headers */
@@ -171,6 +172,8 @@ int main(int argc, char **argv) {
             if (atoi(t) >= 0 && atoi(t) < n_vars) pick[n_var++] = atoi(t);
         free(pc);
     }
+    /* BENCH_MVQ_ROWS=1|2|4: mvq.cu's rows a warp (tune_mvq.h) in every variant */
+    if (getenv("BENCH_MVQ_ROWS")) lkv_cuda_mvq_rows = atoi(getenv("BENCH_MVQ_ROWS"));
     const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
     /* llama.cpp on the same shape, Q4_0 weights, q8_0 K and V (BENCHMARKS.md, 2026-12-01) */
     const int ref_ok = wt == 2 && kvt == 8 && NL == 32;

@@ -24,6 +24,7 @@
 #include "quant/types.h"
 #include "harness.h"
 #include "cuda/tune.h"
+#include "cuda/tune_mvq.h"
 
 static double rel_err(const float *a, const double *ref, size_t n) {
     double num = 0, den = 0;
@@ -607,7 +608,8 @@ static void test_gemm_wg(void) {
  * and activations per case; every token count 1..16; rows that leave every
  * tail of the 4-row blocks (37, 302, 1, 4099) and sets of 3 weights of
  * different heights in one launch; widths of 1, 3, 16 and 56 super-blocks
- * (rows whose bytes are 2 mod 4 for q3_K and q6_K at 3 super-blocks). */
+ * (rows whose bytes are 2 mod 4 for q3_K and q6_K at 3 super-blocks); 1, 2
+ * and 4 rows a warp (tune_mvq.h). */
 static void test_matvec_mvq(void) {
     const int types[] = {LKV_TYPE_Q2_K, LKV_TYPE_Q3_K, LKV_TYPE_Q4_K, LKV_TYPE_Q5_K, LKV_TYPE_Q6_K,
                          LKV_TYPE_IQ4_XS, LKV_TYPE_IQ2_XXS, LKV_TYPE_IQ2_XS, LKV_TYPE_IQ2_S,
@@ -626,29 +628,35 @@ static void test_matvec_mvq(void) {
                 ws[k] = &w[k];
                 nrows += shapes[si][k];
             }
-            double worst = 0;
-            int worst_n = 0;
-            for (int n = 1; n <= 16; n++) {
-                float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * nrows);
-                float *cout = malloc(sizeof(float) * n * nrows);
-                fill(x, (size_t)n * cols, 1.f);
-                float *dx = dup_dev(x, sizeof(float) * n * cols), *dout = dev_buf(sizeof(float) * n * nrows);
-                float *outs[3], *couts[3];
-                size_t o = 0;
-                for (int k = 0; k < 3; k++) {
-                    outs[k] = dout + o;
-                    couts[k] = cout + o;
-                    o += (size_t)n * shapes[si][k];
+            for (int rw = 1; rw <= 4; rw *= 2) {   /* tune_mvq.h: the rows a warp */
+                lkv_cuda_mvq_rows = rw;
+                lkv_cuda_tuning.gen++;
+                double worst = 0;
+                int worst_n = 0;
+                for (int n = 1; n <= 16; n++) {
+                    float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * nrows);
+                    float *cout = malloc(sizeof(float) * n * nrows);
+                    fill(x, (size_t)n * cols, 1.f);
+                    float *dx = dup_dev(x, sizeof(float) * n * cols), *dout = dev_buf(sizeof(float) * n * nrows);
+                    float *outs[3], *couts[3];
+                    size_t o = 0;
+                    for (int k = 0; k < 3; k++) {
+                        outs[k] = dout + o;
+                        couts[k] = cout + o;
+                        o += (size_t)n * shapes[si][k];
+                    }
+                    G->matmul(gb, outs, dx, ws, 3, n);   /* into NaN: an output not written shows */
+                    get(out, dout, sizeof(float) * n * nrows);
+                    C->matmul(cb, couts, x, ws, 3, n);
+                    const double e = rel_err_f(out, cout, (size_t)n * nrows);
+                    if (!(e <= worst)) { worst = isnan(e) ? INFINITY : e; worst_n = n; }
+                    free(x); free(out); free(cout); cudaFree(dx); cudaFree(dout);
                 }
-                G->matmul(gb, outs, dx, ws, 3, n);   /* into NaN: an output not written shows */
-                get(out, dout, sizeof(float) * n * nrows);
-                C->matmul(cb, couts, x, ws, 3, n);
-                const double e = rel_err_f(out, cout, (size_t)n * nrows);
-                if (!(e <= worst)) { worst = isnan(e) ? INFINITY : e; worst_n = n; }
-                free(x); free(out); free(cout); cudaFree(dx); cudaFree(dout);
+                check(worst < 1e-5, "matmul mvq %-7s rows %d+%d+%d x %d, %d rows a warp, n=1..16: worst rel err against the CPU %.2e (n=%d)",
+                      t->name, shapes[si][0], shapes[si][1], shapes[si][2], cols, rw, worst, worst_n);
             }
-            check(worst < 1e-5, "matmul mvq %-7s rows %d+%d+%d x %d, n=1..16: worst rel err against the CPU %.2e (n=%d)",
-                  t->name, shapes[si][0], shapes[si][1], shapes[si][2], cols, worst, worst_n);
+            lkv_cuda_mvq_rows = 0;
+            lkv_cuda_tuning.gen++;
             for (int k = 0; k < 3; k++) free_weight(&w[k]);
         }
     }

@@ -13,12 +13,14 @@
  * once, decoded to signed bytes once for all the call's tokens, then per
  * token 4 16-byte loads of the codes and 16 dp4a.
  *
- * Work split: one warp per output row, its lanes on units lane, lane + 32, ...
- * (4 consecutive lanes read one super-block: 144 consecutive bytes for q4_K),
- * 4 warps a block; the next unit's weights are loaded before the current one
- * is multiplied, and the first before the previous kernel is waited for
- * (pdl.cuh), so two units' loads are in flight per lane. The warp's sums by
- * shuffles, one per token.
+ * Work split: one warp per R output rows (1, 2 or 4: mq_rows_per_warp), its
+ * lanes on units lane, lane + 32, ... of each (4 consecutive lanes read one
+ * super-block: 144 consecutive bytes for q4_K), 4 warps a block; a unit's
+ * activations are loaded once for the R rows. With R = 1 the next unit's
+ * weights are loaded before the current one is multiplied; the first units
+ * are loaded before the previous kernel is waited for (pdl.cuh). The warp's
+ * sums by shuffles, one per row and token. q4_K / q5_K read d, dmin and the
+ * scales in one 16-byte load, iq4_xs d and its scales in one 8-byte load.
  *
  * Activations: what the chooser quantized for the type (matmul.cuh,
  * lkv_act_format): the CPU's q8_K codes in 32-groups (xd the group's d, xs
@@ -29,38 +31,63 @@
 #include "matmul.cuh"
 #include "mvq_units.cuh"
 #include "pdl.cuh"
+#include "tune_mvq.h"
 
 enum { MQ_WARPS = 4 };
 
-/* sub-block s of unit w against one token's codes (xq, xd, xs at the
- * super-block's first element / group) */
+/* one token's activations for a unit (their places: the unit's e[s], the same
+ * in every row): the 4 sub-blocks' 16 codes, their 32-groups' d and, for
+ * MQ_GROUP, the groups' xs (xq, xd, xs at the super-block's first element /
+ * group) */
+struct mq_x {
+    uint4 q[4];
+    float d[4], s[2];
+};
+
 template <int T>
-static __device__ __forceinline__ float mq_dot(const mq_unit &w, const int8_t *__restrict__ xq,
-                                               const float *__restrict__ xd, const float *__restrict__ xs) {
+static __device__ __forceinline__ void mq_xload(const mq_unit &w, const int8_t *__restrict__ xq,
+                                                const float *__restrict__ xd, const float *__restrict__ xs,
+                                                mq_x &x) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        x.q[s] = __ldg((const uint4 *)(xq + w.e[s]));
+        x.d[s] = __ldg(xd + (w.e[s] >> 5));
+    }
+    if constexpr (mq_min<T>::v == MQ_GROUP) {
+        x.s[0] = __ldg(xs + (w.e[0] >> 5));
+        x.s[1] = __ldg(xs + (w.e[2] >> 5));
+    }
+}
+
+/* unit w against one token's activations x */
+template <int T>
+static __device__ __forceinline__ float mq_dot(const mq_unit &w, const mq_x &x) {
     float acc = 0.f;
 #pragma unroll
     for (int s = 0; s < 4; s++) {
-        const uint4 x = __ldg((const uint4 *)(xq + w.e[s]));
-        int p = __dp4a((int)w.q[4 * s], (int)x.x, 0);
-        p = __dp4a((int)w.q[4 * s + 1], (int)x.y, p);
-        p = __dp4a((int)w.q[4 * s + 2], (int)x.z, p);
-        p = __dp4a((int)w.q[4 * s + 3], (int)x.w, p);
-        const float dx = __ldg(xd + (w.e[s] >> 5));
-        acc += (w.d[s] * dx) * (float)p;
+        int p = __dp4a((int)w.q[4 * s], (int)x.q[s].x, 0);
+        p = __dp4a((int)w.q[4 * s + 1], (int)x.q[s].y, p);
+        p = __dp4a((int)w.q[4 * s + 2], (int)x.q[s].z, p);
+        p = __dp4a((int)w.q[4 * s + 3], (int)x.q[s].w, p);
+        acc += (w.d[s] * x.d[s]) * (float)p;
         if constexpr (mq_min<T>::v == MQ_SUB) {
-            int c = __dp4a((int)x.x, 0x01010101, 0);
-            c = __dp4a((int)x.y, 0x01010101, c);
-            c = __dp4a((int)x.z, 0x01010101, c);
-            c = __dp4a((int)x.w, 0x01010101, c);
-            acc += (w.m[s] * dx) * (float)c;
+            int c = __dp4a((int)x.q[s].x, 0x01010101, 0);
+            c = __dp4a((int)x.q[s].y, 0x01010101, c);
+            c = __dp4a((int)x.q[s].z, 0x01010101, c);
+            c = __dp4a((int)x.q[s].w, 0x01010101, c);
+            acc += (w.m[s] * x.d[s]) * (float)c;
         }
     }
-    if constexpr (mq_min<T>::v == MQ_GROUP)
-        acc += w.m[0] * __ldg(xs + (w.e[0] >> 5)) + w.m[2] * __ldg(xs + (w.e[2] >> 5));
+    if constexpr (mq_min<T>::v == MQ_GROUP) acc += w.m[0] * x.s[0] + w.m[2] * x.s[1];
     return acc;
 }
 
-template <int T, int NT>
+/* R rows a warp (rows r0 .. r0 + R - 1; past the end: the last row again, not
+ * stored): a lane takes units lane, lane + 32, ... of every one of them, so the
+ * activations of a unit are loaded once for the R rows, and R units' weight
+ * loads are in flight at once. R = 1 loads the next unit before it multiplies
+ * the current one (R > 1 has its R loads for that). */
+template <int T, int NT, int R>
 __global__ void __launch_bounds__(MQ_WARPS * 32)
 mvq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd,
            const float *__restrict__ xs, int cols, int n) {
@@ -68,43 +95,61 @@ mvq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int j = mm_pick(ms, blockIdx.x);
     const int rows = ms.rows[j];
-    const int r = (blockIdx.x - ms.tile0[j]) * MQ_WARPS + warp;
+    const int r0 = ((blockIdx.x - ms.tile0[j]) * MQ_WARPS + warp) * R;
     pdl_trigger();
-    if (r >= rows) {
+    if (r0 >= rows) {
         pdl_wait();
         return;
     }
-    const uint8_t *row = ms.w[j] + (size_t)r * ms.row_bytes[j];
-    const int nu = cols / 64, ng = cols / 32;   /* units and 32-groups of a row */
-    float acc[NT];
+    const uint8_t *row[R];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+    for (int k = 0; k < R; k++) row[k] = ms.w[j] + (size_t)min(r0 + k, rows - 1) * ms.row_bytes[j];
+    const int nu = cols / 64, ng = cols / 32;   /* units and 32-groups of a row */
+    float acc[R][NT];
+#pragma unroll
+    for (int k = 0; k < R; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = 0.f;
 
-    mq_unit w;
+    mq_unit w[R];
     int i = lane;
-    if (i < nu) mq_load<T>(row + (size_t)(i >> 2) * B, i & 3, w);
+    if (i < nu)
+#pragma unroll
+        for (int k = 0; k < R; k++) mq_load<T>(row[k] + (size_t)(i >> 2) * B, i & 3, w[k]);
     pdl_wait();
 #pragma unroll 1
     while (i < nu) {
         const int sb = i >> 2;
-        mq_unit nx;
         const int i2 = i + 32;
-        if (i2 < nu) mq_load<T>(row + (size_t)(i2 >> 2) * B, i2 & 3, nx);
+        mq_unit nx;
+        if constexpr (R == 1)
+            if (i2 < nu) mq_load<T>(row[0] + (size_t)(i2 >> 2) * B, i2 & 3, nx);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n) break;
-            acc[t] += mq_dot<T>(w, xq + (size_t)t * cols + 256 * sb, xd + (size_t)t * ng + 8 * sb,
-                                xs + (size_t)t * ng + 8 * sb);
+            mq_x x;
+            mq_xload<T>(w[0], xq + (size_t)t * cols + 256 * sb, xd + (size_t)t * ng + 8 * sb,
+                        xs + (size_t)t * ng + 8 * sb, x);
+#pragma unroll
+            for (int k = 0; k < R; k++) acc[k][t] += mq_dot<T>(w[k], x);
         }
-        w = nx;
+        if constexpr (R == 1) {
+            w[0] = nx;
+        } else if (i2 < nu) {
+#pragma unroll
+            for (int k = 0; k < R; k++) mq_load<T>(row[k] + (size_t)(i2 >> 2) * B, i2 & 3, w[k]);
+        }
         i = i2;
     }
-    float *out = ms.out[j];
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        if (t >= n) break;
-        const float s = lkv_warp_sum(acc[t]);
-        if (lane == 0) out[(size_t)t * rows + r] = s;
+    for (int k = 0; k < R; k++) {
+        float *out = ms.out[j] + r0 + k;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n) break;
+            const float s = lkv_warp_sum(acc[k][t]);
+            if (lane == 0 && r0 + k < rows) out[(size_t)t * rows] = s;
+        }
     }
 }
 
@@ -114,22 +159,44 @@ template <int T> struct mq_ok {
     enum { v = cblk<T>::qk == 256 && has_i8<T>::v };
 };
 
-template <int T, int NT>
+int lkv_cuda_mvq_rows;
+
+/* rows a warp (tune_mvq.h: 1, 2, 4; 0: the rule below). One row a warp
+ * unless the launch has rows to spare: R rows a warp read the activations once
+ * for R rows and keep R units' loads in flight, at R times fewer warps. */
+static int mq_rows_per_warp(const mm_set &ms, int n) {
+    const int f = lkv_cuda_mvq_rows;
+    if (f == 1 || f == 2 || f == 4) return n > 2 && f == 4 ? 2 : f;
+    (void)ms;
+    return 1;
+}
+
+template <int T, int NT, int R>
 static void mq_launch(lkv_bctx *b, mm_set &ms, int cols, int n) {
     ms.tile0[0] = 0;
-    for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MQ_WARPS);
-    lkv_launch(b, mvq_kernel<T, NT>, ms.tile0[ms.n_w], MQ_WARPS * 32, 0, ms, (const int8_t *)b->xq,
+    for (int i = 0; i < ms.n_w; i++) ms.tile0[i + 1] = ms.tile0[i] + (int)lkv_cdiv(ms.rows[i], MQ_WARPS * R);
+    lkv_launch(b, mvq_kernel<T, NT, R>, ms.tile0[ms.n_w], MQ_WARPS * 32, 0, ms, (const int8_t *)b->xq,
                (const float *)b->xd, (const float *)b->xs, cols, n);
+}
+
+template <int T, int NT>
+static void mq_launch_r(lkv_bctx *b, mm_set &ms, int cols, int n) {
+    const int r = mq_rows_per_warp(ms, n);
+    if constexpr (NT <= 2) {
+        if (r == 4) return mq_launch<T, NT, 4>(b, ms, cols, n);
+    }
+    if (r >= 2) return mq_launch<T, NT, 2>(b, ms, cols, n);
+    mq_launch<T, NT, 1>(b, ms, cols, n);
 }
 
 template <int T>
 static bool mq_run(lkv_bctx *b, mm_set &ms, int cols, int n) {
     if constexpr (mq_ok<T>::v) {
-        if (n <= 1) mq_launch<T, 1>(b, ms, cols, n);
-        else if (n <= 2) mq_launch<T, 2>(b, ms, cols, n);
-        else if (n <= 4) mq_launch<T, 4>(b, ms, cols, n);
-        else if (n <= 8) mq_launch<T, 8>(b, ms, cols, n);
-        else mq_launch<T, 16>(b, ms, cols, n);
+        if (n <= 1) mq_launch_r<T, 1>(b, ms, cols, n);
+        else if (n <= 2) mq_launch_r<T, 2>(b, ms, cols, n);
+        else if (n <= 4) mq_launch_r<T, 4>(b, ms, cols, n);
+        else if (n <= 8) mq_launch_r<T, 8>(b, ms, cols, n);
+        else mq_launch_r<T, 16>(b, ms, cols, n);
         return true;
     } else {
         (void)b; (void)ms; (void)cols; (void)n;

@@ -20,7 +20,7 @@
  * compares both with the CPU's dot); the grid i-quants are read through dq8i
  * itself, 8 pieces a unit (their grids are table look-ups either way).
  * Blocks whose size is a multiple of 16 (q4_K, q5_K) are read with 16-byte
- * loads, iq4_xs (136: 8-aligned) with 8-byte ones, q2_K (84) with 4-byte ones,
+ * loads (their d, dmin and 12 scale bytes: one load of the first 16 bytes), iq4_xs (136: 8-aligned) with 8-byte ones, q2_K (84) with 4-byte ones,
  * q3_K (110) and q6_K (210, 2-aligned blocks) with 4-byte loads of the words
  * around a piece and a funnel shift.
  */
@@ -68,14 +68,35 @@ static __device__ __forceinline__ void mq_ld16_4(const uint8_t *p, uint32_t (&v)
     for (int i = 0; i < 4; i++) v[i] = __ldg((const uint32_t *)p + i);
 }
 static __device__ __forceinline__ float mq_h(const uint8_t *p) { return __half2float(__ldg((const __half *)p)); }
+/* the f16 in the low / high half of a word */
+static __device__ __forceinline__ float mq_lo_h(uint32_t v) {
+    return __half2float(__ushort_as_half((unsigned short)(v & 0xFFFFu)));
+}
+static __device__ __forceinline__ float mq_hi_h(uint32_t v) {
+    return __half2float(__ushort_as_half((unsigned short)(v >> 16)));
+}
+/* quant.cuh's k4_scale_min on the block's first 16 bytes held in registers
+ * (head.y, .z, .w: scale bytes 0..3, 4..7, 8..11) */
+static __device__ __forceinline__ void mq_k4_scale_min(const uint4 &head, int j, int &sc, int &mn) {
+    const int k = 8 * (j & 3);
+    const uint32_t a = head.y >> k & 0xFFu, c = head.z >> k & 0xFFu, e = head.w >> k & 0xFFu;
+    if (j < 4) {
+        sc = (int)(a & 63);
+        mn = (int)(c & 63);
+    } else {
+        sc = (int)((e & 0xF) | (a >> 6) << 4);
+        mn = (int)((e >> 4) | (c >> 6) << 4);
+    }
+}
 
 template <int T>
 static __device__ __forceinline__ void mq_load(const uint8_t *__restrict__ blk, int u, mq_unit &w) {
     if constexpr (T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K) {
         /* groups 2u (low nibbles of qs[32u ..]) and 2u + 1 (high nibbles) */
-        const cq4_k *b = (const cq4_k *)blk;   /* d, dmin, scales: one prefix */
+        const cq4_k *b = (const cq4_k *)blk;   /* d, dmin, scales: one 16-byte prefix */
         const uint8_t *qs = T == LKV_TYPE_Q4_K ? b->qs : ((const cq5_k *)blk)->qs;
         uint32_t lo[4], hi[4];
+        const uint4 head = __ldg((const uint4 *)blk);
         mq_ld16_16(qs + 32 * u, lo);
         mq_ld16_16(qs + 32 * u + 16, hi);
         uint32_t h0[4] = {0, 0, 0, 0}, h1[4] = {0, 0, 0, 0};
@@ -84,11 +105,11 @@ static __device__ __forceinline__ void mq_load(const uint8_t *__restrict__ blk, 
             mq_ld16_16(((const cq5_k *)blk)->qh, h0);
             mq_ld16_16(((const cq5_k *)blk)->qh + 16, h1);
         }
-        const float d = h2f(b->d), dmin = h2f(b->dmin);
+        const float d = mq_lo_h(head.x), dmin = mq_hi_h(head.x);
 #pragma unroll
         for (int g = 0; g < 2; g++) {
             int sc, mn;
-            k4_scale_min(b->scales, 2 * u + g, &sc, &mn);
+            mq_k4_scale_min(head, 2 * u + g, sc, mn);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 uint32_t a = (lo[i] >> (4 * g)) & 0x0F0F0F0Fu, c = (hi[i] >> (4 * g)) & 0x0F0F0F0Fu;
@@ -107,7 +128,8 @@ static __device__ __forceinline__ void mq_load(const uint8_t *__restrict__ blk, 
     } else if constexpr (T == LKV_TYPE_IQ4_XS) {
         /* groups 2u, 2u + 1: 16 bytes each, low nibbles elements 0..15, high 16..31 */
         const block_iq4_xs *b = (const block_iq4_xs *)blk;
-        const float d = iq_h2f(b->d);
+        const uint2 head = __ldg((const uint2 *)blk);   /* d, scales_h, scales_l */
+        const float d = mq_lo_h(head.x);
 #pragma unroll
         for (int g = 0; g < 2; g++) {
             uint32_t v[4];
@@ -117,7 +139,9 @@ static __device__ __forceinline__ void mq_load(const uint8_t *__restrict__ blk, 
                 w.q[8 * g + i] = iq4nl_bytes(v[i] & 0x0F0F0F0Fu);
                 w.q[8 * g + 4 + i] = iq4nl_bytes((v[i] >> 4) & 0x0F0F0F0Fu);
             }
-            w.d[2 * g] = w.d[2 * g + 1] = d * (float)iq4xs_scale(b, 2 * u + g);
+            const int ib = 2 * u + g;
+            const int ls = (int)(((head.y >> 4 * ib) & 15) | ((head.x >> (16 + 2 * ib)) & 3) << 4) - 32;
+            w.d[2 * g] = w.d[2 * g + 1] = d * (float)ls;
             w.m[2 * g] = w.m[2 * g + 1] = 0.f;
             w.e[2 * g] = 64 * u + 32 * g;
             w.e[2 * g + 1] = 64 * u + 32 * g + 16;
