@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
      * depth (default 1). Columns: name, gpu_kernels (1 fast, 0 exact), the
      * decode step as a replayed graph (LKV_CUDA_GRAPH, the library's debug
      * switch), tune.h's forced matmul kernel */
-    struct { const char *name; int fast, graph, mm; } vars[] = {
+    struct { const char *name; int fast, graph, mm, mvq_rows; } vars[] = {
         {"default: the fastest kernels, decode step as a replayed graph", 1, 1, LKV_MM_TABLE},
         {"int8 GEMM mmq for prefill (tune.h)", 1, 1, LKV_MM_MMQ},
         {"exact kernels (gpu_kernels=\"exact\": bit-identical with the CPU)", 0, 1, LKV_MM_TABLE},
@@ -158,7 +158,10 @@ int main(int argc, char **argv) {
         {"int8 mat-vec matvec_q8 for decode (tune.h; mvx is the default)", 1, 1, LKV_MM_MATVEC_Q8},
         {"the default, launched op by op (LKV_CUDA_GRAPH=0)", 1, 0, LKV_MM_TABLE},
         {"f16 WMMA GEMM gemm_f16 for prefill (tune.h)", 1, 1, LKV_MM_GEMM_F16},
-        {"mvq on the norms' / swiglu's q8_0 codes, no q8_K pass (tune.h mvq_q8)", 1, 1, LKV_MM_TABLE}};
+        {"mvq on the norms' / swiglu's q8_0 codes, no q8_K pass (tune.h mvq_q8)", 1, 1, LKV_MM_TABLE},
+        {"mvq 1 row a warp (tune_mvq.h)", 1, 1, LKV_MM_TABLE, 1},
+        {"mvq 2 rows a warp (tune_mvq.h)", 1, 1, LKV_MM_TABLE, 2},
+        {"mvq 4 rows a warp (tune_mvq.h)", 1, 1, LKV_MM_TABLE, 4}};
     const int n_vars = (int)(sizeof vars / sizeof vars[0]);
     int n_var = getenv("BENCH_VARIANTS") ? atoi(getenv("BENCH_VARIANTS")) : 2;
     if (n_var > n_vars) n_var = n_vars;
@@ -172,8 +175,6 @@ int main(int argc, char **argv) {
             if (atoi(t) >= 0 && atoi(t) < n_vars) pick[n_var++] = atoi(t);
         free(pc);
     }
-    /* BENCH_MVQ_ROWS=1|2|4: mvq.cu's rows a warp (tune_mvq.h) in every variant */
-    if (getenv("BENCH_MVQ_ROWS")) lkv_cuda_mvq_rows = atoi(getenv("BENCH_MVQ_ROWS"));
     const int n_dvar = getenv("BENCH_DEPTH_VARIANTS") ? atoi(getenv("BENCH_DEPTH_VARIANTS")) : 1;
     /* llama.cpp on the same shape, Q4_0 weights, q8_0 K and V (BENCHMARKS.md, 2026-12-01) */
     const int ref_ok = wt == 2 && kvt == 8 && NL == 32;
@@ -184,6 +185,7 @@ int main(int argc, char **argv) {
         const int vi = pick[vj];
         lkv_cuda_tuning.matmul = vars[vi].mm;
         lkv_cuda_tuning.mvq_q8 = vi == 7;
+        lkv_cuda_mvq_rows = vars[vi].mvq_rows;
         lkv_cuda_tuning.gen++;
         setenv("LKV_CUDA_GRAPH", vars[vi].graph ? "1" : "0", 1);
         if (depth == 0 || n_dvar > 1) printf("-- %s\n", vars[vi].name);

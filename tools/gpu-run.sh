@@ -32,9 +32,9 @@
 #            fetch) in the background while the other stages run, and its binaries sent
 #            back as $OUT/llbin.tar.xz.part-* (copy them into .ref/ for the next call)
 #   mvq      test_ops' mvq check (the k-quant / i-quant mat-vec against the CPU, n = 1..16),
-#            then cuda_bench's decode step per type in MVQ_TYPES (ids; default: q4_K
-#            iq4_xs q6_K q3_K q2_K iq3_xxs, q4_0 for reference) on the default kernels
-#            against matvec_q8 forced (BENCH_PICK=0,4)
+#            then cuda_bench's decode step at depth MVQ_DEPTH (512) per type in MVQ_TYPES (ids;
+#            default: q4_K iq4_xs q6_K q3_K q2_K iq3_xxs, q4_0 for reference): the default
+#            kernels, mvq with 2 and 4 rows a warp (MVQ_PICK, default 0,9,10)
 #   decode   benchmarks/decode_vs_llamacpp.py: pyllamakv's create_completion decode beside
 #            llama-bench's tg64 on the same synthetic file (DEC_TYPES, DEC_DEPTHS, DEC_SHAPE)
 #   profile  per type in PROF_TYPES (default "q4_k:12 q4_0:2", name:cuda_bench id): cuda_bench's
@@ -159,9 +159,10 @@ if [[ $STAGES == *mvq* ]]; then
     timeout "$(cap 150)" $B/native/test_ops mvq > "$OUT/test_mvq.log" 2>&1; echo "test_ops mvq rc=$?" >> "$OUT/test_mvq.log"
     grep -E "FAIL|passed|rc=" "$OUT/test_mvq.log" | head -30
     grep -E "^ok" "$OUT/test_mvq.log" | head -4
-    stamp "decode step per type: default (0) against matvec_q8 forced (4), depth 0"
+    stamp "decode step per type at depth ${MVQ_DEPTH:-512}: default (0), mvq with 2 and 4 rows a warp (9, 10)"
     for wt in ${MVQ_TYPES:-12 23 14 11 10 18 2}; do
-        BENCH_NO_PP=1 BENCH_PICK=${MVQ_PICK:-0,4} timeout "$(cap 60)" $B/native/cuda_bench $wt 8 0 \
+        BENCH_NO_PP=1 BENCH_PICK=${MVQ_PICK:-0,9,10} BENCH_DEPTH_VARIANTS=16 timeout "$(cap 60)" \
+            $B/native/cuda_bench $wt 8 ${MVQ_DEPTH:-512} \
             > "$OUT/mvq_bench_$wt.log" 2>&1
         echo "type $wt: $(grep -E "^ *tg|tg " "$OUT/mvq_bench_$wt.log" | tr '\n' '|')"
     done
