@@ -111,7 +111,7 @@ if [[ $STAGES == *build* ]]; then
     grep "CUDA architectures" "$OUT/build.log"
     stamp "built"
 fi
-export PYLLAMAKV_LIBRARY=$B/native/libllamakv.so PYLLAMAKV_REPORT_DIR=$OUT
+export PYLLAMAKV_LIBRARY=${LIB:-$B/native/libllamakv.so} PYLLAMAKV_REPORT_DIR=$OUT   # LIB: another build's library
 
 if [[ $STAGES == *ops* ]]; then
     stamp "kernel harness"

@@ -161,14 +161,19 @@ template <int T> struct mq_ok {
 
 int lkv_cuda_mvq_rows;
 
+/* the rows a warp without the override (a build may choose: -DLKV_MVQ_ROWS=2) */
+#ifndef LKV_MVQ_ROWS
+#define LKV_MVQ_ROWS 1
+#endif
+
 /* rows a warp (tune_mvq.h: 1, 2, 4; 0: the rule below). One row a warp
  * unless the launch has rows to spare: R rows a warp read the activations once
  * for R rows and keep R units' loads in flight, at R times fewer warps. */
 static int mq_rows_per_warp(const mm_set &ms, int n) {
-    const int f = lkv_cuda_mvq_rows;
-    if (f == 1 || f == 2 || f == 4) return n > 2 && f == 4 ? 2 : f;
+    int f = lkv_cuda_mvq_rows;
+    if (f != 1 && f != 2 && f != 4) f = LKV_MVQ_ROWS;
     (void)ms;
-    return 1;
+    return n > 2 && f == 4 ? 2 : f;
 }
 
 template <int T, int NT, int R>
