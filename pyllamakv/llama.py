@@ -173,6 +173,12 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         self._open()
         return self._n_vocab
 
+    @property
+    def chat_template_formatter(self):
+        """The chat template chat requests render through (text/chat.py's ChatFormatter,
+        or the chat_format's): api/chat_request.py's template."""
+        return self._chat
+
     def pooling_type(self) -> int:
         """The embedding pooling in use (llama.cpp's LLAMA_POOLING_TYPE_* number)."""
         return self._pooling

@@ -189,7 +189,7 @@ def test_serve_chooses_for_its_slots(served):
     slots = load_engines(s)
     try:
         assert (slots[0].apart is None) == (apart is None)
-        assert [e.memory.n_cpu_moe for e in slots] == [n, n] and slots[0]._model.n_cpu_moe == n
+        assert [e.memory.n_cpu_moe for e in slots] == [n, n] and slots[0].model.n_cpu_moe == n
         mem = [e.memory for e in slots]
         used = mem[0].used if apart is None else mem[0].weights + sum(x.used - x.weights
                                                                       for x in mem)

@@ -42,7 +42,7 @@ def ref(served):
     from pyllamakv import Llama
     _, pool, s = served
     engine = pool.slots[0].engine
-    return Llama(engine.model_path, n_ctx=s.n_ctx, n_threads=1, _model=engine._model)
+    return Llama(engine.model_path, n_ctx=s.n_ctx, n_threads=1, _model=engine.model)
 
 
 @pytest.fixture(scope="module")

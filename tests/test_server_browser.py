@@ -129,7 +129,7 @@ def served():
 def test_chat_page_streams_replies(served):
     from pyllamakv import Llama
     engine = served.app.state.pool.slots[0].engine
-    ref = Llama(engine.model_path, n_ctx=512, n_threads=1, _model=engine._model)
+    ref = Llama(engine.model_path, n_ctx=512, n_threads=1, _model=engine.model)
     page = Page(served.url + "/")
     try:
         page.wait("document.readyState === 'complete' && !!document.getElementById('send')")

@@ -65,7 +65,7 @@ def client(served):
 def ref(served):
     from pyllamakv import Llama
     engine = served[1].slots[0].engine
-    return Llama(engine.model_path, n_ctx=1024, n_threads=1, _model=engine._model,
+    return Llama(engine.model_path, n_ctx=1024, n_threads=1, _model=engine.model,
                  logits_all=True)
 
 

@@ -18,6 +18,7 @@ from _smollm2 import require_model_path
 need_server_deps()
 import httpx  # noqa: E402
 
+from pyllamakv.llama import Llama  # noqa: E402
 from pyllamakv.server import ServerSettings, create_app  # noqa: E402
 from pyllamakv.server.engines import kv_line, load_engines, memory_layout, sharing  # noqa: E402
 from pyllamakv.server.slots import SlotPool  # noqa: E402
@@ -29,6 +30,10 @@ def _check_one_pool(engines, parallel: int, pool_mib: int) -> None:
     ctx = engines[0].engine.ctx
     assert all(e.engine is engines[0].engine for e in engines)      # one engine, one context
     assert ctx.n_seq_max == parallel
+    # each slot drives a sequence of its own of that engine, and no slot is a Llama
+    assert sorted(e.sequence.id for e in engines) == list(range(parallel))
+    assert all(e.engine.sequence(e.sequence.id) is e.sequence for e in engines)
+    assert not any(isinstance(e, Llama) for e in engines)
     assert {e.kv_pool_bytes for e in engines} == {pool_mib * MIB}     # the pool, given once
     shares = [e.sequence.kv_stats()["pool_bytes"] for e in engines]   # the core's split of it,
     left = pool_mib * MIB - sum(shares)        # each share rounded down to its alignment

@@ -184,13 +184,24 @@ def completion_pieces(seq: "Seq", tokenizer: Tokenizer, stream: TokenStream, pro
         on_end()
 
 
+def _started(make_pieces: Callable[[], Iterator[Piece]]) -> Iterator[Piece]:
+    """make_pieces()'s pieces, its checks and prefill run now (up to the first piece)."""
+    pieces = make_pieces()
+    return itertools.chain([next(pieces)], pieces)
+
+
+def shape_pieces(make_pieces: Callable[[], Iterator[Piece]], stream: bool,
+                 shape_stream: Callable, shape_full: Callable):
+    """The answer of a door that owns its sequence (a server slot): the checks and
+    the prefill now; then the chunks (stream) or the whole dict."""
+    pieces = _started(make_pieces)
+    return shape_stream(pieces) if stream else shape_full(pieces)
+
+
 def run_pieces(guard: "Guard", make_pieces: Callable[[], Iterator[Piece]], stream: bool,
                shape_stream: Callable, shape_full: Callable):
     """Non-streamed: every piece under guard (a Llama's lock, guard.py). Streamed:
     the checks and the prefill now, then a stream that holds the guard until it ends."""
-    def start() -> Iterator[Piece]:
-        pieces = make_pieces()
-        return itertools.chain([next(pieces)], pieces)
     if stream:
-        return guard.stream(lambda: shape_stream(start()))
-    return guard.call(lambda: shape_full(start()))
+        return guard.stream(lambda: shape_stream(_started(make_pieces)))
+    return guard.call(lambda: shape_full(_started(make_pieces)))

@@ -15,16 +15,16 @@ public methods (``sampler``, ``scores``, ``input_ids``, ``create_chat_completion
 """
 from __future__ import annotations
 
-import random
 from collections import deque
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..engine.sequence import common_prefix
-from ..engine.sampling import Sampler, SamplingParams
+from ..engine.sampling import Sampler
 from ..errors import ParameterError, ParameterTypeError
-from .grammar import GrammarConstraint, LlamaGrammar
+from .grammar import LlamaGrammar
+from .samplers import make_sampler, next_seed
 
 
 class LlamaCppMethods:
@@ -41,7 +41,7 @@ class LlamaCppMethods:
     def _next_seed(self) -> int:
         """llama-cpp-python's chain: a call without a seed samples with one drawn
         from the current seed, which becomes the current seed."""
-        self._seed = random.Random(self._seed).randint(0, 2**32 - 1)
+        self._seed = next_seed(self._seed)
         return self._seed
 
     # ------------------------------------------------------------ sampling
@@ -59,22 +59,13 @@ class LlamaCppMethods:
             seed = self._next_seed()
         else:
             self.set_seed(seed)
-        p = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                           typical_p=typical_p, repeat_penalty=repeat_penalty,
-                           presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                           logit_bias={} if logit_bias is None else logit_bias, seed=seed, mirostat_mode=mirostat_mode,
-                           mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
-        constraint = None
-        if grammar is not None:
-            if not isinstance(grammar, LlamaGrammar):
-                raise ParameterTypeError(f"grammar must be a LlamaGrammar, not {type(grammar).__name__}")
-            constraint = GrammarConstraint(grammar, self.tokenizer, self.n_vocab())
-        procs = [] if logits_processor is None else (
-            list(logits_processor) if isinstance(logits_processor, (list, tuple))
-            else [logits_processor])
-        sampler = Sampler(p, self.n_vocab(), constraint, procs)
-        sampler.generated_only = True     # penalties over generated tokens (llama-cpp-python)
-        return sampler
+        return make_sampler(self.tokenizer, self.n_vocab(), seed, temperature=temperature,
+                            top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+                            repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
+                            frequency_penalty=frequency_penalty, logit_bias=logit_bias,
+                            grammar=grammar, mirostat_mode=mirostat_mode,
+                            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+                            logits_processor=logits_processor)
 
 
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,

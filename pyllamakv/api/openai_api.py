@@ -12,15 +12,13 @@ from typing import Sequence
 
 from .completion import completion_pieces, run_pieces
 from .compat import check_extra_kwargs
-from ..config import CompletionConfig, tokens_arg
+from ..config import CompletionConfig
 from .embedding import create_embedding, embed
-from .grammar import LlamaGrammar, response_format_grammar
+from .grammar import LlamaGrammar
 from ..engine.guard import guarded
 from .prompt_list import complete_prompts, is_prompt_list
-from .response import (Usage, chat_chunks, chat_response, completion_chunks,
-                       completion_response, with_tool_calls)
-from .tool_stream import tool_chat_chunks
-from .tools import normalize_messages, plan_tools
+from .chat_request import chat_prompt, chat_shapes, completion_shapes, prompt_ids
+from .response import Usage
 from ..text.chat_handlers import FormatterAdapter
 
 
@@ -37,10 +35,7 @@ def sampling_args(args: dict) -> dict:
 
 class OpenAIMethods:
     def prompt_tokens(self, prompt: str | bytes | Sequence[int]) -> list[int]:
-        if isinstance(prompt, (str, bytes)):
-            return self.tokenizer.encode(prompt.encode() if isinstance(prompt, str) else prompt,
-                                         add_bos=True, special=True, max_tokens=self._n_ctx)
-        return tokens_arg("prompt", prompt, self._model.n_vocab)
+        return prompt_ids(self.tokenizer, self._n_ctx, self._model.n_vocab, prompt)
 
     def create_completion(self, prompt: str | bytes | Sequence[int] | list, suffix: None = None,
                           max_tokens: int | None = 16, temperature: float = 0.8,
@@ -69,8 +64,7 @@ class OpenAIMethods:
             self.guard, lambda: self.completion_pieces(tokens, usage, c.max_tokens, c.stop,
                                                        c.echo, c.logprobs, sampler,
                                                        stopping_criteria=stopping_criteria),
-            c.stream, lambda p: completion_chunks(p, name, usage, lp),
-            lambda p: completion_response(p, name, usage, lp))
+            c.stream, *completion_shapes(name, usage, lp))
 
     __call__ = create_completion
 
@@ -106,38 +100,19 @@ class OpenAIMethods:
             chat_formatter, self.tokenizer, "the chat_formatter")
         c = CompletionConfig(max_tokens, stop, False, top_logprobs, stream)
         logprobs = bool(logprobs)
-        plan = plan_tools(template.template, tools, tool_choice, functions, function_call)
-        if plan is not None and plan.grammar is not None:
-            grammar = plan.grammar
-        elif response_format is not None:
-            if grammar is not None:
-                raise ValueError("give response_format or grammar, not both")
-            grammar = response_format_grammar(response_format)
-        chat = template.format(normalize_messages(messages, plan), add_generation_prompt=True,
-                                 **(plan.template_vars if plan else {}))
-        prompt = chat.prompt + (plan.prompt_suffix if plan else "")
-        segments = (chat.segments or [(chat.prompt, True)]) + \
-            ([(plan.prompt_suffix, True)] if plan and plan.prompt_suffix else [])
-        tokens = self.tokenizer.encode_segments(segments, add_bos=not chat.added_special,
-                                                max_tokens=self._n_ctx)
-        stops = list(chat.stop) + c.stop
+        turn = chat_prompt(template, self.tokenizer, self._n_ctx, messages, c.stop,
+                           response_format, grammar, tools, tool_choice, functions,
+                           function_call)
+        grammar = turn.grammar
         sampler = self.sampler(**sampling_args(locals()))
         n_lp = (c.logprobs or 0) if logprobs else None
         usage, name = Usage(), model or self.model_path
-        self.load_cached_prefix(tokens)
-        if plan is not None:     # the reply parsed for tool calls (streamed: tool_stream.py)
-            return run_pieces(
-                self.guard, lambda: self.completion_pieces(
-                    tokens, usage, c.max_tokens, stops, False, n_lp, sampler,
-                    chat.stop_token_ids, stopping_criteria=stopping_criteria),
-                c.stream, lambda p: tool_chat_chunks(p, plan, name),
-                lambda p: with_tool_calls(chat_response(p, name, usage, logprobs), plan))
+        self.load_cached_prefix(turn.tokens)
         return run_pieces(
             self.guard, lambda: self.completion_pieces(
-                tokens, usage, c.max_tokens, stops, False, n_lp, sampler, chat.stop_token_ids,
-                stopping_criteria=stopping_criteria),
-            c.stream, lambda p: chat_chunks(p, name, usage, logprobs),
-            lambda p: chat_response(p, name, usage, logprobs))
+                turn.tokens, usage, c.max_tokens, turn.stops, False, n_lp, sampler,
+                turn.stop_ids, stopping_criteria=stopping_criteria),
+            c.stream, *chat_shapes(turn.plan, name, usage, logprobs))
 
     def completion_pieces(self, tokens: list[int], usage: Usage, max_tokens: int | None, stop,
                           echo: bool, logprobs: int | None, sampler, stop_ids=(),
@@ -153,8 +128,7 @@ class OpenAIMethods:
             self.sequence, self.tokenizer, self.token_stream, tokens, usage, max_tokens, stop,
             echo, logprobs, sampler, stop_ids, stopping_criteria,
             logits_all=self.config.logits_all, drafting=self.draft_model is not None,
-            sampled_logprobs=getattr(self, "sampled_logprobs", False),
-            logprob_ids=getattr(self, "logprob_ids", False), on_end=keep)
+            on_end=keep)
 
     @guarded
     def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,

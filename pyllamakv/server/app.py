@@ -27,7 +27,6 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from . import native, shapes
-from ..api.embedding import create_embedding
 from .embeddings import EmbeddingRequest
 from .generation import ApiError, Generation, OpenAIShape, engine_error
 from .guards import RequestGuard, is_loopback
@@ -157,9 +156,8 @@ def create_app(settings: ServerSettings, pool: SlotPool | None = None) -> FastAP
         if not settings.embedding:
             raise not_supported("embeddings", "with --embedding")
         body = await parse(request, EmbeddingRequest)
-        job = Job(lambda llm, job: iter([create_embedding(  # on the slot's sequence
-                      llm.sequence, llm.tokenizer, llm.pooling_type(), body.input,
-                      body.model or alias)]),
+        job = Job(lambda slot, job: iter([slot.create_embedding(body.input,
+                                                               body.model or alias)]),
                   asyncio.get_running_loop(), settings.timeout_s)
         request.state.jobs = [job]
         try:

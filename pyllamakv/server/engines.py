@@ -1,15 +1,17 @@
-"""The slots' engines: a SlotLlama per slot, each a sequence of one shared engine
-(engine/engine.py: one context, one KV pool given once, one scheduler whose
-steps batch the slots' work), embedding servers and CPU hybrids included,
-loaded from the server's settings, with the chat template and the budget they
-share (slots.py runs them). Two kinds of model keep a context per slot, each
-with an even share of the pool, because the C core holds one such sequence per
-context: hybrids on CUDA (one recurrent state per context there) and models
-with an MTP block (mtp.c); ``memory_layout`` says which (/props, the startup line).
+"""The slots' engines, loaded from the server's settings: a SlotEngine per slot
+(slot_engine.py), each a sequence of one shared engine (engine/engine.py: one
+context, one KV pool given once, one scheduler whose steps batch the slots'
+work), embedding servers and CPU hybrids included, with the chat template and
+the budget they share (slots.py runs them). The context is made by a Llama
+over the loaded model (its pool, threads and budget planned as any Llama's),
+which the slots use only as the owner of their engine. Two kinds of model keep
+a context per slot, each with an even share of the pool, because the C core
+holds one such sequence per context: hybrids on CUDA (one recurrent state per
+context there) and models with an MTP block (mtp.c); ``memory_layout`` says
+which (/props, the startup line).
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ..core.native import GGUFFile, Model, cuda_device_count, model_params
@@ -17,66 +19,12 @@ from ..config import LlamaConfig, choose_device
 from ..default_model import default_model_path
 from ..llama import Llama
 from ..engine.engine import Engine
-from ..engine.sequence import common_prefix
 from .settings import ServerSettings
-from .slots import Job
+from .slot_engine import Shared, SlotEngine
 from ..spec.drafters import make_drafter
 from ..text.chat import ChatFormatter
 from ..text.chat_formats import CHAT_FORMATS
 from .speculation import DRAFT, LOOKUP, MTP, SpecRequest, check_available
-
-
-class SlotLlama(Llama):
-    """A Llama whose generation its slot can stop between two tokens."""
-
-    job: Job | None = None
-    sampled_logprobs = True     # logprobs of sampled tokens without logits_all (completion.py)
-    logprob_ids = True          # and their ids (n_probs: native.py; shapes.py drops them)
-
-    def use_chat_template(self, template: str, source: str) -> None:
-        """Chat through template (jinja source) instead of the model's (--chat-template)."""
-        self._chat = ChatFormatter.from_metadata({"tokenizer.chat_template": template},
-                                                 self.tokenizer, source=source)
-
-    @property
-    def chat_template(self) -> str:
-        return self._chat.template
-
-    def apply_template(self, messages: list[dict]) -> str:
-        """The prompt messages render to (llama-server's /apply-template)."""
-        return self._chat.format(messages, add_generation_prompt=True).prompt
-
-    def token_stream(self, tokens, *args, **kw):
-        # the token stream every completion and chat reads (completion_pieces)
-        job = self.job
-        if job is not None:
-            job.cached_tokens = min(common_prefix(self.input_ids.tolist(), tokens),
-                                    max(len(tokens) - 1, 0))
-        inner = super().token_stream(tokens, *args, **kw)
-        if job is not None:
-            job.prompt_tokens += len(tokens)     # a prompt list: each prompt's
-        ends = set(self.tokenizer.eog_ids)
-        try:
-            for token in inner:
-                if job is not None and job.should_stop():
-                    job.stopped_early = True
-                    self.sequence.cancel()   # the generation ends before its next token
-                    return
-                if job is not None:
-                    now = time.perf_counter()
-                    if job.t_first is None:
-                        job.t_first = now
-                    job.t_last = now
-                    job.generated_tokens += 1
-                    job.completion_tokens += token not in ends
-                yield token
-        finally:
-            inner.close()
-            if job is not None:
-                t = self.timings
-                job.drafted_tokens += t.drafted_tokens
-                job.accepted_tokens += t.accepted_tokens
-                job.verify_passes += t.verify_passes
 
 
 def slot_budget_mib(budget_mib: float, tensors, parallel: int, n_cpu_moe: int = 0,
@@ -111,7 +59,7 @@ def sharing(device: str, hparams: dict, n_nextn: int, parallel: int) -> str | No
 def server_cpu_moe(s: ServerSettings, tensors, hp: dict, device: str, apart: str | None) -> int:
     """--gpu-memory-mib with --n-cpu-moe unset, for a MoE model: the fewest layers whose
     routed experts stay in host memory such that the slots fit, planned as their
-    SlotLlamas plan them (budget.plan_budget: one engine of every slot with the whole
+    slots' contexts plan them (budget.plan_budget: one engine of every slot with the whole
     budget, or, apart, each slot's share beside the weights loaded once; a drafter's
     logits rows, the MTP block where the model has one)."""
     from ..memory.budget import fewest_host_layers, plan_budget
@@ -133,8 +81,8 @@ def server_cpu_moe(s: ServerSettings, tensors, hp: dict, device: str, apart: str
                               f"{s.parallel} slots of n_ctx={s.n_ctx}")[0]
 
 
-def load_engines(s: ServerSettings) -> list[SlotLlama]:
-    """s.parallel SlotLlamas over one Model: the weights are loaded once. Where the
+def load_engines(s: ServerSettings) -> list[SlotEngine]:
+    """s.parallel SlotEngines over one Model: the weights are loaded once. Where the
     slots share one engine (sharing), the pool, the threads and the memory budget
     are the server's, given once to that engine; else each slot's context gets an
     even share of them (settings.py)."""
@@ -145,7 +93,7 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
     device = choose_device(cfg, hp["n_layer"], cuda_device_count())
     # an embedding server runs no MTP block
     apart = sharing(device, hp, 0 if s.embedding else hp.get("n_nextn", 0), s.parallel)
-    n_cpu_moe = s.n_cpu_moe    # unset with a budget: chosen (the slots' Llamas report it)
+    n_cpu_moe = s.n_cpu_moe    # unset with a budget: chosen (the slots' contexts report it)
     if n_cpu_moe is None and s.gpu_memory_mib is not None and hp.get("n_expert"):
         n_cpu_moe = server_cpu_moe(s, file.tensors, hp, device, apart)
     model = Model(file, device, s.threads_per_slot, n_cpu_moe, own_file=True)
@@ -156,43 +104,64 @@ def load_engines(s: ServerSettings) -> list[SlotLlama]:
         kw.update(n_threads=s.engine_threads, kv_pool_mib=s.kv_pool_mib,
                   gpu_memory_mib=s.gpu_memory_mib)
         if s.parallel > 1:
-            kw.update(n_seq_max=s.parallel)
+            kw.update(n_seq_max=s.parallel, _engine=Engine(s.parallel, shared=True))
     else:                      # a context per slot: each an even share
         kw.update(n_threads=s.threads_per_slot, kv_pool_mib=s.slot_pool_mib,
                   gpu_memory_mib=None if s.gpu_memory_mib is None else
                   slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel,
                                   n_cpu_moe or 0, hp["n_layer"]))
-    if apart is None and s.parallel > 1:
-        kw["_engine"] = Engine(s.parallel, shared=True)
     if s.embedding:
-        engines = [_embedding_engine(s, path, model, kw) for _ in range(s.parallel)]
+        kw.update(embedding=True, pooling_type=_pooling(s, model))
     else:
-        engines = _generation_engines(s, path, model, kw)
-    for e in engines:
-        e.apart = apart
+        # made with a drafter, so that a budget counts the logits rows a verification
+        # needs (budget.py): any request may ask for speculation; a model with an MTP
+        # block gets contexts that run it (speculative.type "mtp")
+        kw["draft_model"] = "mtp" if model.n_nextn > 0 else "lookup"
+    owners = [Llama(path, _model=model, **kw) for _ in range(1 if apart is None else s.parallel)]
+    shared = _shared(s, owners[0], apart)
+    if apart is None:          # sequence i of the one engine (0: the owner's own)
+        engines = [SlotEngine(owners[0].sequence if i == 0 else
+                              owners[0].engine.sequence(i, keep_all=False), shared, owners[0],
+                              owners[0].kv_pool_bytes) for i in range(s.parallel)]
+    else:
+        engines = [SlotEngine(o.sequence, shared, o, o.kv_pool_bytes) for o in owners]
+    if not s.embedding:
+        for e, o in zip(engines, owners * s.parallel if apart is None else owners):
+            _speculation(s, e, o)
     return engines
 
 
-def _generation_engines(s: ServerSettings, path: str, model, kw: dict) -> list[SlotLlama]:
-    # every slot is made with a drafter, so that a budget counts the logits rows a
-    # verification needs (budget.py): any request may ask for speculation; a model with an
-    # MTP block gets contexts that run it (speculative.type "mtp"), a draft GGUF its own
-    has_mtp = model.n_nextn > 0
+def _shared(s: ServerSettings, owner: Llama, apart: str | None) -> Shared:
+    template = owner.chat_template_formatter
+    if s.chat_template is not None:      # --chat-template: a named format or jinja source
+        source, name = chat_template_source(s.chat_template)
+        template = ChatFormatter.from_metadata({"tokenizer.chat_template": source},
+                                               owner.tokenizer, source=name)
+    return Shared(owner.model_path, owner.metadata, owner.tokenizer, template, owner.n_ctx(),
+                  owner.n_vocab(), owner.device, owner.memory,
+                  owner.pooling_type() if s.embedding else 0, apart)
+
+
+def _speculation(s: ServerSettings, e: SlotEngine, owner: Llama) -> None:
+    """The slot's drafters: its context's MTP block where the model has one, a draft
+    GGUF of its own (--draft), and the server's default kind (speculation.py)."""
+    has_mtp = e.model.n_nextn > 0
     gguf = s.draft_model not in (None, "lookup", "mtp")
-    engines = [SlotLlama(path, _model=model, draft_model="mtp" if has_mtp else
-                         s.draft_model or "lookup", **kw) for _ in range(s.parallel)]
-    for e in engines:
-        e.spec_mtp = e.draft_model if has_mtp else None
-        e.spec_draft_model = None if not gguf else \
-            make_drafter(s.draft_model, e.sequence) if has_mtp else e.draft_model
-        e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
-        e.draft_model = None      # a request's fields choose (speculation.drafting)
-        if has_mtp:               # on only for requests that draft with it (api/decoding.py)
-            e.engine.ctx.set_mtp(False)
-        check_available(SpecRequest(), e)     # --draft mtp on a model without the block
-        if s.chat_template is not None:
-            e.use_chat_template(*chat_template_source(s.chat_template))
-    return engines
+    e.spec_mtp = owner.draft_model if has_mtp else None
+    e.spec_draft_model = make_drafter(s.draft_model, e.sequence) if gguf else None
+    e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
+    if has_mtp:               # on only for requests that draft with it (api/decoding.py)
+        e.sequence.ctx.set_mtp(False)
+    check_available(SpecRequest(), e)     # --draft mtp on a model without the block
+
+
+def _pooling(s: ServerSettings, model) -> str:
+    """An embedding server's pooling: mean where neither --pooling nor the model names
+    one (OpenAI's answer is one vector)."""
+    if s.pooling is not None:
+        return s.pooling
+    arch = model.file.metadata.get("general.architecture", "")
+    return model.file.metadata.get(f"{arch}.pooling_type", "mean") or "mean"
 
 
 def memory_layout(engines: list) -> dict:
@@ -228,13 +197,3 @@ def kv_line(layout: dict) -> str:
     if layout["contexts"] == 1:
         return f"one context, {pool}"
     return f"a context per slot, each {pool}: {layout['not_shared_because']}"
-
-
-def _embedding_engine(s: ServerSettings, path: str, model, kw: dict) -> SlotLlama:
-    """A slot of an embedding server (--embedding): hidden states, pooled; mean pooling
-    where neither --pooling nor the model names one (OpenAI's answer is one vector)."""
-    pooling = s.pooling
-    if pooling is None:
-        arch = model.file.metadata.get("general.architecture", "")
-        pooling = model.file.metadata.get(f"{arch}.pooling_type", "mean") or "mean"
-    return SlotLlama(path, _model=model, embedding=True, pooling_type=pooling, **kw)

@@ -74,7 +74,7 @@ class OpenAIShape:
 
 
 def _run(chat: bool, kwargs: dict, stream: bool, model: str, spec: SpecRequest, shape):
-    """The job's function: the Llama call on the slot's engine, in the slot's thread."""
+    """The job's function: the call on the slot's engine (slot_engine.py), in the slot's thread."""
     def finish(out: dict, job: Job) -> dict:
         if job.stopped_early and job.timed_out:   # the time limit ended it, not the model
             for c in out["choices"]:

@@ -1,7 +1,7 @@
 """The slot pool: several requests generated at once, and the bounded queue before them.
 
-A *slot* is a Llama over one sequence of the server's shared engine
-(engines.py), driven by its own thread; the engine's scheduler merges the
+A *slot* is a SlotEngine (slot_engine.py): one sequence of the server's shared
+engine (engines.py) and the model's shared parts, driven by its own thread; the engine's scheduler merges the
 slots' decodes into batched steps (the weights read once per step), and a
 slot's output never depends on its neighbours (a sequence's logits are those
 it gets alone; each has its own sampler). A *job* is
@@ -13,8 +13,8 @@ Hybrid models on CUDA and models with an MTP block keep a context per slot (the
 core holds one such sequence a context there); on the CPU hybrids share too.
 
 Stopping early: a job is cancelled (its client went away) or runs past its
-deadline. Its slot's sequence is cancelled (Sequence.cancel; engines.py:
-SlotLlama checks the deadline between two tokens), and the generation ends
+deadline. Its slot's sequence is cancelled (Sequence.cancel; accounting.py
+checks the deadline between two tokens), and the generation ends
 before its next token as a finished one, so the slot is free at once and a
 timed-out request still gets its final chunk.
 """
@@ -49,7 +49,7 @@ class Job:
         self.deadline = time.monotonic() + timeout_s
         self.timed_out = False          # the deadline passed (set by should_stop)
         self.stopped_early = False      # the slot ended the completion before the model did
-        self.prompt_tokens = 0          # counted by SlotLlama.token_stream
+        self.prompt_tokens = 0          # counted by accounting.counted
         self.generated_tokens = 0
         self.completion_tokens = 0      # generated_tokens but an end token (OpenAI's usage)
         self.cached_tokens = 0          # prompt tokens reused from the slot's last request
@@ -106,20 +106,21 @@ class Slot:
         self.kv_stats: dict = {}        # a snapshot after each job (read by /metrics)
         self.mtp_stats: dict = {}       # the same of its MTP block, where it has one
         self.n_jobs = 0
-        self._snapshot()
+        self.snapshot()
 
     @property
     def busy(self) -> bool:
         return self.job is not None
 
-    def _snapshot(self) -> None:
+    def snapshot(self) -> None:
+        """The engine's KV and MTP figures now (the slot's own thread, between jobs)."""
         stats = getattr(self.engine, "kv_stats", None)
-        ctx = getattr(getattr(self.engine, "engine", None), "ctx", None)
+        mtp = getattr(self.engine, "mtp_stats", None)
         try:
             if stats is not None:
                 self.kv_stats = stats()
-            if getattr(ctx, "mtp", False):
-                self.mtp_stats = ctx.mtp_stats()
+            if mtp is not None:
+                self.mtp_stats = mtp()
         except Exception:    # a closed or dead context: keep the last snapshot
             pass
 
@@ -262,7 +263,7 @@ class SlotPool:
                 items.close()      # in this thread: the engine is this slot's alone
             slot.engine.job = None
             job.on_cancel = None
-            slot._snapshot()
+            slot.snapshot()
 
     def close(self) -> None:
         """Refuse new jobs, fail the waiting ones, stop running ones, join the threads."""

@@ -12,10 +12,10 @@ these dotted names):
 - ``speculative.n_max``: the most tokens drafted per verification (0: none).
 - ``speculative.n_min``: fewer drafted tokens than this are not verified.
 
-The slot's Llama runs the drafter through its own speculative path
-(spec_decode.py): greedy output is that of plain decoding, sampled output keeps
-the target's distribution. Drafted and accepted counts reach /metrics from
-the slot's ``timings`` after each request (slots.py, metrics.py).
+The slot's sequence runs the drafter through the speculative path of its token
+stream (api/decoding.py, spec/verify.py): greedy output is that of plain
+decoding, sampled output keeps the target's distribution. Drafted and accepted
+counts reach /metrics from the generation's Timings (accounting.py, metrics.py).
 """
 from __future__ import annotations
 
@@ -80,8 +80,8 @@ def _kind(spec: SpecRequest, default: str | None) -> str:
 
 
 def check_available(spec: SpecRequest, engine) -> None:
-    """ValueError naming speculative.type when engine (a slot's Llama, as load_engines
-    makes them) cannot draft as spec asks; before the request queues."""
+    """ValueError naming speculative.type when engine (a slot's SlotEngine, as
+    load_engines makes them) cannot draft as spec asks; before the request queues."""
     if not hasattr(engine, "draft_model"):
         if spec.type not in (None, NONE):
             raise ValueError("speculative.type: this server's engine has no speculative decoding")
@@ -122,7 +122,7 @@ def request_drafter(spec: SpecRequest, default: str | None, drafters: dict,
 
 @contextlib.contextmanager
 def drafting(llm, spec: SpecRequest) -> Iterator[None]:
-    """Within: llm drafts as spec asks (llm a slot's Llama with the server's
+    """Within: llm drafts as spec asks (llm a slot's SlotEngine with the server's
     ``spec_default``, ``spec_draft_model`` and ``spec_mtp`` set by load_engines)."""
     if not hasattr(llm, "draft_model"):   # an engine without speculation (tests' stand-ins)
         check_available(spec, llm)
