@@ -1,5 +1,8 @@
 """Llama: llama-cpp-python's interface over an engine (engine/engine.py) and one
-of its sequences (sequence 0 of its own engine; a server slot's of a shared one).
+of its sequences (sequence 0 of its own engine). The engine is opened from the
+Llama's settings by engine/open.py (device, memory budget, model, KV pool and
+n_ubatch, context), as the server opens its one; the Llama adds the text
+parts (tokenizer, chat template) and llama-cpp-python's methods.
 
 Generation runs on the Llama's sequence through api/decoding.py (its named
 stages: prefill, decode_one, sample; the core's loop; speculation),
@@ -27,13 +30,14 @@ from .text.llama_tokenizer import llama_tokenizers
 from .api.llama_cpp_methods import LlamaCppMethods
 from .api.sequence_methods import SequenceMethods
 from .api.compat import check_extra_kwargs
-from .config import LlamaConfig, choose_device, tokens_arg
+from .config import LlamaConfig, tokens_arg
 from .default_model import default_model_path
 from .api.embedding import pooling_type as embedding_pooling
-from .errors import ClosedError, ParameterError, ParameterTypeError
+from .errors import ClosedError, ParameterTypeError
 from .api.grammar import LlamaGrammar
 from .engine.guard import Guard, guarded
 from .engine.engine import Engine
+from .engine.open import open_engine
 from .engine.sequence import common_prefix
 from .hub import hub_file
 from .api.openai_api import OpenAIMethods
@@ -43,8 +47,6 @@ from .engine.sampling import Sampler
 from .spec.mtp import wants_mtp
 from .spec.drafters import make_drafter
 from .engine.state import Timings
-from .memory.sizes import pool_and_ubatch
-from .memory.budget import plan_budget
 
 
 class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
@@ -73,7 +75,6 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         self.config = cfg = LlamaConfig(n_ctx, n_batch, n_ubatch, n_threads, device, type_k,
                                         type_v, kv_pool_mib, seed, logits_all, n_gpu_layers,
                                         gpu_kernels, gpu_memory_mib, n_seq_max, n_cpu_moe)
-        n_threads = cfg.n_threads
         check_extra_kwargs("Llama", llama_cpp_kwargs)
         self.model_path = str(model_path) if model_path is not None else default_model_path()
         self.progress_callback = progress = progress_callback or (lambda *a: None)
@@ -83,52 +84,28 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
             file = _native.GGUFFile(self.model_path)
             progress("load", 1, 4)
             if vocab_only:   # the tokenizer and the chat template, no weights and no context
-                self._text_setup(file.metadata, chat_format, chat_handler, -1, False)
+                self._text_setup(self._model.file.metadata, chat_format, chat_handler, -1, False)
                 self._n_ctx, self._n_vocab = cfg.n_ctx, self.tokenizer.n_vocab
                 self.metadata, self.draft_model = file.string_metadata, None
                 self._ctx, self._seed = VocabOnlyContext(self.tokenizer, self._n_ctx), cfg.seed
                 return
-            hp = _native.model_params(file)
-            self.device = choose_device(cfg, hp["n_layer"], _native.cuda_device_count())
-        else:   # a context of its own over a loaded model (the server's slots share one)
-            file, hp, self.device = _model.file, _model.hparams, _model.device
-        self._n_ctx = cfg.n_ctx or hp["n_ctx_train"] or 4096
-        if _model is not None:   # a loaded model's experts stay where they are
-            cfg.n_cpu_moe = _model.n_cpu_moe
-        # gpu_memory_mib: every part's share, checked before the weights load (budget.py);
-        # for a MoE model with n_cpu_moe unset, also the layers whose experts stay on the host
-        budget = None if cfg.gpu_memory_mib is None else plan_budget(
-            cfg, hp, file.tensors, self._n_ctx, self.device, embeddings=embedding,
-            wide_logits=draft_model is not None,
-            mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)
-        self.memory = None if budget is None else budget[0]   # budget.BudgetSplit
-        if self.memory is not None and self.memory.n_cpu_moe is not None:
-            cfg.n_cpu_moe = self.memory.n_cpu_moe
-        self._n_vocab, self.n_cpu_moe = hp.get("n_vocab"), cfg.cpu_moe_layers(hp, self.device)
-        if _model is None:
-            _model = _native.Model(file, self.device, n_threads, cfg.n_cpu_moe, own_file=True)
-        self._model = _model
-        progress("load", 2, 4)
-        self.metadata = file.string_metadata   # llama-cpp-python's; typed: self._model.file
-        kv_pool_bytes, n_ubatch = pool_and_ubatch(cfg, hp, self._n_ctx, self.device, n_batch,
-                                                  type_k, type_v, budget, file.tensors)
-        self.kv_pool_bytes = kv_pool_bytes   # None: all resident (the one spelling past the config)
-        # _engine: an engine to take a sequence of (the server's slots share one); its
-        # pool (kv_pool_mib, planned for n_seq_max sequences) is given once, the whole
-        if _engine is not None and _engine.n_seq != cfg.n_seq_max:
-            raise ParameterError(f"an engine of {_engine.n_seq} sequences needs n_seq_max="
-                                 f"{_engine.n_seq} (its pool is planned for all of them), "
-                                 f"got {cfg.n_seq_max}")
-        self._engine = _engine or Engine(cfg.n_seq_max)
-        self._seq = self._engine.open(
-            self._model, keep_all=cfg.logits_all, n_ctx=self._n_ctx, n_batch=n_batch,
-            n_ubatch=min(n_ubatch, n_batch), n_threads=n_threads, type_k=type_k, type_v=type_v,
-            logits_all=cfg.logits_all or embedding, kv_pool_bytes=kv_pool_bytes,
-            gpu_kernels=cfg.gpu_kernels, embeddings=embedding,
-            mtp=wants_mtp(draft_model) and hp.get("n_nextn", 0) > 0)   # spec_mtp.py
+        # the device, the budget (gpu_memory_mib: every part's share, checked before the
+        # weights load), the model, the pool and n_ubatch, the context: engine/open.py.
+        # _model: a loaded model to make the context over (the server's); _engine: an
+        # engine to take a sequence of, its pool planned for n_seq_max sequences
+        self._engine = open_engine(file if _model is None else _model, cfg,
+                                   embeddings=embedding, wide_logits=draft_model is not None,
+                                   mtp=wants_mtp(draft_model), engine=_engine,
+                                   progress=progress)
+        plan, self._model = self._engine.plan, self._engine.model
+        self.device, self._n_ctx, self.memory = plan.device, plan.n_ctx, plan.memory
+        self.n_cpu_moe = plan.n_cpu_moe
+        self.kv_pool_bytes = plan.kv_pool_bytes   # None: all resident
+        self.metadata = self._model.file.string_metadata   # llama-cpp-python's; typed: .file
+        self._seq = self._engine.open(keep_all=cfg.logits_all)
         self._ctx = self._engine.ctx
         progress("load", 3, 4)
-        self._text_setup(file.metadata, chat_format, chat_handler, pooling_type, embedding)
+        self._text_setup(self._model.file.metadata, chat_format, chat_handler, pooling_type, embedding)
         self._n_vocab = self._model.n_vocab
         self._seed = random.SystemRandom().randint(0, 2**32 - 1) if cfg.random_seed else cfg.seed
         self.timings = Timings()
@@ -144,9 +121,6 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
         self.embedding = bool(embedding)
         self.cache = None
         self._pooling = embedding_pooling(pooling_type, metadata)
-        if (chat_format is None and metadata.get("general.architecture") == "gemma3"
-                and "tokenizer.chat_template" not in metadata):
-            chat_format = "gemma"   # a gemma file without a template: gemma's turns
         self._chat, self.chat_format = llama_chat_formatter(chat_format, metadata, self.tokenizer)
         if chat_handler is not None and not callable(chat_handler):
             raise ParameterTypeError("chat_handler must be callable (llama_chat_format's "

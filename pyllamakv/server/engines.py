@@ -2,9 +2,9 @@
 (slot_engine.py), each a sequence of one shared engine (engine/engine.py: one
 context, one KV pool given once, one scheduler whose steps batch the slots'
 work), embedding servers and CPU hybrids included, with the chat template and
-the budget they share (slots.py runs them). The context is made by a Llama
-over the loaded model (its pool, threads and budget planned as any Llama's),
-which the slots use only as the owner of their engine. Two kinds of model keep
+the budget they share (slots.py runs them). The engine is opened over the
+loaded model by engine/open.py (its pool, threads and budget planned as a
+Llama's are); no Llama is made. Two kinds of model keep
 a context per slot, each with an even share of the pool, because the C core
 holds one such sequence per context: hybrids on CUDA (one recurrent state per
 context there) and models with an MTP block (mtp.c); ``memory_layout`` says
@@ -14,16 +14,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.native import GGUFFile, Model, cuda_device_count, model_params
-from ..config import LlamaConfig, choose_device
+from ..api.embedding import pooling_type
+from ..core.native import GGUFFile
+from ..config import LlamaConfig
 from ..default_model import default_model_path
-from ..llama import Llama
-from ..engine.engine import Engine
+from ..engine.open import gguf_device, load_model, open_engine
 from .settings import ServerSettings
 from .slot_engine import Shared, SlotEngine
 from ..spec.drafters import make_drafter
 from ..text.chat import ChatFormatter
 from ..text.chat_formats import CHAT_FORMATS
+from ..text.chat_handlers import llama_chat_formatter
+from ..text.llama_tokenizer import llama_tokenizers
 from .speculation import DRAFT, LOOKUP, MTP, SpecRequest, check_available
 
 
@@ -85,69 +87,81 @@ def load_engines(s: ServerSettings) -> list[SlotEngine]:
     """s.parallel SlotEngines over one Model: the weights are loaded once. Where the
     slots share one engine (sharing), the pool, the threads and the memory budget
     are the server's, given once to that engine; else each slot's context gets an
-    even share of them (settings.py)."""
+    even share of them (settings.py). The engines are opened as a Llama's are
+    (engine/open.py)."""
     path = s.model or default_model_path()
     file = GGUFFile(path)
-    cfg = LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k, type_v=s.type_v)
-    hp = model_params(file)
-    device = choose_device(cfg, hp["n_layer"], cuda_device_count())
+    hp, device = gguf_device(file, LlamaConfig(s.n_ctx, device=s.device, type_k=s.type_k,
+                                               type_v=s.type_v, n_gpu_layers=s.n_gpu_layers))
     # an embedding server runs no MTP block
     apart = sharing(device, hp, 0 if s.embedding else hp.get("n_nextn", 0), s.parallel)
-    n_cpu_moe = s.n_cpu_moe    # unset with a budget: chosen (the slots' contexts report it)
+    n_cpu_moe = s.n_cpu_moe    # unset with a budget: chosen as the slots' contexts plan it
     if n_cpu_moe is None and s.gpu_memory_mib is not None and hp.get("n_expert"):
         n_cpu_moe = server_cpu_moe(s, file.tensors, hp, device, apart)
-    model = Model(file, device, s.threads_per_slot, n_cpu_moe, own_file=True)
-    kw: dict[str, Any] = dict(n_ctx=s.n_ctx, device=s.device, type_k=s.type_k,
-                              type_v=s.type_v, n_gpu_layers=s.n_gpu_layers,
-                              n_cpu_moe=n_cpu_moe)
+    model = load_model(file, device, s.threads_per_slot, n_cpu_moe)
+    try:
+        return _slots(s, path, model, apart)
+    except BaseException:
+        model.close()
+        raise
+
+
+def _slots(s: ServerSettings, path: str, model, apart: str | None) -> list[SlotEngine]:
+    kw: dict[str, Any] = dict(device=s.device, type_k=s.type_k, type_v=s.type_v,
+                              n_gpu_layers=s.n_gpu_layers, n_cpu_moe=model.n_cpu_moe)
     if apart is None:          # one context for all slots: its pool and threads, given once
         kw.update(n_threads=s.engine_threads, kv_pool_mib=s.kv_pool_mib,
-                  gpu_memory_mib=s.gpu_memory_mib)
-        if s.parallel > 1:
-            kw.update(n_seq_max=s.parallel, _engine=Engine(s.parallel, shared=True))
+                  gpu_memory_mib=s.gpu_memory_mib, n_seq_max=s.parallel)
     else:                      # a context per slot: each an even share
         kw.update(n_threads=s.threads_per_slot, kv_pool_mib=s.slot_pool_mib,
                   gpu_memory_mib=None if s.gpu_memory_mib is None else
-                  slot_budget_mib(s.gpu_memory_mib, file.tensors, s.parallel,
-                                  n_cpu_moe or 0, hp["n_layer"]))
-    if s.embedding:
-        kw.update(embedding=True, pooling_type=_pooling(s, model))
-    else:
-        # made with a drafter, so that a budget counts the logits rows a verification
-        # needs (budget.py): any request may ask for speculation; a model with an MTP
-        # block gets contexts that run it (speculative.type "mtp")
-        kw["draft_model"] = "mtp" if model.n_nextn > 0 else "lookup"
-    owners = [Llama(path, _model=model, **kw) for _ in range(1 if apart is None else s.parallel)]
-    shared = _shared(s, owners[0], apart)
-    if apart is None:          # sequence i of the one engine (0: the owner's own)
-        engines = [SlotEngine(owners[0].sequence if i == 0 else
-                              owners[0].engine.sequence(i, keep_all=False), shared, owners[0],
-                              owners[0].kv_pool_bytes) for i in range(s.parallel)]
-    else:
-        engines = [SlotEngine(o.sequence, shared, o, o.kv_pool_bytes) for o in owners]
+                  slot_budget_mib(s.gpu_memory_mib, model.file.tensors, s.parallel,
+                                  model.n_cpu_moe, model.hparams["n_layer"]))
+    # a budget counts the logits rows a verification needs (budget.py): any request may
+    # ask for speculation; a model with an MTP block gets contexts that run it
+    # (speculative.type "mtp"); an embedding server neither
+    uses = dict(embeddings=s.embedding, wide_logits=not s.embedding,
+                mtp=not s.embedding and model.n_nextn > 0)
+    engines = []
+    try:
+        for _ in range(1 if apart is None else s.parallel):
+            engines.append(open_engine(model, LlamaConfig(s.n_ctx, **kw),
+                                       shared=apart is None and s.parallel > 1, **uses))
+    except BaseException:
+        for e in engines:
+            e.close()
+        raise
+    shared = _shared(s, path, model, engines[0], apart)
+    seqs = ([(engines[0], engines[0].open(keep_all=False)) for _ in range(s.parallel)]
+            if apart is None else [(e, e.open(keep_all=False)) for e in engines])
+    slots = [SlotEngine(seq, shared, e) for e, seq in seqs]
     if not s.embedding:
-        for e, o in zip(engines, owners * s.parallel if apart is None else owners):
-            _speculation(s, e, o)
-    return engines
+        for e in slots:
+            _speculation(s, e)
+    return slots
 
 
-def _shared(s: ServerSettings, owner: Llama, apart: str | None) -> Shared:
-    template = owner.chat_template_formatter
+def _shared(s: ServerSettings, path: str, model, engine, apart: str | None) -> Shared:
+    """The model's parts every slot uses: its text parts as a Llama's (the tokenizer,
+    the chat template, or --chat-template's), sizes, device and memory plan."""
+    metadata = model.file.metadata
+    tokenizer = llama_tokenizers(metadata, {})[0]
+    template = llama_chat_formatter(None, metadata, tokenizer)[0]
     if s.chat_template is not None:      # --chat-template: a named format or jinja source
         source, name = chat_template_source(s.chat_template)
         template = ChatFormatter.from_metadata({"tokenizer.chat_template": source},
-                                               owner.tokenizer, source=name)
-    return Shared(owner.model_path, owner.metadata, owner.tokenizer, template, owner.n_ctx(),
-                  owner.n_vocab(), owner.device, owner.memory,
-                  owner.pooling_type() if s.embedding else 0, apart)
+                                               tokenizer, source=name)
+    pooling = pooling_type(_pooling(s, model), metadata) if s.embedding else 0
+    return Shared(path, model.file.string_metadata, tokenizer, template, engine.plan.n_ctx,
+                  model.n_vocab, model.device, engine.plan.memory, pooling, apart)
 
 
-def _speculation(s: ServerSettings, e: SlotEngine, owner: Llama) -> None:
+def _speculation(s: ServerSettings, e: SlotEngine) -> None:
     """The slot's drafters: its context's MTP block where the model has one, a draft
     GGUF of its own (--draft), and the server's default kind (speculation.py)."""
     has_mtp = e.model.n_nextn > 0
     gguf = s.draft_model not in (None, "lookup", "mtp")
-    e.spec_mtp = owner.draft_model if has_mtp else None
+    e.spec_mtp = make_drafter("mtp", e.sequence) if has_mtp else None
     e.spec_draft_model = make_drafter(s.draft_model, e.sequence) if gguf else None
     e.spec_default = {None: None, "lookup": LOOKUP, "mtp": MTP}.get(s.draft_model, DRAFT)
     if has_mtp:               # on only for requests that draft with it (api/decoding.py)

@@ -46,13 +46,12 @@ class Shared:
 
 
 class SlotEngine:
-    """One slot: requests on `sequence` with the `shared` parts (see the module);
-    owner: what holds the sequence's context (closed by close())."""
+    """One slot: requests on `sequence` of `engine` (engine/engine.py, opened by
+    engine/open.py) with the `shared` parts (see the module)."""
 
-    def __init__(self, sequence: Sequence, shared: Shared, owner, kv_pool_bytes: int | None):
-        self.sequence, self.shared, self._owner = sequence, shared, owner
-        self.engine = owner.engine                # the Engine whose sequence it is
-        self.kv_pool_bytes = kv_pool_bytes        # that context's pool (None: all resident)
+    def __init__(self, sequence: Sequence, shared: Shared, engine):
+        self.sequence, self.shared, self.engine = sequence, shared, engine
+        self.kv_pool_bytes = engine.plan.kv_pool_bytes   # its context's pool (None: all resident)
         self.job = None                           # the job running now (slots.py)
         self.draft_model = None                   # this request's drafter (speculation.py)
         self.spec_default = self.spec_draft_model = self.spec_mtp = None
@@ -169,5 +168,8 @@ class SlotEngine:
         return ctx.mtp_stats() if getattr(ctx, "mtp", False) else {}
 
     def close(self) -> None:
-        """Free the context the slot's sequence is of (idempotent; shared: every slot's)."""
-        self._owner.close()
+        """Free the context the slot's sequence is of and the model the slots share,
+        with every context still open on it (idempotent)."""
+        model = self.model
+        self.engine.close()
+        model.close()

@@ -172,7 +172,11 @@ def known_chat_formats() -> list[str]:
 
 
 def llama_chat_formatter(name: str | None, metadata: dict, tokenizer):
-    """(formatter for Llama, the chat_format it reports) for chat_format=name."""
+    """(formatter for Llama, the chat_format it reports) for chat_format=name
+    (None: the model's template; a gemma3 file without one: gemma's turns)."""
+    if (name is None and metadata.get("general.architecture") == "gemma3"
+            and "tokenizer.chat_template" not in metadata):
+        name = "gemma"
     if name is None or name in TOOL_FORMATS[:3]:
         guessed = guess_chat_format_from_gguf_metadata(metadata)
         has = bool(metadata.get("tokenizer.chat_template"))
