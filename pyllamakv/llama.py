@@ -84,7 +84,7 @@ class Llama(LlamaCppMethods, OpenAIMethods, SequenceMethods):
             file = _native.GGUFFile(self.model_path)
             progress("load", 1, 4)
             if vocab_only:   # the tokenizer and the chat template, no weights and no context
-                self._text_setup(self._model.file.metadata, chat_format, chat_handler, -1, False)
+                self._text_setup(file.metadata, chat_format, chat_handler, -1, False)
                 self._n_ctx, self._n_vocab = cfg.n_ctx, self.tokenizer.n_vocab
                 self.metadata, self.draft_model = file.string_metadata, None
                 self._ctx, self._seed = VocabOnlyContext(self.tokenizer, self._n_ctx), cfg.seed

@@ -35,7 +35,7 @@ def sampling_args(args: dict) -> dict:
 
 class OpenAIMethods:
     def prompt_tokens(self, prompt: str | bytes | Sequence[int]) -> list[int]:
-        return prompt_ids(self.tokenizer, self._n_ctx, self._model.n_vocab, prompt)
+        return prompt_ids(self.tokenizer, self._n_ctx, self._n_vocab, prompt)
 
     def create_completion(self, prompt: str | bytes | Sequence[int] | list, suffix: None = None,
                           max_tokens: int | None = 16, temperature: float = 0.8,
