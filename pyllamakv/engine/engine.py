@@ -12,8 +12,8 @@ one from Context's own arguments.
 ``Llama`` is a facade over an engine and one of its sequences (its own
 engine's sequence 0; a server slot's: a sequence of the one shared engine).
 A prompt list or ``n`` choices take more sequences of the Llama's engine.
-``open`` takes Context's arguments once: the pool and the threads given are
-the whole context's (one pool for every sequence, given once; a server's
+The context is made once (``start``, or the first ``open``): the pool and the
+threads given are the whole context's (one pool for every sequence, given once; a server's
 slots: its --kv-pool-mib). The context is freed when the last sequence
 handed out is released.
 """
