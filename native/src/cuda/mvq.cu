@@ -45,36 +45,36 @@ struct mq_x {
 };
 
 template <int T>
-static __device__ __forceinline__ void mq_xload(const mq_unit &w, const int8_t *__restrict__ xq,
+MQ_HD void mq_xload(const mq_unit &w, const int8_t *__restrict__ xq,
                                                 const float *__restrict__ xd, const float *__restrict__ xs,
                                                 mq_x &x) {
 #pragma unroll
     for (int s = 0; s < 4; s++) {
-        x.q[s] = __ldg((const uint4 *)(xq + w.e[s]));
-        x.d[s] = __ldg(xd + (w.e[s] >> 5));
+        x.q[s] = mq_ldg((const uint4 *)(xq + w.e[s]));
+        x.d[s] = mq_ldg(xd + (w.e[s] >> 5));
     }
     if constexpr (mq_min<T>::v == MQ_GROUP) {
-        x.s[0] = __ldg(xs + (w.e[0] >> 5));
-        x.s[1] = __ldg(xs + (w.e[2] >> 5));
+        x.s[0] = mq_ldg(xs + (w.e[0] >> 5));
+        x.s[1] = mq_ldg(xs + (w.e[2] >> 5));
     }
 }
 
 /* unit w against one token's activations x */
 template <int T>
-static __device__ __forceinline__ float mq_dot(const mq_unit &w, const mq_x &x) {
+MQ_HD float mq_dot(const mq_unit &w, const mq_x &x) {
     float acc = 0.f;
 #pragma unroll
     for (int s = 0; s < 4; s++) {
-        int p = __dp4a((int)w.q[4 * s], (int)x.q[s].x, 0);
-        p = __dp4a((int)w.q[4 * s + 1], (int)x.q[s].y, p);
-        p = __dp4a((int)w.q[4 * s + 2], (int)x.q[s].z, p);
-        p = __dp4a((int)w.q[4 * s + 3], (int)x.q[s].w, p);
+        int p = mq_dp4a((int)w.q[4 * s], (int)x.q[s].x, 0);
+        p = mq_dp4a((int)w.q[4 * s + 1], (int)x.q[s].y, p);
+        p = mq_dp4a((int)w.q[4 * s + 2], (int)x.q[s].z, p);
+        p = mq_dp4a((int)w.q[4 * s + 3], (int)x.q[s].w, p);
         acc += (w.d[s] * x.d[s]) * (float)p;
         if constexpr (mq_min<T>::v == MQ_SUB) {
-            int c = __dp4a((int)x.q[s].x, 0x01010101, 0);
-            c = __dp4a((int)x.q[s].y, 0x01010101, c);
-            c = __dp4a((int)x.q[s].z, 0x01010101, c);
-            c = __dp4a((int)x.q[s].w, 0x01010101, c);
+            int c = mq_dp4a((int)x.q[s].x, 0x01010101, 0);
+            c = mq_dp4a((int)x.q[s].y, 0x01010101, c);
+            c = mq_dp4a((int)x.q[s].z, 0x01010101, c);
+            c = mq_dp4a((int)x.q[s].w, 0x01010101, c);
             acc += (w.m[s] * x.d[s]) * (float)c;
         }
     }
@@ -82,41 +82,31 @@ static __device__ __forceinline__ float mq_dot(const mq_unit &w, const mq_x &x) 
     return acc;
 }
 
-/* R rows a warp (rows r0 .. r0 + R - 1; past the end: the last row again, not
- * stored): a lane takes units lane, lane + 32, ... of every one of them, so the
- * activations of a unit are loaded once for the R rows, and R units' weight
- * loads are in flight at once. R = 1 loads the next unit before it multiplies
- * the current one (R > 1 has its R loads for that). */
+/* one lane's sums over R rows (row[k]: their first bytes; past the end: the
+ * last row again, not stored) and the call's n tokens: the lane takes units
+ * lane, lane + 32, ... of every row, so the activations of a unit are loaded
+ * once for the R rows, and R units' weight loads are in flight at once; R = 1
+ * loads the next unit before it multiplies the current one (R > 1 has its R
+ * loads for that). The first units are loaded before the previous kernel is
+ * waited for (pdl.cuh). __host__ too: tests/cuda/emu_mvq.cu runs it. */
 template <int T, int NT, int R>
-__global__ void __launch_bounds__(MQ_WARPS * 32)
-mvq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-           const float *__restrict__ xs, int cols, int n) {
+MQ_HD void mq_lane(const uint8_t *const (&row)[R], int lane, const int8_t *__restrict__ xq,
+                   const float *__restrict__ xd, const float *__restrict__ xs, int cols, int n,
+                   float (&acc)[R][NT]) {
     constexpr int B = cblk<T>::bytes;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int j = mm_pick(ms, blockIdx.x);
-    const int rows = ms.rows[j];
-    const int r0 = ((blockIdx.x - ms.tile0[j]) * MQ_WARPS + warp) * R;
-    pdl_trigger();
-    if (r0 >= rows) {
-        pdl_wait();
-        return;
-    }
-    const uint8_t *row[R];
-#pragma unroll
-    for (int k = 0; k < R; k++) row[k] = ms.w[j] + (size_t)min(r0 + k, rows - 1) * ms.row_bytes[j];
     const int nu = cols / 64, ng = cols / 32;   /* units and 32-groups of a row */
-    float acc[R][NT];
 #pragma unroll
     for (int k = 0; k < R; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0.f;
-
     mq_unit w[R];
     int i = lane;
     if (i < nu)
 #pragma unroll
         for (int k = 0; k < R; k++) mq_load<T>(row[k] + (size_t)(i >> 2) * B, i & 3, w[k]);
+#ifdef __CUDA_ARCH__
     pdl_wait();
+#endif
 #pragma unroll 1
     while (i < nu) {
         const int sb = i >> 2;
@@ -141,6 +131,28 @@ mvq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, con
         }
         i = i2;
     }
+}
+
+/* R rows a warp (rows r0 .. r0 + R - 1), the lanes' sums by shuffles, one per
+ * row and token */
+template <int T, int NT, int R>
+__global__ void __launch_bounds__(MQ_WARPS * 32)
+mvq_kernel(const __grid_constant__ mm_set ms, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+           const float *__restrict__ xs, int cols, int n) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int j = mm_pick(ms, blockIdx.x);
+    const int rows = ms.rows[j];
+    const int r0 = ((blockIdx.x - ms.tile0[j]) * MQ_WARPS + warp) * R;
+    pdl_trigger();
+    if (r0 >= rows) {
+        pdl_wait();
+        return;
+    }
+    const uint8_t *row[R];
+#pragma unroll
+    for (int k = 0; k < R; k++) row[k] = ms.w[j] + (size_t)min(r0 + k, rows - 1) * ms.row_bytes[j];
+    float acc[R][NT];
+    mq_lane<T, NT, R>(row, lane, xq, xd, xs, cols, n, acc);
 #pragma unroll
     for (int k = 0; k < R; k++) {
         float *out = ms.out[j] + r0 + k;

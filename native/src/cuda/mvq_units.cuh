@@ -41,43 +41,82 @@ struct mq_unit {
  * sub-block: the codes' sum by dp4a) */
 enum { MQ_NONE, MQ_GROUP, MQ_SUB };
 template <int T> struct mq_min {
-    enum { v = T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K ? MQ_GROUP : T == LKV_TYPE_Q2_K ? MQ_SUB : MQ_NONE };
+    static constexpr int v = T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K ? MQ_GROUP : T == LKV_TYPE_Q2_K ? MQ_SUB : MQ_NONE;
 };
+
+/* the device intrinsics the units use, and their host forms (tests/cuda/
+ * emu_mvq.cu runs the units and the kernel's lane code on the CPU) */
+#define MQ_HD static __host__ __device__ __forceinline__
+template <class V> MQ_HD V mq_ldg(const V *p) {
+#ifdef __CUDA_ARCH__
+    return mq_ldg(p);
+#else
+    return *p;
+#endif
+}
+MQ_HD int mq_dp4a(int a, int b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a(a, b, c);
+#else
+    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> 8 * i) * (int)(int8_t)(b >> 8 * i);
+    return c;
+#endif
+}
+MQ_HD uint32_t mq_fshr(uint32_t lo, uint32_t hi, int sh) {
+#ifdef __CUDA_ARCH__
+    return mq_fshr(lo, hi, sh);
+#else
+    return (uint32_t)((((uint64_t)hi << 32) | lo) >> (sh & 31));
+#endif
+}
+/* bytewise a - b, signed, saturated */
+MQ_HD uint32_t mq_vsubss4(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return mq_vsubss4(a, b);
+#else
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) {
+        int v = (int)(int8_t)(a >> 8 * i) - (int)(int8_t)(b >> 8 * i);
+        v = v < -128 ? -128 : v > 127 ? 127 : v;
+        r |= (uint32_t)(uint8_t)v << 8 * i;
+    }
+    return r;
+#endif
+}
 
 /* 16 bytes at a 2-aligned address inside a block: the 5 aligned words around
  * it, funnel-shifted (the fifth word stays inside the block for every use) */
-static __device__ __forceinline__ void mq_ld16_2(const uint8_t *p, uint32_t (&v)[4]) {
+MQ_HD void mq_ld16_2(const uint8_t *p, uint32_t (&v)[4]) {
     const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
     const int sh = (int)((uintptr_t)p & 3) * 8;
     uint32_t w[5];
 #pragma unroll
-    for (int i = 0; i < 5; i++) w[i] = __ldg(a + i);
+    for (int i = 0; i < 5; i++) w[i] = mq_ldg(a + i);
 #pragma unroll
-    for (int i = 0; i < 4; i++) v[i] = __funnelshift_r(w[i], w[i + 1], sh);
+    for (int i = 0; i < 4; i++) v[i] = mq_fshr(w[i], w[i + 1], sh);
 }
-static __device__ __forceinline__ void mq_ld16_16(const uint8_t *p, uint32_t (&v)[4]) {
-    const uint4 x = __ldg((const uint4 *)p);
+MQ_HD void mq_ld16_16(const uint8_t *p, uint32_t (&v)[4]) {
+    const uint4 x = mq_ldg((const uint4 *)p);
     v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
 }
-static __device__ __forceinline__ void mq_ld16_8(const uint8_t *p, uint32_t (&v)[4]) {
-    const uint2 x = __ldg((const uint2 *)p), y = __ldg((const uint2 *)p + 1);
+MQ_HD void mq_ld16_8(const uint8_t *p, uint32_t (&v)[4]) {
+    const uint2 x = mq_ldg((const uint2 *)p), y = mq_ldg((const uint2 *)p + 1);
     v[0] = x.x; v[1] = x.y; v[2] = y.x; v[3] = y.y;
 }
-static __device__ __forceinline__ void mq_ld16_4(const uint8_t *p, uint32_t (&v)[4]) {
+MQ_HD void mq_ld16_4(const uint8_t *p, uint32_t (&v)[4]) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) v[i] = __ldg((const uint32_t *)p + i);
+    for (int i = 0; i < 4; i++) v[i] = mq_ldg((const uint32_t *)p + i);
 }
-static __device__ __forceinline__ float mq_h(const uint8_t *p) { return __half2float(__ldg((const __half *)p)); }
 /* the f16 in the low / high half of a word */
-static __device__ __forceinline__ float mq_lo_h(uint32_t v) {
+MQ_HD float mq_lo_h(uint32_t v) {
     return __half2float(__ushort_as_half((unsigned short)(v & 0xFFFFu)));
 }
-static __device__ __forceinline__ float mq_hi_h(uint32_t v) {
+MQ_HD float mq_hi_h(uint32_t v) {
     return __half2float(__ushort_as_half((unsigned short)(v >> 16)));
 }
 /* quant.cuh's k4_scale_min on the block's first 16 bytes held in registers
  * (head.y, .z, .w: scale bytes 0..3, 4..7, 8..11) */
-static __device__ __forceinline__ void mq_k4_scale_min(const uint4 &head, int j, int &sc, int &mn) {
+MQ_HD void mq_k4_scale_min(const uint4 &head, int j, int &sc, int &mn) {
     const int k = 8 * (j & 3);
     const uint32_t a = head.y >> k & 0xFFu, c = head.z >> k & 0xFFu, e = head.w >> k & 0xFFu;
     if (j < 4) {
@@ -89,14 +128,21 @@ static __device__ __forceinline__ void mq_k4_scale_min(const uint4 &head, int j,
     }
 }
 
+/* quant.cuh's k3_scale (signed 6-bit scale i of q3_K's 12 scale bytes), host too */
+MQ_HD int mq_k3_scale(const uint8_t *s, int i) {
+    const int lo = i < 8 ? (s[i] & 0xF) : (s[i - 8] >> 4);
+    const int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
 template <int T>
-static __device__ __forceinline__ void mq_load(const uint8_t *__restrict__ blk, int u, mq_unit &w) {
+MQ_HD void mq_load(const uint8_t *__restrict__ blk, int u, mq_unit &w) {
     if constexpr (T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K) {
         /* groups 2u (low nibbles of qs[32u ..]) and 2u + 1 (high nibbles) */
         const cq4_k *b = (const cq4_k *)blk;   /* d, dmin, scales: one 16-byte prefix */
         const uint8_t *qs = T == LKV_TYPE_Q4_K ? b->qs : ((const cq5_k *)blk)->qs;
         uint32_t lo[4], hi[4];
-        const uint4 head = __ldg((const uint4 *)blk);
+        const uint4 head = mq_ldg((const uint4 *)blk);
         mq_ld16_16(qs + 32 * u, lo);
         mq_ld16_16(qs + 32 * u + 16, hi);
         uint32_t h0[4] = {0, 0, 0, 0}, h1[4] = {0, 0, 0, 0};
@@ -128,7 +174,7 @@ static __device__ __forceinline__ void mq_load(const uint8_t *__restrict__ blk, 
     } else if constexpr (T == LKV_TYPE_IQ4_XS) {
         /* groups 2u, 2u + 1: 16 bytes each, low nibbles elements 0..15, high 16..31 */
         const block_iq4_xs *b = (const block_iq4_xs *)blk;
-        const uint2 head = __ldg((const uint2 *)blk);   /* d, scales_h, scales_l */
+        const uint2 head = mq_ldg((const uint2 *)blk);   /* d, scales_h, scales_l */
         const float d = mq_lo_h(head.x);
 #pragma unroll
         for (int g = 0; g < 2; g++) {
@@ -154,19 +200,19 @@ static __device__ __forceinline__ void mq_load(const uint8_t *__restrict__ blk, 
         if constexpr (T == LKV_TYPE_Q2_K) {
             const cq2_k *b = (const cq2_k *)blk;
             mq_ld16_4(b->qs + 32 * n + 16 * h, v);
-            d = h2f(b->d);
-            dmin = h2f(b->dmin);
+            d = __half2float(b->d);
+            dmin = __half2float(b->dmin);
         } else if constexpr (T == LKV_TYPE_Q3_K) {
             const cq3_k *b = (const cq3_k *)blk;
             mq_ld16_2(b->qs + 32 * n + 16 * h, v);
             mq_ld16_2(b->hmask + 16 * h, hv);
-            d = h2f(b->d);
+            d = __half2float(b->d);
         } else {
             const cq6_k *b = (const cq6_k *)blk;
             mq_ld16_2(b->ql + 64 * n + 16 * h, v);        /* rows 0 (low nibble), 2 (high) */
             mq_ld16_2(b->ql + 64 * n + 32 + 16 * h, v2);  /* rows 1, 3 */
             mq_ld16_2(b->qh + 32 * n + 16 * h, hv);       /* bits 2j: row j */
-            d = h2f(b->d);
+            d = __half2float(b->d);
         }
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -180,10 +226,10 @@ static __device__ __forceinline__ void mq_load(const uint8_t *__restrict__ blk, 
 #pragma unroll
                 for (int i = 0; i < 4; i++) w.q[4 * j + i] = (v[i] >> (2 * j)) & 0x03030303u;
             } else if constexpr (T == LKV_TYPE_Q3_K) {
-                w.d[j] = d * (float)k3_scale(((const cq3_k *)blk)->scales, is);
+                w.d[j] = d * (float)mq_k3_scale(((const cq3_k *)blk)->scales, is);
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    w.q[4 * j + i] = __vsubss4(((v[i] >> (2 * j)) & 0x03030303u) |
+                    w.q[4 * j + i] = mq_vsubss4(((v[i] >> (2 * j)) & 0x03030303u) |
                                                    (((hv[i] >> (4 * n + j)) & 0x01010101u) << 2),
                                                0x04040404u);
             } else {
@@ -191,7 +237,7 @@ static __device__ __forceinline__ void mq_load(const uint8_t *__restrict__ blk, 
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const uint32_t l = j & 1 ? v2[i] : v[i];
-                    w.q[4 * j + i] = __vsubss4(((l >> (4 * (j >> 1))) & 0x0F0F0F0Fu) |
+                    w.q[4 * j + i] = mq_vsubss4(((l >> (4 * (j >> 1))) & 0x0F0F0F0Fu) |
                                                    (((hv[i] >> (2 * j)) & 0x03030303u) << 4),
                                                0x20202020u);
                 }
