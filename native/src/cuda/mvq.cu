@@ -48,7 +48,7 @@ template <int T>
 MQ_HD void mq_xload(const mq_unit &w, const int8_t *__restrict__ xq,
                                                 const float *__restrict__ xd, const float *__restrict__ xs,
                                                 mq_x &x) {
-#pragma unroll
+MQ_UNROLL
     for (int s = 0; s < 4; s++) {
         x.q[s] = mq_ldg((const uint4 *)(xq + w.e[s]));
         x.d[s] = mq_ldg(xd + (w.e[s] >> 5));
@@ -63,7 +63,7 @@ MQ_HD void mq_xload(const mq_unit &w, const int8_t *__restrict__ xq,
 template <int T>
 MQ_HD float mq_dot(const mq_unit &w, const mq_x &x) {
     float acc = 0.f;
-#pragma unroll
+MQ_UNROLL
     for (int s = 0; s < 4; s++) {
         int p = mq_dp4a((int)w.q[4 * s], (int)x.q[s].x, 0);
         p = mq_dp4a((int)w.q[4 * s + 1], (int)x.q[s].y, p);
@@ -95,38 +95,38 @@ MQ_HD void mq_lane(const uint8_t *const (&row)[R], int lane, const int8_t *__res
                    float (&acc)[R][NT]) {
     constexpr int B = cblk<T>::bytes;
     const int nu = cols / 64, ng = cols / 32;   /* units and 32-groups of a row */
-#pragma unroll
+MQ_UNROLL
     for (int k = 0; k < R; k++)
-#pragma unroll
+MQ_UNROLL
         for (int t = 0; t < NT; t++) acc[k][t] = 0.f;
     mq_unit w[R];
     int i = lane;
     if (i < nu)
-#pragma unroll
+MQ_UNROLL
         for (int k = 0; k < R; k++) mq_load<T>(row[k] + (size_t)(i >> 2) * B, i & 3, w[k]);
 #ifdef __CUDA_ARCH__
     pdl_wait();
 #endif
-#pragma unroll 1
+MQ_NO_UNROLL
     while (i < nu) {
         const int sb = i >> 2;
         const int i2 = i + 32;
         mq_unit nx;
         if constexpr (R == 1)
             if (i2 < nu) mq_load<T>(row[0] + (size_t)(i2 >> 2) * B, i2 & 3, nx);
-#pragma unroll
+MQ_UNROLL
         for (int t = 0; t < NT; t++) {
             if (t >= n) break;
             mq_x x;
             mq_xload<T>(w[0], xq + (size_t)t * cols + 256 * sb, xd + (size_t)t * ng + 8 * sb,
                         xs + (size_t)t * ng + 8 * sb, x);
-#pragma unroll
+MQ_UNROLL
             for (int k = 0; k < R; k++) acc[k][t] += mq_dot<T>(w[k], x);
         }
         if constexpr (R == 1) {
             w[0] = nx;
         } else if (i2 < nu) {
-#pragma unroll
+MQ_UNROLL
             for (int k = 0; k < R; k++) mq_load<T>(row[k] + (size_t)(i2 >> 2) * B, i2 & 3, w[k]);
         }
         i = i2;

@@ -47,6 +47,13 @@ template <int T> struct mq_min {
 /* the device intrinsics the units use, and their host forms (tests/cuda/
  * emu_mvq.cu runs the units and the kernel's lane code on the CPU) */
 #define MQ_HD static __host__ __device__ __forceinline__
+#ifdef __CUDA_ARCH__
+#define MQ_UNROLL _Pragma("unroll")
+#define MQ_NO_UNROLL _Pragma("unroll 1")
+#else
+#define MQ_NO_UNROLL
+#define MQ_UNROLL   /* the host compiler's own choice (it does not know the pragma) */
+#endif
 template <class V> MQ_HD V mq_ldg(const V *p) {
 #ifdef __CUDA_ARCH__
     return mq_ldg(p);
@@ -90,9 +97,9 @@ MQ_HD void mq_ld16_2(const uint8_t *p, uint32_t (&v)[4]) {
     const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
     const int sh = (int)((uintptr_t)p & 3) * 8;
     uint32_t w[5];
-#pragma unroll
+MQ_UNROLL
     for (int i = 0; i < 5; i++) w[i] = mq_ldg(a + i);
-#pragma unroll
+MQ_UNROLL
     for (int i = 0; i < 4; i++) v[i] = mq_fshr(w[i], w[i + 1], sh);
 }
 MQ_HD void mq_ld16_16(const uint8_t *p, uint32_t (&v)[4]) {
@@ -104,7 +111,7 @@ MQ_HD void mq_ld16_8(const uint8_t *p, uint32_t (&v)[4]) {
     v[0] = x.x; v[1] = x.y; v[2] = y.x; v[3] = y.y;
 }
 MQ_HD void mq_ld16_4(const uint8_t *p, uint32_t (&v)[4]) {
-#pragma unroll
+MQ_UNROLL
     for (int i = 0; i < 4; i++) v[i] = mq_ldg((const uint32_t *)p + i);
 }
 /* the f16 in the low / high half of a word */
@@ -152,11 +159,11 @@ MQ_HD void mq_load(const uint8_t *__restrict__ blk, int u, mq_unit &w) {
             mq_ld16_16(((const cq5_k *)blk)->qh + 16, h1);
         }
         const float d = mq_lo_h(head.x), dmin = mq_hi_h(head.x);
-#pragma unroll
+MQ_UNROLL
         for (int g = 0; g < 2; g++) {
             int sc, mn;
             mq_k4_scale_min(head, 2 * u + g, sc, mn);
-#pragma unroll
+MQ_UNROLL
             for (int i = 0; i < 4; i++) {
                 uint32_t a = (lo[i] >> (4 * g)) & 0x0F0F0F0Fu, c = (hi[i] >> (4 * g)) & 0x0F0F0F0Fu;
                 if constexpr (T == LKV_TYPE_Q5_K) {
@@ -176,11 +183,11 @@ MQ_HD void mq_load(const uint8_t *__restrict__ blk, int u, mq_unit &w) {
         const block_iq4_xs *b = (const block_iq4_xs *)blk;
         const uint2 head = mq_ldg((const uint2 *)blk);   /* d, scales_h, scales_l */
         const float d = mq_lo_h(head.x);
-#pragma unroll
+MQ_UNROLL
         for (int g = 0; g < 2; g++) {
             uint32_t v[4];
             mq_ld16_8(b->qs + 16 * (2 * u + g), v);
-#pragma unroll
+MQ_UNROLL
             for (int i = 0; i < 4; i++) {
                 w.q[8 * g + i] = iq4nl_bytes(v[i] & 0x0F0F0F0Fu);
                 w.q[8 * g + 4 + i] = iq4nl_bytes((v[i] >> 4) & 0x0F0F0F0Fu);
@@ -214,7 +221,7 @@ MQ_HD void mq_load(const uint8_t *__restrict__ blk, int u, mq_unit &w) {
             mq_ld16_2(b->qh + 32 * n + 16 * h, hv);       /* bits 2j: row j */
             d = __half2float(b->d);
         }
-#pragma unroll
+MQ_UNROLL
         for (int j = 0; j < 4; j++) {
             const int is = 8 * n + 2 * j + h;   /* the sub-block's 16-group */
             w.e[j] = 128 * n + 32 * j + 16 * h;
@@ -223,18 +230,18 @@ MQ_HD void mq_load(const uint8_t *__restrict__ blk, int u, mq_unit &w) {
                 const int sc = ((const cq2_k *)blk)->scales[is];
                 w.d[j] = d * (float)(sc & 0xF);
                 w.m[j] = -dmin * (float)(sc >> 4);
-#pragma unroll
+MQ_UNROLL
                 for (int i = 0; i < 4; i++) w.q[4 * j + i] = (v[i] >> (2 * j)) & 0x03030303u;
             } else if constexpr (T == LKV_TYPE_Q3_K) {
                 w.d[j] = d * (float)mq_k3_scale(((const cq3_k *)blk)->scales, is);
-#pragma unroll
+MQ_UNROLL
                 for (int i = 0; i < 4; i++)
                     w.q[4 * j + i] = mq_vsubss4(((v[i] >> (2 * j)) & 0x03030303u) |
                                                    (((hv[i] >> (4 * n + j)) & 0x01010101u) << 2),
                                                0x04040404u);
             } else {
                 w.d[j] = d * (float)((const cq6_k *)blk)->scales[is];
-#pragma unroll
+MQ_UNROLL
                 for (int i = 0; i < 4; i++) {
                     const uint32_t l = j & 1 ? v2[i] : v[i];
                     w.q[4 * j + i] = mq_vsubss4(((l >> (4 * (j >> 1))) & 0x0F0F0F0Fu) |
@@ -247,7 +254,7 @@ MQ_HD void mq_load(const uint8_t *__restrict__ blk, int u, mq_unit &w) {
         /* the grid i-quants: elements 64u .. 64u + 63 as dq8i's 8 pieces
          * (their scales are per 16 or per 32) */
         static_assert(lkv_is_iquant(T) && iq_has_codes<T>(), "mvq: a k-quant or an i-quant with codes");
-#pragma unroll
+MQ_UNROLL
         for (int s = 0; s < 4; s++) {
             float dw, mw, dw1, mw1;
             dq8i<T>(blk, 8 * u + 2 * s, w.q[4 * s], w.q[4 * s + 1], dw, mw);
