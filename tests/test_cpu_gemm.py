@@ -22,7 +22,8 @@ from fixtures.tiny_models import write_tiny_model
 from test_isa_dispatch import LEVELS, available_levels
 from test_quant import rng_for, why
 
-GEMM_TYPES = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
+GEMM_TYPES = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S,
+              T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M]
 
 SHAPE = dict(n_embd=256, n_ff=768, n_head=4, n_head_kv=1, n_vocab=333)
 N_CTX = 64

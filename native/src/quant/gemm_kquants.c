@@ -33,7 +33,7 @@
 #ifdef __AVX2__
 #include "quant/kquants_avx2.h"
 
-/* One weight super-block, unpacked (LKV_GEMM_BYTES_PER_BLOCK bytes). */
+/* One weight super-block, unpacked (at most LKV_GEMM_BYTES_PER_BLOCK bytes). */
 typedef struct {
     __m256i q[8];    /* codes of elements 32v .. 32v+31, unsigned bytes */
     __m256i sc[8];   /* int16 multiplier of each code pair of vector v */
@@ -41,7 +41,7 @@ typedef struct {
     float d, dmin;
     float pad[6];
 } kdec;
-_Static_assert(sizeof(kdec) == LKV_GEMM_BYTES_PER_BLOCK, "kdec size");
+_Static_assert(sizeof(kdec) <= LKV_GEMM_BYTES_PER_BLOCK, "kdec size");
 
 #define YROW(vy, stride, r) ((const block_q8_K *)((const char *)(vy) + (size_t)(r) * (stride)))
 

@@ -74,7 +74,7 @@ typedef void (*lkv_gemm_fn)(int n, float *out, size_t out_stride, const void *x,
                             int ny, void *scratch);
 
 #define LKV_GEMM_ROWS 16
-#define LKV_GEMM_BYTES_PER_BLOCK 576   /* an unpacked 256-element super-block */
+#define LKV_GEMM_BYTES_PER_BLOCK 800   /* the most an unpacked 256-element super-block takes */
 
 /* scratch bytes of one gemm call on rows of n elements */
 static inline size_t lkv_gemm_scratch_bytes(int64_t n) {
