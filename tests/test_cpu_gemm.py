@@ -5,7 +5,7 @@ logit must keep the bits of the row dots (one token at a time, vec_dot), on
 every ISA level the CPU has.
 
 Shapes: 333 output rows (a partial 16-row tile with an odd last row pair),
-k/v of 64 rows, FFN inputs of 3 super-blocks; micro-batches of 29 and 11
+k/v of 64 rows, FFN inputs of 3 super-blocks (24 blocks of 32); micro-batches of 29 and 11
 tokens (token groups that end in 1 and 3) and single tokens after them.
 Models and tokens are fresh random draws; the seed is in the messages
 (PYLLAMAKV_TEST_SEED replays a failure).
@@ -22,8 +22,9 @@ from fixtures.tiny_models import write_tiny_model
 from test_isa_dispatch import LEVELS, available_levels
 from test_quant import rng_for, why
 
-GEMM_TYPES = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S,
-              T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M]
+GEMM_TYPES = [T.Q8_0, T.Q5_0, T.IQ4_NL, T.Q4_1, T.Q5_1,
+              T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
+              T.IQ4_XS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M]
 
 SHAPE = dict(n_embd=256, n_ff=768, n_head=4, n_head_kv=1, n_vocab=333)
 N_CTX = 64
