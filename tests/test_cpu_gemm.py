@@ -22,7 +22,7 @@ from fixtures.tiny_models import write_tiny_model
 from test_isa_dispatch import LEVELS, available_levels
 from test_quant import rng_for, why
 
-GEMM_TYPES = [T.Q8_0, T.Q5_0, T.IQ4_NL, T.Q4_1, T.Q5_1,
+GEMM_TYPES = [T.Q4_0, T.Q8_0, T.Q5_0, T.IQ4_NL, T.Q4_1, T.Q5_1,
               T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
               T.IQ4_XS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M]
 
