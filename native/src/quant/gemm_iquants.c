@@ -10,7 +10,7 @@
  * exact (|pair| <= 2 * 127 * 127 < 2^15), the integer of dot_iquants.h.
  * iq4_xs unpacks with a byte shuffle of its level table; the other types
  * with the portable decoders of quant/iq_decode.h, once per row and
- * super-block for all the tokens.
+ * super-block for all the tokens (from 24 tokens on; fewer take the row dots).
  *
  * Bits: per super-block the f32 steps of dot_iquants.h, acc += (d * dy) *
  * (float)sumi, done for 4 tokens as the lanes of one vector (the same IEEE
@@ -146,10 +146,31 @@ UNPACK_DEC(iq3_s, IQ_D)
 UNPACK_DEC(iq1_s, IQ_D)
 UNPACK_DEC(iq1_m, IQ_D_IQ1_M)
 
-#define GEMM(t, F)                                                                  \
+/* the row dots, 4 tokens at a time (calls too small to repay an unpacking) */
+static void by_rows(lkv_vec_dot_rows_fn rows_fn, int n, float *out, size_t out_stride,
+                    const void *x, size_t x_stride, int nrows, const void *y, size_t stride,
+                    int ny) {
+    for (int r = 0; r < nrows; r++)
+        for (int t0 = 0; t0 < ny; t0 += 4) {
+            const int nt = ny - t0 < 4 ? ny - t0 : 4;
+            float s[4];
+            rows_fn(n, s, (const char *)x + (size_t)r * x_stride, (const char *)y + (size_t)t0 * stride,
+                    stride, nt);
+            for (int j = 0; j < nt; j++) out[(size_t)(t0 + j) * out_stride + r] = s[j];
+        }
+}
+
+/* MIN_NY: fewer tokens take the row dots (the grid types' scalar unpacking
+ * repays itself from about 20 tokens on, iq4_xs's shuffle from 8) */
+#define GEMM(t, F, MIN_NY)                                                          \
     static void t##_gemm(int n, float *out, size_t out_stride, const void *x,       \
                          size_t x_stride, int nrows, const void *y, size_t stride,  \
                          int ny, void *scratch) {                                   \
+        if (ny < MIN_NY) {                                                          \
+            by_rows(lkv_##t##_vec_dot_rows, n, out, out_stride, x, x_stride, nrows, \
+                    y, stride, ny);                                                 \
+            return;                                                                 \
+        }                                                                           \
         const int nb = n / QK_K;                                                    \
         idec *a = scratch;                                                          \
         for (int r = 0; r < nrows; r++) {                                           \
@@ -158,14 +179,14 @@ UNPACK_DEC(iq1_m, IQ_D_IQ1_M)
         }                                                                           \
         run_tile(a, nrows, nb, y, stride, ny, out, out_stride, F);                  \
     }
-GEMM(iq2_xxs, 0.125f)
-GEMM(iq2_xs, 0.125f)
-GEMM(iq2_s, 0.125f)
-GEMM(iq3_xxs, 0.25f)
-GEMM(iq3_s, 1.0f)
-GEMM(iq1_s, 0.125f)
-GEMM(iq1_m, 0.125f)
-GEMM(iq4_xs, 1.0f)
+GEMM(iq2_xxs, 0.125f, 24)
+GEMM(iq2_xs, 0.125f, 24)
+GEMM(iq2_s, 0.125f, 24)
+GEMM(iq3_xxs, 0.25f, 24)
+GEMM(iq3_s, 1.0f, 24)
+GEMM(iq1_s, 0.125f, 24)
+GEMM(iq1_m, 0.125f, 24)
+GEMM(iq4_xs, 1.0f, 0)
 
 #define SET(ID, fn) t[ID].gemm = fn
 #else
