@@ -6,7 +6,9 @@ every ISA level the CPU has.
 
 Shapes: 333 output rows (a partial 16-row tile with an odd last row pair),
 k/v of 64 rows, FFN inputs of 3 super-blocks (24 blocks of 32); micro-batches of 29 and 11
-tokens (token groups that end in 1 and 3) and single tokens after them.
+tokens (token groups that end in 1 and 3) and single tokens after them. The
+32-element formats also at widths of 9 and 11 blocks (a partial group of 8
+blocks; rows of unpacked blocks that are not a multiple of 32 bytes).
 Models and tokens are fresh random draws; the seed is in the messages
 (PYLLAMAKV_TEST_SEED replays a failure).
 """
@@ -27,6 +29,8 @@ GEMM_TYPES = [T.Q4_0, T.Q8_0, T.Q5_0, T.IQ4_NL, T.Q4_1, T.Q5_1,
               T.IQ4_XS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M]
 
 SHAPE = dict(n_embd=256, n_ff=768, n_head=4, n_head_kv=1, n_vocab=333)
+ODD_WIDTHS = dict(n_embd=288, n_ff=352, n_head=9, n_head_kv=3, n_vocab=333)
+BLOCK32_TYPES = [t for t in GEMM_TYPES if t in (T.Q4_0, T.Q8_0, T.Q5_0, T.IQ4_NL, T.Q4_1, T.Q5_1)]
 N_CTX = 64
 
 
@@ -62,10 +66,18 @@ def _same_bits(got: np.ndarray, want: np.ndarray, t: T, what: str) -> None:
 
 @pytest.mark.parametrize("t", GEMM_TYPES, ids=lambda t: t.name)
 def test_gemm_tile_keeps_the_row_dots_bits(tmp_path, t: T):
-    rng = rng_for(230, int(t))
+    _check(tmp_path, t, rng_for(230, int(t)), SHAPE)
+
+
+@pytest.mark.parametrize("t", BLOCK32_TYPES, ids=lambda t: t.name)
+def test_gemm_tile_at_odd_widths(tmp_path, t: T):
+    _check(tmp_path, t, rng_for(231, int(t)), ODD_WIDTHS)
+
+
+def _check(tmp_path, t: T, rng, shape: dict) -> None:
     path = write_tiny_model(tmp_path / "m.gguf", "llama", t, seed=int(rng.integers(1 << 31)),
-                            **SHAPE)
-    tokens = rng.integers(0, SHAPE["n_vocab"], 43).tolist()
+                            **shape)
+    tokens = rng.integers(0, shape["n_vocab"], 43).tolist()
     prev = lib.lkv_cpu_isa()
     try:
         with Model(str(path)) as m:

@@ -35,10 +35,11 @@ typedef struct {
     __m256i mag;   /* |code| (symmetric) or the code (with a minimum) */
     __m256i sgn;   /* the signed code (symmetric; unused otherwise) */
 } ldec;
-/* a row: nb ldec, then nb (d, m) float pairs: 72 bytes per block */
-_Static_assert(8 * (sizeof(ldec) + 8) <= LKV_GEMM_BYTES_PER_BLOCK, "ldec size");
+/* a row: nb ldec, then nb (d, m) float pairs: 72 bytes per block, the row
+ * rounded up to 32 bytes (the next row's vectors are aligned loads) */
+_Static_assert(8 * (sizeof(ldec) + 8) + 32 <= LKV_GEMM_BYTES_PER_BLOCK, "ldec size");
 
-#define ROW_BYTES(nb) ((size_t)(nb) * (sizeof(ldec) + 8))
+#define ROW_BYTES(nb) (((size_t)(nb) * (sizeof(ldec) + 8) + 31) / 32 * 32)
 
 /* per token group: the activation rows' (d, s) as floats, (4, MAX_BLOCKS, 2) */
 typedef struct {
