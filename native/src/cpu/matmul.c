@@ -10,11 +10,12 @@
  * Loop order: a tile of weight rows stays in L1 while it meets every token in
  * groups of four (vec_dot_rows, or vec_dot_tile for the whole tile where the
  * type has one); the converted activations stay in L2. From GEMM_MIN_TOKENS
- * tokens on, a type with a GEMM tile (gemm: the k-quants on AVX2) unpacks the
- * tile's rows once into per-thread scratch and runs them against all the
- * tokens, several rows and tokens per inner loop. Each output element is one
- * vec_dot's bits, whatever the tiling or path, so a batch and the same
- * tokens one by one give bit-identical results.
+ * tokens on, a type with a GEMM tile (traits' gemm: the quantized types on the
+ * AVX2 levels, quant/gemm_*.c) unpacks the tile's rows once into per-thread
+ * scratch and runs them against all the tokens, several rows and tokens per
+ * inner loop. Each output element is one vec_dot's bits, whatever the tiling
+ * or path, so a batch and the same tokens one by one give bit-identical
+ * results.
  */
 #include <string.h>
 
