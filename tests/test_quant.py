@@ -201,6 +201,24 @@ def test_activation_quantize_follows_ggml_scheme(t: T):
     assert bad.size == 0, why(t, f"first differing bytes at {bad[:8]}")
 
 
+def test_q8_K_rounds_ties_to_even_and_takes_the_first_extreme():
+    """Blocks whose extreme is -127 (inverse scale exactly 1): every other value
+    a fresh random half-integer, so each code is a tie (ties to even); the
+    extreme's magnitude repeated with either sign later in the block (the
+    first one sets the scale), and a block of zeros beside them."""
+    rng = rng_for(5)
+    b = (rng.integers(-126, 126, (6, 256)) + 0.5).astype(np.float32)
+    for row in b:
+        pos = np.sort(rng.choice(256, 3, replace=False))
+        row[pos[0]] = -127.0
+        row[pos[1:]] = [127.0, -127.0]
+    x = np.concatenate([b.reshape(-1), np.zeros(256, np.float32)])
+    ours = c_quantize(T.Q8_K, x)
+    ref = q8_reference(x, T.Q8_K)
+    bad = np.flatnonzero(ours != ref)
+    assert bad.size == 0, why(T.Q8_K, f"first differing bytes at {bad[:8]}")
+
+
 def test_iq4_nl_round_trip():
     """iq4_nl has no gguf quantizer. Its codes must be the nearest table
     levels to x / d for the stored (f16) scale d, and on Gaussian blocks the

@@ -23,6 +23,10 @@ struct lkv_bctx {
      * format in use: (max_tokens, row_bytes(fmt, max_cols)) */
     void *act_q[3];
     size_t act_q_bytes;
+    /* per-thread scratch of the weight types' GEMM tiles (quant/types.h
+     * lkv_gemm_fn), (n_threads, gemm_scratch_bytes) */
+    char *gemm_scratch;
+    size_t gemm_scratch_bytes;
     /* per-thread attention scratch, (n_threads, attn_scratch_floats) */
     float *attn_scratch;
     size_t attn_scratch_floats;

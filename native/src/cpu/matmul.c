@@ -9,16 +9,22 @@
  *
  * Loop order: a tile of weight rows stays in L1 while it meets every token in
  * groups of four (vec_dot_rows, or vec_dot_tile for the whole tile where the
- * type has one); the converted activations stay in L2. Each
- * output element is one vec_dot, whatever the tiling, so a batch and the same
- * tokens one by one give bit-identical results.
+ * type has one); the converted activations stay in L2. From GEMM_MIN_TOKENS
+ * tokens on, a type with a GEMM tile (traits' gemm: the quantized types on the
+ * AVX2 levels, quant/gemm_*.c) unpacks the tile's rows once into per-thread
+ * scratch and runs them against all the tokens, several rows and tokens per
+ * inner loop. Each output element is one vec_dot's bits, whatever the tiling
+ * or path, so a batch and the same tokens one by one give bit-identical
+ * results.
  */
 #include <string.h>
 
 #include "cpu/cpu.h"
 #include "quant/types.h"
 
-#define ROW_TILE 16
+#define ROW_TILE 16          /* = LKV_GEMM_ROWS */
+#define GEMM_MIN_TOKENS 8    /* fewer tokens do not repay a tile's unpacking */
+_Static_assert(ROW_TILE == LKV_GEMM_ROWS, "a gemm call takes one row tile");
 #define MAX_W 3   /* weights per call: q/k/v */
 
 // ------------------------------------------------------------------ convert
@@ -49,9 +55,11 @@ typedef struct {
     size_t act_stride[MAX_W];
     long row_start[MAX_W + 1];   /* prefix sums of rows */
     int n_w, n;
+    char *scratch;               /* (n_threads, scratch_bytes): the gemm tiles' */
+    size_t scratch_bytes;
 } dot_job;
 
-static void dot_rows(const dot_job *j, int wi, long r0, long r1) {
+static void dot_rows(const dot_job *j, int wi, long r0, long r1, int thread) {
     const lkv_weight *w = j->ws[wi];
     const lkv_traits *t = lkv_type_traits(w->type);
     const int cols = (int)w->cols;
@@ -59,6 +67,15 @@ static void dot_rows(const dot_job *j, int wi, long r0, long r1) {
     const char *act = j->act[wi];
     float *out = j->outs[wi];
     const long rows = w->rows;
+    if (t->gemm && j->n >= GEMM_MIN_TOKENS && lkv_gemm_scratch_bytes(cols) <= j->scratch_bytes) {
+        for (long rt = r0; rt < r1; rt += ROW_TILE) {
+            long re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
+            t->gemm(cols, out + rt, (size_t)rows, (const char *)w->data + rt * w->row_bytes,
+                    w->row_bytes, (int)(re - rt), act, as, j->n,
+                    j->scratch + (size_t)thread * j->scratch_bytes);
+        }
+        return;
+    }
     for (long rt = r0; rt < r1; rt += ROW_TILE) {
         long re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
         for (int t0 = 0; t0 < j->n; t0 += 4) {
@@ -84,7 +101,6 @@ static void dot_rows(const dot_job *j, int wi, long r0, long r1) {
 }
 
 static void dot_fn(void *arg, int ith, int nth, int thread) {
-    (void)thread;
     const dot_job *j = arg;
     long total = j->row_start[j->n_w];
     long tiles = (total + ROW_TILE - 1) / ROW_TILE;
@@ -95,7 +111,7 @@ static void dot_fn(void *arg, int ith, int nth, int thread) {
     for (int wi = 0; wi < j->n_w && lo < hi; wi++) {
         long a = j->row_start[wi], b = j->row_start[wi + 1];
         long s = lo > a ? lo : a, e = hi < b ? hi : b;
-        if (s < e) dot_rows(j, wi, s - a, e - a);
+        if (s < e) dot_rows(j, wi, s - a, e - a, thread);
     }
 }
 
@@ -104,7 +120,8 @@ static void dot_fn(void *arg, int ith, int nth, int thread) {
 void lkv_cpu_matmul(lkv_bctx *b, float *const *outs, const float *x, const lkv_weight *const *ws,
                     int n_w, int n) {
     /* all weights of one call share the input, hence cols */
-    dot_job dj = {.outs = outs, .ws = ws, .n_w = n_w, .n = n};
+    dot_job dj = {.outs = outs, .ws = ws, .n_w = n_w, .n = n,
+                  .scratch = b->gemm_scratch, .scratch_bytes = b->gemm_scratch_bytes};
     int32_t conv_type[MAX_W];
     int used = 0;
     for (int wi = 0; wi < n_w; wi++) {

@@ -37,6 +37,7 @@ static void cpu_ctx_free(lkv_bctx *b) {
     lkv_tp_free(b->tp);
     for (int i = 0; i < 3; i++) free(b->act_q[i]);
     free(b->attn_scratch);
+    free(b->gemm_scratch);
     free(b->delta_scratch);
     free(b);
 }
@@ -59,13 +60,15 @@ static lkv_status cpu_ctx_init(lkv_bctx **out, const struct lkv_model *m, int n_
     b->attn_scratch_floats = lkv_cpu_attn_scratch_floats(hp->head_dim, LKV_CPU_MAX_CHUNK);
     for (int i = 0; i < 3; i++) b->act_q[i] = cpu_alloc(b, b->act_q_bytes);
     b->attn_scratch = cpu_alloc(b, sizeof(float) * b->attn_scratch_floats * (size_t)n_threads);
+    b->gemm_scratch_bytes = lkv_gemm_scratch_bytes(cols);
+    b->gemm_scratch = cpu_alloc(b, b->gemm_scratch_bytes * (size_t)n_threads);
     b->tp = lkv_tp_create(n_threads);
     const bool hybrid = m->arch && m->arch->hybrid;   /* the kernel harnesses bind no arch */
     if (hybrid) {
         b->delta_scratch_floats = lkv_cpu_delta_scratch_floats(hp->ssm_head_k_dim, hp->ssm_head_v_dim);
         b->delta_scratch = cpu_alloc(b, sizeof(float) * b->delta_scratch_floats * (size_t)n_threads);
     }
-    if (!b->act_q[0] || !b->act_q[1] || !b->act_q[2] || !b->attn_scratch || !b->tp ||
+    if (!b->act_q[0] || !b->act_q[1] || !b->act_q[2] || !b->attn_scratch || !b->gemm_scratch || !b->tp ||
         (hybrid && !b->delta_scratch)) {
         cpu_ctx_free(b);
         return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the CPU backend's buffers "

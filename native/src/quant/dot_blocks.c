@@ -17,7 +17,8 @@
  * kernels reproduce that one.
  *
  * The AVX2 path and the portable path give the same bits: both do exactly
- * these float operations (the portable one with fmaf).
+ * these float operations (the portable one with fmaf). The AVX2 path also
+ * has the prefill's GEMM tile (q4_0_gemm: the rows unpacked once per call).
  */
 #include <math.h>
 #include <string.h>
@@ -178,6 +179,89 @@ LKV_INLINE void tile_q4_0(int n, float *out, size_t out_stride, const void *vx, 
     }
 }
 
+/* The GEMM tile (lkv_gemm_fn): the rows' unsigned codes and their scales
+ * (8 per group, as floats) unpacked once into scratch (qdec), then per
+ * token group of 4 the activation's prep (prep_q8_0) once for all the rows
+ * and per row tile_q4_0's steps with the codes read back instead of
+ * unpacked: the same integers and float operations, so the same bits. */
+typedef struct {
+    __m256i u[8];   /* codes of the group's 8 blocks (0 past the row's end) */
+    __m256 dx;      /* their scales */
+} qdec;
+_Static_assert(sizeof(qdec) <= LKV_GEMM_BYTES_PER_BLOCK, "qdec size");
+
+LKV_INLINE void gemm_rows_q4_0(const qdec *a, int nrows, int nb, const block_q8_0 *const *y,
+                               const __m256 (*dy)[TILE_MAX_GROUPS],
+                               const __m256i (*sy)[TILE_MAX_GROUPS], float *out,
+                               size_t out_stride, const int ny) {
+    const int ng = (nb + 7) / 8, m = nb - 8 * (ng - 1);
+    const __m256 on = _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    for (int row = 0; row < nrows; row++) {
+        const qdec *k = a + (size_t)row * ng;
+        __m256 acc[4];
+        for (int r = 0; r < ny; r++) acc[r] = _mm256_setzero_ps();
+        for (int g = 0; g < ng; g++) {
+            const int i0 = 8 * g, mg = g < ng - 1 ? 8 : m;
+            __m256i qx[8];
+            for (int b = 0; b < 8; b++) qx[b] = _mm256_load_si256(&k[g].u[b]);
+            for (int r = 0; r < ny; r++) {
+                __m256i v[8];
+                for (int b = 0; b < 8; b++)
+                    v[b] = b < mg ? dot_u8s8(qx[b], _mm256_loadu_si256((const __m256i *)y[r][i0 + b].qs))
+                                  : _mm256_setzero_si256();
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_add_epi32(hsum8_epi32(v), sy[r][g]));
+                const __m256 f = _mm256_fmadd_ps(_mm256_mul_ps(k[g].dx, dy[r][g]), p, acc[r]);
+                acc[r] = mg == 8 ? f : _mm256_blendv_ps(acc[r], f, on);
+            }
+        }
+        for (int r = 0; r < ny; r++) {
+            float c[8];
+            _mm256_storeu_ps(c, acc[r]);
+            out[(size_t)r * out_stride + row] = fold8(c);
+        }
+    }
+}
+
+static void q4_0_gemm(int n, float *out, size_t out_stride, const void *vx, size_t x_stride,
+                      int nrows, const void *vy, size_t stride, int ny, void *scratch) {
+    const int nb = n / 32, ng = (nb + 7) / 8;
+    if (ng > TILE_MAX_GROUPS) {
+        for (int t0 = 0; t0 < ny; t0 += 4)
+            LKV_TILE_BY_ROWS(k_q4_0_blocks, n, out + (size_t)t0 * out_stride, out_stride, vx, x_stride,
+                             nrows, (const char *)vy + (size_t)t0 * stride, stride,
+                             ny - t0 < 4 ? ny - t0 : 4);
+        return;
+    }
+    qdec *a = scratch;
+    for (int row = 0; row < nrows; row++) {
+        const block_q4_0 *x = (const block_q4_0 *)((const char *)vx + (size_t)row * x_stride);
+        for (int g = 0; g < ng; g++) {
+            qdec *k = a + (size_t)row * ng + g;
+            for (int b = 0; b < 8; b++)
+                k->u[b] = 8 * g + b < nb ? unpack_nibbles16(x[8 * g + b].qs) : _mm256_setzero_si256();
+            k->dx = scales8(x, sizeof(block_q4_0), 8 * g, nb);
+        }
+    }
+    __m256 dy[4][TILE_MAX_GROUPS];
+    __m256i sy[4][TILE_MAX_GROUPS];
+    for (int t0 = 0; t0 < ny; t0 += 4) {
+        const int nt = ny - t0 < 4 ? ny - t0 : 4;
+        const block_q8_0 *y[4];
+        for (int r = 0; r < nt; r++) {
+            y[r] = YROW(vy, stride, t0 + r);
+            prep_q8_0(y[r], nb, dy[r], sy[r]);
+        }
+        float *ot = out + (size_t)t0 * out_stride;
+        switch (nt) {
+        case 1: gemm_rows_q4_0(a, nrows, nb, y, dy, sy, ot, out_stride, 1); break;
+        case 2: gemm_rows_q4_0(a, nrows, nb, y, dy, sy, ot, out_stride, 2); break;
+        case 3: gemm_rows_q4_0(a, nrows, nb, y, dy, sy, ot, out_stride, 3); break;
+        default: gemm_rows_q4_0(a, nrows, nb, y, dy, sy, ot, out_stride, 4); break;
+        }
+    }
+}
+
 static void q4_0_vec_dot_tile(int n, float *out, size_t out_stride, const void *x, size_t x_stride,
                               int nrows, const void *y, size_t stride, int ny) {
     if ((n / 32 + 7) / 8 > TILE_MAX_GROUPS) {
@@ -224,4 +308,9 @@ void LKV_ISA_FN(lkv_install_dot_blocks)(lkv_traits *t) {
     t[LKV_TYPE_Q4_0].vec_dot = q4_0_vec_dot;
     t[LKV_TYPE_Q4_0].vec_dot_rows = q4_0_vec_dot_rows;
     t[LKV_TYPE_Q4_0].vec_dot_tile = q4_0_vec_dot_tile;
+#ifdef __AVX2__
+    t[LKV_TYPE_Q4_0].gemm = q4_0_gemm;
+#else
+    t[LKV_TYPE_Q4_0].gemm = NULL;   /* portable: the row dots */
+#endif
 }

@@ -37,6 +37,8 @@
 #ifdef __AVX2__
 // ---------------------------------------------------------------- AVX2
 
+#include "quant/legacy_avx2.h"
+
 /* Weight blocks against q8_0 rows: `expand` turns block i into 32 signed
  * bytes (element order 0..31), the dot is signed x signed. */
 #define KERNEL_S8_Q8_0(name, BT, expand)                                                 \
@@ -91,36 +93,6 @@
         for (int r = 0; r < ny; r++)                                                      \
             s[r] = hsum_ps(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summ[r]));             \
     }
-
-LKV_INLINE int load_u32(const void *p) {
-    int v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-LKV_INLINE __m256i expand_q4_0(const block_q4_0 *b) {
-    return _mm256_sub_epi8(unpack_nibbles16(b->qs), _mm256_set1_epi8(8));
-}
-LKV_INLINE __m256i expand_q4_1(const block_q4_1 *b) { return unpack_nibbles16(b->qs); }
-LKV_INLINE uint32_t qh32(const uint8_t qh[4]) {
-    uint32_t h;
-    memcpy(&h, qh, 4);  // little-endian host
-    return h;
-}
-/* q - 16 as a signed byte: low nibble | 0xf0 where the fifth bit is clear. */
-LKV_INLINE __m256i expand_q5_0(const block_q5_0 *b) {
-    const __m256i hb = bits_to_bytes(qh32(b->qh));
-    return _mm256_or_si256(unpack_nibbles16(b->qs), _mm256_andnot_si256(hb, _mm256_set1_epi8((char)0xf0)));
-}
-LKV_INLINE __m256i expand_q5_1(const block_q5_1 *b) {
-    const __m256i hb = bits_to_bytes(qh32(b->qh));
-    return _mm256_or_si256(unpack_nibbles16(b->qs), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
-}
-LKV_INLINE __m256i expand_q8_0(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
-LKV_INLINE __m256i expand_iq4_nl(const block_iq4_nl *b) {
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lkv_iq4nl_values));
-    return _mm256_shuffle_epi8(table, unpack_nibbles16(b->qs));
-}
 
 KERNEL_S8_Q8_0(k_q4_0, block_q4_0, expand_q4_0)
 KERNEL_S8_Q8_0(k_q5_0, block_q5_0, expand_q5_0)

@@ -3,8 +3,9 @@
  * how the traits table picks one at run time.
  *
  * The sources with SIMD paths (float_types.c, dot_legacy.c, dot_blocks.c,
- * dot_kquants.c) are compiled once per level (quant/meson.build): portable
- * (the baseline, no flags), avx2 (-mavx2 -mfma -mf16c) and avx512
+ * dot_kquants.c, gemm_*.c) are compiled once per level
+ * (quant/meson.build): portable (the baseline, no flags), avx2 (-mavx2
+ * -mfma -mf16c) and avx512
  * (-march=x86-64-v4 -mavx512vnni: the same 256-bit kernels, with VNNI for
  * the u8 x s8 dot). LKV_ISA_SUFFIX (_portable, _avx2, _avx512) names each
  * copy; its functions are static and one installer per source,
@@ -32,7 +33,10 @@ enum { LKV_ISA_PORTABLE = 0, LKV_ISA_AVX2 = 1, LKV_ISA_AVX512 = 2, LKV_ISA_COUNT
     void lkv_install_float_types##S(lkv_traits *t);         \
     void lkv_install_dot_legacy##S(lkv_traits *t);          \
     void lkv_install_dot_blocks##S(lkv_traits *t);          \
-    void lkv_install_dot_kquants##S(lkv_traits *t);
+    void lkv_install_dot_kquants##S(lkv_traits *t);         \
+    void lkv_install_gemm_kquants##S(lkv_traits *t);         \
+    void lkv_install_gemm_iquants##S(lkv_traits *t);         \
+    void lkv_install_gemm_legacy##S(lkv_traits *t);
 LKV_DECL_INSTALLERS(_portable)
 LKV_DECL_INSTALLERS(_avx2)
 LKV_DECL_INSTALLERS(_avx512)

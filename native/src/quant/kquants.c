@@ -126,18 +126,36 @@ void lkv_q8_K_to_float(const void *vx, float *y, int64_t n) {
         for (int j = 0; j < QK_K; j++) y[j] = x[i].d * (float)x[i].qs[j];
 }
 
+/* ggml's q8_K: iscale = -127 / max, max the first element of the largest
+ * magnitude (NaN never is), codes lrintf(iscale * x) clamped to +-127. Written
+ * so that the compiler vectorizes it (the scalar form with lrintf, a libm
+ * call, was 4% of a prefill): the largest magnitude as the largest of the
+ * magnitudes' bit patterns (the same order for non-negative floats; NaN
+ * patterns set to 0), the rounding as (v + 1.5 * 2^23) - 1.5 * 2^23 (ties to
+ * even, exact for |v| < 2^22; here |v| <= 127 or v is NaN), NaN to -127 as
+ * lrintf's out-of-range value clamps. Same bytes as the scalar form. */
 LKV_ISA_CLONES void lkv_q8_K_from_float(const float *x, void *vy, int64_t n) {
     block_q8_K *y = vy;
+    const float magic = 12582912.0f;   /* 1.5 * 2^23 */
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK_K; j++)
-            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
-        memset(&y[i], 0, sizeof y[i]);
-        if (amax == 0.0f) continue;
-        const float iscale = -127.0f / max;
+        uint32_t bmax = 0;
         for (int j = 0; j < QK_K; j++) {
-            long v = lrintf(iscale * x[j]);  // ties to even in the default mode
-            y[i].qs[j] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            uint32_t b;
+            memcpy(&b, &x[j], 4);
+            b &= 0x7fffffffu;
+            b = b > 0x7f800000u ? 0 : b;
+            bmax = b > bmax ? b : bmax;
+        }
+        memset(&y[i], 0, sizeof y[i]);
+        if (bmax == 0) continue;
+        float amax;
+        memcpy(&amax, &bmax, 4);
+        int jm = 0;
+        while (fabsf(x[jm]) != amax) jm++;
+        const float iscale = -127.0f / x[jm];
+        for (int j = 0; j < QK_K; j++) {
+            const float r = (iscale * x[j] + magic) - magic;
+            y[i].qs[j] = (int8_t)(r >= -127.0f ? (r <= 127.0f ? (int)r : 127) : -127);
         }
         for (int k = 0; k < QK_K / 16; k++) {
             int s = 0;

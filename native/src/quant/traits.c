@@ -70,12 +70,18 @@ static void install(int level) {
         lkv_install_dot_legacy_avx512(table);
         lkv_install_dot_blocks_avx512(table);
         lkv_install_dot_kquants_avx512(table);
+        lkv_install_gemm_kquants_avx512(table);
+        lkv_install_gemm_iquants_avx512(table);
+        lkv_install_gemm_legacy_avx512(table);
         break;
     case LKV_ISA_AVX2:
         lkv_install_float_types_avx2(table);
         lkv_install_dot_legacy_avx2(table);
         lkv_install_dot_blocks_avx2(table);
         lkv_install_dot_kquants_avx2(table);
+        lkv_install_gemm_kquants_avx2(table);
+        lkv_install_gemm_iquants_avx2(table);
+        lkv_install_gemm_legacy_avx2(table);
         break;
 #endif
     default:
@@ -83,6 +89,9 @@ static void install(int level) {
         lkv_install_dot_legacy_portable(table);
         lkv_install_dot_blocks_portable(table);
         lkv_install_dot_kquants_portable(table);
+        lkv_install_gemm_kquants_portable(table);
+        lkv_install_gemm_iquants_portable(table);
+        lkv_install_gemm_legacy_portable(table);
     }
     lkv_iq_dot_force_portable(level == LKV_ISA_PORTABLE);
 }

@@ -63,6 +63,24 @@ typedef void (*lkv_vec_dot_tile_fn)(int n, float *out, size_t out_stride, const 
                                     size_t x_stride, int nrows, const void *y,
                                     size_t y_stride, int ny);
 
+/* The prefill's GEMM tile (optional): out[j * out_stride + r] = dot(x +
+ * r*x_stride, y + j*y_stride) for r < nrows <= LKV_GEMM_ROWS and every j <
+ * ny (any count). The weight rows are unpacked once into `scratch` (32-byte
+ * aligned, lkv_gemm_scratch_bytes(n) bytes, the caller's) and then meet all
+ * the activation rows, several rows and tokens per inner loop. Each result
+ * is bit-identical to vec_dot's. */
+typedef void (*lkv_gemm_fn)(int n, float *out, size_t out_stride, const void *x,
+                            size_t x_stride, int nrows, const void *y, size_t y_stride,
+                            int ny, void *scratch);
+
+#define LKV_GEMM_ROWS 16
+#define LKV_GEMM_BYTES_PER_BLOCK 800   /* the most an unpacked 256-element super-block takes */
+
+/* scratch bytes of one gemm call on rows of n elements */
+static inline size_t lkv_gemm_scratch_bytes(int64_t n) {
+    return (size_t)LKV_GEMM_ROWS * (size_t)((n + 255) / 256) * LKV_GEMM_BYTES_PER_BLOCK;
+}
+
 typedef struct lkv_traits {
     const char *name;
     int32_t block_size;           /* elements per block */
@@ -79,6 +97,7 @@ typedef struct lkv_traits {
      * KV rows keep the 8-lane order the GPU attention kernels reproduce) */
     lkv_vec_dot_fn kv_dot;
     lkv_vec_dot_tile_fn vec_dot_tile; /* optional (NULL: vec_dot_rows per row) */
+    lkv_gemm_fn gemm;             /* optional: the prefill's tile (NULL: vec_dot_tile) */
 } lkv_traits;
 
 static inline lkv_vec_dot_fn lkv_type_kv_dot(const lkv_traits *t) {
