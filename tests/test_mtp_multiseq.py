@@ -169,3 +169,17 @@ def test_llama_prompt_list_with_mtp_equals_plain_greedy(path):
         got = spec.create_completion(prompts[1], max_tokens=12, temperature=0)
         assert got["choices"][0]["text"] == want[1]
         assert spec.timings.drafted_tokens > 0 and spec._ctx.mtp_stats(seq=0)["draft_steps"] > 0
+
+
+def test_memory_plan_counts_a_block_per_sequence(path):
+    """the core's dry run: each sequence adds its block state (its K/V of n_ctx
+    rows, its hidden rows) to the MTP part, the scratch rows counted once"""
+    from pyllamakv.core.native_plan import memory_plan
+    from pyllamakv.memory.plan import kv_row_bytes
+    with Model(path) as m:
+        hp, tensors = m.hparams, m.file.tensors
+    kw = dict(n_ctx=256, n_batch=64, n_ubatch=64, mtp=True, type_k="f32", type_v="f32")
+    mtp = [memory_plan(tensors, hp, "cpu", n_seq_max=n, **kw).mtp for n in (1, 2, 3)]
+    step = mtp[1] - mtp[0]
+    assert mtp[2] - mtp[1] == step and step >= 2 * 256 * kv_row_bytes(hp, "f32")
+    assert mtp[0] > step   # the shared scratch rows beside sequence 0's state
