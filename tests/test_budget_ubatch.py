@@ -114,13 +114,16 @@ def test_a_given_n_ubatch_is_kept():
 
 
 @needs_cuda
-def test_several_sequences_of_a_hybrid_are_refused_by_the_core():
-    """n_seq_max > 1 for this hybrid: the core holds one sequence per context for
-    models with recurrent state, and its plan says so (before, the budget's own
-    arithmetic planned a context the core would refuse)."""
-    from pyllamakv.errors import UnsupportedError
-    with pytest.raises(UnsupportedError, match="one sequence per context"):
-        _plan(16384, n_ctx=65536, n_seq_max=2)
+def test_several_sequences_of_a_hybrid_are_planned_by_the_core():
+    """n_seq_max > 1 for this hybrid on CUDA: the core holds a recurrent state
+    (and its snapshots) per sequence in one context, and its plan counts each
+    (before issue 39 it refused several sequences of a hybrid on CUDA)."""
+    kw = dict(n_ctx=65536, n_batch=4096, n_ubatch=512, type_k="q8_0", type_v="q4_0")
+    one = memory_plan(TENSORS, HP27, "cuda", n_seq_max=1, **kw)
+    three = memory_plan(TENSORS, HP27, "cuda", n_seq_max=3, **kw)
+    assert one.recurrent > 0 and three.recurrent == 3 * one.recurrent
+    split, u = _plan(16384, n_ctx=65536, n_seq_max=2)
+    assert split.used <= split.budget, split.describe()
 
 
 def test_streamed_bytes_and_the_model(rng=np.random.default_rng()):

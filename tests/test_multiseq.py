@@ -217,7 +217,7 @@ def test_bad_sequence_arguments(tiny):
 
 
 def test_hybrid_holds_several_sequences_on_the_cpu(tmp_path):
-    """(Their behaviour: tests/test_qwen35_multiseq.py; on CUDA the core refuses them.)"""
+    """(Their behaviour: tests/test_qwen35_multiseq.py; on CUDA: tests/test_cuda_qwen35_multiseq.py.)"""
     from fixtures.tiny_qwen35 import write_tiny_qwen35
     with Model(write_tiny_qwen35(tmp_path / "q35.gguf")) as m:
         with Context(m, n_ctx=64, n_seq_max=2) as c:

@@ -82,3 +82,29 @@ def test_prompt_list_equals_one_call_per_prompt(path):
         assert llm.engine.scheduler.multi_steps > 0
         out = llm.create_completion(prompts[::-1], max_tokens=6, temperature=0)   # prefixes kept
         assert [c["text"] for c in out["choices"]] == want[::-1]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_scripts_equal_one_context_per_sequence(path, seed):
+    """Random scripts (tests/hybrid_script.py: steps of several sequences with
+    prompts beside single tokens, snapshots and truncation to them, whole
+    copies and state blobs, resets) on one context of 3 sequences give each
+    sequence bit for bit the logits of its own one-sequence context, and the
+    same restore points. Each sequence's tokens of a step are one run of one
+    micro-batch (n_ubatch = n_batch), as they are alone."""
+    from hybrid_script import make_script, run_alone, run_shared
+    from multiseq_script import compare
+    rng = np.random.default_rng(seed * 7919 + int(np.random.default_rng().integers(1 << 20)))
+    n_seq, kw = 3, dict(n_ctx=160, n_batch=80, n_ubatch=80, n_threads=2, kv_chunk=32)
+    with Model(path, "cpu", 2) as m:
+        events = make_script(rng, n_seq, m.n_vocab, kw["n_ctx"], kw["n_batch"], 40, long=70)
+        with Context(m, n_seq_max=n_seq, **kw) as c:
+            shared, p_shared = run_shared(c, events, n_seq)
+        ones = [Context(m, **kw) for _ in range(n_seq)]
+        try:
+            alone, p_alone = run_alone(ones, events, n_seq)
+        finally:
+            for o in ones:
+                o.close()
+    assert p_shared == p_alone
+    compare(shared, alone, f"CPU hybrid, seed {seed}")

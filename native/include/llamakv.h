@@ -224,8 +224,8 @@ typedef struct lkv_context_params {
                                 (n_embd floats) instead of its logits (n_vocab floats) */
     int32_t n_state_snapshots; /* hybrid models: recurrent-state snapshots kept for prefix
                                   reuse (default 2; 0: none) */
-    int32_t n_seq_max;       /* sequences the context holds (default 1; hybrid models on
-                                CUDA: 1; on the CPU each sequence has its own recurrent state).
+    int32_t n_seq_max;       /* sequences the context holds (default 1; for hybrid models
+                                each sequence has its own recurrent state, on every backend).
                                 Each has n_ctx positions, its own chunk grid and host
                                 store; kv_pool_bytes is one pool shared by all of them */
     int32_t phase_arena;     /* the phase arena (native/src/arena.h): -1 (default) where the
@@ -233,9 +233,10 @@ typedef struct lkv_context_params {
                                 emulated device), 0 off. Only with a pool bound, one
                                 sequence and n_ubatch > 16; logits do not depend on it */
     int32_t mtp;             /* 1: run the model's MTP (nextn) block beside the trunk for
-                                lkv_context_mtp_draft (its own resident KV of n_ctx rows,
-                                one attention layer; n_seq_max 1, no embeddings); default 0.
-                                It starts switched on; lkv_context_set_mtp switches it */
+                                lkv_context_mtp_draft (per sequence its own resident KV of
+                                n_ctx rows, one attention layer, and its hidden rows; no
+                                embeddings); default 0. It starts switched on;
+                                lkv_context_set_mtp switches it */
 } lkv_context_params;
 
 typedef struct lkv_context lkv_context;
@@ -309,7 +310,7 @@ int32_t lkv_context_restore_point(const lkv_context *c, int32_t n);
  * snapshot (replacing the oldest when all slots are used), so that a later
  * truncate can return here. A no-op for other models or with 0 slots. */
 lkv_status lkv_context_snapshot(lkv_context *c);
-/* The same two for sequence seq (0: the calls above; another: no MTP block). A
+/* The same two for sequence seq (0: the calls above; with the MTP block, its own). A
  * snapshot of an id outside [0, n_seq_max) is LKV_ERR_INVALID_ARG; its restore
  * point is 0. */
 int32_t lkv_context_seq_restore_point(const lkv_context *c, int32_t seq, int32_t n);
@@ -342,10 +343,18 @@ lkv_status lkv_context_mtp_draft(lkv_context *c, int32_t token, int32_t n_draft,
  * the block's rows are filled by that decode, as if it had been on all along
  * (bit for bit for the same sequence of decode calls). A context made with
  * mtp = 0 accepts on = 0 (a no-op) and refuses on != 0 (LKV_ERR_UNSUPPORTED).
- * The block belongs to the one sequence of its context (mtp = 1 needs
- * n_seq_max = 1), so the switch is per context: a server's slot that
- * speculates is a context of its own. */
+ * This call switches the block of every sequence of the context. */
 lkv_status lkv_context_set_mtp(lkv_context *c, int32_t on);
+/* appended in ABI 10: the MTP block per sequence. With n_seq_max > 1 each
+ * sequence has its own block state (its K/V rows, hidden rows, snapshots and
+ * switch); the calls above are sequence 0's (lkv_context_set_mtp: every
+ * sequence's), these sequence seq's, with the same meaning. A run of tokens
+ * of sequence s in lkv_decode_batch writes s's block rows only; a draft for s
+ * reads s's block and leaves the others' as they were. lkv_context_seq_copy
+ * copies the block's rows and hidden states below n with the trunk. */
+lkv_status lkv_context_seq_mtp_draft(lkv_context *c, int32_t seq, int32_t token, int32_t n_draft,
+                                     int32_t *drafts, float *logits_out, int32_t *n_out);
+lkv_status lkv_context_seq_set_mtp(lkv_context *c, int32_t seq, int32_t on);
 
 /* Generation in the library (lkv_generate): greedy, or the sampler chain. */
 typedef struct lkv_generate_params {
@@ -411,6 +420,8 @@ typedef struct lkv_mtp_stats {
 /* The MTP block's switch and counters (a context made with mtp = 1; else
  * LKV_ERR_UNSUPPORTED). */
 lkv_status lkv_context_mtp_stats(const lkv_context *c, lkv_mtp_stats *out);
+/* appended in ABI 10: the same of sequence seq's block (lkv_context_mtp_stats: sequence 0's) */
+lkv_status lkv_context_seq_mtp_stats(const lkv_context *c, int32_t seq, lkv_mtp_stats *out);
 /* Bytes of recurrent state (conv + delta-rule state) of one sequence; 0 for
  * models without it. Snapshots take this much each, beside it. */
 int64_t lkv_context_recurrent_bytes(const lkv_context *c);
@@ -553,7 +564,7 @@ lkv_status lkv_memory_plan_compute(const lkv_model_params *mp, const lkv_tensor_
 
 /* LKV_CDEF_END */
 
-#define LKV_ABI_VERSION 9
+#define LKV_ABI_VERSION 10
 
 #ifdef __cplusplus
 }

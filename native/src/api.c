@@ -247,7 +247,16 @@ API lkv_status lkv_context_mtp_draft(lkv_context *c, int32_t token, int32_t n_dr
     lkv_clear_error();
     if (!c || !drafts || !n_out)
         return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_mtp_draft: NULL argument");
-    return lkv_context_draft_mtp(c, token, n_draft, drafts, logits_out, n_out);
+    return lkv_context_draft_mtp(c, 0, token, n_draft, drafts, logits_out, n_out);
+}
+
+API lkv_status lkv_context_seq_mtp_draft(lkv_context *c, int32_t seq, int32_t token,
+                                         int32_t n_draft, int32_t *drafts, float *logits_out,
+                                         int32_t *n_out) {
+    lkv_clear_error();
+    if (!c || !drafts || !n_out)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_mtp_draft: NULL argument");
+    return lkv_context_draft_mtp(c, seq, token, n_draft, drafts, logits_out, n_out);
 }
 
 API void lkv_generate_params_init(lkv_generate_params *p) {
@@ -297,13 +306,28 @@ API lkv_status lkv_sample(const float *logits, int32_t n_vocab, const lkv_genera
 API lkv_status lkv_context_set_mtp(lkv_context *c, int32_t on) {
     lkv_clear_error();
     if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_set_mtp: NULL context");
-    return lkv_context_switch_mtp(c, on);
+    return lkv_context_switch_mtp(c, -1, on);
+}
+
+API lkv_status lkv_context_seq_set_mtp(lkv_context *c, int32_t seq, int32_t on) {
+    lkv_clear_error();
+    if (!c) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_set_mtp: NULL context");
+    if (seq < 0)
+        return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_set_mtp: sequence id %d is "
+                        "negative (lkv_context_set_mtp switches every sequence)", seq);
+    return lkv_context_switch_mtp(c, seq, on);
 }
 
 API lkv_status lkv_context_mtp_stats(const lkv_context *c, lkv_mtp_stats *out) {
     lkv_clear_error();
     if (!c || !out) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_mtp_stats: NULL argument");
-    return lkv_context_get_mtp_stats(c, out);
+    return lkv_context_get_mtp_stats(c, 0, out);
+}
+
+API lkv_status lkv_context_seq_mtp_stats(const lkv_context *c, int32_t seq, lkv_mtp_stats *out) {
+    lkv_clear_error();
+    if (!c || !out) return lkv_fail(LKV_ERR_INVALID_ARG, "lkv_context_seq_mtp_stats: NULL argument");
+    return lkv_context_get_mtp_stats(c, seq, out);
 }
 
 API const float *lkv_context_logits(const lkv_context *c, int32_t *n_rows) {

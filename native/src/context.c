@@ -110,12 +110,10 @@ lkv_status lkv_context_build_on(lkv_model *m, const lkv_backend *be, const lkv_c
         lkv_recur_config rc = {m->n_layer_rs, (int64_t)(hp->ssm_conv_kernel - 1) * (int64_t)CD,
                                (int64_t)hp->ssm_n_v_heads * hp->ssm_head_k_dim * hp->ssm_head_v_dim,
                                p.n_state_snapshots};
-        /* a recurrent state per sequence (the CPU backend's ops take any state pointer;
-           the CUDA backend's captured decode steps hold one: one sequence there) */
-        if (!st && p.n_seq_max > 1 && strcmp(c->be->name, "cpu") != 0)
-            st = lkv_fail(LKV_ERR_UNSUPPORTED, "n_seq_max = %d: hybrid models (recurrent state) "
-                          "hold one sequence per context on the %s backend", p.n_seq_max,
-                          c->be->name);
+        /* a recurrent state per sequence: the backends' conv and delta-rule ops take
+           any state pointer, run once per sequence's run of a micro-batch (forward.c);
+           a captured decode step holds one sequence's state pointers, and its key
+           names that sequence (forward.c graph_key), so it replays for that one only */
         if (!st && !(c->rs_seq = calloc((size_t)p.n_seq_max, sizeof *c->rs_seq)))
             st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the recurrent states");
         for (int32_t s = 0; !st && s < p.n_seq_max; s++)
@@ -215,37 +213,33 @@ static int32_t seq_restore(const lkv_context *c, int32_t seq, int32_t n) {
     return lkv_recur_restore_point(c->rs_seq[seq], n, c->seq_len[seq]);
 }
 
-static int32_t trunk_restore(const lkv_context *c, int32_t n) { return seq_restore(c, 0, n); }
-
+/* with the MTP block of seq on, also one where the block is in sync after the
+ * truncation (mtp.h): walk the sequence's points down to one (0 at worst) */
 int32_t lkv_context_seq_restore(const lkv_context *c, int32_t seq, int32_t n) {
     if (seq < 0 || seq >= c->n_seq) return 0;
-    return seq == 0 ? lkv_context_restore(c, n) : seq_restore(c, seq, n);
+    int32_t p = seq_restore(c, seq, n);
+    if (!c->mtp || !lkv_mtp_is_on(c->mtp, seq)) return p;
+    const int32_t rows = lkv_mtp_rows(c->mtp, seq);
+    if (p > rows + 1) p = seq_restore(c, seq, rows + 1);
+    while (p > 0 && !lkv_mtp_synced_at(c->mtp, seq, p)) p = seq_restore(c, seq, p - 1);
+    return p;
+}
+
+int32_t lkv_context_restore(const lkv_context *c, int32_t n) {
+    return lkv_context_seq_restore(c, 0, n);
 }
 
 lkv_status lkv_context_seq_keep_snapshot(lkv_context *c, int32_t seq) {
     if (seq < 0 || seq >= c->n_seq)
         return lkv_fail(LKV_ERR_INVALID_ARG, "snapshot: sequence id %d is outside [0, n_seq_max "
                         "= %d)", seq, c->n_seq);
-    if (seq == 0) return lkv_context_keep_snapshot(c);
     if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
+    if (c->mtp) lkv_mtp_snapshot(c, seq, c->seq_len[seq]);
     return c->rs ? lkv_recur_snapshot(c->rs_seq[seq], c->seq_len[seq]) : LKV_OK;
 }
 
-/* with the MTP block on, also one where the block is in sync after the
- * truncation (mtp.h): walk the trunk's points down to one (0 at worst) */
-int32_t lkv_context_restore(const lkv_context *c, int32_t n) {
-    int32_t p = trunk_restore(c, n);
-    if (!c->mtp || !lkv_mtp_is_on(c->mtp)) return p;
-    const int32_t rows = lkv_mtp_rows(c->mtp);
-    if (p > rows + 1) p = trunk_restore(c, rows + 1);
-    while (p > 0 && !lkv_mtp_synced_at(c->mtp, p)) p = trunk_restore(c, p - 1);
-    return p;
-}
-
 lkv_status lkv_context_keep_snapshot(lkv_context *c) {
-    if (c->dead) return lkv_fail(LKV_ERR_DEAD, "the context failed earlier (device error); free it");
-    if (c->mtp) lkv_mtp_snapshot(c, c->seq_len[0]);
-    return c->rs ? lkv_recur_snapshot(c->rs, c->seq_len[0]) : LKV_OK;
+    return lkv_context_seq_keep_snapshot(c, 0);
 }
 
 // ------------------------------------------------------------------ state

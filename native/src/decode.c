@@ -96,7 +96,7 @@ static void roll_back(lkv_context *c) {
         if (back < lkv_kv_restore_floor(lkv_kvset_seq(c->kvs, s)))
             back = 0;   /* a sliding-window ring (kv/cache.h; its rows suffice for one call) */
         lkv_kv_truncate(lkv_kvset_seq(c->kvs, s), back);
-        if (c->mtp) lkv_mtp_truncate(c, back);
+        if (c->mtp) lkv_mtp_truncate(c, s, back);
         c->seq_len[s] = back;
     }
 }
@@ -175,41 +175,44 @@ lkv_status lkv_context_seq_set_length(lkv_context *c, int32_t seq, int32_t n) {
                         "holds %d positions", n, seq, len);
     if (c->rs) LKV_TRY(lkv_recur_truncate(c->rs_seq[seq], n, len));
     LKV_TRY(lkv_kv_truncate(lkv_kvset_seq(c->kvs, seq), n));
-    if (c->mtp) lkv_mtp_truncate(c, n);
+    if (c->mtp) lkv_mtp_truncate(c, seq, n);
     c->seq_len[seq] = n;
     c->n_logit_rows = 0;
     return LKV_OK;
 }
 
-lkv_status lkv_context_draft_mtp(lkv_context *c, int32_t token, int32_t n_draft, int32_t *drafts,
-                           float *logits_out, int32_t *n_out) {
+lkv_status lkv_context_draft_mtp(lkv_context *c, int32_t seq, int32_t token, int32_t n_draft,
+                                 int32_t *drafts, float *logits_out, int32_t *n_out) {
     *n_out = 0;
     LKV_TRY(check_live(c));
+    LKV_TRY(check_seq(c, seq, "mtp draft"));
     if (!c->mtp)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "mtp draft: the context was made without mtp = 1");
-    if (!lkv_mtp_is_on(c->mtp))
-        return lkv_fail(LKV_ERR_UNSUPPORTED, "mtp draft: the MTP block is switched off "
-                        "(lkv_context_set_mtp); switch it on, then truncate to the restore point "
-                        "and decode the rest again to bring it in sync");
-    return lkv_mtp_run_draft(c, token, n_draft, drafts, logits_out, n_out);
+    if (!lkv_mtp_is_on(c->mtp, seq))
+        return lkv_fail(LKV_ERR_UNSUPPORTED, "mtp draft: the MTP block of sequence %d is switched "
+                        "off (lkv_context_set_mtp); switch it on, then truncate to the restore "
+                        "point and decode the rest again to bring it in sync", seq);
+    return lkv_mtp_run_draft(c, seq, token, n_draft, drafts, logits_out, n_out);
 }
 
-lkv_status lkv_context_switch_mtp(lkv_context *c, int32_t on) {
+lkv_status lkv_context_switch_mtp(lkv_context *c, int32_t seq, int32_t on) {
     LKV_TRY(check_live(c));
+    if (seq >= 0) LKV_TRY(check_seq(c, seq, "set mtp"));
     if (!c->mtp) {
         if (!on) return LKV_OK;   /* nothing runs anyway */
         return lkv_fail(LKV_ERR_UNSUPPORTED, "set mtp: the context was made without mtp = 1 "
                         "(the MTP block's buffers are made with the context)");
     }
-    lkv_mtp_set_on(c->mtp, on != 0);
+    lkv_mtp_set_on(c->mtp, seq, on != 0);
     return LKV_OK;
 }
 
-lkv_status lkv_context_get_mtp_stats(const lkv_context *c, lkv_mtp_stats *out) {
+lkv_status lkv_context_get_mtp_stats(const lkv_context *c, int32_t seq, lkv_mtp_stats *out) {
     memset(out, 0, sizeof *out);
+    LKV_TRY(check_seq(c, seq, "mtp stats"));
     if (!c->mtp)
         return lkv_fail(LKV_ERR_UNSUPPORTED, "mtp stats: the context was made without mtp = 1");
-    lkv_mtp_get_stats(c, out);
+    lkv_mtp_get_stats(c, seq, out);
     return LKV_OK;
 }
 
@@ -236,6 +239,7 @@ lkv_status lkv_context_copy_seq(lkv_context *c, int32_t src, int32_t dst, int32_
     c->n_logit_rows = 0;
     LKV_TRY(lkv_kv_copy(lkv_kvset_seq(c->kvs, dst), lkv_kvset_seq(c->kvs, src), n));
     if (c->rs && n) LKV_TRY(lkv_recur_copy(c->rs_seq[dst], c->rs_seq[src]));
+    if (c->mtp) LKV_TRY(lkv_mtp_copy(c, src, dst, n));
     c->seq_len[dst] = n;
     return LKV_OK;
 }

@@ -43,12 +43,13 @@ lkv_status lkv_context_decode(lkv_context *c, const int32_t *tokens, int32_t n, 
 lkv_status lkv_context_decode_seqs(lkv_context *c, const int32_t *tokens, const int32_t *seq_ids,
                                    const int8_t *want_logits, int32_t n);
 lkv_status lkv_context_set_length(lkv_context *c, int32_t n);
-lkv_status lkv_context_draft_mtp(lkv_context *c, int32_t token, int32_t n_draft, int32_t *drafts,
-                                 float *logits_out, int32_t *n_out);
-lkv_status lkv_context_switch_mtp(lkv_context *c, int32_t on);
+/* the MTP block of sequence seq (switch: seq < 0 switches every sequence) */
+lkv_status lkv_context_draft_mtp(lkv_context *c, int32_t seq, int32_t token, int32_t n_draft,
+                                 int32_t *drafts, float *logits_out, int32_t *n_out);
+lkv_status lkv_context_switch_mtp(lkv_context *c, int32_t seq, int32_t on);
 lkv_status lkv_context_generate(lkv_context *c, int32_t token, const lkv_generate_params *p,
                                 int32_t *out, int32_t *n_out);
-lkv_status lkv_context_get_mtp_stats(const lkv_context *c, lkv_mtp_stats *out);
+lkv_status lkv_context_get_mtp_stats(const lkv_context *c, int32_t seq, lkv_mtp_stats *out);
 lkv_status lkv_context_seq_set_length(lkv_context *c, int32_t seq, int32_t n);
 lkv_status lkv_context_copy_seq(lkv_context *c, int32_t src, int32_t dst, int32_t n);
 int32_t lkv_context_restore(const lkv_context *c, int32_t n);

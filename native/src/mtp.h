@@ -45,26 +45,30 @@
 
 typedef struct lkv_mtp lkv_mtp;
 
-/* the MTP state of c (c->p.mtp != 0; the model has an MTP block) */
+/* the MTP state of c (c->p.mtp != 0; the model has an MTP block): one per sequence */
 lkv_status lkv_mtp_create(lkv_context *c, lkv_mtp **out);
 void lkv_mtp_free(lkv_context *c, lkv_mtp *t);
-/* after a trunk micro-batch's layers (c->x holds its residual rows) */
+/* after a trunk micro-batch's layers (c->x holds its residual rows; overwritten) */
 lkv_status lkv_mtp_after_step(lkv_context *c, const lkv_ubatch *ub);
-/* the trunk now holds n positions (truncate, roll back, reset) */
-void lkv_mtp_truncate(lkv_context *c, int32_t n);
-/* a snapshot at position pos: keep the hidden state at pos - 1 with it */
-void lkv_mtp_snapshot(lkv_context *c, int32_t pos);
-/* up to n_draft arg-max drafts after `token` (the token at n_tokens); *n_out
- * of them (0 out of sync); logits_out (n_draft, n_vocab) host or NULL */
-lkv_status lkv_mtp_run_draft(lkv_context *c, int32_t token, int32_t n_draft, int32_t *drafts,
-                         float *logits_out, int32_t *n_out);
-/* the switch: off, lkv_mtp_after_step does nothing */
-void lkv_mtp_set_on(lkv_mtp *t, bool on);
-bool lkv_mtp_is_on(const lkv_mtp *t);
-/* after truncate(p) the block would be in sync (p = 0 always is) */
-bool lkv_mtp_synced_at(const lkv_mtp *t, int32_t p);
-/* rows the block holds: positions [0, rows) */
-int32_t lkv_mtp_rows(const lkv_mtp *t);
-void lkv_mtp_get_stats(const lkv_context *c, lkv_mtp_stats *out);
+/* sequence seq of the trunk now holds n positions (truncate, roll back, reset) */
+void lkv_mtp_truncate(lkv_context *c, int32_t seq, int32_t n);
+/* a snapshot of sequence seq at position pos: keep the hidden state at pos - 1 with it */
+void lkv_mtp_snapshot(lkv_context *c, int32_t seq, int32_t pos);
+/* sequence dst becomes the first n positions of src (the trunk's copy): the
+ * block's rows and hidden states that lie below n, copied */
+lkv_status lkv_mtp_copy(lkv_context *c, int32_t src, int32_t dst, int32_t n);
+/* up to n_draft arg-max drafts after `token` (the token at sequence seq's
+ * n_tokens); *n_out of them (0 out of sync); logits_out (n_draft, n_vocab) host or NULL */
+lkv_status lkv_mtp_run_draft(lkv_context *c, int32_t seq, int32_t token, int32_t n_draft,
+                             int32_t *drafts, float *logits_out, int32_t *n_out);
+/* the switch of sequence seq (seq < 0: every sequence); off, lkv_mtp_after_step
+ * does nothing for it */
+void lkv_mtp_set_on(lkv_mtp *t, int32_t seq, bool on);
+bool lkv_mtp_is_on(const lkv_mtp *t, int32_t seq);
+/* after truncate(seq, p) the block of seq would be in sync (p = 0 always is) */
+bool lkv_mtp_synced_at(const lkv_mtp *t, int32_t seq, int32_t p);
+/* rows the block of seq holds: positions [0, rows) */
+int32_t lkv_mtp_rows(const lkv_mtp *t, int32_t seq);
+void lkv_mtp_get_stats(const lkv_context *c, int32_t seq, lkv_mtp_stats *out);
 
 #endif

@@ -76,7 +76,7 @@ def token_stream(seq: Sequence, tokens: list[int], sampler: Sampler, d: Decoding
     if getattr(seq.ctx, "mtp", False):
         # only a generation that drafts with it pays for the MTP block; switched on
         # behind, keep_prefix's restore point is one where it is in sync (spec/mtp.py)
-        seq.ctx.set_mtp(uses_mtp(drafter))
+        seq.ctx.set_mtp(uses_mtp(drafter), seq=seq.id)
     if reset:
         if not tokens:
             raise ParameterError("generate needs at least one token")

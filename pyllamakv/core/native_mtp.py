@@ -19,34 +19,50 @@ from .status import check as _check, int32 as _int32
 
 
 class MTPMixin:
-    """Needs ptr, _guard, n_vocab and mtp (see _native.Context)."""
+    """Needs ptr, _guard, n_vocab and mtp (see _native.Context). With several
+    sequences each has its own block (its rows, hidden states, switch): seq
+    names which; set_mtp without seq switches every sequence's."""
 
-    def mtp_draft(self, token: int, n_draft: int, logits: bool = False):
-        """Arg-max drafts of the model's MTP block after `token` (the token at
-        n_tokens), up to n_draft; with logits, (drafts, (len, n_vocab) logits).
+    def mtp_draft(self, token: int, n_draft: int, logits: bool = False, seq: int = 0):
+        """Arg-max drafts of sequence seq's MTP block after `token` (the token at
+        its n_tokens), up to n_draft; with logits, (drafts, (len, n_vocab) logits).
         None drafted (an empty array) when the block is out of sync (llamakv.h)."""
         n_draft = _int32("n_draft", n_draft)
+        seq = _int32("seq", seq)
         out = np.zeros(max(n_draft, 0), np.int32)
         rows = np.zeros((max(n_draft, 0), self.n_vocab), np.float32) if logits else None
         n = ffi.new("int32_t *")
-        self._guard.call(lambda: _check(lib.lkv_context_mtp_draft(
-            self.ptr, _int32("token", token), n_draft, ffi.from_buffer("int32_t[]", out),
+        self._guard.call(lambda: _check(lib.lkv_context_seq_mtp_draft(
+            self.ptr, seq, _int32("token", token), n_draft, ffi.from_buffer("int32_t[]", out),
             ffi.from_buffer("float[]", rows) if logits else ffi.NULL, n), "mtp draft"))
         return (out[:n[0]], rows[:n[0]]) if logits else out[:n[0]]
 
-    def set_mtp(self, on: bool) -> None:
-        """Switch the MTP block on or off (lkv_context_set_mtp); on needs mtp=True."""
-        self._guard.call(lambda: _check(lib.lkv_context_set_mtp(self.ptr, int(bool(on))),
-                                        "set mtp"))
+    def set_mtp(self, on: bool, seq: int | None = None) -> None:
+        """Switch the MTP block on or off (lkv_context_set_mtp): sequence seq's,
+        or every sequence's (seq None); on needs mtp=True."""
+        if seq is None:
+            self._guard.call(lambda: _check(lib.lkv_context_set_mtp(self.ptr, int(bool(on))),
+                                            "set mtp"))
+        else:
+            seq = _int32("seq", seq)
+            self._guard.call(lambda: _check(lib.lkv_context_seq_set_mtp(
+                self.ptr, seq, int(bool(on))), "set mtp"))
+
+    def mtp_on_for(self, seq: int = 0) -> bool:
+        """The block exists and sequence seq's is switched on."""
+        return bool(self.mtp) and bool(self.mtp_stats(seq)["on"])
 
     @property
     def mtp_on(self) -> bool:
-        """The block exists and is switched on."""
-        return bool(self.mtp) and bool(self.mtp_stats()["on"])
+        """The block exists and sequence 0's is switched on."""
+        return self.mtp_on_for(0)
 
-    def mtp_stats(self) -> dict[str, Any]:
-        """The block's switch, its rows, whether it drafts now, and its counters
-        (rows_computed: K/V rows written following the trunk; draft_steps)."""
+    def mtp_stats(self, seq: int = 0) -> dict[str, Any]:
+        """Sequence seq's block: its switch, its rows, whether it drafts now, and
+        its counters (rows_computed: K/V rows written following the trunk;
+        draft_steps)."""
+        seq = _int32("seq", seq)
         st = ffi.new("lkv_mtp_stats *")
-        self._guard.call(lambda: _check(lib.lkv_context_mtp_stats(self.ptr, st), "mtp stats"))
+        self._guard.call(lambda: _check(lib.lkv_context_seq_mtp_stats(self.ptr, seq, st),
+                                        "mtp stats"))
         return {name: int(getattr(st, name)) for name, _ in ffi.typeof("lkv_mtp_stats").fields}

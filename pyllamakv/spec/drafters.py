@@ -173,7 +173,7 @@ def make_drafter(spec: Any, seq: "Sequence") -> Drafter | None:
     if isinstance(spec, str) and spec == "lookup":
         return default_lookup()
     if wants_mtp(spec):   # the target's own MTP block (spec_mtp.py)
-        return MTPDrafter(seq.ctx)
+        return MTPDrafter(seq.ctx, seq=seq.id)
     model = seq.ctx.model
     if isinstance(spec, (str, os.PathLike)):
         spec = DraftModel(spec, n_ctx=seq.n_ctx, device=model.device)

@@ -36,13 +36,13 @@ def uses_mtp(drafter: Any) -> bool:
 
 
 class MTPDrafter:
-    """Drafts from ctx, the target's own context (made with mtp=True): the
-    history it is given must be that context's tokens plus the token just
-    chosen (spec/verify.py's call)."""
+    """Drafts from sequence seq of ctx, the target's own context (made with
+    mtp=True; each sequence has its own block): the history it is given must
+    be that sequence's tokens plus the token just chosen (spec/verify.py's call)."""
 
     uses_mtp = True   # token_stream (api/decoding.py) switches the block on for its generations only
 
-    def __init__(self, ctx: "Context", num_pred_tokens: int = DEFAULT_DRAFTS):
+    def __init__(self, ctx: "Context", num_pred_tokens: int = DEFAULT_DRAFTS, seq: int = 0):
         if isinstance(num_pred_tokens, bool) or not isinstance(num_pred_tokens, int) \
                 or not 1 <= num_pred_tokens <= 64:
             raise ValueError(f"num_pred_tokens must be an int in [1, 64], got {num_pred_tokens!r}")
@@ -51,11 +51,17 @@ class MTPDrafter:
                                    f"{ctx.model.file.path} has none")
         if not getattr(ctx, "mtp", False):
             raise UnsupportedError("draft_model='mtp': the context was made without its MTP block")
+        n_seq = getattr(ctx, "n_seq_max", 1)
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < n_seq:
+            raise ValueError(f"seq must be a sequence id in [0, {n_seq}), got {seq!r}")
         self._ctx = ctx
+        self.seq = seq
         self.num_pred_tokens = num_pred_tokens
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         ids = np.asarray(input_ids).reshape(-1)
-        if ids.size == 0 or ids.size != self._ctx.n_tokens + 1:
-            return np.zeros(0, np.intc)   # not the context's history: nothing to say
-        return self._ctx.mtp_draft(int(ids[-1]), self.num_pred_tokens).astype(np.intc)
+        n = self._ctx.seq_n_tokens(self.seq)
+        if ids.size == 0 or ids.size != n + 1:
+            return np.zeros(0, np.intc)   # not the sequence's history: nothing to say
+        return self._ctx.mtp_draft(int(ids[-1]), self.num_pred_tokens,
+                                   seq=self.seq).astype(np.intc)
