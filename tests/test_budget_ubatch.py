@@ -23,6 +23,7 @@ from pyllamakv.core.native_plan import memory_plan
 from pyllamakv.memory.budget import MIB, granule, plan_budget
 from pyllamakv.memory.plan import kv_plan, kv_row_bytes
 from pyllamakv.memory.ubatch import cheapest, prefill_seconds, streamed_bytes
+from fixtures.gpu_cases import GPU_SEQS_REFUSED
 
 # the core plans a CUDA context only in a build with the CUDA backend (its buffers and
 # kernel choices are the backend's own: native/src/memplan.c)
@@ -117,10 +118,16 @@ def test_a_given_n_ubatch_is_kept():
 def test_several_sequences_of_a_hybrid_are_planned_by_the_core():
     """n_seq_max > 1 for this hybrid on CUDA: the core holds a recurrent state
     (and its snapshots) per sequence in one context, and its plan counts each
-    (before issue 39 it refused several sequences of a hybrid on CUDA)."""
+    (until they are verified on a GPU, a build without -DLKV_GPU_SEQS=1 refuses
+    several sequences of a hybrid there: skipped)."""
     kw = dict(n_ctx=65536, n_batch=4096, n_ubatch=512, type_k="q8_0", type_v="q4_0")
     one = memory_plan(TENSORS, HP27, "cuda", n_seq_max=1, **kw)
-    three = memory_plan(TENSORS, HP27, "cuda", n_seq_max=3, **kw)
+    try:
+        three = memory_plan(TENSORS, HP27, "cuda", n_seq_max=3, **kw)
+    except Exception as e:   # noqa: BLE001 - only the core's GPU refusal skips
+        if GPU_SEQS_REFUSED in str(e):
+            pytest.skip(f"this library holds one hybrid sequence per context on the GPU: {e}")
+        raise
     assert one.recurrent > 0 and three.recurrent == 3 * one.recurrent
     split, u = _plan(16384, n_ctx=65536, n_seq_max=2)
     assert split.used <= split.budget, split.describe()

@@ -27,7 +27,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from pyllamakv.core import native as N
-from fixtures.gpu_cases import clear_top1, kl_rows
+from fixtures.gpu_cases import clear_top1, kl_rows, skip_unless_gpu_seqs
 from fixtures.tiny_qwen35 import write_tiny_qwen35
 from hybrid_script import make_script, run_alone, run_shared
 from multiseq_script import compare
@@ -53,6 +53,14 @@ def models(tmp_path_factory):
     seed = int(np.random.SeedSequence().entropy % 2**30)
     return {name: write_tiny_qwen35(d / f"{name}.gguf", T.F32, seed=seed + i, **kw)
             for i, (name, kw) in enumerate(SHAPES.items())}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpu_seqs(models):
+    """skips the module where the library takes one hybrid sequence per context on
+    the GPU (native/src/context.c: a build without -DLKV_GPU_SEQS=1)"""
+    with N.Model(models["tiny"], device="cuda") as m:
+        skip_unless_gpu_seqs(m, **_kw())
 
 
 def _kw(**over):

@@ -55,15 +55,16 @@ def test_mtp_per_request_is_exact_and_counted(served, client):
     prompt = np.random.default_rng().integers(3, N_VOCAB, 12).tolist()
     before = counters(url)
     slots = served[1].slots
-    rows = lambda: [s.engine.sequence.ctx.mtp_stats()["rows_computed"] for s in slots]
+    rows = lambda: [s.engine.mtp_stats()["rows_computed"] for s in slots]
+    on = lambda: [s.engine.mtp_stats()["on"] for s in slots]
     rows0 = rows()
     plain = _complete(client, prompt)
     assert counters(url) == before, "a request without speculation moved the counters"
     # the slots run their MTP blocks only for requests that draft with them
-    assert rows() == rows0 and not any(s.engine.sequence.ctx.mtp_on for s in slots)
+    assert rows() == rows0 and not any(on())
     got = _complete(client, prompt, n=2, **{"speculative.type": "mtp", "speculative.n_max": 3})
     assert got == plain * 2, "greedy MTP speculation changed the text"
-    assert all(a > b for a, b in zip(rows(), rows0)) and all(s.engine.sequence.ctx.mtp_on for s in slots)
+    assert all(a > b for a, b in zip(rows(), rows0)) and all(on())
     want = [f'pyllamakv_mtp_on{{slot="{s.index}"}} 1.0' for s in slots] + \
         [f'pyllamakv_mtp_rows_total{{slot="{s.index}"}} {float(n)}' for s, n in zip(slots, rows())]
     for _ in range(50):   # the slots' snapshots, taken by their threads after their jobs

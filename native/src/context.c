@@ -70,6 +70,21 @@ lkv_status lkv_context_build(lkv_model *m, const lkv_context_params *pin, lkv_co
  * the dry run's recording backend (memplan.c); NULL otherwise */
 #define MARK(part) do { if (mark) mark(c->b, (part)); } while (0)
 
+/* Several sequences of a hybrid (a recurrent state each) and the MTP block per
+ * sequence: the code holds them on every backend (forward.c runs the conv and
+ * delta-rule ops per sequence's run; a captured decode step's key names its
+ * sequence; mtp.c keeps a block state per sequence), checked on the CPU
+ * (tests/test_qwen35_multiseq.py, test_mtp_multiseq.py) but not yet run on a
+ * GPU: until tests/test_cuda_qwen35_multiseq.py and test_mtp_multiseq.py pass
+ * there, a GPU backend takes one such sequence per context. A build with
+ * -DLKV_GPU_SEQS=1 lifts this (dev/tools/pack_b90.sh makes one, for those tests). */
+#ifndef LKV_GPU_SEQS
+#define LKV_GPU_SEQS 0
+#endif
+static bool gpu_seqs_verified(const lkv_backend *be) {
+    return LKV_GPU_SEQS || strcmp(be->name, "cpu") == 0;
+}
+
 lkv_status lkv_context_build_on(lkv_model *m, const lkv_backend *be, const lkv_context_params *pin,
                                 lkv_context **out, void (*mark)(lkv_bctx *b, int part)) {
     lkv_context_params p = *pin;
@@ -114,6 +129,10 @@ lkv_status lkv_context_build_on(lkv_model *m, const lkv_backend *be, const lkv_c
            any state pointer, run once per sequence's run of a micro-batch (forward.c);
            a captured decode step holds one sequence's state pointers, and its key
            names that sequence (forward.c graph_key), so it replays for that one only */
+        if (!st && p.n_seq_max > 1 && !gpu_seqs_verified(c->be))
+            st = lkv_fail(LKV_ERR_UNSUPPORTED, "n_seq_max = %d: several sequences of a hybrid "
+                          "model (recurrent state) are not yet verified on the %s backend; "
+                          "one sequence per context there", p.n_seq_max, c->be->name);
         if (!st && !(c->rs_seq = calloc((size_t)p.n_seq_max, sizeof *c->rs_seq)))
             st = lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the recurrent states");
         for (int32_t s = 0; !st && s < p.n_seq_max; s++)
@@ -159,6 +178,10 @@ lkv_status lkv_context_build_on(lkv_model *m, const lkv_backend *be, const lkv_c
         }
     }
     MARK(LKV_PART_MTP);
+    if (!st && p.mtp && p.n_seq_max > 1 && !gpu_seqs_verified(c->be))
+        st = lkv_fail(LKV_ERR_UNSUPPORTED, "mtp = 1 with n_seq_max = %d: the MTP block of several "
+                      "sequences is not yet verified on the %s backend; one sequence per context "
+                      "there", p.n_seq_max, c->be->name);
     if (!st && p.mtp) st = lkv_mtp_create(c, &c->mtp);
     if (!st) st = lkv_moe_create(c, &c->moe);
     if (st) { lkv_context_destroy(c); return st; }

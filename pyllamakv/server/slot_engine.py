@@ -163,9 +163,9 @@ class SlotEngine:
         return self.sequence.ctx.kv_stats()
 
     def mtp_stats(self) -> dict:
-        """Its MTP block's figures, where its context runs one; else {}."""
+        """Its sequence's MTP block figures, where its context runs one; else {}."""
         ctx = self.sequence.ctx
-        return ctx.mtp_stats() if getattr(ctx, "mtp", False) else {}
+        return ctx.mtp_stats(seq=self.sequence.id) if getattr(ctx, "mtp", False) else {}
 
     def close(self) -> None:
         """Free the context the slot's sequence is of and the model the slots share,
