@@ -1,8 +1,8 @@
 """One pool, given once: a server's slots are sequences of one engine whose
 context gets --kv-pool-mib whole (not a per-slot share multiplied back), the
 core splitting it among the sequences; /props and the startup line say so.
-Where a model cannot share (a hybrid or an MTP block on CUDA, until verified
-there), sharing() names why, and each slot keeps a context with an even share."""
+Where a model cannot share (a hybrid on CUDA until verified there, an MTP
+block), sharing() names why, and each slot keeps a context with an even share."""
 from __future__ import annotations
 
 import os
@@ -99,13 +99,12 @@ def test_sharing_names_what_cannot_share():
     hybrid = {"full_attn_interval": 4}
     assert sharing("cpu", hybrid, 0, 4) is None               # a recurrent state per sequence
     assert sharing("cpu", {}, 0, 4) is None and sharing("cuda", {}, 0, 4) is None
-    assert sharing("cpu", {}, 1, 2) is None                   # an MTP block per sequence
-    for hp, nextn in ((hybrid, 0), ({}, 1)):                   # not yet verified on a GPU
-        assert "not yet verified on the cuda backend" in sharing("cuda", hp, nextn, 4)
+    assert "not yet verified on the cuda backend" in sharing("cuda", hybrid, 0, 4)
+    assert "MTP" in sharing("cpu", {}, 1, 2)                  # drafts while stepping alone
     assert sharing("cuda", hybrid, 1, 1) is None              # one slot: nothing to share
     layout = {"contexts": 4, "shared": False, "kv_pool_mib": 64.0,
-              "context_kv_pool_mib": 16.0, "not_shared_because": sharing("cuda", {}, 1, 4)}
-    assert kv_line(layout).startswith("a context per slot, each KV pool 16 MiB: several sequences")
+              "context_kv_pool_mib": 16.0, "not_shared_because": sharing("cpu", {}, 1, 4)}
+    assert kv_line(layout).startswith("a context per slot, each KV pool 16 MiB: a slot's MTP")
 
 
 @pytest.mark.parametrize("parallel", [1, 3])

@@ -4,11 +4,12 @@ context, one KV pool given once, one scheduler whose steps batch the slots'
 work), embedding servers and CPU hybrids included, with the chat template and
 the budget they share (slots.py runs them). The engine is opened over the
 loaded model by engine/open.py (its pool, threads and budget planned as a
-Llama's are); no Llama is made. On a GPU two kinds of model keep a context per
-slot, each with an even share of the pool: hybrids and models with an MTP block,
-whose several sequences in one context the core holds but takes on the CPU only
-until they are verified on a GPU (native/src/context.c); ``memory_layout`` says
-which (/props, the startup line).
+Llama's are); no Llama is made. Two kinds of model keep a context per slot,
+each with an even share of the pool: hybrids on a GPU (several of their
+sequences in one context the core takes on the CPU only until verified on a
+GPU: native/src/context.c) and models with an MTP block (a slot's block drafts
+while its sequence steps alone); ``memory_layout`` says which (/props, the
+startup line).
 """
 from __future__ import annotations
 
@@ -50,9 +51,12 @@ def sharing(device: str, hparams: dict, n_nextn: int, parallel: int) -> str | No
     pool given once, batched steps); else why each slot keeps a context of its own."""
     if parallel == 1:
         return None
-    if device != "cpu" and (n_nextn > 0 or hparams.get("full_attn_interval")):
-        return (f"several sequences of a hybrid model or of an MTP block in one context are "
-                f"not yet verified on the {device} backend (native/src/context.c)")
+    if n_nextn > 0:
+        return ("a slot's MTP block drafts only while its sequence steps alone, and the "
+                "slots of a shared context step together (tests/test_server_mtp.py)")
+    if device != "cpu" and hparams.get("full_attn_interval"):
+        return (f"several sequences of a hybrid model in one context are not yet verified "
+                f"on the {device} backend (native/src/context.c)")
     return None
 
 
