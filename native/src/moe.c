@@ -22,11 +22,12 @@ struct lkv_moe {
     int32_t *d_rows;         /* (U*k,) rows, uploaded */
     float *d_w;              /* (U*k,) w, uploaded */
     int32_t *d_iota;         /* (U,) 0 .. U-1 */
-    float *d_sig;            /* (U,) sigmoid of the shared gates, uploaded */
+    float *d_sig;            /* (U,) sigmoid of the shared gates */
+    float *d_one;            /* (U,) 1.0f: d_sig's start, so that sigmoid_mul leaves the sigmoid */
     /* host */
     int32_t *h_ids;          /* (U, k) */
     float *h_wts;            /* (U, k) */
-    float *h_sig;            /* (U,) */
+    float *h_sig;            /* (U,) 1.0f, uploaded into d_one */
     int32_t *start;          /* (X + 1,) expert e's picks: [start[e], start[e+1]) of rows / w */
     int32_t *rows;           /* (U*k,) token row of each pick, grouped by expert */
     float *w;                /* (U*k,) its weight */
@@ -57,9 +58,9 @@ lkv_status lkv_moe_create(lkv_context *c, lkv_moe **out) {
     *out = t;
     void **bufs[] = {(void **)&t->logits, (void **)&t->ids, (void **)&t->wts, (void **)&t->xe,
                      (void **)&t->ye, (void **)&t->shg, (void **)&t->d_rows, (void **)&t->d_w,
-                     (void **)&t->d_iota, (void **)&t->d_sig};
+                     (void **)&t->d_iota, (void **)&t->d_sig, (void **)&t->d_one};
     const size_t bytes[] = {4 * U * X, 4 * U * K, 4 * U * K, 4 * U * E, 4 * U * E, 4 * U,
-                            4 * U * K, 4 * U * K, 4 * U, 4 * U};
+                            4 * U * K, 4 * U * K, 4 * U, 4 * U, 4 * U};
     for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++)
         if (!(*bufs[i] = c->be->alloc(c->b, bytes[i])))
             return lkv_fail(LKV_ERR_DEVICE_MEMORY, "cannot allocate %zu bytes for the experts' "
@@ -74,6 +75,8 @@ lkv_status lkv_moe_create(lkv_context *c, lkv_moe **out) {
         return lkv_fail(LKV_ERR_OUT_OF_MEMORY, "no memory for the experts' tables");
     for (size_t i = 0; i < U; i++) t->rows[i] = (int32_t)i;
     c->be->upload(c->b, t->d_iota, t->rows, 4 * U);
+    for (size_t i = 0; i < U; i++) t->h_sig[i] = 1.0f;
+    c->be->upload(c->b, t->d_one, t->h_sig, 4 * U);
     if (!has_host_experts(c->model)) return LKV_OK;
     const lkv_backend *cpu = &lkv_backend_cpu;
     if (c->be == cpu) {
@@ -93,7 +96,7 @@ lkv_status lkv_moe_create(lkv_context *c, lkv_moe **out) {
 void lkv_moe_free(lkv_context *c, lkv_moe *t) {
     if (!t) return;
     void *bufs[] = {t->logits, t->ids, t->wts, t->xe, t->ye, t->shg, t->d_rows, t->d_w,
-                    t->d_iota, t->d_sig};
+                    t->d_iota, t->d_sig, t->d_one};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) c->be->free(c->b, bufs[i]);
     if (t->hb) {
@@ -236,10 +239,9 @@ lkv_status lkv_moe_ffn(lkv_context *c, const lkv_layer_weights *L, int n) {
         const lkv_weight *wg[1] = {&L->sh_gate_inp};
         be->matmul(c->b, go, c->h, wg, 1, n);
     }
-    be->download(c->b, t->h_sig, t->shg, sizeof(float) * (size_t)n);
-    LKV_TRY(be->sync(c->b));
-    for (int r = 0; r < n; r++) t->h_sig[r] = 1.0f / (1.0f + expf(-t->h_sig[r]));
-    be->upload(c->b, t->d_sig, t->h_sig, sizeof(float) * (size_t)n);
+    /* sigmoid(shg) on the backend (1 * sigmoid is exact): no download, no sync */
+    be->copy_d2d(c->b, t->d_sig, t->d_one, sizeof(float) * (size_t)n);
+    be->sigmoid_mul(c->b, t->d_sig, t->shg, n);
     be->scatter_add_rows(c->b, c->o, t->ye, t->d_iota, t->d_sig, n, E);
     return LKV_OK;
 }
