@@ -169,21 +169,15 @@ GEMM(q4_K, block_q4_K, 0)
 GEMM(q5_K, block_q5_K, 0)
 GEMM(q6_K, block_q6_K, 1)
 
-void LKV_ISA_FN(lkv_install_gemm_kquants)(lkv_traits *t) {
-    t[LKV_TYPE_Q2_K].gemm = q2_K_gemm;
-    t[LKV_TYPE_Q3_K].gemm = q3_K_gemm;
-    t[LKV_TYPE_Q4_K].gemm = q4_K_gemm;
-    t[LKV_TYPE_Q5_K].gemm = q5_K_gemm;
-    t[LKV_TYPE_Q6_K].gemm = q6_K_gemm;
-}
-
+#define SET(ID, fn) t[ID].gemm = fn
 #else
-/* portable: no tile; the matmul takes the row dots */
-void LKV_ISA_FN(lkv_install_gemm_kquants)(lkv_traits *t) {
-    t[LKV_TYPE_Q2_K].gemm = NULL;
-    t[LKV_TYPE_Q3_K].gemm = NULL;
-    t[LKV_TYPE_Q4_K].gemm = NULL;
-    t[LKV_TYPE_Q5_K].gemm = NULL;
-    t[LKV_TYPE_Q6_K].gemm = NULL;
-}
+#define SET(ID, fn) t[ID].gemm = NULL   /* portable: the row dots */
 #endif
+
+void LKV_ISA_FN(lkv_install_gemm_kquants)(lkv_traits *t) {
+    SET(LKV_TYPE_Q2_K, q2_K_gemm);
+    SET(LKV_TYPE_Q3_K, q3_K_gemm);
+    SET(LKV_TYPE_Q4_K, q4_K_gemm);
+    SET(LKV_TYPE_Q5_K, q5_K_gemm);
+    SET(LKV_TYPE_Q6_K, q6_K_gemm);
+}
