@@ -135,13 +135,6 @@ MQ_HD void mq_k4_scale_min(const uint4 &head, int j, int &sc, int &mn) {
     }
 }
 
-/* quant.cuh's k3_scale (signed 6-bit scale i of q3_K's 12 scale bytes), host too */
-MQ_HD int mq_k3_scale(const uint8_t *s, int i) {
-    const int lo = i < 8 ? (s[i] & 0xF) : (s[i - 8] >> 4);
-    const int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
-    return (lo | (hi << 4)) - 32;
-}
-
 template <int T>
 MQ_HD void mq_load(const uint8_t *__restrict__ blk, int u, mq_unit &w) {
     if constexpr (T == LKV_TYPE_Q4_K || T == LKV_TYPE_Q5_K) {
@@ -233,7 +226,7 @@ MQ_UNROLL
 MQ_UNROLL
                 for (int i = 0; i < 4; i++) w.q[4 * j + i] = (v[i] >> (2 * j)) & 0x03030303u;
             } else if constexpr (T == LKV_TYPE_Q3_K) {
-                w.d[j] = d * (float)mq_k3_scale(((const cq3_k *)blk)->scales, is);
+                w.d[j] = d * (float)k3_scale(((const cq3_k *)blk)->scales, is);
 MQ_UNROLL
                 for (int i = 0; i < 4; i++)
                     w.q[4 * j + i] = mq_vsubss4(((v[i] >> (2 * j)) & 0x03030303u) |

@@ -101,8 +101,9 @@ static __device__ __forceinline__ void k4_scale_min(const uint8_t *s, int j, int
     }
 }
 
-/* Signed 6-bit scale i (0..15) of a q3_k block's 12 scale bytes. */
-static __device__ __forceinline__ int k3_scale(const uint8_t *s, int i) {
+/* Signed 6-bit scale i (0..15) of a q3_k block's 12 scale bytes (host too:
+ * tests/cuda/emu_mvq.cu runs mvq_units.cuh's units on the CPU). */
+static __host__ __device__ __forceinline__ int k3_scale(const uint8_t *s, int i) {
     int lo = i < 8 ? (s[i] & 0xF) : (s[i - 8] >> 4);
     int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
     return (lo | (hi << 4)) - 32;
