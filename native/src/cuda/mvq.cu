@@ -178,13 +178,12 @@ int lkv_cuda_mvq_rows;
 #define LKV_MVQ_ROWS 1
 #endif
 
-/* rows a warp (tune_mvq.h: 1, 2, 4; 0: the rule below). One row a warp
- * unless the launch has rows to spare: R rows a warp read the activations once
- * for R rows and keep R units' loads in flight, at R times fewer warps. */
-static int mq_rows_per_warp(const mm_set &ms, int n) {
+/* rows a warp: tune_mvq.h's 1, 2 or 4, else the build's LKV_MVQ_ROWS; 4 is 2
+ * above 2 tokens. R rows a warp read the activations once for R rows and keep
+ * R units' loads in flight, at R times fewer warps (which wins: not yet timed). */
+static int mq_rows_per_warp(int n) {
     int f = lkv_cuda_mvq_rows;
     if (f != 1 && f != 2 && f != 4) f = LKV_MVQ_ROWS;
-    (void)ms;
     return n > 2 && f == 4 ? 2 : f;
 }
 
@@ -198,7 +197,7 @@ static void mq_launch(lkv_bctx *b, mm_set &ms, int cols, int n) {
 
 template <int T, int NT>
 static void mq_launch_r(lkv_bctx *b, mm_set &ms, int cols, int n) {
-    const int r = mq_rows_per_warp(ms, n);
+    const int r = mq_rows_per_warp(n);
     if constexpr (NT <= 2) {
         if (r == 4) return mq_launch<T, NT, 4>(b, ms, cols, n);
     }
